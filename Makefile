@@ -1,0 +1,50 @@
+# talosbot — see README.md. The two commands a newcomer needs: `make demo` and `make test`.
+SHELL := /bin/bash
+GO ?= go
+PKG := github.com/talosbot/talosbot
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+# The same flags the Dockerfile uses (a test checks they stay in sync).
+LDFLAGS := -s -w -X $(PKG)/internal/version.Version=$(VERSION) -X $(PKG)/internal/version.Commit=$(COMMIT)
+BUILD_FLAGS := -trimpath -ldflags "$(LDFLAGS)"
+export TALOSBOT_TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/talosbot/tools
+TEST_TIMEOUT ?= 30m
+DEMO_ARGS ?=
+
+.PHONY: all build test generate lint tools demo bench fuzz clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o bin/talosbot ./cmd/talosbot
+
+# Builds what is missing (kube-apiserver, OpenTofu, protoc generators) into $(TALOSBOT_TOOLS_DIR).
+tools:
+	bash tools/build.sh
+	bash hack/generators.sh
+
+test: tools build
+	set -a; [ -f "$(TALOSBOT_TOOLS_DIR)/env" ] && . "$(TALOSBOT_TOOLS_DIR)/env"; set +a; \
+	TALOSBOT_BIN=$(CURDIR)/bin/talosbot $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	bash hack/fuzz.sh short
+
+generate:
+	bash hack/generators.sh
+	bash hack/generate.sh
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants changes in:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+demo: build
+	./bin/talosbot demo $(DEMO_ARGS)
+
+bench: tools build
+	bash hack/bench.sh
+
+fuzz:
+	bash hack/fuzz.sh long
+
+clean:
+	rm -rf bin

@@ -1,0 +1,387 @@
+// Package config loads and validates talosbot's YAML configuration.
+//
+// Secrets are never written inline: every secret field is a Ref ("env:NAME" or
+// "file:/path") that is resolved only when it is needed and never printed.
+// Validate reports every problem at once, each with its path in the document,
+// so that `talosbot config check` can list them all.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Environments a cluster can belong to.
+const (
+	EnvStaging    = "staging"
+	EnvProduction = "production"
+)
+
+// Node roles.
+const (
+	RoleControlPlane = "controlplane"
+	RoleWorker       = "worker"
+)
+
+// Config is the whole configuration document.
+type Config struct {
+	DataDir     string              `yaml:"data_dir"`
+	SnapshotDir string              `yaml:"snapshot_dir"`
+	Listen      string              `yaml:"listen"`
+	Clusters    []Cluster           `yaml:"clusters"`
+	Policy      map[string]Policy   `yaml:"policy"`
+	Groups      map[string][]string `yaml:"groups"`
+	Releases    Releases            `yaml:"releases"`
+	Timeouts    Timeouts            `yaml:"timeouts"`
+	Snapshots   SnapshotRetention   `yaml:"snapshots"`
+	Chat        Chat                `yaml:"chat"`
+	Alerts      Alerts              `yaml:"alerts"`
+	Audit       AuditSettings       `yaml:"audit"`
+	Plugins     Plugins             `yaml:"plugins"`
+}
+
+// Cluster is one Talos cluster the bot manages.
+type Cluster struct {
+	Name        string `yaml:"name"`
+	Environment string `yaml:"environment"`
+	// Channels are the chat channels bound to this cluster; a command in one of
+	// them may omit the cluster name when exactly one cluster is bound there.
+	Channels           []string          `yaml:"channels"`
+	Endpoints          []string          `yaml:"endpoints"`
+	KubernetesEndpoint string            `yaml:"kubernetes_endpoint"`
+	Nodes              []Node            `yaml:"nodes"`
+	Credentials        Credentials       `yaml:"credentials"`
+	Declared           map[string]string `yaml:"declared"`
+}
+
+// Node is one inventory entry (Terraform's talos_nodes).
+type Node struct {
+	Name           string `yaml:"name"`
+	Address        string `yaml:"address"`
+	Role           string `yaml:"role"`
+	Host           string `yaml:"host"`
+	Platform       string `yaml:"platform"`
+	InstallerClass string `yaml:"installer_class"`
+}
+
+// Credentials says where talosconfig and kubeconfig come from.
+type Credentials struct {
+	// Source is "files" or "terraform".
+	Source      string     `yaml:"source"`
+	Talosconfig Ref        `yaml:"talosconfig"`
+	Kubeconfig  Ref        `yaml:"kubeconfig"`
+	Terraform   *Terraform `yaml:"terraform"`
+}
+
+// Terraform names the root whose outputs hold the credentials (ADR 002).
+type Terraform struct {
+	Root    string            `yaml:"root"`
+	Binary  string            `yaml:"binary"`
+	Outputs map[string]string `yaml:"outputs"`
+}
+
+// Policy is the per-environment approval and safety policy.
+type Policy struct {
+	// Approval lists the commands that need approval; nil means the default
+	// (every disruptive command in production, none in staging).
+	Approval          *[]string `yaml:"approval_commands"`
+	Approvers         []string  `yaml:"approvers"`
+	MinApprovals      int       `yaml:"min_approvals"`
+	AllowSelfApproval bool      `yaml:"allow_self_approval"`
+	Expiry            Duration  `yaml:"expiry"`
+	Operators         []string  `yaml:"operators"`
+	Viewers           []string  `yaml:"viewers"`
+	PromotionMaxAge   Duration  `yaml:"promotion_max_age"`
+	Windows           []Window  `yaml:"maintenance_windows"`
+}
+
+// Window is a maintenance window: weekdays, a time range and a timezone.
+type Window struct {
+	Days     []string `yaml:"days"`
+	Start    string   `yaml:"start"`
+	End      string   `yaml:"end"`
+	Timezone string   `yaml:"timezone"`
+}
+
+// Releases lists the known Talos releases (for the latest-patch rule, R10).
+type Releases struct {
+	Talos                []string `yaml:"talos"`
+	RefuseNonLatestPatch bool     `yaml:"refuse_non_latest_patch"`
+}
+
+// Timeouts bound the long-running parts of operations.
+type Timeouts struct {
+	Gate Duration `yaml:"gate"`
+	Node Duration `yaml:"node"`
+	Run  Duration `yaml:"run"`
+}
+
+// SnapshotRetention keeps the newest Keep snapshots, or those younger than MaxAge.
+type SnapshotRetention struct {
+	Keep   int      `yaml:"keep"`
+	MaxAge Duration `yaml:"max_age"`
+}
+
+// Chat configures the chat adapters.
+type Chat struct {
+	Slack   *Slack   `yaml:"slack"`
+	Discord *Discord `yaml:"discord"`
+	Web     *Web     `yaml:"web"`
+}
+
+// Slack adapter settings.
+type Slack struct {
+	Mode          string `yaml:"mode"` // socket (default) or http
+	AppToken      Ref    `yaml:"app_token"`
+	BotToken      Ref    `yaml:"bot_token"`
+	SigningSecret Ref    `yaml:"signing_secret"`
+}
+
+// Discord adapter settings.
+type Discord struct {
+	Token         Ref    `yaml:"token"`
+	ApplicationID string `yaml:"application_id"`
+	PublicKey     string `yaml:"public_key"`
+	GuildID       string `yaml:"guild_id"`
+	Channel       string `yaml:"channel"`
+}
+
+// Web is the local console; in serve it is off unless enabled and needs a token.
+type Web struct {
+	Enabled bool `yaml:"enabled"`
+	Token   Ref  `yaml:"token"`
+}
+
+// Alerts configures the Alertmanager webhook receiver.
+type Alerts struct {
+	Token        Ref         `yaml:"token"`
+	ClusterLabel string      `yaml:"cluster_label"`
+	Rules        []AlertRule `yaml:"rules"`
+}
+
+// AlertRule maps alert matchers to a runbook suggestion.
+type AlertRule struct {
+	Name     string            `yaml:"name"`
+	Match    map[string]string `yaml:"match"`
+	MatchRE  map[string]string `yaml:"match_re"`
+	Text     string            `yaml:"text"`
+	Runbook  string            `yaml:"runbook"`
+	Commands []string          `yaml:"commands"`
+}
+
+// AuditSettings controls the audit API and log retention.
+type AuditSettings struct {
+	Token        Ref      `yaml:"token"`
+	LogRetention Duration `yaml:"log_retention"`
+}
+
+// Plugins lists external plugins; built-ins need no configuration.
+type Plugins struct {
+	External []ExternalPlugin `yaml:"external"`
+}
+
+// ExternalPlugin is a plugin binary verified by its sha256 before every launch.
+type ExternalPlugin struct {
+	Name   string `yaml:"name"`
+	Path   string `yaml:"path"`
+	SHA256 string `yaml:"sha256"`
+}
+
+// Load reads, defaults and validates a configuration file. A validation
+// failure returns *Errors listing every problem.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(data)
+}
+
+// Parse decodes, defaults and validates a configuration document.
+func Parse(data []byte) (*Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return nil, &Errors{List: []FieldError{{Path: "(document)", Msg: yamlMessage(err)}}}
+	}
+	c.ApplyDefaults()
+	if errs := c.Validate(); len(errs) > 0 {
+		return nil, &Errors{List: errs}
+	}
+	return &c, nil
+}
+
+func yamlMessage(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("%v", te.Errors)
+	}
+	return err.Error()
+}
+
+// Defaults used when a field is left empty.
+const (
+	DefaultListen          = "127.0.0.1:8080"
+	DefaultGateTimeout     = 30 * time.Second
+	DefaultNodeTimeout     = 20 * time.Minute
+	DefaultRunTimeout      = 4 * time.Hour
+	DefaultExpiry          = 30 * time.Minute
+	DefaultPromotionMaxAge = 14 * 24 * time.Hour
+	DefaultSnapshotKeep    = 10
+	DefaultClusterLabel    = "cluster"
+)
+
+// ApplyDefaults fills empty fields with their documented defaults.
+func (c *Config) ApplyDefaults() {
+	if c.DataDir == "" {
+		c.DataDir = "/var/lib/talosbot"
+	}
+	if c.SnapshotDir == "" {
+		c.SnapshotDir = c.DataDir + "/snapshots"
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Timeouts.Gate == 0 {
+		c.Timeouts.Gate = Duration(DefaultGateTimeout)
+	}
+	if c.Timeouts.Node == 0 {
+		c.Timeouts.Node = Duration(DefaultNodeTimeout)
+	}
+	if c.Timeouts.Run == 0 {
+		c.Timeouts.Run = Duration(DefaultRunTimeout)
+	}
+	if c.Snapshots.Keep == 0 && c.Snapshots.MaxAge == 0 {
+		c.Snapshots.Keep = DefaultSnapshotKeep
+	}
+	if c.Alerts.ClusterLabel == "" {
+		c.Alerts.ClusterLabel = DefaultClusterLabel
+	}
+	if c.Policy == nil {
+		c.Policy = map[string]Policy{}
+	}
+	for _, env := range []string{EnvStaging, EnvProduction} {
+		p := c.Policy[env]
+		if p.MinApprovals == 0 {
+			p.MinApprovals = 1
+		}
+		if p.Expiry == 0 {
+			p.Expiry = Duration(DefaultExpiry)
+		}
+		if p.PromotionMaxAge == 0 {
+			p.PromotionMaxAge = Duration(DefaultPromotionMaxAge)
+		}
+		c.Policy[env] = p
+	}
+	for i := range c.Clusters {
+		cl := &c.Clusters[i]
+		if cl.Credentials.Source == "" {
+			cl.Credentials.Source = "files"
+		}
+		if tf := cl.Credentials.Terraform; tf != nil {
+			if tf.Binary == "" {
+				tf.Binary = "tofu"
+			}
+			if tf.Outputs == nil {
+				tf.Outputs = map[string]string{}
+			}
+			for k, v := range DefaultTerraformOutputs() {
+				if tf.Outputs[k] == "" {
+					tf.Outputs[k] = v
+				}
+			}
+		}
+		for j := range cl.Nodes {
+			n := &cl.Nodes[j]
+			if n.Platform == "" {
+				n.Platform = "nocloud"
+			}
+			if n.InstallerClass == "" {
+				n.InstallerClass = "default"
+			}
+		}
+	}
+}
+
+// DefaultTerraformOutputs maps each credential or declared value to its
+// Terraform output name (ADR 002 names).
+func DefaultTerraformOutputs() map[string]string {
+	return map[string]string{
+		"talosconfig":              "talosconfig",
+		"kubeconfig":               "talos_kubeconfig",
+		"schematic_id":             "talos_image_factory_schematic_id",
+		"longhorn_installer_image": "talos_longhorn_installer_image",
+		"talos_version":            "talos_version",
+		"kubernetes_version":       "talos_kubernetes_version",
+	}
+}
+
+// Cluster returns the named cluster, or nil.
+func (c *Config) Cluster(name string) *Cluster {
+	for i := range c.Clusters {
+		if c.Clusters[i].Name == name {
+			return &c.Clusters[i]
+		}
+	}
+	return nil
+}
+
+// ClusterNames lists the configured cluster names in config order.
+func (c *Config) ClusterNames() []string {
+	out := make([]string, 0, len(c.Clusters))
+	for _, cl := range c.Clusters {
+		out = append(out, cl.Name)
+	}
+	return out
+}
+
+// ControlPlanes returns the cluster's control-plane nodes in inventory order.
+func (cl *Cluster) ControlPlanes() []Node {
+	var out []Node
+	for _, n := range cl.Nodes {
+		if n.Role == RoleControlPlane {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Duration is a time.Duration that reads "30m", "14d" or "2h30m" from YAML.
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// UnmarshalYAML accepts Go durations plus a "d" (day) suffix.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalYAML writes the duration in Go syntax.
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// ParseDuration parses a Go duration or a whole number of days ("14d").
+func ParseDuration(s string) (time.Duration, error) {
+	if n := len(s); n > 1 && s[n-1] == 'd' {
+		var days int
+		if _, err := fmt.Sscanf(s[:n-1], "%d", &days); err == nil && fmt.Sprint(days) == s[:n-1] {
+			return time.Duration(days) * 24 * time.Hour, nil
+		}
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (use e.g. 30s, 20m, 4h or 14d)", s)
+	}
+	return v, nil
+}

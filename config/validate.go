@@ -1,0 +1,287 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+)
+
+// FieldError is one problem, located by its path in the document.
+type FieldError struct {
+	Path string
+	Msg  string
+}
+
+func (e FieldError) String() string { return e.Path + ": " + e.Msg }
+
+// Errors is every problem found in a configuration.
+type Errors struct{ List []FieldError }
+
+func (e *Errors) Error() string {
+	lines := make([]string, 0, len(e.List)+1)
+	lines = append(lines, fmt.Sprintf("config has %d error(s):", len(e.List)))
+	for _, fe := range e.List {
+		lines = append(lines, "  "+fe.String())
+	}
+	return strings.Join(lines, "\n")
+}
+
+var releaseRE = regexp.MustCompile(`^v\d+\.\d+\.\d+$`)
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// Validate returns every problem in the configuration (after defaults).
+func (c *Config) Validate() []FieldError {
+	var errs []FieldError
+	add := func(path, format string, args ...any) {
+		errs = append(errs, FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		add("listen", "%q is not host:port (e.g. 127.0.0.1:8080)", c.Listen)
+	}
+	if len(c.Clusters) == 0 {
+		add("clusters", "at least one cluster is required")
+	}
+	seen := map[string]bool{}
+	for i, cl := range c.Clusters {
+		p := fmt.Sprintf("clusters[%d]", i)
+		switch {
+		case cl.Name == "":
+			add(p+".name", "is required")
+		case !nameRE.MatchString(cl.Name):
+			add(p+".name", "%q must be lower-case letters, digits and dashes", cl.Name)
+		case seen[cl.Name]:
+			add(p+".name", "%q is used by another cluster", cl.Name)
+		}
+		seen[cl.Name] = true
+		if cl.Environment != EnvStaging && cl.Environment != EnvProduction {
+			add(p+".environment", "%q must be %q or %q", cl.Environment, EnvStaging, EnvProduction)
+		}
+		if len(cl.Endpoints) == 0 {
+			add(p+".endpoints", "at least one Talos endpoint is required")
+		}
+		for j, ep := range cl.Endpoints {
+			if !validEndpoint(ep) {
+				add(fmt.Sprintf("%s.endpoints[%d]", p, j), "%q is not an IP address or host[:port]", ep)
+			}
+		}
+		errs = append(errs, validateNodes(p, cl.Nodes)...)
+		errs = append(errs, validateCredentials(p+".credentials", cl.Credentials)...)
+	}
+	for env, pol := range c.Policy {
+		p := "policy." + env
+		if env != EnvStaging && env != EnvProduction {
+			add(p, "unknown environment %q (use staging or production)", env)
+		}
+		if pol.MinApprovals < 1 {
+			add(p+".min_approvals", "must be at least 1")
+		}
+		if pol.Expiry < 0 {
+			add(p+".expiry", "must be positive")
+		}
+		for j, w := range pol.Windows {
+			errs = append(errs, validateWindow(fmt.Sprintf("%s.maintenance_windows[%d]", p, j), w)...)
+		}
+		for j, a := range pol.Approvers {
+			if g, ok := strings.CutPrefix(a, "group:"); ok {
+				if _, exists := c.Groups[g]; !exists {
+					add(fmt.Sprintf("%s.approvers[%d]", p, j), "group %q is not defined under groups", g)
+				}
+			}
+		}
+	}
+	for i, r := range c.Releases.Talos {
+		if !releaseRE.MatchString(r) {
+			add(fmt.Sprintf("releases.talos[%d]", i), "%q is not a Talos release tag like v1.13.9", r)
+		}
+	}
+	if c.Timeouts.Gate <= 0 || c.Timeouts.Node <= 0 || c.Timeouts.Run <= 0 {
+		add("timeouts", "gate, node and run timeouts must be positive")
+	}
+	if c.Snapshots.Keep < 0 {
+		add("snapshots.keep", "must not be negative")
+	}
+	if s := c.Chat.Slack; s != nil {
+		if s.Mode != "" && s.Mode != "socket" && s.Mode != "http" {
+			add("chat.slack.mode", "%q must be socket or http", s.Mode)
+		}
+		if s.BotToken.Empty() {
+			add("chat.slack.bot_token", "is required (e.g. env:SLACK_BOT_TOKEN)")
+		}
+		if (s.Mode == "" || s.Mode == "socket") && s.AppToken.Empty() {
+			add("chat.slack.app_token", "is required in socket mode (e.g. env:SLACK_APP_TOKEN)")
+		}
+		if s.Mode == "http" && s.SigningSecret.Empty() {
+			add("chat.slack.signing_secret", "is required in http mode (e.g. env:SLACK_SIGNING_SECRET)")
+		}
+		checkRefs(&errs, "chat.slack", map[string]Ref{"app_token": s.AppToken, "bot_token": s.BotToken, "signing_secret": s.SigningSecret})
+	}
+	if d := c.Chat.Discord; d != nil {
+		if d.Token.Empty() {
+			add("chat.discord.token", "is required (e.g. env:DISCORD_BOT_TOKEN)")
+		}
+		if d.ApplicationID == "" {
+			add("chat.discord.application_id", "is required")
+		}
+		checkRefs(&errs, "chat.discord", map[string]Ref{"token": d.Token})
+	}
+	if w := c.Chat.Web; w != nil && w.Enabled {
+		if w.Token.Empty() {
+			add("chat.web.token", "is required when the console is enabled in serve (e.g. env:TALOSBOT_CONSOLE_TOKEN)")
+		}
+		checkRefs(&errs, "chat.web", map[string]Ref{"token": w.Token})
+	}
+	checkRefs(&errs, "alerts", map[string]Ref{"token": c.Alerts.Token})
+	checkRefs(&errs, "audit", map[string]Ref{"token": c.Audit.Token})
+	for i, r := range c.Alerts.Rules {
+		p := fmt.Sprintf("alerts.rules[%d]", i)
+		if r.Name == "" {
+			add(p+".name", "is required")
+		}
+		if len(r.Match)+len(r.MatchRE) == 0 {
+			add(p, "needs at least one matcher in match or match_re")
+		}
+		for k, v := range r.MatchRE {
+			if _, err := regexp.Compile("^(?:" + v + ")$"); err != nil {
+				add(p+".match_re."+k, "%q is not a valid regular expression: %v", v, err)
+			}
+		}
+		for j, cmd := range r.Commands {
+			if !strings.HasPrefix(cmd, "/talos ") {
+				add(fmt.Sprintf("%s.commands[%d]", p, j), "%q must start with /talos", cmd)
+			}
+		}
+	}
+	for i, pl := range c.Plugins.External {
+		p := fmt.Sprintf("plugins.external[%d]", i)
+		if pl.Name == "" || pl.Path == "" {
+			add(p, "name and path are required")
+		}
+		if len(pl.SHA256) != 64 || strings.Trim(strings.ToLower(pl.SHA256), "0123456789abcdef") != "" {
+			add(p+".sha256", "must be the 64-character hex sha256 of the plugin binary (sha256sum PATH)")
+		}
+	}
+	return errs
+}
+
+func validateNodes(p string, nodes []Node) []FieldError {
+	var errs []FieldError
+	add := func(path, format string, args ...any) {
+		errs = append(errs, FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
+	if len(nodes) == 0 {
+		add(p+".nodes", "at least one node is required")
+	}
+	names, addrs, cps := map[string]bool{}, map[string]bool{}, 0
+	for j, n := range nodes {
+		np := fmt.Sprintf("%s.nodes[%d]", p, j)
+		if n.Name == "" {
+			add(np+".name", "is required")
+		} else if names[n.Name] {
+			add(np+".name", "%q is used by another node", n.Name)
+		}
+		names[n.Name] = true
+		if _, err := netip.ParseAddr(n.Address); err != nil {
+			add(np+".address", "%q is not an IP address", n.Address)
+		} else if addrs[n.Address] {
+			add(np+".address", "%q is used by another node", n.Address)
+		}
+		addrs[n.Address] = true
+		switch n.Role {
+		case RoleControlPlane:
+			cps++
+		case RoleWorker:
+		default:
+			add(np+".role", "%q must be %q or %q", n.Role, RoleControlPlane, RoleWorker)
+		}
+		if n.Host == "" {
+			add(np+".host", "is required (the Proxmox host the node runs on)")
+		}
+		if n.Platform == "metal" || strings.Contains(n.Platform, "/") {
+			add(np+".platform", "%q is not an Image Factory cloud platform name such as nocloud", n.Platform)
+		}
+		if n.InstallerClass != "default" && n.InstallerClass != "longhorn" {
+			add(np+".installer_class", "%q must be default or longhorn", n.InstallerClass)
+		}
+	}
+	if len(nodes) > 0 && cps == 0 {
+		add(p+".nodes", "at least one node must have role controlplane")
+	}
+	return errs
+}
+
+func validateCredentials(p string, cr Credentials) []FieldError {
+	var errs []FieldError
+	add := func(path, format string, args ...any) {
+		errs = append(errs, FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
+	switch cr.Source {
+	case "files":
+		if cr.Talosconfig.Empty() {
+			add(p+".talosconfig", "is required with source files (e.g. file:/etc/talosbot/talosconfig)")
+		}
+		checkRefs(&errs, p, map[string]Ref{"talosconfig": cr.Talosconfig, "kubeconfig": cr.Kubeconfig})
+	case "terraform":
+		if cr.Terraform == nil || cr.Terraform.Root == "" {
+			add(p+".terraform.root", "is required with source terraform (the Terraform root directory)")
+		}
+		if cr.Terraform != nil && cr.Terraform.Binary != "tofu" && cr.Terraform.Binary != "terraform" && !strings.HasPrefix(cr.Terraform.Binary, "/") {
+			add(p+".terraform.binary", "%q must be tofu, terraform or an absolute path", cr.Terraform.Binary)
+		}
+	default:
+		add(p+".source", "%q must be files or terraform", cr.Source)
+	}
+	return errs
+}
+
+func validateWindow(p string, w Window) []FieldError {
+	var errs []FieldError
+	days := map[string]bool{"mon": true, "tue": true, "wed": true, "thu": true, "fri": true, "sat": true, "sun": true}
+	if len(w.Days) == 0 {
+		errs = append(errs, FieldError{p + ".days", "at least one weekday is required (mon … sun)"})
+	}
+	for i, d := range w.Days {
+		if !days[strings.ToLower(d)] {
+			errs = append(errs, FieldError{fmt.Sprintf("%s.days[%d]", p, i), fmt.Sprintf("%q is not a weekday (mon … sun)", d)})
+		}
+	}
+	for _, f := range []struct{ k, v string }{{"start", w.Start}, {"end", w.End}} {
+		if _, err := time.Parse("15:04", f.v); err != nil {
+			errs = append(errs, FieldError{p + "." + f.k, fmt.Sprintf("%q is not a time like 22:00", f.v)})
+		}
+	}
+	if _, err := time.LoadLocation(w.Timezone); err != nil || w.Timezone == "" {
+		errs = append(errs, FieldError{p + ".timezone", fmt.Sprintf("%q is not an IANA timezone like Europe/Berlin", w.Timezone)})
+	}
+	return errs
+}
+
+func checkRefs(errs *[]FieldError, p string, refs map[string]Ref) {
+	keys := make([]string, 0, len(refs))
+	for k := range refs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if r := refs[k]; !r.Empty() {
+			if msg := r.Check(); msg != "" {
+				*errs = append(*errs, FieldError{p + "." + k, msg})
+			}
+		}
+	}
+}
+
+func validEndpoint(ep string) bool {
+	host := ep
+	if h, _, err := net.SplitHostPort(ep); err == nil {
+		host = h
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$`).MatchString(host) && strings.Contains(host, ".")
+}
