@@ -1,0 +1,77 @@
+// Package chat is the platform-neutral message model and the interface every
+// chat adapter (Slack, Discord, the web console) implements. Adapters turn
+// platform events into Commands and Actions and render Messages; they know
+// nothing about Talos or Kubernetes.
+package chat
+
+import (
+	"context"
+	"time"
+)
+
+// Command is a typed command line from a user in a channel.
+type Command struct {
+	User    string
+	Channel string
+	Text    string
+}
+
+// Action is a button click. ActionID is the opaque token the button carried.
+type Action struct {
+	User       string
+	Channel    string
+	MessageRef string
+	ActionID   string
+}
+
+// Field is a label/value pair shown under a message's text.
+type Field struct {
+	Label string `json:"label"`
+	Value string `json:"value"`
+}
+
+// Button is a clickable action on a message.
+type Button struct {
+	ActionID string `json:"action_id"`
+	Label    string `json:"label"`
+	Style    string `json:"style,omitempty"`
+}
+
+// Message is one chat message: an operation's live message, a thread reply or
+// a plain answer.
+type Message struct {
+	Title   string   `json:"title,omitempty"`
+	Text    string   `json:"text"`
+	Fields  []Field  `json:"fields,omitempty"`
+	Buttons []Button `json:"buttons,omitempty"`
+}
+
+// Adapter delivers messages to one chat platform.
+type Adapter interface {
+	// Post creates a message in channel (in a thread when threadRef is set)
+	// and returns its reference for later edits and replies.
+	Post(ctx context.Context, channel, threadRef string, m Message) (ref string, err error)
+	// Edit replaces the content of a posted message.
+	Edit(ctx context.Context, channel, ref string, m Message) error
+}
+
+// Handler is what adapters call with platform input; the bot implements it.
+type Handler interface {
+	HandleCommand(ctx context.Context, c Command) error
+	HandleAction(ctx context.Context, a Action) error
+}
+
+// Clock abstracts time for coalescing and tests.
+type Clock interface {
+	Now() time.Time
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+// RealClock is the wall clock.
+type RealClock struct{}
+
+// Now returns time.Now().
+func (RealClock) Now() time.Time { return time.Now() }
+
+// AfterFunc calls f after d.
+func (RealClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }

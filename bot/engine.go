@@ -1,0 +1,693 @@
+// Package bot is talosbot's core: the command grammar, the operation engine
+// (state machine, cluster locks, approvals, re-plan before run, resume) and the
+// bot's own commands. Chat adapters feed it Commands and Actions and render the
+// Updates it sends to its Sink; plugins do all cluster work.
+package bot
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/talosbot/talosbot/config"
+	"github.com/talosbot/talosbot/plugins/host"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/state"
+)
+
+// Options configure an Engine.
+type Options struct {
+	Config      *config.Config
+	Store       *state.Store
+	Plugins     Plugins
+	Credentials CredentialSource
+	Policy      Policy
+	Sink        Sink
+	Logger      *slog.Logger
+	Clock       func() time.Time
+	// NewID makes operation ids and action tokens; defaults to random hex.
+	NewID func() string
+}
+
+// Engine runs operations. It is safe for concurrent use.
+type Engine struct {
+	o       Options
+	grammar *Grammar
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	running map[string]context.CancelFunc // op id → cancel of its run
+	// cancelled holds runs cancelled before they registered (a click racing
+	// the start of the run); the run cancels itself when it registers.
+	cancelled map[string]bool
+	wg      sync.WaitGroup
+	changed chan struct{} // closed and replaced on every operation change
+	base    context.Context
+	stop    context.CancelFunc
+}
+
+// New builds the engine: it asks every plugin for its manifest to build the
+// grammar. Call Recover once at start-up, before serving.
+func New(ctx context.Context, o Options) (*Engine, error) {
+	if o.Config == nil || o.Store == nil || o.Plugins == nil || o.Sink == nil || o.Policy == nil || o.Credentials == nil {
+		return nil, errors.New("bot: Config, Store, Plugins, Credentials, Policy and Sink are required")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.NewID == nil {
+		o.NewID = randomID
+	}
+	mans, err := o.Plugins.Manifests(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bot: read plugin manifests: %w", err)
+	}
+	specs := botCommands()
+	for _, m := range mans {
+		for _, c := range m.GetCommands() {
+			specs = append(specs, CommandSpec{Plugin: m.GetName(), Command: c})
+		}
+	}
+	base, stop := context.WithCancel(context.WithoutCancel(ctx))
+	return &Engine{
+		o: o, grammar: NewGrammar(specs), log: o.Logger,
+		running: map[string]context.CancelFunc{}, cancelled: map[string]bool{}, changed: make(chan struct{}),
+		base: base, stop: stop,
+	}, nil
+}
+
+// Grammar returns the engine's command grammar (for help and adapters).
+func (e *Engine) Grammar() *Grammar { return e.grammar }
+
+// Close stops accepting work, cancels running operations' contexts without
+// changing their state (they become interrupted at the next start, exactly as
+// after a crash), and waits for goroutines.
+func (e *Engine) Close() {
+	e.stop()
+	e.wg.Wait()
+}
+
+func randomID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func (e *Engine) now() time.Time { return e.o.Clock().UTC() }
+
+func (e *Engine) notifyChanged() {
+	e.mu.Lock()
+	close(e.changed)
+	e.changed = make(chan struct{})
+	e.mu.Unlock()
+}
+
+// Await blocks until pred holds for operation id, or ctx ends.
+func (e *Engine) Await(ctx context.Context, id string, pred func(*state.Operation) bool) (*state.Operation, error) {
+	for {
+		e.mu.Lock()
+		ch := e.changed
+		e.mu.Unlock()
+		op, err := e.Operation(ctx, id)
+		if err == nil && pred(op) {
+			return op, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			if op != nil {
+				return op, fmt.Errorf("operation %s is %s: %w", id, op.State, ctx.Err())
+			}
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Operation reads one operation.
+func (e *Engine) Operation(ctx context.Context, id string) (*state.Operation, error) {
+	var op *state.Operation
+	err := e.o.Store.View(ctx, func(tx *state.Tx) error {
+		var err error
+		op, err = tx.Operation(id)
+		return err
+	})
+	return op, err
+}
+
+// Submit handles one command line. Problems that stop the command before it
+// becomes an operation are answered through Sink.Reply and returned; they
+// change no state. The returned id is "" for bot commands.
+func (e *Engine) Submit(ctx context.Context, from Origin, text string) (string, error) {
+	inv, err := e.grammar.Parse(text)
+	if err != nil {
+		e.o.Sink.Reply(ctx, from, err.Error())
+		return "", err
+	}
+	if inv.Spec.Plugin == "" {
+		return "", e.botCommand(ctx, from, inv)
+	}
+	cl, err := e.resolveCluster(inv.Args["cluster"], from.Channel)
+	if err != nil {
+		e.o.Sink.Reply(ctx, from, err.Error())
+		return "", err
+	}
+	disruptive := inv.Spec.GetEffect() == lifecyclev1.Effect_EFFECT_DISRUPTIVE
+	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: disruptive, Args: inv.Args, Now: e.now()}); err != nil {
+		e.refuse(ctx, from, cl.Name, inv, err)
+		return "", err
+	}
+	op := &state.Operation{
+		ID: e.o.NewID(), Cluster: cl.Name, Environment: cl.Environment, Command: inv.Spec.Name,
+		Args: inv.Args, Text: inv.Text, Disruptive: disruptive, Requester: from.User, Channel: from.Channel,
+		State: state.StatePlanned, CreatedAt: e.now(),
+	}
+	err = e.o.Store.Update(ctx, func(tx *state.Tx) error {
+		if disruptive {
+			// One disruptive operation per cluster: refuse early, naming the holder.
+			if l, err := tx.Lock(cl.Name); err != nil {
+				return err
+			} else if l != nil {
+				return &state.LockedError{Holder: *l}
+			}
+		}
+		if err := tx.PutOperation(op); err != nil {
+			return err
+		}
+		_, err := tx.Append(e.event(from.User, "requested", op, "", map[string]string{"text": inv.Text}))
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, state.ErrLocked) {
+			e.refuse(ctx, from, cl.Name, inv, err)
+		} else {
+			e.o.Sink.Reply(ctx, from, "could not record the operation: "+err.Error())
+		}
+		return "", err
+	}
+	e.notifyChanged()
+	e.o.Sink.Operation(ctx, Update{Op: op})
+	e.goRun(op.ID, func(ctx context.Context) { e.planAndProceed(ctx, op.ID) })
+	return op.ID, nil
+}
+
+// refuse answers and audits a request refused before it became an operation.
+func (e *Engine) refuse(ctx context.Context, from Origin, cluster string, inv *Invocation, err error) {
+	e.o.Sink.Reply(ctx, from, "refused: "+err.Error())
+	_ = e.o.Store.Update(ctx, func(tx *state.Tx) error {
+		_, aerr := tx.Append(state.AuditEvent{Time: e.now(), Actor: from.User, Action: "refused", Cluster: cluster,
+			Command: inv.Spec.Name, Result: "refused", Detail: map[string]string{"reason": err.Error(), "text": inv.Text}})
+		return aerr
+	})
+}
+
+func (e *Engine) event(actor, action string, op *state.Operation, result string, detail map[string]string) state.AuditEvent {
+	return state.AuditEvent{Time: e.now(), Actor: actor, Action: action, Cluster: op.Cluster, OpID: op.ID,
+		Command: op.Command, Result: result, Detail: detail}
+}
+
+func (e *Engine) resolveCluster(name, channel string) (*config.Cluster, error) {
+	cfg := e.o.Config
+	if name != "" {
+		if cl := cfg.Cluster(name); cl != nil {
+			return cl, nil
+		}
+		return nil, fmt.Errorf("unknown cluster %q; clusters: %s", name, strings.Join(cfg.ClusterNames(), ", "))
+	}
+	var bound []*config.Cluster
+	for i := range cfg.Clusters {
+		for _, ch := range cfg.Clusters[i].Channels {
+			if ch == channel {
+				bound = append(bound, &cfg.Clusters[i])
+			}
+		}
+	}
+	if len(bound) == 1 {
+		return bound[0], nil
+	}
+	return nil, fmt.Errorf("name the cluster: this channel is bound to %s; clusters: %s",
+		map[bool]string{true: "no single cluster", false: "no cluster"}[len(bound) > 1], strings.Join(cfg.ClusterNames(), ", "))
+}
+
+func (e *Engine) goRun(opID string, fn func(ctx context.Context)) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		fn(e.base)
+	}()
+}
+
+// request builds the plugin request for op, resolving credentials now (they
+// live only in this request, for this call).
+func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1.OperationRequest, error) {
+	cl := e.o.Config.Cluster(op.Cluster)
+	if cl == nil {
+		return nil, fmt.Errorf("cluster %q is no longer configured", op.Cluster)
+	}
+	creds, err := e.o.Credentials.Resolve(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("credentials for %s: %w", cl.Name, err)
+	}
+	declared := map[string]string{}
+	for k, v := range cl.Declared {
+		declared[k] = v
+	}
+	for k, v := range creds.Declared {
+		declared[k] = v
+	}
+	pc := &lifecyclev1.Cluster{Name: cl.Name, Environment: cl.Environment, Endpoints: cl.Endpoints, Declared: declared}
+	for _, n := range cl.Nodes {
+		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.Address, Role: n.Role, Host: n.Host, Platform: n.Platform, InstallerClass: n.InstallerClass})
+	}
+	c := e.o.Config
+	return &lifecyclev1.OperationRequest{
+		OperationId: op.ID, Command: op.Command, Args: op.Args, Cluster: pc, Requester: op.Requester,
+		Credentials: &lifecyclev1.Credentials{Talosconfig: creds.Talosconfig, Kubeconfig: creds.Kubeconfig},
+		Settings: &lifecyclev1.Settings{
+			SnapshotDir: c.SnapshotDir, GateTimeoutMs: c.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: c.Timeouts.Node.D().Milliseconds(),
+			KnownTalosReleases: c.Releases.Talos, RefuseNonLatestPatch: c.Releases.RefuseNonLatestPatch,
+			SnapshotKeep: int32(c.Snapshots.Keep), SnapshotMaxAgeSeconds: int64(c.Snapshots.MaxAge.D().Seconds()),
+		},
+	}, nil
+}
+
+func (e *Engine) pluginFor(op *state.Operation) string {
+	if s, ok := e.grammar.Lookup(op.Command); ok {
+		return s.Plugin
+	}
+	return ""
+}
+
+// planAndProceed plans a new operation and moves it to running, awaiting
+// approval, or failed (plan error or refusal).
+func (e *Engine) planAndProceed(ctx context.Context, id string) {
+	op, err := e.Operation(ctx, id)
+	if err != nil {
+		e.log.Error("load operation", "op", id, "err", err)
+		return
+	}
+	plan, err := e.plan(ctx, op)
+	if err != nil {
+		e.finish(ctx, id, "system", state.StateFailed, "plan failed", err.Error(), nil)
+		return
+	}
+	if r := plan.GetRefusal(); r != nil {
+		e.finish(ctx, id, "system", state.StateFailed, "refused", refusalText(r), nil, "refused")
+		return
+	}
+	digest := host.Digest(plan)
+	planJSON, _ := protojson.Marshal(plan)
+	setPlan := func(o *state.Operation) {
+		o.Digest, o.Plan, o.Target = digest, planJSON, plan.GetTarget()
+		o.Steps = stepsFromPlan(plan)
+	}
+	if !op.Disruptive {
+		e.transition(ctx, id, state.StateRunning, "system", "started", "", nil, setPlan)
+		e.execute(ctx, id, false)
+		return
+	}
+	need := e.o.Policy.RequiredApprovals(op)
+	if need > 0 {
+		exp := e.o.Policy.Expiry(op)
+		var buttons []Button
+		updated, err := e.transitionTx(ctx, id, state.StateAwaitingApproval, "system", "approval requested", "",
+			map[string]string{"digest": digest, "required": fmt.Sprint(need)}, func(o *state.Operation) {
+				setPlan(o)
+				o.ExpiresAt = e.now().Add(exp)
+			}, func(tx *state.Tx, o *state.Operation) error {
+				var err error
+				buttons, err = e.mintButtons(tx, o, []Button{{Label: "Approve", Style: "primary"}, {Label: "Deny", Style: "danger"}, {Label: "Cancel"}}, "approve", "deny", "cancel")
+				return err
+			})
+		if err == nil {
+			e.o.Sink.Operation(ctx, Update{Op: updated, Plan: plan, Buttons: buttons})
+		}
+		return
+	}
+	_, err = e.transitionTx(ctx, id, state.StateApproved, "system", "approved", "", map[string]string{"reason": "policy requires no approval"}, setPlan,
+		func(tx *state.Tx, o *state.Operation) error {
+			return tx.AcquireLock(state.Lock{Cluster: o.Cluster, OpID: o.ID, Holder: o.Requester, Command: o.Command, Since: e.now()})
+		})
+	if err != nil {
+		e.finish(ctx, id, "system", state.StateFailed, "refused", err.Error(), nil, "refused")
+		return
+	}
+	e.execute(ctx, id, false)
+}
+
+func (e *Engine) plan(ctx context.Context, op *state.Operation) (*lifecyclev1.OperationPlan, error) {
+	req, err := e.request(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	return e.o.Plugins.Plan(ctx, e.pluginFor(op), req)
+}
+
+func refusalText(r *lifecyclev1.Refusal) string {
+	s := r.GetReason()
+	if r.GetRule() != "" {
+		s = r.GetRule() + ": " + s
+	}
+	if r.GetFix() != "" {
+		s += " — " + r.GetFix()
+	}
+	return s
+}
+
+func stepsFromPlan(p *lifecyclev1.OperationPlan) []state.Step {
+	out := make([]state.Step, 0, len(p.GetSteps()))
+	for _, s := range p.GetSteps() {
+		title := s.GetTitle()
+		out = append(out, state.Step{ID: s.GetId(), Title: title, Node: s.GetNode(), Status: "pending"})
+	}
+	return out
+}
+
+// transition moves op to a new state with its audit record in one transaction.
+func (e *Engine) transition(ctx context.Context, id string, to state.OpState, actor, action, result string, detail map[string]string, mutate func(*state.Operation)) (*state.Operation, error) {
+	return e.transitionTx(ctx, id, to, actor, action, result, detail, mutate, nil)
+}
+
+func (e *Engine) transitionTx(ctx context.Context, id string, to state.OpState, actor, action, result string, detail map[string]string,
+	mutate func(*state.Operation), extra func(*state.Tx, *state.Operation) error) (*state.Operation, error) {
+	var out *state.Operation
+	err := e.o.Store.Update(ctx, func(tx *state.Tx) error {
+		op, err := tx.Transition(id, to, func(o *state.Operation) {
+			o.UpdatedAt = e.now()
+			if mutate != nil {
+				mutate(o)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if extra != nil {
+			if err := extra(tx, op); err != nil {
+				return err
+			}
+			// extra may have changed the operation.
+			if op, err = tx.Operation(id); err != nil {
+				return err
+			}
+		}
+		if result == "" {
+			result = string(to)
+		}
+		if _, err := tx.Append(e.event(actor, action, op, result, detail)); err != nil {
+			return err
+		}
+		out = op
+		return nil
+	})
+	if err != nil {
+		e.log.Warn("transition refused", "op", id, "to", to, "err", err)
+		return nil, err
+	}
+	e.notifyChanged()
+	e.o.Sink.Operation(ctx, Update{Op: out})
+	return out, nil
+}
+
+// finish ends an operation: terminal state, lock released, audit record.
+func (e *Engine) finish(ctx context.Context, id, actor string, to state.OpState, summary, errText string, lines []string, flags ...string) {
+	_, err := e.transitionTx(ctx, id, to, actor, string(to), "", map[string]string{"summary": summary, "error": errText},
+		// Entering a terminal state releases the cluster lock (state.Tx.Transition).
+		func(o *state.Operation) {
+			o.Result, o.Error = summary, errText
+			if len(lines) > 0 {
+				o.Result = summary + "\n" + strings.Join(lines, "\n")
+			}
+			o.Flags = append(o.Flags, flags...)
+		}, nil)
+	if err != nil {
+		e.log.Error("finish operation", "op", id, "err", err)
+	}
+}
+
+// execute runs an approved (or read-only, already running) operation through
+// its plugin. resumed marks a run that continues an interrupted operation.
+func (e *Engine) execute(ctx context.Context, id string, resumed bool) {
+	op, err := e.Operation(ctx, id)
+	if err != nil {
+		return
+	}
+	if op.State == state.StateApproved {
+		// Re-plan before Run: approvals are bound to the digest.
+		plan, err := e.plan(ctx, op)
+		if err != nil {
+			e.finish(ctx, id, "system", state.StateFailed, "re-plan before run failed", err.Error(), nil)
+			return
+		}
+		if r := plan.GetRefusal(); r != nil {
+			e.finish(ctx, id, "system", state.StateFailed, "refused", refusalText(r), nil, "refused")
+			return
+		}
+		if d := host.Digest(plan); d != op.Digest {
+			e.voidApprovals(ctx, op, plan, d)
+			return
+		}
+		// Entering running sets StartedAt and counts the attempt (state.Tx.Transition).
+		if op, err = e.transition(ctx, id, state.StateRunning, "system", "started", "", nil, nil); err != nil {
+			return
+		}
+	}
+	if op.State != state.StateRunning {
+		return
+	}
+	req, err := e.request(ctx, op)
+	if err != nil {
+		e.finish(ctx, id, "system", state.StateFailed, "could not start", err.Error(), nil)
+		return
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	e.mu.Lock()
+	e.running[id] = cancel
+	if e.cancelled[id] {
+		delete(e.cancelled, id)
+		cancel()
+	}
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.running, id)
+		e.mu.Unlock()
+		cancel()
+	}()
+	res, err := e.o.Plugins.Run(runCtx, e.pluginFor(op), req, func(p *lifecyclev1.Progress) error {
+		e.progress(ctx, id, p)
+		return nil
+	})
+	switch {
+	case ctx.Err() != nil:
+		// The engine is shutting down: leave the operation running; the next
+		// start marks it interrupted and it can be resumed.
+		return
+	case runCtx.Err() != nil && errors.Is(runCtx.Err(), context.Canceled):
+		e.finish(ctx, id, e.cancelledBy(id), state.StateCancelled, "cancelled", "", nil)
+	case err != nil:
+		e.finish(ctx, id, "system", state.StateFailed, "failed", err.Error(), nil)
+	case res.GetOk():
+		e.finish(ctx, id, "system", state.StateSucceeded, res.GetSummary(), "", res.GetLines())
+	default:
+		msg := res.GetError()
+		if r := res.GetRefusal(); r != nil {
+			msg = refusalText(r)
+		}
+		e.finish(ctx, id, "system", state.StateFailed, orDefault(res.GetSummary(), "failed"), msg, res.GetLines())
+		if acts := res.GetSuggestedActions(); len(acts) > 0 {
+			e.offerSuggestions(ctx, id, acts)
+		}
+	}
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// cancelledBy returns who cancelled a run (recorded by Cancel).
+func (e *Engine) cancelledBy(id string) string {
+	var who string
+	_ = e.o.Store.View(context.Background(), func(tx *state.Tx) error {
+		b, _ := tx.GetKV("cancel", id)
+		who = string(b)
+		return nil
+	})
+	return orDefault(who, "system")
+}
+
+// progress records one plugin event on the operation and forwards it to chat.
+func (e *Engine) progress(ctx context.Context, id string, p *lifecyclev1.Progress) {
+	var op *state.Operation
+	var threadLine string
+	err := e.o.Store.Update(ctx, func(tx *state.Tx) error {
+		o, err := tx.Operation(id)
+		if err != nil {
+			return err
+		}
+		now := e.now()
+		switch ev := p.GetEvent().(type) {
+		case *lifecyclev1.Progress_Step:
+			s := ev.Step
+			applyStep(o, s, now)
+			if s.GetDetail() != "" && s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_RUNNING {
+				threadLine = fmt.Sprintf("%s %s: %s", statusEmoji(stepStatus(s.GetStatus())), stepTitle(o, s.GetStepId()), s.GetDetail())
+			}
+		case *lifecyclev1.Progress_Log:
+			return tx.AppendLog(id, ev.Log.GetLevel()+" "+ev.Log.GetMessage())
+		case *lifecyclev1.Progress_Artifact:
+			a := ev.Artifact
+			o.Artifacts = append(o.Artifacts, state.Artifact{ID: a.GetId(), Name: a.GetName(), SHA256: a.GetSha256(), Size: a.GetSize(), Location: a.GetLocation(), Revision: a.GetRevision()})
+			threadLine = fmt.Sprintf("📦 %s %s (%d bytes, sha256 %s)", a.GetName(), a.GetId(), a.GetSize(), a.GetSha256())
+			if _, err := tx.Append(e.event("system", "artifact", o, "ok", map[string]string{"id": a.GetId(), "sha256": a.GetSha256(), "location": a.GetLocation()})); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+		o.UpdatedAt = now
+		op = o
+		return tx.PutOperation(o)
+	})
+	if err != nil {
+		e.log.Warn("record progress", "op", id, "err", err)
+		return
+	}
+	if op == nil {
+		return
+	}
+	e.notifyChanged()
+	e.o.Sink.Operation(ctx, Update{Op: op})
+	if threadLine != "" {
+		e.o.Sink.Thread(ctx, op, threadLine)
+	}
+}
+
+func applyStep(o *state.Operation, s *lifecyclev1.StepEvent, now time.Time) {
+	status := stepStatus(s.GetStatus())
+	for i := range o.Steps {
+		if o.Steps[i].ID == s.GetStepId() {
+			st := &o.Steps[i]
+			st.Status, st.Detail = status, s.GetDetail()
+			if status == "running" && st.StartedAt.IsZero() {
+				st.StartedAt = now
+			}
+			if status != "running" {
+				st.EndedAt = now
+			}
+			return
+		}
+	}
+	// A step the plan did not list (e.g. a retention note): append it.
+	st := state.Step{ID: s.GetStepId(), Title: s.GetStepId(), Node: s.GetNode(), Status: status, Detail: s.GetDetail(), StartedAt: now}
+	if status != "running" {
+		st.EndedAt = now
+	}
+	o.Steps = append(o.Steps, st)
+}
+
+func stepTitle(o *state.Operation, id string) string {
+	for _, s := range o.Steps {
+		if s.ID == id {
+			return s.Title
+		}
+	}
+	return id
+}
+
+func stepStatus(s lifecyclev1.StepStatus) string {
+	switch s {
+	case lifecyclev1.StepStatus_STEP_STATUS_RUNNING:
+		return "running"
+	case lifecyclev1.StepStatus_STEP_STATUS_OK:
+		return "ok"
+	case lifecyclev1.StepStatus_STEP_STATUS_FAILED:
+		return "failed"
+	case lifecyclev1.StepStatus_STEP_STATUS_SKIPPED:
+		return "skipped"
+	}
+	return "pending"
+}
+
+func statusEmoji(s string) string {
+	switch s {
+	case "ok":
+		return "✅"
+	case "failed":
+		return "❌"
+	case "skipped":
+		return "⏭️"
+	case "running":
+		return "⏳"
+	}
+	return "▫️"
+}
+
+// voidApprovals handles a changed digest at re-plan: approvals are dropped, the
+// lock is released, and the operation asks for approval again.
+func (e *Engine) voidApprovals(ctx context.Context, op *state.Operation, plan *lifecyclev1.OperationPlan, digest string) {
+	planJSON, _ := protojson.Marshal(plan)
+	why := fmt.Sprintf("the plan changed since it was approved (digest %s → %s); approvals are void, approve the new plan", host.ShortDigest(op.Digest), host.ShortDigest(digest))
+	var buttons []Button
+	updated, err := e.transitionTx(ctx, op.ID, state.StateAwaitingApproval, "system", "approvals voided", "voided",
+		map[string]string{"old_digest": op.Digest, "new_digest": digest}, func(o *state.Operation) {
+			o.Digest, o.Plan, o.Target, o.Steps = digest, planJSON, plan.GetTarget(), stepsFromPlan(plan)
+			o.ExpiresAt = e.now().Add(e.o.Policy.Expiry(o))
+		}, func(tx *state.Tx, o *state.Operation) error {
+			// Transition already deleted the approvals; the lock goes too, so
+			// the cluster is not held while nobody has approved the new plan.
+			if err := tx.ReleaseLock(o.Cluster, o.ID); err != nil {
+				return err
+			}
+			var err error
+			buttons, err = e.mintButtons(tx, o, []Button{{Label: "Approve", Style: "primary"}, {Label: "Deny", Style: "danger"}, {Label: "Cancel"}}, "approve", "deny", "cancel")
+			return err
+		})
+	if err != nil {
+		return
+	}
+	e.o.Sink.Thread(ctx, updated, "⚠️ "+why)
+	e.o.Sink.Operation(ctx, Update{Op: updated, Plan: plan, Buttons: buttons})
+}
+
+// Recover marks operations that were running when the bot stopped as
+// interrupted. Their cluster locks stay until /talos resume or /talos abandon.
+func (e *Engine) Recover(ctx context.Context) ([]string, error) {
+	var ids []string
+	err := e.o.Store.Update(ctx, func(tx *state.Tx) error {
+		ops, err := tx.Operations(state.OpFilter{States: []state.OpState{state.StateRunning}})
+		if err != nil {
+			return err
+		}
+		for _, op := range ops {
+			o, err := tx.Transition(op.ID, state.StateInterrupted, func(o *state.Operation) { o.UpdatedAt = e.now() })
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Append(e.event("system", "interrupted", o, "interrupted",
+				map[string]string{"reason": "talosbot stopped while the operation was running"})); err != nil {
+				return err
+			}
+			ids = append(ids, op.ID)
+		}
+		return nil
+	})
+	if err == nil && len(ids) > 0 {
+		e.notifyChanged()
+	}
+	sort.Strings(ids)
+	return ids, err
+}

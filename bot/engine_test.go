@@ -1,0 +1,567 @@
+package bot_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/approvals"
+	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/config"
+	"github.com/talosbot/talosbot/plugins/host"
+	"github.com/talosbot/talosbot/state"
+)
+
+var pluginBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "engineplugin")
+	if err != nil {
+		panic(err)
+	}
+	pluginBin = filepath.Join(dir, "engineplugin")
+	out, err := exec.Command("go", "build", "-o", pluginBin, "./testdata/engineplugin").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build engineplugin: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// recSink records everything the engine says.
+type recSink struct {
+	mu      sync.Mutex
+	replies []string
+	threads []string
+	buttons map[string][]bot.Button // op id → latest buttons
+	changed chan struct{}
+}
+
+func newRecSink() *recSink {
+	return &recSink{buttons: map[string][]bot.Button{}, changed: make(chan struct{})}
+}
+
+func (s *recSink) bump() { close(s.changed); s.changed = make(chan struct{}) }
+
+func (s *recSink) Reply(_ context.Context, _ bot.Origin, text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.replies = append(s.replies, text)
+	s.bump()
+}
+
+func (s *recSink) Operation(_ context.Context, u bot.Update) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if u.Buttons != nil {
+		s.buttons[u.Op.ID] = u.Buttons
+	}
+	s.bump()
+}
+
+func (s *recSink) Thread(_ context.Context, _ *state.Operation, text string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.threads = append(s.threads, text)
+	s.bump()
+}
+
+func (s *recSink) button(t *testing.T, op, label string) string {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.buttons[op] {
+		if b.Label == label {
+			return b.ID
+		}
+	}
+	t.Fatalf("op %s has no %q button (have %v)", op, label, s.buttons[op])
+	return ""
+}
+
+// waitReply waits for a reply containing want.
+func (s *recSink) waitReply(t *testing.T, want string) string {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		s.mu.Lock()
+		ch := s.changed
+		for _, r := range s.replies {
+			if strings.Contains(r, want) {
+				s.mu.Unlock()
+				return r
+			}
+		}
+		got := append([]string(nil), s.replies...)
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("no reply containing %q; replies: %q", want, got)
+		}
+	}
+}
+
+// waitFor polls cond until it holds or a deadline passes (for effects outside
+// this process, such as a file a plugin writes).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+type env struct {
+	t      *testing.T
+	cfg    *config.Config
+	store  *state.Store
+	mgr    *host.Manager
+	eng    *bot.Engine
+	sink   *recSink
+	clock  *fakeClock
+	dbPath string
+}
+
+const testConfig = `
+data_dir: %s
+clusters:
+  - name: staging
+    environment: staging
+    channels: [stg]
+    endpoints: [127.0.0.1]
+    nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}]
+    credentials: {source: files, talosconfig: "file:%s"}
+  - name: production
+    environment: production
+    channels: [prd]
+    endpoints: [127.0.0.2]
+    nodes: [{name: cp-1, address: 127.0.0.2, role: controlplane, host: pve1}]
+    credentials: {source: files, talosconfig: "file:%s"}
+policy:
+  staging:
+    operators: [alice, bob, carol]
+  production:
+    approvers: [bob, dave]
+    operators: [alice, bob]
+    viewers: [carol]
+    expiry: 30m
+`
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	dir := t.TempDir()
+	tc := filepath.Join(dir, "talosconfig")
+	if err := os.WriteFile(tc, []byte("context: test\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse([]byte(fmt.Sprintf(testConfig, dir, tc, tc)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, cfg: cfg, sink: newRecSink(), clock: &fakeClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, dbPath: filepath.Join(dir, "talosbot.db")}
+	e.open()
+	return e
+}
+
+func (e *env) open() {
+	t := e.t
+	var err error
+	e.store, err = state.Open(e.dbPath, state.Options{Clock: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.mgr, err = host.New(host.Options{Executable: pluginBin, BuiltIn: []string{"eng"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.eng, err = bot.New(context.Background(), bot.Options{Config: e.cfg, Store: e.store, Plugins: e.mgr,
+		Credentials: bot.FileCredentials{}, Policy: approvals.New(e.cfg), Sink: e.sink, Clock: e.clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.close)
+}
+
+func (e *env) close() {
+	if e.eng != nil {
+		e.eng.Close()
+		e.mgr.Close()
+		_ = e.store.Close()
+		e.eng = nil
+	}
+}
+
+func (e *env) submit(user, channel, text string) (string, error) {
+	return e.eng.Submit(context.Background(), bot.Origin{User: user, Channel: channel}, text)
+}
+
+func (e *env) await(id string, want state.OpState) *state.Operation {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	op, err := e.eng.Await(ctx, id, func(o *state.Operation) bool { return o.State == want })
+	if err != nil {
+		e.t.Fatalf("waiting for %s to be %s: %v (op: %+v)", id, want, err, op)
+	}
+	return op
+}
+
+func (e *env) auditActions(id string) []string {
+	recs, err := e.store.QueryAudit(context.Background(), state.AuditQuery{OpID: id, Limit: 1000})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []string
+	for i := len(recs) - 1; i >= 0; i-- {
+		out = append(out, recs[i].Action+"/"+recs[i].Actor)
+	}
+	return out
+}
+
+func (e *env) counts() (ops, audit int) {
+	e.t.Helper()
+	_ = e.store.View(context.Background(), func(tx *state.Tx) error {
+		all, err := tx.Operations(state.OpFilter{})
+		ops = len(all)
+		return err
+	})
+	rep, err := e.store.VerifyAudit(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ops, rep.Records
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct{ text, want string }{
+		{"/talos frobnicate", `unknown command "frobnicate". Commands: abandon, cancel, help, probe, resume, roll, status`},
+		{"/talos roll v2 staging --speed 3", `unknown flag --speed for "roll" (flags: --drift, --dry-run, --marker, --mode)`},
+		{"/talos roll v2 staging --mode", "flag --mode needs a value"},
+		{"/talos roll", "missing <target>"},
+		{"/talos roll v2 nowhere", `unknown cluster "nowhere"; clusters: staging, production`},
+		{`/talos roll "v2`, "unterminated double quote"},
+		{"/talos probe", "name the cluster"},
+	} {
+		ops0, audit0 := e.counts()
+		_, err := e.submit("alice", "ops", tc.text)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: got %v, want %q", tc.text, err, tc.want)
+		}
+		if ops, audit := e.counts(); ops != ops0 || audit != audit0 {
+			t.Errorf("%q changed state: ops %d→%d audit %d→%d", tc.text, ops0, ops, audit0, audit)
+		}
+	}
+	e.sink.waitReply(t, "usage: /talos roll <target> [cluster] [--mode MODE]")
+}
+
+func TestReadOnlyRunsWithoutApprovalAndChannelBinding(t *testing.T) {
+	e := newEnv(t)
+	id, err := e.submit("carol", "prd", "/talos probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := e.await(id, state.StateSucceeded)
+	if op.Cluster != "production" || !strings.Contains(op.Result, "✅ etcd: leader agreed") {
+		t.Fatalf("op = %+v", op)
+	}
+	if got := strings.Join(e.auditActions(id), " "); got != "requested/carol started/system succeeded/system" {
+		t.Fatalf("audit = %s", got)
+	}
+}
+
+func TestViewerCannotRequestDisruptive(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.submit("carol", "prd", "/talos roll v2")
+	if err == nil || !strings.Contains(err.Error(), "carol is a viewer in production") {
+		t.Fatalf("got %v", err)
+	}
+	recs, _ := e.store.QueryAudit(context.Background(), state.AuditQuery{Actor: "carol"})
+	if len(recs) != 1 || recs[0].Action != "refused" {
+		t.Fatalf("refusal not audited: %+v", recs)
+	}
+}
+
+func TestStagingRollAndLockContention(t *testing.T) {
+	e := newEnv(t)
+	marker := filepath.Join(t.TempDir(), "m")
+	id, err := e.submit("alice", "stg", "/talos roll v2 --mode wait --marker "+marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateRunning)
+	// A second disruptive operation on the same cluster is refused, naming the holder.
+	_, err = e.submit("bob", "stg", "/talos roll v3")
+	if err == nil || !strings.Contains(err.Error(), "cluster staging is locked by operation "+id) || !strings.Contains(err.Error(), "by alice") {
+		t.Fatalf("want lock refusal naming %s and alice, got %v", id, err)
+	}
+	// Read-only operations never wait for the lock.
+	pid, err := e.submit("bob", "stg", "/talos probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(pid, state.StateSucceeded)
+	status := func() string {
+		_, _ = e.submit("bob", "stg", "/talos status staging")
+		return e.sink.waitReply(t, "*staging*: locked by")
+	}()
+	if !strings.Contains(status, id) || !strings.Contains(status, "requested by alice") {
+		t.Fatalf("status = %s", status)
+	}
+	// Cancellation reaches the plugin, and the lock is released.
+	if err := e.eng.Cancel(context.Background(), bot.Origin{User: "alice", Channel: "stg"}, id); err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateCancelled)
+	waitFor(t, "the plugin to see the cancellation", func() bool {
+		b, err := os.ReadFile(marker)
+		return err == nil && string(b) == "cancelled"
+	})
+	id2, err := e.submit("bob", "stg", "/talos roll v3")
+	if err != nil {
+		t.Fatalf("lock not released after cancel: %v", err)
+	}
+	e.await(id2, state.StateSucceeded)
+}
+
+func TestProductionApprovalFlowAndRefusals(t *testing.T) {
+	e := newEnv(t)
+	id, err := e.submit("alice", "prd", "/talos roll v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateAwaitingApproval)
+	approve := e.sink.button(t, id, "Approve")
+	ctx := context.Background()
+	// Requester approving their own request.
+	if err := e.eng.Act(ctx, bot.Origin{User: "alice"}, approve); err == nil || !strings.Contains(err.Error(), "alice requested") {
+		t.Fatalf("self approval: %v", err)
+	}
+	// Not an approver.
+	if err := e.eng.Act(ctx, bot.Origin{User: "carol"}, approve); err == nil || !strings.Contains(err.Error(), "carol is not an approver") {
+		t.Fatalf("non-approver: %v", err)
+	}
+	// Forged action id.
+	if err := e.eng.Act(ctx, bot.Origin{User: "bob"}, "aforged"); err == nil || !strings.Contains(err.Error(), "unknown") {
+		t.Fatalf("forged: %v", err)
+	}
+	if err := e.eng.Act(ctx, bot.Origin{User: "bob"}, approve); err != nil {
+		t.Fatal(err)
+	}
+	op := e.await(id, state.StateSucceeded)
+	if op.Target != "v2" || op.Attempts != 1 {
+		t.Fatalf("op = %+v", op)
+	}
+	// Action on a finished operation.
+	if err := e.eng.Act(ctx, bot.Origin{User: "dave"}, approve); err == nil || !strings.Contains(err.Error(), "succeeded; there is nothing to approve") {
+		t.Fatalf("late approve: %v", err)
+	}
+	want := "requested/alice approval requested/system action refused/alice action refused/carol approval/bob approved/bob started/system succeeded/system action refused/dave"
+	if got := strings.Join(e.auditActions(id), " "); !strings.Contains(got, want) {
+		t.Fatalf("audit = %s\nwant it to contain %s", got, want)
+	}
+	if _, err := e.store.VerifyAudit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestApprovalExpires(t *testing.T) {
+	e := newEnv(t)
+	id, _ := e.submit("alice", "prd", "/talos roll v2")
+	e.await(id, state.StateAwaitingApproval)
+	approve := e.sink.button(t, id, "Approve")
+	e.clock.Add(31 * time.Minute)
+	err := e.eng.Act(context.Background(), bot.Origin{User: "bob"}, approve)
+	if err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("got %v", err)
+	}
+	e.await(id, state.StateExpired)
+}
+
+func TestDigestDriftVoidsApproval(t *testing.T) {
+	e := newEnv(t)
+	drift := filepath.Join(t.TempDir(), "versions")
+	if err := os.WriteFile(drift, []byte("cp-1=v1.12.6"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := e.submit("alice", "prd", "/talos roll v2 --drift "+drift)
+	first := e.await(id, state.StateAwaitingApproval)
+	approve := e.sink.button(t, id, "Approve")
+	// The cluster changes between approval request and run.
+	if err := os.WriteFile(drift, []byte("cp-1=v1.13.0"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.eng.Act(context.Background(), bot.Origin{User: "bob"}, approve); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	op, err := e.eng.Await(ctx, id, func(o *state.Operation) bool {
+		return o.State == state.StateAwaitingApproval && o.Digest != first.Digest
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(e.auditActions(id), " "), "approvals voided/system") {
+		t.Fatalf("voiding not audited: %v", e.auditActions(id))
+	}
+	var apps []state.Approval
+	_ = e.store.View(ctx, func(tx *state.Tx) error { apps, err = tx.Approvals(id); return err })
+	if len(apps) != 0 {
+		t.Fatalf("approvals not voided: %v", apps)
+	}
+	// The old button no longer approves; the new one does.
+	if err := e.eng.Act(ctx, bot.Origin{User: "bob"}, approve); err == nil {
+		t.Fatal("old approve button still works after the plan changed")
+	}
+	if err := e.eng.Act(ctx, bot.Origin{User: "bob"}, e.sink.button(t, id, "Approve")); err != nil {
+		t.Fatal(err)
+	}
+	if op = e.await(id, state.StateSucceeded); op.Digest == first.Digest {
+		t.Fatal("ran the old plan")
+	}
+}
+
+func TestPluginCrashFailsOperationAndBotKeepsServing(t *testing.T) {
+	e := newEnv(t)
+	start := time.Now()
+	id, _ := e.submit("alice", "stg", "/talos roll v2 --mode crash")
+	op := e.await(id, state.StateFailed)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("crash noticed after %v, want < 5s", d)
+	}
+	if !strings.Contains(op.Error, `plugin "eng" exited during run`) {
+		t.Fatalf("error = %q", op.Error)
+	}
+	// The lock is released and the next use starts the plugin again.
+	id2, err := e.submit("alice", "stg", "/talos roll v3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id2, state.StateSucceeded)
+}
+
+func TestFailureOffersSuggestedAction(t *testing.T) {
+	e := newEnv(t)
+	id, _ := e.submit("alice", "stg", "/talos roll v2 --mode fail")
+	op := e.await(id, state.StateFailed)
+	if op.Error != "cp-1 timed out" {
+		t.Fatalf("error = %q", op.Error)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		e.sink.mu.Lock()
+		ch, n := e.sink.changed, len(e.sink.buttons[id])
+		e.sink.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatal("no suggestion button")
+		}
+	}
+	// Clicking runs the suggested command as the clicking user.
+	if err := e.eng.Act(ctx, bot.Origin{User: "bob", Channel: "stg"}, e.sink.button(t, id, "Rollback node cp-1")); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := e.store.QueryAudit(ctx, state.AuditQuery{Actor: "bob", Action: "requested"})
+	if len(recs) != 1 || recs[0].Command != "probe" {
+		t.Fatalf("suggested command not run as bob: %+v", recs)
+	}
+}
+
+func TestRecoverMarksRunningInterruptedAndResume(t *testing.T) {
+	e := newEnv(t)
+	id, _ := e.submit("alice", "stg", "/talos roll v2 --mode wait")
+	e.await(id, state.StateRunning)
+	// Stop without finishing: like a crash, the operation stays running in the store.
+	e.close()
+	e.open()
+	ids, err := e.eng.Recover(context.Background())
+	if err != nil || len(ids) != 1 || ids[0] != id {
+		t.Fatalf("recover = %v %v", ids, err)
+	}
+	op := e.await(id, state.StateInterrupted)
+	if !strings.Contains(strings.Join(e.auditActions(id), " "), "interrupted/system") {
+		t.Fatalf("audit: %v", e.auditActions(id))
+	}
+	// The lock stays until resume or abandon.
+	if _, err := e.submit("bob", "stg", "/talos roll v3"); !errors.Is(err, state.ErrLocked) {
+		t.Fatalf("lock released by the crash: %v", err)
+	}
+	// Resume re-runs the operation (this time it is cancelled by abandon-like cancel).
+	if err := e.eng.Resume(context.Background(), bot.Origin{User: "alice", Channel: "stg"}, id); err != nil {
+		t.Fatal(err)
+	}
+	op = e.await(id, state.StateRunning)
+	if op.Attempts != 2 {
+		t.Fatalf("attempts = %d", op.Attempts)
+	}
+	if err := e.eng.Cancel(context.Background(), bot.Origin{User: "alice"}, id); err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateCancelled)
+	got := strings.Join(e.auditActions(id), " ")
+	if !strings.Contains(got, "interrupted/system resumed/alice") {
+		t.Fatalf("audit = %s", got)
+	}
+}
+
+func TestAbandonReleasesLock(t *testing.T) {
+	e := newEnv(t)
+	id, _ := e.submit("alice", "stg", "/talos roll v2 --mode wait")
+	e.await(id, state.StateRunning)
+	e.close()
+	e.open()
+	if _, err := e.eng.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.submit("bob", "stg", "/talos abandon "+id); err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateCancelled)
+	id2, err := e.submit("bob", "stg", "/talos roll v3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id2, state.StateSucceeded)
+}
+
+func TestPlanRefusalFailsWithRule(t *testing.T) {
+	e := newEnv(t)
+	id, _ := e.submit("alice", "stg", "/talos roll refuse")
+	op := e.await(id, state.StateFailed)
+	if !strings.Contains(op.Error, "R10: skipping a minor — upgrade to the next minor first") {
+		t.Fatalf("error = %q", op.Error)
+	}
+}

@@ -1,0 +1,89 @@
+package bot
+
+import (
+	"context"
+	"time"
+
+	"github.com/talosbot/talosbot/config"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/state"
+)
+
+// Plugins is what the engine needs from the plugin host (plugins/host.Manager).
+type Plugins interface {
+	Manifests(ctx context.Context) ([]*lifecyclev1.Manifest, error)
+	Plan(ctx context.Context, name string, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error)
+	Run(ctx context.Context, name string, req *lifecyclev1.OperationRequest, onProgress func(*lifecyclev1.Progress) error) (*lifecyclev1.Result, error)
+}
+
+// Credentials are a cluster's client configurations plus its declared
+// (non-secret) values, held in memory for one plugin call.
+type Credentials struct {
+	Talosconfig []byte
+	Kubeconfig  []byte
+	Declared    map[string]string
+}
+
+// CredentialSource resolves a cluster's credentials when an operation needs
+// them (files or Terraform outputs). Implementations must not cache secrets
+// beyond the call.
+type CredentialSource interface {
+	Resolve(ctx context.Context, cl *config.Cluster) (*Credentials, error)
+}
+
+// Origin says who asked and where to answer.
+type Origin struct {
+	User    string
+	Channel string
+}
+
+// Button is an action offered on an operation's message. ID is an opaque
+// token; what it means lives in the store.
+type Button struct {
+	ID    string
+	Label string
+	Style string // "primary", "danger" or ""
+}
+
+// Update is a change to an operation's live message.
+type Update struct {
+	Op      *state.Operation
+	Plan    *lifecyclev1.OperationPlan
+	Buttons []Button
+	// Lines are report lines (health probes, refusal details).
+	Lines []string
+}
+
+// Sink receives what the engine has to say; the chat layer implements it.
+type Sink interface {
+	// Reply answers a command that did not become an operation (usage errors,
+	// refusals before planning, status, help).
+	Reply(ctx context.Context, to Origin, text string)
+	// Operation creates or edits the operation's one message.
+	Operation(ctx context.Context, u Update)
+	// Thread posts a detail line in the operation's thread.
+	Thread(ctx context.Context, op *state.Operation, text string)
+}
+
+// Policy decides who may do what (implemented by package approvals).
+type Policy interface {
+	// Authorize refuses a request the user may not make (roles, freezes,
+	// windows, promotion). It is called before anything is stored.
+	Authorize(ctx context.Context, req PolicyRequest) error
+	// RequiredApprovals returns how many distinct approvals op needs (0: none).
+	RequiredApprovals(op *state.Operation) int
+	// CanApprove refuses an approver who may not approve op.
+	CanApprove(op *state.Operation, user string) error
+	// Expiry is how long an approval request stays open.
+	Expiry(op *state.Operation) time.Duration
+}
+
+// PolicyRequest describes a request for Policy.Authorize.
+type PolicyRequest struct {
+	User       string
+	Cluster    *config.Cluster
+	Command    string
+	Disruptive bool
+	Args       map[string]string
+	Now        time.Time
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/talosbot/talosbot/config"
+)
+
+func newServeCmd() *cobra.Command {
+	var path string
+	cmd := &cobra.Command{
+		Use:   "serve --config FILE",
+		Short: "Run the bot: chat adapters, plugins, engine, audit trail",
+		Long: `Run talosbot for real. It loads and validates the config (the same checks as
+"talosbot config check"), opens DATA_DIR/talosbot.db, marks operations that were
+running when it last stopped as interrupted (resume or abandon them from chat),
+and serves /healthz, /readyz and, when chat.web.enabled is set, the console API
+on the listen address (bearer token required).`,
+		Example: "  talosbot serve --config /etc/talosbot/talosbot.yaml",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(path)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			return serve(ctx, cfg)
+		},
+	}
+	cmd.Flags().StringVar(&path, "config", "", "configuration file (YAML)")
+	_ = cmd.MarkFlagRequired("config")
+	return cmd
+}
+
+func serve(ctx context.Context, cfg *config.Config) error {
+	o := appOptions{}
+	if w := cfg.Chat.Web; w != nil && w.Enabled {
+		tok, err := w.Token.Resolve()
+		if err != nil {
+			return fmt.Errorf("chat.web.token: %w", err)
+		}
+		o.consoleOn, o.consoleToken = true, string(tok)
+		for _, cl := range cfg.Clusters {
+			o.channels = append(o.channels, cl.Channels...)
+		}
+	}
+	a, err := startApp(ctx, cfg, o)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	a.log.Info("talosbot ready", "listen", a.ln.Addr().String(), "clusters", cfg.ClusterNames(), "console", o.consoleOn)
+	<-ctx.Done()
+	a.log.Info("shutting down")
+	return nil
+}

@@ -1,0 +1,35 @@
+// Package builtin is the catalogue of plugins compiled into the talosbot
+// binary. The host launches each as `talosbot plugin NAME`, a subprocess of
+// the bot, so a crashing plugin never takes the bot down.
+package builtin
+
+import (
+	"sort"
+
+	"github.com/talosbot/talosbot/plugins/sdk"
+)
+
+// catalogue returns the constructors by name. It is a function so that the
+// catalogue is immutable.
+func catalogue() map[string]func() sdk.Plugin {
+	return map[string]func() sdk.Plugin{}
+}
+
+// Names lists the built-in plugins.
+func Names() []string {
+	var out []string
+	for n := range catalogue() {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// New returns a new instance of the named plugin.
+func New(name string) (sdk.Plugin, bool) {
+	f, ok := catalogue()[name]
+	if !ok {
+		return nil, false
+	}
+	return f(), true
+}
