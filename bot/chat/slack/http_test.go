@@ -1,0 +1,168 @@
+package slack_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/bot/chat/slack"
+)
+
+// Slack's documented request-signing example
+// (https://api.slack.com/authentication/verifying-requests-from-slack).
+const (
+	docSecret = "8f742231b10e8888abcd99yyyzzz85a5"
+	docTS     = "1531420618"
+	docBody   = "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c"
+	docSig    = "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"
+)
+
+func docTime(after time.Duration) func() time.Time {
+	ts, _ := strconv.ParseInt(docTS, 10, 64)
+	return func() time.Time { return time.Unix(ts, 0).Add(after) }
+}
+
+func httpAdapter(t *testing.T, secret string, clock func() time.Time, h chat.Handler) *slack.Adapter {
+	t.Helper()
+	a, err := slack.New(slack.Options{Mode: slack.ModeHTTP, BotToken: botToken, SigningSecret: secret, Clock: clock, Handler: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func do(h http.Handler, path, ts, sig, body string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if ts != "" {
+		r.Header.Set("X-Slack-Request-Timestamp", ts)
+	}
+	if sig != "" {
+		r.Header.Set("X-Slack-Signature", sig)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+func sign(secret, ts, body string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte("v0:" + ts + ":" + body))
+	return "v0=" + hex.EncodeToString(m.Sum(nil))
+}
+
+func TestVerifySignatureDocumentedExample(t *testing.T) {
+	hdr := http.Header{}
+	hdr.Set("X-Slack-Request-Timestamp", docTS)
+	hdr.Set("X-Slack-Signature", docSig)
+	if err := slack.VerifySignature(docSecret, hdr, []byte(docBody), docTime(time.Minute)()); err != nil {
+		t.Fatalf("documented example refused: %v", err)
+	}
+	if err := slack.VerifySignature(docSecret, hdr, []byte(docBody), docTime(-4*time.Minute)()); err != nil {
+		t.Fatalf("a request slightly in the future (clock skew) must pass: %v", err)
+	}
+}
+
+func TestHTTPModeRefusesBadSignaturesAndRunsNothing(t *testing.T) {
+	h := newStub()
+	tampered := strings.Replace(docBody, "text=", "text=upgrade+production", 1)
+	cases := []struct {
+		name          string
+		secret        string
+		clock         func() time.Time
+		ts, sig, body string
+	}{
+		{"tampered body", docSecret, docTime(time.Minute), docTS, docSig, tampered},
+		{"wrong secret", "0000000000000000000000000000000", docTime(time.Minute), docTS, docSig, docBody},
+		{"timestamp 6 minutes old", docSecret, docTime(6 * time.Minute), docTS, docSig, docBody},
+		{"no signature", docSecret, docTime(0), docTS, "", docBody},
+		{"no timestamp", docSecret, docTime(0), "", docSig, docBody},
+		{"garbage timestamp", docSecret, docTime(0), "yesterday", docSig, docBody},
+		{"truncated signature", docSecret, docTime(0), docTS, docSig[:20], docBody},
+	}
+	var adapters []*slack.Adapter
+	for _, c := range cases {
+		a := httpAdapter(t, c.secret, c.clock, h)
+		adapters = append(adapters, a)
+		for _, path := range []string{"/slack/commands", "/slack/events", "/slack/interactivity"} {
+			w := do(a.HTTPHandler(), path, c.ts, c.sig, c.body)
+			if w.Code != http.StatusUnauthorized {
+				t.Errorf("%s %s: status %d, want 401", c.name, path, w.Code)
+			}
+		}
+	}
+	for _, a := range adapters {
+		a.Wait()
+	}
+	if cmds, acts, _ := h.snapshot(); len(cmds)+len(acts) != 0 {
+		t.Fatalf("refused requests ran the handler: %+v %+v", cmds, acts)
+	}
+
+	// The documented request itself is accepted and becomes a command.
+	a := httpAdapter(t, docSecret, docTime(time.Minute), h)
+	w := do(a.HTTPHandler(), "/slack/commands", docTS, docSig, docBody)
+	if w.Code != http.StatusOK || w.Body.Len() != 0 {
+		t.Fatalf("documented example: %d %s", w.Code, w.Body)
+	}
+	a.Wait()
+	cmds, _, _ := h.snapshot()
+	if want := (chat.Command{User: "U2CERLKJA", Channel: "slack:G8PSS9T3V", Text: ""}); len(cmds) != 1 || cmds[0] != want {
+		t.Fatalf("commands %+v, want %+v", cmds, want)
+	}
+}
+
+func TestHTTPModeEventsAndInteractivity(t *testing.T) {
+	h := newStub()
+	now := time.Unix(1700000000, 0)
+	a := httpAdapter(t, "s3cret", func() time.Time { return now }, h)
+	srv := a.HTTPHandler()
+	ts := strconv.FormatInt(now.Unix(), 10)
+	post := func(path, body string) *httptest.ResponseRecorder {
+		return do(srv, path, ts, sign("s3cret", ts, body), body)
+	}
+
+	w := post("/slack/events", `{"token":"x","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}`)
+	if w.Code != 200 || !strings.Contains(w.Body.String(), `"challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"`) {
+		t.Fatalf("url_verification: %d %s", w.Code, w.Body)
+	}
+	mention := `{"type":"event_callback","event_id":"Ev9","event":{"type":"app_mention","user":"U1","text":"<@U0BOT> health staging","channel":"C9"}}`
+	for range 2 { // Slack retries with the same event_id
+		if w := post("/slack/events", mention); w.Code != 200 {
+			t.Fatalf("event: %d %s", w.Code, w.Body)
+		}
+	}
+	payload := `{"type":"block_actions","user":{"id":"U2"},"channel":{"id":"C9"},"container":{"message_ts":"1.2"},"actions":[{"action_id":"tok-x","block_id":"b","value":"tok-x","type":"button"}]}`
+	if w := post("/slack/interactivity", "payload="+url.QueryEscape(payload)); w.Code != 200 {
+		t.Fatalf("interactivity: %d %s", w.Code, w.Body)
+	}
+	for path, body := range map[string]string{
+		"/slack/events":        `{"type":`,
+		"/slack/interactivity": "payload=%7Bnope",
+		"/slack/commands":      "text=status", // no user or channel
+	} {
+		if w := post(path, body); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), `"error"`) {
+			t.Errorf("malformed %s: %d %s", path, w.Code, w.Body)
+		}
+	}
+	if w := post("/slack/interactivity", "payload="+url.QueryEscape(`{"type":"block_actions","channel":{"id":"C9"},"actions":[{"action_id":"a","block_id":"b"}]}`)); w.Code != 400 || !strings.Contains(w.Body.String(), "user") {
+		t.Errorf("click without user: %d %s", w.Code, w.Body)
+	}
+	a.Wait()
+	cmds, acts, _ := h.snapshot()
+	if len(cmds) != 1 || cmds[0] != (chat.Command{User: "U1", Channel: "slack:C9", Text: "health staging"}) {
+		t.Fatalf("commands %+v", cmds)
+	}
+	if len(acts) != 1 || acts[0] != (chat.Action{User: "U2", Channel: "slack:C9", MessageRef: "1.2", ActionID: "tok-x"}) {
+		t.Fatalf("actions %+v", acts)
+	}
+	_ = context.Background
+}

@@ -1,0 +1,116 @@
+package bot
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/state"
+)
+
+// manualClock fires AfterFunc callbacks only when advanced.
+type manualClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []manualTimer
+}
+
+type manualTimer struct {
+	at time.Time
+	f  func()
+}
+
+func (c *manualClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *manualClock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timers = append(c.timers, manualTimer{at: c.now.Add(d), f: f})
+	return func() bool { return false }
+}
+
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []func()
+	kept := c.timers[:0]
+	for _, t := range c.timers {
+		if !t.at.After(c.now) {
+			due = append(due, t.f)
+		} else {
+			kept = append(kept, t)
+		}
+	}
+	c.timers = kept
+	c.mu.Unlock()
+	for _, f := range due {
+		f()
+	}
+}
+
+type countingAdapter struct {
+	mu    sync.Mutex
+	posts int
+	edits []chat.Message
+}
+
+func (a *countingAdapter) Post(context.Context, string, string, chat.Message) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.posts++
+	return fmt.Sprintf("ref%d", a.posts), nil
+}
+
+func (a *countingAdapter) Edit(_ context.Context, _, _ string, m chat.Message) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.edits = append(a.edits, m)
+	return nil
+}
+
+func TestRendererCoalescesEditsAndDeliversLatest(t *testing.T) {
+	clock := &manualClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	ad := &countingAdapter{}
+	r := NewRenderer(ad, clock, nil)
+	ctx := context.Background()
+	op := &state.Operation{ID: "op1", Command: "upgrade talos", Cluster: "production", Channel: "ops", State: state.StateRunning,
+		Steps: []state.Step{{ID: "a", Title: "cp-1", Status: "pending"}, {ID: "b", Title: "cp-2", Status: "pending"}}}
+	r.Operation(ctx, Update{Op: op}) // first render posts
+	for i := range 50 {              // a burst of progress within one second
+		o := *op
+		o.Steps = []state.Step{{ID: "a", Title: "cp-1", Status: "ok", Detail: fmt.Sprint(i)}, {ID: "b", Title: "cp-2", Status: "running"}}
+		r.Operation(ctx, Update{Op: &o})
+	}
+	if ad.posts != 1 || len(ad.edits) != 0 {
+		t.Fatalf("posts=%d edits=%d before the interval passed", ad.posts, len(ad.edits))
+	}
+	clock.Advance(MinEditInterval)
+	if len(ad.edits) != 1 {
+		t.Fatalf("edits = %d, want exactly 1 coalesced edit", len(ad.edits))
+	}
+	if got := ad.edits[0].Text; got != "▰▱ 1/2\n✅ cp-1 — 49\n⏳ cp-2" {
+		t.Fatalf("latest state not delivered: %q", got)
+	}
+	// Well after the interval, an update is sent at once.
+	clock.Advance(5 * time.Second)
+	final := *op
+	final.State = state.StateSucceeded
+	r.Operation(ctx, Update{Op: &final})
+	if len(ad.edits) != 2 || ad.edits[1].Title != "✅ /talos upgrade talos · production" {
+		t.Fatalf("final edit: %+v", ad.edits)
+	}
+}
+
+func TestProgressBar(t *testing.T) {
+	for _, c := range []struct {
+		done, total int
+		want        string
+	}{{3, 5, "▰▰▰▱▱ 3/5"}, {0, 2, "▱▱ 0/2"}, {10, 20, "▰▰▰▰▰▱▱▱▱▱ 10/20"}} {
+		if got := ProgressBar(c.done, c.total); got != c.want {
+			t.Errorf("ProgressBar(%d,%d) = %q, want %q", c.done, c.total, got, c.want)
+		}
+	}
+}
