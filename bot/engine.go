@@ -49,10 +49,10 @@ type Engine struct {
 	// cancelled holds runs cancelled before they registered (a click racing
 	// the start of the run); the run cancels itself when it registers.
 	cancelled map[string]bool
-	wg      sync.WaitGroup
-	changed chan struct{} // closed and replaced on every operation change
-	base    context.Context
-	stop    context.CancelFunc
+	wg        sync.WaitGroup
+	changed   chan struct{} // closed and replaced on every operation change
+	base      context.Context
+	stop      context.CancelFunc
 }
 
 // New builds the engine: it asks every plugin for its manifest to build the
