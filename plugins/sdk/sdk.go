@@ -1,0 +1,198 @@
+// Package sdk is the plugin side of the talosbot lifecycle protocol
+// (plugins/proto/lifecycle/v1).
+//
+// A plugin is a program whose main calls Serve with an implementation of
+// Plugin. Built-in plugins are compiled into the talosbot binary and the host
+// starts them as `talosbot plugin NAME`; external plugins are separate
+// executables that the host verifies by sha256 before every launch.
+//
+// Lifecycle, as seen from the plugin:
+//
+//   - The host starts the process lazily, on the first Describe, Plan or Run
+//     for that plugin, and reuses it for every later call, concurrently. A
+//     plugin must therefore keep no per-call state in globals.
+//   - Serve performs the go-plugin handshake (HandshakeConfig, protocol
+//     version 1, gRPC, automatic mTLS) and then serves until the host closes
+//     it. Running the binary by hand prints a hint and exits.
+//   - If the process dies (panic in a goroutine, os.Exit, OOM kill), the host
+//     fails the calls in flight with "plugin exited during run" and starts a
+//     fresh process on the next use. Runs are idempotent (a step already in
+//     effect reports SKIPPED), which is what makes a restart safe.
+//   - Cancelling a Run on the host cancels the ctx given to Plugin.Run.
+//
+// Run reports through a Reporter. The last event of every run is a Result:
+// if Run returns without sending one, Serve sends Result{Ok:false,
+// Error: err.Error()} for a non-nil error and Result{Ok:true} otherwise.
+//
+// Secrets: OperationRequest carries credentials. The SDK never logs requests;
+// plugins must never write credentials to logs, errors, events or files that
+// outlive the run. Anything a plugin writes to stderr ends up in the host log.
+//
+// Unit tests of plugins use package sdktest, which records events in process
+// with the same validation and end-of-run rules.
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/internal/report"
+)
+
+// PluginName is the key of the lifecycle plugin in the go-plugin plugin map.
+const PluginName = "lifecycle"
+
+// ProtocolVersion is the lifecycle protocol version negotiated by go-plugin.
+const ProtocolVersion = 1
+
+// Plugin is implemented by every lifecycle plugin.
+type Plugin interface {
+	// Describe returns the manifest: the commands this plugin serves.
+	Describe(ctx context.Context) (*lifecyclev1.Manifest, error)
+	// Plan computes what Run would do, without side effects.
+	Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error)
+	// Run executes the operation, reporting progress through r. ctx is
+	// cancelled when the host cancels the run or its timeout expires.
+	Run(ctx context.Context, req *lifecyclev1.OperationRequest, r Reporter) error
+}
+
+// Reporter sends progress events to the host. It is safe for concurrent use
+// and stamps every event with the current time. Every method fails once the
+// Result has been sent, once Run has returned, or when the host has gone.
+type Reporter interface {
+	StepStarted(id, detail string) error
+	StepOK(id, detail string) error
+	StepFailed(id, detail string) error
+	StepSkipped(id, detail string) error
+	// Step is the full form, with node and from/to versions.
+	Step(ev *lifecyclev1.StepEvent) error
+	// Log sends a log line; level is "debug", "info", "warn" or "error"
+	// (empty means "info"); stepID may be empty.
+	Log(level, stepID, msg string) error
+	Artifact(a *lifecyclev1.Artifact) error
+	// Result sends the final result; it must be the last event.
+	Result(r *lifecyclev1.Result) error
+}
+
+// HandshakeConfig is the go-plugin handshake shared by host and plugins. It is
+// a function so that nobody can change the shared value at run time. The
+// cookie is not a security measure; it only stops the binary from serving
+// when started by hand.
+func HandshakeConfig() plugin.HandshakeConfig {
+	return plugin.HandshakeConfig{
+		ProtocolVersion:  ProtocolVersion,
+		MagicCookieKey:   "TALOSBOT_PLUGIN",
+		MagicCookieValue: "5f0c8a4e2b7d4e19a3c6d1f08b92e7a4-talosbot-lifecycle",
+	}
+}
+
+// Serve serves p over go-plugin (gRPC, protocol version 1) and returns when
+// the host closes the plugin. Call it from main.
+func Serve(p Plugin) {
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: HandshakeConfig(),
+		VersionedPlugins: map[int]plugin.PluginSet{
+			ProtocolVersion: {PluginName: &grpcPlugin{impl: p}},
+		},
+		GRPCServer: plugin.DefaultGRPCServer,
+	})
+}
+
+// grpcPlugin is the go-plugin glue for the plugin side only.
+type grpcPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	impl Plugin
+}
+
+func (g *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	lifecyclev1.RegisterLifecycleServer(s, newServer(g.impl, time.Now, os.Stderr))
+	return nil
+}
+
+func (g *grpcPlugin) GRPCClient(context.Context, *plugin.GRPCBroker, *grpc.ClientConn) (any, error) {
+	return nil, errors.New("sdk: the plugin side cannot dispense a client; use plugins/host")
+}
+
+// server adapts a Plugin to the generated gRPC service.
+type server struct {
+	lifecyclev1.UnimplementedLifecycleServer
+	impl   Plugin
+	now    func() time.Time
+	stderr io.Writer // panic stacks; os.Stderr in production
+}
+
+func newServer(p Plugin, now func() time.Time, stderr io.Writer) *server {
+	return &server{impl: p, now: now, stderr: stderr}
+}
+
+// recovered turns a panic in plugin code into an error so one bad call does
+// not kill runs in flight on the same process. The stack goes to stderr (the
+// host's debug log); it holds code locations, not request contents.
+func (s *server) recovered(what string, err *error) {
+	if v := recover(); v != nil {
+		fmt.Fprintf(s.stderr, "plugin panic in %s: %v\n%s", what, v, debug.Stack())
+		*err = fmt.Errorf("plugin panicked in %s: %v", what, v)
+	}
+}
+
+// plainError hides a plugin error's gRPC status code from the host: plugins
+// often wrap errors of Talos or Kubernetes gRPC clients, and a wrapped
+// codes.Unavailable ("cluster down") must not look like a broken connection
+// to the plugin process. Only the message crosses the boundary.
+func plainError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return status.Error(codes.Unknown, err.Error())
+}
+
+func (s *server) Describe(ctx context.Context, _ *lifecyclev1.DescribeRequest) (m *lifecyclev1.Manifest, err error) {
+	defer s.recovered("Describe", &err)
+	m, err = s.impl.Describe(ctx)
+	err = plainError(err)
+	if err == nil && m == nil {
+		err = status.Error(codes.Internal, "plugin returned no manifest and no error")
+	}
+	return m, err
+}
+
+func (s *server) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (p *lifecyclev1.OperationPlan, err error) {
+	defer s.recovered("Plan", &err)
+	p, err = s.impl.Plan(ctx, req)
+	err = plainError(err)
+	if err == nil && p == nil {
+		err = status.Error(codes.Internal, "plugin returned no plan and no error")
+	}
+	return p, err
+}
+
+func (s *server) Run(req *lifecyclev1.OperationRequest, stream grpc.ServerStreamingServer[lifecyclev1.Progress]) error {
+	ctx := stream.Context()
+	rep := report.New(stream.Send, s.now)
+	runErr := s.run(ctx, req, rep)
+	if ctx.Err() != nil {
+		// The host cancelled or went away: nobody can read a Result any more.
+		rep.Close()
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	if err := rep.Finish(runErr); err != nil {
+		return status.Errorf(codes.Unavailable, "sending final result: %v", err)
+	}
+	return nil
+}
+
+func (s *server) run(ctx context.Context, req *lifecyclev1.OperationRequest, rep *report.Reporter) (err error) {
+	defer s.recovered("Run", &err)
+	return s.impl.Run(ctx, req, rep)
+}
