@@ -50,7 +50,7 @@ These commands open the database read-only and work while the bot runs.`,
   talosbot audit export --db talosbot.db --cluster production --since 7d`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			q := state.AuditQuery{Cluster: cluster, Actor: user, Result: result, Limit: limit}
+			q := state.AuditQuery{Cluster: cluster, Actor: user, Command: op, Result: result, Limit: limit}
 			if since != "" {
 				d, err := config.ParseDuration(since)
 				if err != nil {
@@ -69,15 +69,6 @@ These commands open the database read-only and work while the bot runs.`,
 			recs, err := st.QueryAudit(cmd.Context(), q)
 			if err != nil {
 				return err
-			}
-			if op != "" {
-				kept := recs[:0]
-				for _, r := range recs {
-					if r.Command == op {
-						kept = append(kept, r)
-					}
-				}
-				recs = kept
 			}
 			if format == "csv" {
 				return auditview.WriteCSV(os.Stdout, recs)

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs every benchmark behind a figure in docs/BENCHMARKS.md and regenerates it.
+# Each line: package | benchmark regexp | -benchtime
+set -euo pipefail
+cd "$(dirname "$0")/.."
+set -a; [ -f "${TALOSBOT_TOOLS_DIR:-$HOME/.cache/talosbot/tools}/env" ] && . "${TALOSBOT_TOOLS_DIR:-$HOME/.cache/talosbot/tools}/env"; set +a
+out="$(mktemp -d)/bench.txt"
+while IFS='|' read -r pkg re bt; do
+  [ -z "$pkg" ] && continue
+  cmd="go test -run '^\$' -bench '$re' -benchtime $bt -count 1 $pkg"
+  echo "bench: $cmd" >&2
+  echo "cmd: $cmd" >>"$out"
+  eval "$cmd" | tee -a "$out" >&2
+done <<'LIST'
+./state|^BenchmarkAuditAppend$|2s
+./state|^BenchmarkAuditQuery$|2000x
+./plugins/host|^BenchmarkColdStart$|20x
+./plugins/host|^BenchmarkPlanCall$|2s
+LIST
+go run ./hack/benchreport -in "$out" -out docs/BENCHMARKS.md
+echo "wrote docs/BENCHMARKS.md" >&2
