@@ -1,0 +1,72 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// No Docker engine runs here, so check what can be checked: every path the
+// Dockerfile copies exists, its build flags match the Makefile's, and the
+// binary builds (static) with exactly those flags.
+func TestDockerfileMatchesRepoAndMakefile(t *testing.T) {
+	root := "../.."
+	df, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyRE := regexp.MustCompile(`(?m)^COPY (?:--from=\S+ )?(.+) \S+$`)
+	n := 0
+	for _, m := range copyRE.FindAllStringSubmatch(string(df), -1) {
+		if strings.Contains(m[0], "--from=") {
+			continue
+		}
+		for _, src := range strings.Fields(m[1]) {
+			if _, err := os.Stat(filepath.Join(root, src)); err != nil {
+				t.Errorf("Dockerfile copies %s, which does not exist", src)
+			}
+			n++
+		}
+	}
+	if n < 3 {
+		t.Fatalf("found only %d COPY sources; the pattern is broken", n)
+	}
+	ldRE := regexp.MustCompile(`-ldflags "([^"]+)"`)
+	m := ldRE.FindStringSubmatch(string(df))
+	if m == nil {
+		t.Fatal("no -ldflags in the Dockerfile's go build")
+	}
+	dockerFlags := strings.NewReplacer("${VERSION}", "$(VERSION)", "${COMMIT}", "$(COMMIT)").Replace(m[1])
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mkLine := regexp.MustCompile(`(?m)^LDFLAGS := (.+)$`).FindStringSubmatch(string(mk))
+	if mkLine == nil {
+		t.Fatal("no LDFLAGS in the Makefile")
+	}
+	mkFlags := strings.ReplaceAll(mkLine[1], "$(PKG)", "github.com/talosbot/talosbot")
+	if dockerFlags != mkFlags {
+		t.Fatalf("ldflags differ:\n Dockerfile: %s\n Makefile:   %s", dockerFlags, mkFlags)
+	}
+	if !strings.Contains(string(df), "CGO_ENABLED=0 go build -trimpath") || !strings.Contains(string(mk), "CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS)") {
+		t.Fatal("Dockerfile and Makefile must both build with CGO_ENABLED=0 and -trimpath")
+	}
+	out := filepath.Join(t.TempDir(), "talosbot")
+	flags := strings.NewReplacer("${VERSION}", "v9.9.9-docker", "${COMMIT}", "abc1234").Replace(m[1])
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", flags, "-o", out, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build with the Dockerfile's flags: %v\n%s", err, b)
+	}
+	v, err := exec.Command(out, "version").Output()
+	if err != nil || strings.TrimSpace(string(v)) != "talosbot v9.9.9-docker (abc1234)" {
+		t.Fatalf("version = %q, %v", v, err)
+	}
+	if f, err := exec.Command("file", out).Output(); err == nil && !strings.Contains(string(f), "statically linked") {
+		t.Fatalf("binary is not static: %s", f)
+	}
+}
