@@ -1,0 +1,409 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Fault is the set of faults active on one node. The zero value means healthy.
+type Fault struct {
+	// Latency delays every RPC the node serves.
+	Latency time.Duration
+	// Unreachable closes the node's API listener: callers get codes.Unavailable, one-to-many
+	// replies carry a per-node error.
+	Unreachable bool
+	// UnhealthyService reports the named service (e.g. "kubelet", "etcd") as unhealthy.
+	UnhealthyService string
+	// EtcdStopped stops the node's etcd member (control planes only).
+	EtcdStopped bool
+	// NoEtcdLeader stops enough other etcd members that the cluster loses quorum, so the
+	// remaining members (including this node's) have no leader.
+	NoEtcdLeader bool
+	// ImagePullFailure makes image pulls (ImageService.Pull, upgrades) fail.
+	ImagePullFailure bool
+	// BootFailure makes the next boot into a new version fail: the node comes back on its old
+	// version (A/B fallback) and says so in its boot events.
+	BootFailure bool
+	// NeverReturn keeps a node that goes down for a reboot down until the fault is cleared.
+	NeverReturn bool
+	// SlowReboot adds to the reboot delay.
+	SlowReboot time.Duration
+}
+
+// faultJSON is Fault on the control API, with durations as Go duration strings ("250ms").
+type faultJSON struct {
+	Latency          string `json:"latency,omitempty"`
+	Unreachable      bool   `json:"unreachable,omitempty"`
+	UnhealthyService string `json:"unhealthyService,omitempty"`
+	EtcdStopped      bool   `json:"etcdStopped,omitempty"`
+	NoEtcdLeader     bool   `json:"noEtcdLeader,omitempty"`
+	ImagePullFailure bool   `json:"imagePullFailure,omitempty"`
+	BootFailure      bool   `json:"bootFailure,omitempty"`
+	NeverReturn      bool   `json:"neverReturn,omitempty"`
+	SlowReboot       string `json:"slowReboot,omitempty"`
+}
+
+// MarshalJSON implements json.Marshaler.
+func (f Fault) MarshalJSON() ([]byte, error) {
+	j := faultJSON{
+		Unreachable: f.Unreachable, UnhealthyService: f.UnhealthyService, EtcdStopped: f.EtcdStopped,
+		NoEtcdLeader: f.NoEtcdLeader, ImagePullFailure: f.ImagePullFailure, BootFailure: f.BootFailure,
+		NeverReturn: f.NeverReturn,
+	}
+
+	if f.Latency > 0 {
+		j.Latency = f.Latency.String()
+	}
+
+	if f.SlowReboot > 0 {
+		j.SlowReboot = f.SlowReboot.String()
+	}
+
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (f *Fault) UnmarshalJSON(b []byte) error {
+	var j faultJSON
+
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+
+	if err := dec.Decode(&j); err != nil {
+		return fmt.Errorf("fault: %w (fields: latency, unreachable, unhealthyService, etcdStopped, noEtcdLeader, imagePullFailure, bootFailure, neverReturn, slowReboot)", err)
+	}
+
+	*f = Fault{
+		Unreachable: j.Unreachable, UnhealthyService: j.UnhealthyService, EtcdStopped: j.EtcdStopped,
+		NoEtcdLeader: j.NoEtcdLeader, ImagePullFailure: j.ImagePullFailure, BootFailure: j.BootFailure,
+		NeverReturn: j.NeverReturn,
+	}
+
+	var err error
+
+	if j.Latency != "" {
+		if f.Latency, err = time.ParseDuration(j.Latency); err != nil {
+			return fmt.Errorf("fault latency %q: %w (use e.g. \"250ms\")", j.Latency, err)
+		}
+	}
+
+	if j.SlowReboot != "" {
+		if f.SlowReboot, err = time.ParseDuration(j.SlowReboot); err != nil {
+			return fmt.Errorf("fault slowReboot %q: %w (use e.g. \"5s\")", j.SlowReboot, err)
+		}
+	}
+
+	return nil
+}
+
+// Inject replaces the faults active on a node (name or IP) and applies them now.
+func (c *Cluster) Inject(ctx context.Context, nodeName string, f Fault) error {
+	n, err := c.node(nodeName)
+	if err != nil {
+		return err
+	}
+
+	if (f.EtcdStopped || f.NoEtcdLeader) && n.info.Role != RoleControlPlane {
+		return fmt.Errorf("sim: etcd faults need a control-plane node; %s is a worker", n.info.Name)
+	}
+
+	c.faultMu.Lock()
+	defer c.faultMu.Unlock()
+
+	n.mu.Lock()
+	old := n.fault
+	n.fault = f
+	running := n.state == stateRunning
+
+	if old.NeverReturn && !f.NeverReturn && n.returnCh != nil {
+		close(n.returnCh)
+		n.returnCh = nil
+	}
+	n.mu.Unlock()
+
+	var errs []error
+
+	switch {
+	case f.Unreachable && !old.Unreachable:
+		n.stopFront()
+	case !f.Unreachable && old.Unreachable && running:
+		n.serveFront(nil)
+		c.peersReconnect(n.info.IP)
+	}
+
+	if m := n.member(); m != nil {
+		switch {
+		case f.EtcdStopped && !old.EtcdStopped:
+			errs = append(errs, m.Stop())
+		case !f.EtcdStopped && old.EtcdStopped && running && !n.leftEtcd():
+			errs = append(errs, m.Restart(ctx))
+		}
+	}
+
+	switch {
+	case f.NoEtcdLeader && !old.NoEtcdLeader:
+		errs = append(errs, c.breakQuorum(n))
+	case !f.NoEtcdLeader && old.NoEtcdLeader:
+		errs = append(errs, c.restoreQuorum(ctx, n))
+	}
+
+	c.log.Info("fault set", "node", n.info.Name, "fault", fmt.Sprintf("%+v", f))
+
+	return errors.Join(errs...)
+}
+
+// Clear removes every fault from a node and undoes their effects.
+func (c *Cluster) Clear(ctx context.Context, nodeName string) error {
+	return c.Inject(ctx, nodeName, Fault{})
+}
+
+// ClearAll clears the faults of every node.
+func (c *Cluster) ClearAll(ctx context.Context) error {
+	var errs []error
+
+	for _, n := range c.nodes {
+		errs = append(errs, c.Clear(ctx, n.info.Name))
+	}
+
+	return errors.Join(errs...)
+}
+
+// Faults returns the faults active per node (only nodes with faults).
+func (c *Cluster) Faults() map[string]Fault {
+	out := map[string]Fault{}
+
+	for _, n := range c.nodes {
+		if f := n.currentFault(); f != (Fault{}) {
+			out[n.info.Name] = f
+		}
+	}
+
+	return out
+}
+
+// breakQuorum stops running members other than n's until fewer than a quorum run.
+func (c *Cluster) breakQuorum(n *node) error {
+	members := c.etcd.Members()
+	quorum := len(members)/2 + 1
+
+	running := 0
+
+	for _, m := range members {
+		if m.Running() {
+			running++
+		}
+	}
+
+	var stopped []string
+
+	for _, m := range members {
+		if running < quorum {
+			break
+		}
+
+		if m.Name() == n.info.Name || !m.Running() {
+			continue
+		}
+
+		if err := m.Stop(); err != nil {
+			return fmt.Errorf("stop etcd member %s: %w", m.Name(), err)
+		}
+
+		stopped = append(stopped, m.Name())
+		running--
+	}
+
+	if running >= quorum {
+		// Single-member cluster: the only way to lose the leader is to stop this member too.
+		if m := n.member(); m != nil && m.Running() {
+			if err := m.Stop(); err != nil {
+				return fmt.Errorf("stop etcd member %s: %w", m.Name(), err)
+			}
+
+			stopped = append(stopped, m.Name())
+		}
+	}
+
+	c.leaderless[n.info.Name] = stopped
+
+	return nil
+}
+
+// restoreQuorum restarts the members breakQuorum stopped, together (each needs the others).
+func (c *Cluster) restoreQuorum(ctx context.Context, n *node) error {
+	names := c.leaderless[n.info.Name]
+	delete(c.leaderless, n.info.Name)
+
+	errs := make([]error, len(names))
+
+	var wg sync.WaitGroup
+
+	for i, name := range names {
+		m := c.etcd.Member(name)
+		if m == nil {
+			continue
+		}
+
+		wg.Go(func() { errs[i] = m.Restart(ctx) })
+	}
+
+	wg.Wait()
+
+	return errors.Join(errs...)
+}
+
+// Calls returns how many calls a node served whose full gRPC method name ends in method:
+// "Upgrade" counts MachineService and LifecycleService upgrades, "/machine.MachineService/Upgrade"
+// only the legacy one. Calls that never reached the node (it was down) are not counted.
+func (c *Cluster) Calls(nodeName, method string) int {
+	n, err := c.node(nodeName)
+	if err != nil {
+		return 0
+	}
+
+	n.callMu.Lock()
+	defer n.callMu.Unlock()
+
+	total := 0
+
+	for full, k := range n.calls {
+		if full == method || strings.HasSuffix(full, "/"+strings.TrimPrefix(method, "/")) {
+			total += k
+		}
+	}
+
+	return total
+}
+
+// CallCounts returns every node's calls by full method name.
+func (c *Cluster) CallCounts() map[string]map[string]int {
+	out := map[string]map[string]int{}
+
+	for _, n := range c.nodes {
+		n.callMu.Lock()
+
+		m := make(map[string]int, len(n.calls))
+		for k, v := range n.calls {
+			m[k] = v
+		}
+
+		n.callMu.Unlock()
+
+		out[n.info.Name] = m
+	}
+
+	return out
+}
+
+// ServeControl serves the fault control API on a loopback address ("127.0.0.1:0" picks a port)
+// until Close, and returns the address it listens on.
+//
+//	POST   /faults   {"node":"cp-1","fault":{"unreachable":true,"latency":"200ms"}}
+//	DELETE /faults[?node=cp-1]   clear one node (or all)
+//	GET    /faults   active faults by node
+//	GET    /calls    call counts by node and full method
+//	GET    /nodes    the node list
+func (c *Cluster) ServeControl(addr string) (string, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("control address %q: %w (use e.g. 127.0.0.1:7070)", addr, err)
+	}
+
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return "", fmt.Errorf("control address %q is not loopback: the control API has no authentication, bind it to 127.0.0.1", addr)
+	}
+
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("listen on %s: %w", addr, err)
+	}
+
+	srv := &http.Server{Handler: c.controlHandler(), ReadHeaderTimeout: 5 * time.Second}
+
+	c.ctlMu.Lock()
+	c.ctlSrv = append(c.ctlSrv, srv)
+	c.ctlMu.Unlock()
+
+	go func() { _ = srv.Serve(lis) }()
+
+	return lis.Addr().String(), nil
+}
+
+func (c *Cluster) controlHandler() http.Handler {
+	mux := http.NewServeMux()
+
+	writeJSON := func(w http.ResponseWriter, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v)
+	}
+
+	fail := func(w http.ResponseWriter, code int, err error) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+	}
+
+	mux.HandleFunc("POST /faults", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Node  string `json:"node"`
+			Fault Fault  `json:"fault"`
+		}
+
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&body); err != nil {
+			fail(w, http.StatusBadRequest, fmt.Errorf("decode body: %w; want {\"node\":\"cp-1\",\"fault\":{...}}", err))
+
+			return
+		}
+
+		if _, err := c.node(body.Node); err != nil {
+			fail(w, http.StatusNotFound, err)
+
+			return
+		}
+
+		if err := c.Inject(r.Context(), body.Node, body.Fault); err != nil {
+			fail(w, http.StatusInternalServerError, err)
+
+			return
+		}
+
+		writeJSON(w, c.Faults())
+	})
+
+	mux.HandleFunc("DELETE /faults", func(w http.ResponseWriter, r *http.Request) {
+		var err error
+
+		if name := r.URL.Query().Get("node"); name != "" {
+			if _, nerr := c.node(name); nerr != nil {
+				fail(w, http.StatusNotFound, nerr)
+
+				return
+			}
+
+			err = c.Clear(r.Context(), name)
+		} else {
+			err = c.ClearAll(r.Context())
+		}
+
+		if err != nil {
+			fail(w, http.StatusInternalServerError, err)
+
+			return
+		}
+
+		writeJSON(w, c.Faults())
+	})
+
+	mux.HandleFunc("GET /faults", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, c.Faults()) })
+	mux.HandleFunc("GET /calls", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, c.CallCounts()) })
+	mux.HandleFunc("GET /nodes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, c.Nodes()) })
+
+	return mux
+}

@@ -1,0 +1,306 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+)
+
+// Label and taint Talos/kubeadm put on control-plane nodes.
+const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
+
+// kubeSide plays the kubelet and Talos's Kubernetes tasks against a real (or fake) API server.
+type kubeSide struct {
+	client       kubernetes.Interface
+	hostLabel    string
+	drainTimeout time.Duration
+	log          *slog.Logger
+}
+
+func readyCondition(ready bool, reason, msg string, now time.Time) corev1.NodeCondition {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+
+	return corev1.NodeCondition{
+		Type:               corev1.NodeReady,
+		Status:             st,
+		Reason:             reason,
+		Message:            msg,
+		LastHeartbeatTime:  metav1.NewTime(now),
+		LastTransitionTime: metav1.NewTime(now),
+	}
+}
+
+// register creates (or refreshes) the Node object of a sim node, Ready.
+func (k *kubeSide) register(ctx context.Context, info NodeInfo, kubeletVersion, talosVersion string) error {
+	labels := map[string]string{
+		"kubernetes.io/hostname": info.Name,
+		"kubernetes.io/os":       "linux",
+		"kubernetes.io/arch":     "amd64",
+		k.hostLabel:              info.Host,
+	}
+
+	var taints []corev1.Taint
+
+	if info.Role == RoleControlPlane {
+		labels[controlPlaneLabel] = ""
+		taints = append(taints, corev1.Taint{Key: controlPlaneLabel, Effect: corev1.TaintEffectNoSchedule})
+	}
+
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: info.Name, Labels: labels},
+		Spec:       corev1.NodeSpec{Taints: taints},
+	}
+
+	_, err := k.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, gerr := k.client.CoreV1().Nodes().Get(ctx, info.Name, metav1.GetOptions{})
+			if gerr != nil {
+				return gerr
+			}
+
+			for key, v := range labels {
+				if cur.Labels == nil {
+					cur.Labels = map[string]string{}
+				}
+
+				cur.Labels[key] = v
+			}
+
+			cur.Spec.Unschedulable = false
+			_, uerr := k.client.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
+
+			return uerr
+		})
+	}
+
+	if err != nil {
+		return fmt.Errorf("kube: register node %s: %w", info.Name, err)
+	}
+
+	return k.updateStatus(ctx, info.Name, func(st *corev1.NodeStatus) {
+		st.Conditions = []corev1.NodeCondition{readyCondition(true, "KubeletReady", "kubelet is posting ready status", time.Now())}
+		st.Addresses = []corev1.NodeAddress{
+			{Type: corev1.NodeInternalIP, Address: info.IP},
+			{Type: corev1.NodeHostName, Address: info.Name},
+		}
+		st.NodeInfo.KubeletVersion = kubeletVersion
+		st.NodeInfo.KubeProxyVersion = kubeletVersion //nolint:staticcheck // still shown by kubectl
+		st.NodeInfo.OSImage = "Talos (" + talosVersion + ")"
+		st.NodeInfo.OperatingSystem = "linux"
+		st.NodeInfo.Architecture = "amd64"
+		st.NodeInfo.ContainerRuntimeVersion = "containerd://2.1.0"
+	})
+}
+
+func (k *kubeSide) updateStatus(ctx context.Context, name string, mutate func(*corev1.NodeStatus)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := k.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		mutate(&cur.Status)
+
+		_, err = k.client.CoreV1().Nodes().UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+
+		return err
+	})
+}
+
+// setReady flips the Ready condition (the kubelet stops posting during a reboot).
+func (k *kubeSide) setReady(ctx context.Context, name string, ready bool, reason, msg string) error {
+	return k.updateStatus(ctx, name, func(st *corev1.NodeStatus) {
+		cond := readyCondition(ready, reason, msg, time.Now())
+
+		for i := range st.Conditions {
+			if st.Conditions[i].Type == corev1.NodeReady {
+				st.Conditions[i] = cond
+
+				return
+			}
+		}
+
+		st.Conditions = append(st.Conditions, cond)
+	})
+}
+
+// setVersions records the kubelet and Talos versions the node reports.
+func (k *kubeSide) setVersions(ctx context.Context, name, kubeletVersion, talosVersion string) error {
+	return k.updateStatus(ctx, name, func(st *corev1.NodeStatus) {
+		st.NodeInfo.KubeletVersion = kubeletVersion
+		st.NodeInfo.KubeProxyVersion = kubeletVersion //nolint:staticcheck // still shown by kubectl
+		st.NodeInfo.OSImage = "Talos (" + talosVersion + ")"
+	})
+}
+
+// booted is what happens on the Kubernetes side when a node finishes booting: versions
+// refreshed, Ready, and uncordoned (Talos's uncordonNode boot task).
+func (k *kubeSide) booted(ctx context.Context, name, kubeletVersion, talosVersion string) error {
+	err := k.setVersions(ctx, name, kubeletVersion, talosVersion)
+	if err == nil {
+		err = k.setReady(ctx, name, true, "KubeletReady", "kubelet is posting ready status")
+	}
+
+	if err == nil {
+		err = k.uncordon(ctx, name)
+	}
+
+	return err
+}
+
+func (k *kubeSide) setUnschedulable(ctx context.Context, name string, v bool) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := k.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		if cur.Spec.Unschedulable == v {
+			return nil
+		}
+
+		cur.Spec.Unschedulable = v
+		_, err = k.client.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
+
+		return err
+	})
+}
+
+func (k *kubeSide) uncordon(ctx context.Context, name string) error {
+	return k.setUnschedulable(ctx, name, false)
+}
+
+// cordonAndDrain is Talos's server-side cordon + drain: mark unschedulable, then evict every
+// pod on the node through the eviction API (so PodDisruptionBudgets apply), skipping
+// DaemonSet and mirror pods, retrying refused evictions until DrainTimeout.
+func (k *kubeSide) cordonAndDrain(ctx context.Context, name string) error {
+	if err := k.setUnschedulable(ctx, name, true); err != nil {
+		return fmt.Errorf("cordon %s: %w", name, err)
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, k.drainTimeout)
+	defer cancel()
+
+	pods, err := k.client.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name})
+	if err != nil {
+		return fmt.Errorf("list pods on %s: %w", name, err)
+	}
+
+	var errs []error
+
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if skipDrain(p) {
+			continue
+		}
+
+		if err := k.evict(ctx, p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("drain %s: %w", name, err)
+	}
+
+	return nil
+}
+
+func skipDrain(p *corev1.Pod) bool {
+	if _, mirror := p.Annotations[corev1.MirrorPodAnnotationKey]; mirror {
+		return true
+	}
+
+	for _, o := range p.OwnerReferences {
+		if o.Kind == "DaemonSet" {
+			return true
+		}
+	}
+
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// evict evicts one pod, retrying while a PodDisruptionBudget refuses (HTTP 429), and then
+// finishes the deletion the way the node's kubelet would (grace period 0).
+func (k *kubeSide) evict(ctx context.Context, p *corev1.Pod) error {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+
+	for {
+		err := k.client.PolicyV1().Evictions(p.Namespace).Evict(ctx, &policyv1.Eviction{
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace},
+		})
+
+		switch {
+		case err == nil:
+			zero := int64(0)
+
+			derr := k.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			if derr != nil && !apierrors.IsNotFound(derr) {
+				return fmt.Errorf("delete evicted pod %s/%s: %w", p.Namespace, p.Name, derr)
+			}
+
+			return nil
+		case apierrors.IsNotFound(err):
+			return nil
+		case apierrors.IsTooManyRequests(err):
+			// Refused by a PodDisruptionBudget: retry until the budget allows or time runs out.
+		default:
+			return fmt.Errorf("evict pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("evict pod %s/%s: %w (last refusal: %v)", p.Namespace, p.Name, ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+// allReady checks that the Node of every given sim node is Ready.
+func (k *kubeSide) allReady(ctx context.Context, nodes []*node) error {
+	var notReady []string
+
+	for _, n := range nodes {
+		if n.info.Role == RoleControlPlane && n.leftEtcd() {
+			continue
+		}
+
+		kn, err := k.client.CoreV1().Nodes().Get(ctx, n.info.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("get node %s: %w", n.info.Name, err)
+		}
+
+		ready := false
+
+		for _, c := range kn.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+
+		if !ready {
+			notReady = append(notReady, n.info.Name)
+		}
+	}
+
+	if len(notReady) > 0 {
+		return fmt.Errorf("nodes not ready: %s", strings.Join(notReady, ", "))
+	}
+
+	return nil
+}

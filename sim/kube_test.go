@@ -1,0 +1,231 @@
+package sim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/talosbot/talosbot/internal/testenv"
+	"github.com/talosbot/talosbot/sim"
+)
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+
+	return false
+}
+
+func createPodWithPDB(ctx context.Context, t *testing.T, kc kubernetes.Interface, node string) {
+	t.Helper()
+
+	labels := map[string]string{"app": "critical"}
+
+	_, err := kc.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "critical", Namespace: "default", Labels: labels},
+		Spec: corev1.PodSpec{
+			NodeName:   node,
+			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := testenv.SetPodRunningReady(ctx, kc, "default", "critical"); err != nil {
+		t.Fatal(err)
+	}
+
+	minAvailable := intstr.FromInt32(1)
+
+	_, err = kc.PolicyV1().PodDisruptionBudgets("default").Create(ctx, &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "critical", Namespace: "default"},
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MinAvailable: &minAvailable,
+			Selector:     &metav1.LabelSelector{MatchLabels: labels},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := testenv.SetPDBStatus(ctx, kc, "default", "critical", 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKubeSide runs the sim against a real kube-apiserver: Node registration, Ready flips across
+// a reboot, and the legacy upgrade's server-side drain through the eviction API, which a
+// PodDisruptionBudget blocks until it allows a disruption.
+func TestKubeSide(t *testing.T) {
+	kube := testenv.StartKube(t)
+	kc := kube.Client
+
+	c, cli := startSim(t, sim.Options{
+		ControlPlanes: 1, Workers: 1, Kube: kc, Kubeconfig: kube.Kubeconfig,
+		HostLabel: "talosbot.io/proxmox-host", RebootDelay: 300 * time.Millisecond, DrainTimeout: time.Second,
+	})
+	ctx := t.Context()
+	w1 := nodeIP(t, c, "worker-1")
+
+	nodes, err := kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) != 2 {
+		t.Fatalf("nodes: %v %v", nodes, err)
+	}
+
+	for _, n := range nodes.Items {
+		if !nodeReady(&n) || n.Status.NodeInfo.KubeletVersion != sim.DefaultKubernetesVersion || n.Labels["talosbot.io/proxmox-host"] == "" {
+			t.Fatalf("node %s: ready=%v kubelet=%s labels=%v", n.Name, nodeReady(&n), n.Status.NodeInfo.KubeletVersion, n.Labels)
+		}
+
+		_, cp := n.Labels["node-role.kubernetes.io/control-plane"]
+		if cp != (n.Name == "cp-1") {
+			t.Fatalf("node %s control-plane label %v", n.Name, cp)
+		}
+	}
+
+	kcfg, err := cli.Kubeconfig(client.WithNode(ctx, nodeIP(t, c, "cp-1")))
+	if err != nil || string(kcfg) != string(kube.Kubeconfig) {
+		t.Fatalf("Kubeconfig RPC does not return the apiserver's kubeconfig (err %v)", err)
+	}
+
+	createPodWithPDB(ctx, t, kc, "worker-1")
+
+	// Blocked by the PDB: the drain times out, the upgrade sequence fails, nothing reboots.
+	watch := make(chan client.EventResult, 64)
+	if err := cli.EventsWatchV2(client.WithNode(ctx, w1), watch); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := cli.Upgrade(client.WithNode(ctx, w1), upgradeImage, false, false); err != nil {
+		t.Fatal(err)
+	}
+
+	for failed := false; !failed; {
+		ev := <-watch
+		if ev.Error != nil {
+			t.Fatalf("event stream: %v", ev.Error)
+		}
+
+		if s, ok := ev.Event.Payload.(*machineapi.SequenceEvent); ok && s.Sequence == "upgrade" && s.Action == machineapi.SequenceEvent_STOP {
+			if s.Error == nil {
+				t.Fatal("upgrade sequence succeeded although a PDB blocks the drain")
+			}
+
+			failed = true
+		}
+	}
+
+	if v, _ := version(ctx, cli, w1); v != sim.DefaultTalosVersion {
+		t.Fatalf("version %s after a failed drain", v)
+	}
+
+	if _, err := kc.CoreV1().Pods("default").Get(ctx, "critical", metav1.GetOptions{}); err != nil {
+		t.Fatalf("protected pod gone: %v", err)
+	}
+
+	eventually(t, 10*time.Second, "worker-1 uncordoned after the failed drain", func() error {
+		n, err := kc.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{})
+		if err == nil && n.Spec.Unschedulable {
+			err = errors.New("still cordoned")
+		}
+
+		return err
+	})
+
+	// The budget allows one disruption: the drain evicts the pod and the upgrade goes through.
+	if err := testenv.SetPDBStatus(ctx, kc, "default", "critical", 1); err != nil {
+		t.Fatal(err)
+	}
+
+	nw, err := kc.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=worker-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nw.Stop()
+
+	if _, err := cli.Upgrade(client.WithNode(ctx, w1), upgradeImage, false, false); err != nil {
+		t.Fatal(err)
+	}
+
+	// The kubelet's Ready goes false for the reboot and true again after it.
+	var flips []bool
+
+	timeout := time.After(30 * time.Second)
+
+	for len(flips) < 2 {
+		select {
+		case <-timeout:
+			t.Fatalf("Ready flips seen: %v", flips)
+		case ev := <-nw.ResultChan():
+			n, ok := ev.Object.(*corev1.Node)
+			if !ok {
+				continue
+			}
+
+			if r := nodeReady(n); len(flips) == 0 && !r || len(flips) == 1 && r {
+				flips = append(flips, r)
+			}
+		}
+	}
+
+	eventually(t, 30*time.Second, "worker-1 upgraded and Ready", func() error {
+		n, err := kc.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+
+		if !nodeReady(n) {
+			return errors.New("not ready")
+		}
+
+		if n.Status.NodeInfo.OSImage != "Talos (v1.13.9)" {
+			return fmt.Errorf("os image %q", n.Status.NodeInfo.OSImage)
+		}
+
+		if n.Spec.Unschedulable {
+			return errors.New("still cordoned")
+		}
+
+		return nil
+	})
+
+	if _, err := kc.CoreV1().Pods("default").Get(ctx, "critical", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("pod not evicted: %v", err)
+	}
+
+	if n := c.Calls("worker-1", "/machine.MachineService/Upgrade"); n != 2 {
+		t.Fatalf("upgrade calls %d, want 2", n)
+	}
+}
+
+// BenchmarkStartWithKube measures a 3+2 sim start (and close) against a running kube-apiserver,
+// Node registration included. The apiserver itself starts once, outside the measurement.
+func BenchmarkStartWithKube(b *testing.B) {
+	kube := testenv.StartKube(b)
+
+	for b.Loop() {
+		c, err := sim.Start(b.Context(), sim.Options{Dir: b.TempDir(), ControlPlanes: 3, Workers: 2, Kube: kube.Client})
+		if err != nil {
+			b.Fatal(err)
+		}
+
+		if err := c.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,578 @@
+package sim
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+
+	"github.com/talosbot/talosbot/sim/etcdsim"
+)
+
+const chunkSize = 32 * 1024
+
+func tsProto(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
+
+// machined implements MachineService for one node.
+type machined struct {
+	machineapi.UnimplementedMachineServiceServer
+
+	n *node
+}
+
+func (s *machined) Version(context.Context, *emptypb.Empty) (*machineapi.VersionResponse, error) {
+	v := s.n.talosVersion()
+
+	return &machineapi.VersionResponse{Messages: []*machineapi.Version{{
+		Version: &machineapi.VersionInfo{
+			Tag:       v,
+			Sha:       "sim0000",
+			Built:     "",
+			GoVersion: runtime.Version(),
+			Os:        "linux",
+			Arch:      "amd64",
+		},
+		Platform: &machineapi.PlatformInfo{Name: s.n.info.Platform, Mode: "cloud"},
+		Features: &machineapi.FeaturesInfo{Rbac: true},
+	}}}, nil
+}
+
+func (s *machined) Hostname(context.Context, *emptypb.Empty) (*machineapi.HostnameResponse, error) {
+	return &machineapi.HostnameResponse{Messages: []*machineapi.Hostname{{Hostname: s.n.info.Name}}}, nil
+}
+
+func (s *machined) ServiceList(ctx context.Context, _ *emptypb.Empty) (*machineapi.ServiceListResponse, error) {
+	return &machineapi.ServiceListResponse{Messages: []*machineapi.ServiceList{{Services: s.n.serviceStates(ctx)}}}, nil
+}
+
+// etcdMember returns the node's running etcd member, or the error Talos gives.
+func (s *machined) etcdMember(api string) (*etcdsim.Member, error) {
+	if s.n.info.Role != RoleControlPlane {
+		return nil, status.Errorf(codes.Unimplemented, "%s is only available on control plane nodes", api)
+	}
+
+	m := s.n.member()
+	if m == nil || s.n.leftEtcd() || m.Removed() {
+		return nil, status.Errorf(codes.FailedPrecondition, "%s: etcd is not a member of the cluster on this node (it left or was removed)", api)
+	}
+
+	if !m.Running() {
+		return nil, status.Errorf(codes.Unavailable, "%s: failed to dial etcd: etcd service is not running on this node", api)
+	}
+
+	return m, nil
+}
+
+func etcdErr(api string, err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+
+	code := codes.Unknown
+	if errors.Is(err, context.DeadlineExceeded) {
+		code = codes.DeadlineExceeded
+	}
+
+	return status.Errorf(code, "%s: %v", api, err)
+}
+
+func (s *machined) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machineapi.EtcdStatusResponse, error) {
+	m, err := s.etcdMember("etcd status")
+	if err != nil {
+		return nil, err
+	}
+
+	st, err := m.Status(ctx)
+	if err != nil {
+		return nil, etcdErr("failed to query etcd status", err)
+	}
+
+	return &machineapi.EtcdStatusResponse{Messages: []*machineapi.EtcdStatus{{
+		MemberStatus: &machineapi.EtcdMemberStatus{
+			MemberId:         st.Header.GetMemberId(),
+			ProtocolVersion:  st.Version,
+			StorageVersion:   st.StorageVersion,
+			DbSize:           st.DbSize,
+			DbSizeInUse:      st.DbSizeInUse,
+			Leader:           st.Leader,
+			RaftIndex:        st.RaftIndex,
+			RaftTerm:         st.RaftTerm,
+			RaftAppliedIndex: st.RaftAppliedIndex,
+			Errors:           st.Errors,
+			IsLearner:        st.IsLearner,
+		},
+	}}}, nil
+}
+
+func (s *machined) EtcdMemberList(ctx context.Context, _ *machineapi.EtcdMemberListRequest) (*machineapi.EtcdMemberListResponse, error) {
+	m, err := s.etcdMember("etcd member list")
+	if err != nil {
+		return nil, err
+	}
+
+	ml, err := m.MemberList(ctx)
+	if err != nil {
+		return nil, etcdErr("failed to list etcd members", err)
+	}
+
+	out := &machineapi.EtcdMembers{}
+
+	for _, pm := range ml.Members {
+		out.LegacyMembers = append(out.LegacyMembers, pm.Name) //nolint:staticcheck // Talos still fills it
+		out.Members = append(out.Members, &machineapi.EtcdMember{
+			Id:         pm.ID,
+			Hostname:   pm.Name,
+			PeerUrls:   pm.PeerURLs,
+			ClientUrls: pm.ClientURLs,
+			IsLearner:  pm.IsLearner,
+		})
+	}
+
+	return &machineapi.EtcdMemberListResponse{Messages: []*machineapi.EtcdMembers{out}}, nil
+}
+
+func (s *machined) EtcdLeaveCluster(ctx context.Context, _ *machineapi.EtcdLeaveClusterRequest) (*machineapi.EtcdLeaveClusterResponse, error) {
+	m, err := s.etcdMember("etcd leave")
+	if err != nil {
+		return nil, err
+	}
+
+	if err = m.Leave(ctx); err != nil {
+		return nil, etcdErr("failed to leave etcd cluster", err)
+	}
+
+	s.n.mu.Lock()
+	s.n.etcdLeft = true
+	s.n.mu.Unlock()
+
+	return &machineapi.EtcdLeaveClusterResponse{Messages: []*machineapi.EtcdLeaveCluster{{}}}, nil
+}
+
+func (s *machined) EtcdRemoveMemberByID(ctx context.Context, req *machineapi.EtcdRemoveMemberByIDRequest) (*machineapi.EtcdRemoveMemberByIDResponse, error) {
+	m, err := s.etcdMember("etcd remove member")
+	if err != nil {
+		return nil, err
+	}
+
+	// Talos refuses an id that is not a member instead of succeeding silently.
+	ml, err := m.MemberList(ctx)
+	if err != nil {
+		return nil, etcdErr("failed to list etcd members", err)
+	}
+
+	found := false
+
+	for _, pm := range ml.Members {
+		if pm.ID == req.MemberId {
+			found = true
+		}
+	}
+
+	if !found {
+		return nil, status.Errorf(codes.NotFound, "etcd member %016x not found", req.MemberId)
+	}
+
+	if err = m.RemoveMember(ctx, req.MemberId); err != nil {
+		return nil, etcdErr("failed to remove etcd member", err)
+	}
+
+	for _, o := range s.n.c.nodes {
+		if mm := o.member(); mm != nil && mm.Removed() {
+			o.mu.Lock()
+			o.etcdLeft = true
+			o.mu.Unlock()
+		}
+	}
+
+	return &machineapi.EtcdRemoveMemberByIDResponse{Messages: []*machineapi.EtcdRemoveMemberByID{{}}}, nil
+}
+
+func (s *machined) EtcdForfeitLeadership(ctx context.Context, _ *machineapi.EtcdForfeitLeadershipRequest) (*machineapi.EtcdForfeitLeadershipResponse, error) {
+	m, err := s.etcdMember("etcd forfeit leadership")
+	if err != nil {
+		return nil, err
+	}
+
+	st, err := m.Status(ctx)
+	if err != nil {
+		return nil, etcdErr("failed to query etcd status", err)
+	}
+
+	// Talos answers with the new leader's name, or nothing when this member did not lead.
+	if st.Leader != st.Header.GetMemberId() {
+		return &machineapi.EtcdForfeitLeadershipResponse{Messages: []*machineapi.EtcdForfeitLeadership{{}}}, nil
+	}
+
+	id, err := m.ForfeitLeadership(ctx)
+	if err != nil {
+		return nil, etcdErr("failed to forfeit leadership", err)
+	}
+
+	name := ""
+
+	for _, o := range s.n.c.etcd.Members() {
+		if o.ID() == id {
+			name = o.Name()
+		}
+	}
+
+	return &machineapi.EtcdForfeitLeadershipResponse{Messages: []*machineapi.EtcdForfeitLeadership{{Member: name}}}, nil
+}
+
+func (s *machined) EtcdAlarmList(ctx context.Context, _ *emptypb.Empty) (*machineapi.EtcdAlarmListResponse, error) {
+	m, err := s.etcdMember("etcd alarm list")
+	if err != nil {
+		return nil, err
+	}
+
+	al, err := m.AlarmList(ctx)
+	if err != nil {
+		return nil, etcdErr("failed to list etcd alarms", err)
+	}
+
+	out := &machineapi.EtcdAlarm{}
+	for _, a := range al.Alarms {
+		out.MemberAlarms = append(out.MemberAlarms, &machineapi.EtcdMemberAlarm{
+			MemberId: a.MemberID,
+			Alarm:    machineapi.EtcdMemberAlarm_AlarmType(a.Alarm),
+		})
+	}
+
+	return &machineapi.EtcdAlarmListResponse{Messages: []*machineapi.EtcdAlarm{out}}, nil
+}
+
+func (s *machined) EtcdSnapshot(_ *machineapi.EtcdSnapshotRequest, srv grpc.ServerStreamingServer[common.Data]) error {
+	m, err := s.etcdMember("etcd snapshot")
+	if err != nil {
+		return err
+	}
+
+	r, err := m.Snapshot(srv.Context())
+	if err != nil {
+		return etcdErr("failed reading etcd snapshot", err)
+	}
+	defer r.Close() //nolint:errcheck
+
+	return streamReader(srv, r)
+}
+
+func streamReader(srv grpc.ServerStreamingServer[common.Data], r io.Reader) error {
+	buf := make([]byte, chunkSize)
+
+	for {
+		k, err := r.Read(buf)
+		if k > 0 {
+			if serr := srv.Send(&common.Data{Bytes: append([]byte(nil), buf[:k]...)}); serr != nil {
+				return serr
+			}
+		}
+
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+
+		if err != nil {
+			return status.Errorf(codes.Unknown, "read: %v", err)
+		}
+	}
+}
+
+// etcdUpgradeCheck is Talos's server-side ValidateForUpgrade, run on control planes unless forced.
+func (s *machined) etcdUpgradeCheck(ctx context.Context, preserve bool) error {
+	m := s.n.member()
+	if m == nil || !m.Running() {
+		return errors.New("failed to create etcd client: etcd is not running on this node")
+	}
+
+	ml, err := m.MemberList(ctx)
+	if err != nil {
+		return err
+	}
+
+	if !preserve && len(ml.Members) == 1 {
+		return errors.New("only 1 etcd member found; assuming this is not an HA setup and refusing to upgrade; if this is a single-node cluster, use --preserve to upgrade")
+	}
+
+	if len(ml.Members) == 2 {
+		return fmt.Errorf("etcd member count(%d) is insufficient to maintain quorum if upgrade commences", len(ml.Members))
+	}
+
+	for _, pm := range ml.Members {
+		if pm.Name == "" {
+			return fmt.Errorf("etcd member %016x is not started, all members must be running to perform an upgrade", pm.ID)
+		}
+
+		var target *etcdsim.Member
+
+		for _, o := range s.n.c.etcd.Members() {
+			if o.ID() == pm.ID {
+				target = o
+			}
+		}
+
+		herr := errors.New("member is not reachable")
+		if target != nil && target.Running() {
+			hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			herr = target.Healthy(hctx)
+			cancel()
+		}
+
+		if herr != nil {
+			return fmt.Errorf("etcd member %016x is not healthy; all members must be healthy to perform an upgrade: %w", pm.ID, herr)
+		}
+	}
+
+	return nil
+}
+
+// Upgrade is the legacy (MachineService) upgrade: etcd check, ack, then the upgrade sequence
+// (cordon + drain, install, reboot) in the background.
+func (s *machined) Upgrade(ctx context.Context, req *machineapi.UpgradeRequest) (*machineapi.UpgradeResponse, error) {
+	if _, err := versionFromImage(req.Image); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+
+	if s.n.info.Role == RoleControlPlane && !req.Force {
+		if err := s.etcdUpgradeCheck(ctx, req.Preserve); err != nil {
+			return nil, fmt.Errorf("error validating etcd for upgrade: %w", err)
+		}
+	}
+
+	if err := s.n.begin(); err != nil {
+		return nil, err
+	}
+
+	actor := newUUID()
+
+	if req.Stage {
+		s.n.mu.Lock()
+		s.n.stagedImage = req.Image
+		s.n.mu.Unlock()
+		s.n.end()
+
+		return &machineapi.UpgradeResponse{Messages: []*machineapi.Upgrade{{Ack: "Upgrade request received", ActorId: actor}}}, nil
+	}
+
+	s.n.c.goBackground(func(ctx context.Context) {
+		s.n.runReboot(ctx, rebootPlan{actor: actor, sequence: "upgrade", image: req.Image, drain: true})
+	})
+
+	return &machineapi.UpgradeResponse{Messages: []*machineapi.Upgrade{{Ack: "Upgrade request received", ActorId: actor}}}, nil
+}
+
+func (s *machined) Reboot(_ context.Context, _ *machineapi.RebootRequest) (*machineapi.RebootResponse, error) {
+	if err := s.n.begin(); err != nil {
+		return nil, err
+	}
+
+	actor := newUUID()
+
+	s.n.c.goBackground(func(ctx context.Context) {
+		s.n.runReboot(ctx, rebootPlan{actor: actor, sequence: "reboot"})
+	})
+
+	return &machineapi.RebootResponse{Messages: []*machineapi.Reboot{{ActorId: actor}}}, nil
+}
+
+func (s *machined) Rollback(_ context.Context, _ *machineapi.RollbackRequest) (*machineapi.RollbackResponse, error) {
+	s.n.mu.Lock()
+	prev := s.n.prevVersion
+	s.n.mu.Unlock()
+
+	if prev == "" {
+		return nil, status.Error(codes.FailedPrecondition, "cannot rollback: no previous Talos version is installed on this node")
+	}
+
+	if err := s.n.begin(); err != nil {
+		return nil, err
+	}
+
+	s.n.c.goBackground(func(ctx context.Context) {
+		s.n.runReboot(ctx, rebootPlan{actor: newUUID(), sequence: "reboot", rollback: true})
+	})
+
+	return &machineapi.RollbackResponse{Messages: []*machineapi.Rollback{{}}}, nil
+}
+
+func (s *machined) Reset(_ context.Context, req *machineapi.ResetRequest) (*machineapi.ResetResponse, error) {
+	if err := s.n.begin(); err != nil {
+		return nil, err
+	}
+
+	actor := newUUID()
+
+	s.n.c.goBackground(func(ctx context.Context) {
+		s.n.runReset(ctx, actor, req.Graceful)
+	})
+
+	return &machineapi.ResetResponse{Messages: []*machineapi.Reset{{ActorId: actor}}}, nil
+}
+
+func (s *machined) Events(req *machineapi.EventsRequest, srv grpc.ServerStreamingServer[machineapi.Event]) error {
+	replay, ch, cancel, err := s.n.events.subscribe(req)
+	if err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	defer cancel()
+
+	// Talos first sends an empty (hello) event so the client knows the watch is established.
+	hello, err := simEvent{id: s.n.c.ids.next(), actorID: req.WithActorId}.toMachine()
+	if err != nil {
+		return err
+	}
+
+	if err = srv.Send(hello); err != nil {
+		return err
+	}
+
+	send := func(ev simEvent) error {
+		if req.WithActorId != "" && ev.actorID != req.WithActorId {
+			return nil
+		}
+
+		m, err := ev.toMachine()
+		if err != nil {
+			return err
+		}
+
+		return srv.Send(m)
+	}
+
+	for _, ev := range replay {
+		if err := send(ev); err != nil {
+			return err
+		}
+	}
+
+	for {
+		select {
+		case <-srv.Context().Done():
+			return nil
+		case ev, ok := <-ch:
+			if !ok {
+				return status.Error(codes.Unavailable, "event stream closed: node is going down")
+			}
+
+			if err := send(ev); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (s *machined) Read(req *machineapi.ReadRequest, srv grpc.ServerStreamingServer[common.Data]) error {
+	var data []byte
+
+	switch req.Path {
+	case "/proc/sys/kernel/random/boot_id":
+		s.n.mu.Lock()
+		data = []byte(s.n.bootID + "\n")
+		s.n.mu.Unlock()
+	case "/system/state/config.yaml":
+		s.n.mu.Lock()
+		data = append([]byte(nil), s.n.config...)
+		s.n.mu.Unlock()
+	default:
+		return status.Errorf(codes.NotFound, "stat %s: no such file or directory", req.Path)
+	}
+
+	return streamReader(srv, bytes.NewReader(data))
+}
+
+func (s *machined) ApplyConfiguration(_ context.Context, req *machineapi.ApplyConfigurationRequest) (*machineapi.ApplyConfigurationResponse, error) {
+	if req.Mode != machineapi.ApplyConfigurationRequest_NO_REBOOT {
+		return nil, status.Errorf(codes.Unimplemented, "the sim applies configuration only in NO_REBOOT mode (got %s)", req.Mode)
+	}
+
+	img, typ, err := parseImages(req.Data)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "configuration validation failed: %v", err)
+	}
+
+	if typ != s.n.info.Role {
+		return nil, status.Errorf(codes.InvalidArgument, "configuration validation failed: machine type can't be changed from %q to %q", s.n.info.Role, typ)
+	}
+
+	details := "Applied configuration without a reboot"
+	if req.DryRun {
+		details = "Dry run: configuration is valid and would be applied without a reboot"
+	} else {
+		s.n.mu.Lock()
+		s.n.img = img
+		s.n.config = append([]byte(nil), req.Data...)
+		s.n.mu.Unlock()
+
+		if s.n.c.kube != nil {
+			if err := s.n.c.kube.setVersions(context.Background(), s.n.info.Name, imageTag(img.Kubelet), s.n.talosVersion()); err != nil {
+				s.n.c.log.Warn("kube: update kubelet version", "node", s.n.info.Name, "err", err)
+			}
+		}
+	}
+
+	return &machineapi.ApplyConfigurationResponse{Messages: []*machineapi.ApplyConfiguration{{
+		Mode:        machineapi.ApplyConfigurationRequest_NO_REBOOT,
+		ModeDetails: details,
+	}}}, nil
+}
+
+func (s *machined) Kubeconfig(_ *emptypb.Empty, srv grpc.ServerStreamingServer[common.Data]) error {
+	if s.n.info.Role != RoleControlPlane {
+		return status.Error(codes.FailedPrecondition, "kubeconfig is only available on control plane nodes")
+	}
+
+	kc := s.n.c.opts.Kubeconfig
+	if len(kc) == 0 {
+		kc = []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: %[1]s
+  cluster:
+    server: https://%[2]s:6443
+    insecure-skip-tls-verify: true
+contexts:
+- name: admin@%[1]s
+  context: {cluster: %[1]s, user: admin@%[1]s}
+current-context: admin@%[1]s
+users:
+- name: admin@%[1]s
+  user: {token: sim-placeholder}
+`, s.n.c.opts.Name, s.n.c.firstCPIP()))
+	}
+
+	var buf bytes.Buffer
+
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+
+	if err := tw.WriteHeader(&tar.Header{Name: "kubeconfig", Mode: 0o600, Size: int64(len(kc)), ModTime: s.n.c.now()}); err != nil {
+		return err
+	}
+
+	if _, err := tw.Write(kc); err != nil {
+		return err
+	}
+
+	if err := tw.Close(); err != nil {
+		return err
+	}
+
+	if err := gz.Close(); err != nil {
+		return err
+	}
+
+	return streamReader(srv, &buf)
+}
