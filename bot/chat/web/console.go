@@ -7,6 +7,7 @@ package web
 import (
 	"context"
 	"crypto/subtle"
+	_ "embed"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -38,9 +39,15 @@ type Options struct {
 	Channels []string
 	// Token, when set, is required as "Authorization: Bearer TOKEN".
 	Token string
-	// Users, when set, restricts who may act (the demo's alice, bob, carol).
+	// Users, when set, restricts who may act (the demo's alice, bob, carol)
+	// and fills the page's user switcher.
 	Users []string
-	Clock func() time.Time
+	// UserLabels optionally describe users in the switcher ("operator").
+	UserLabels map[string]string
+	Clock      func() time.Time
+	// KeepAlive is the interval of SSE comment lines that keep idle streams
+	// open through proxies; default 20s.
+	KeepAlive time.Duration
 }
 
 // Console is the web chat adapter and its HTTP API.
@@ -61,11 +68,24 @@ func New(o Options) *Console {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
+	if o.KeepAlive <= 0 {
+		o.KeepAlive = 20 * time.Second
+	}
 	return &Console{o: o, msgs: map[string]*Message{}, changed: make(chan struct{})}
 }
 
 // SetHandler connects the console to the bot.
-func (c *Console) SetHandler(h chat.Handler) { c.handler = h }
+func (c *Console) SetHandler(h chat.Handler) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.handler = h
+}
+
+func (c *Console) getHandler() chat.Handler {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.handler
+}
 
 var _ chat.Adapter = (*Console)(nil)
 
@@ -126,19 +146,55 @@ func (c *Console) Messages(channel string, after uint64) ([]Message, uint64) {
 	return out, c.seq
 }
 
-// Handler returns the console's HTTP API:
+//go:embed console.html
+var page []byte
+
+// Handler returns the console page and its HTTP API:
 //
+//	GET  / and /console → the page (static; it holds no data, so no token)
 //	POST /api/console/commands {"user","channel","text"} → 202 | 400 {"error"}
 //	POST /api/console/actions  {"user","message_id","action_id"} → 202 | 4xx {"error"}
 //	GET  /api/console/messages?channel=C[&after=CURSOR] → {"messages":[…],"cursor"}
-//	GET  /api/console/stream?channel=C → text/event-stream
+//	GET  /api/console/stream?channel=C[&after=CURSOR] → text/event-stream
+//	GET  /api/console/info → {"users":[{"id","label"}],"channels":[…]}
+//
+// With Options.Token set, every /api/ request needs "Authorization: Bearer
+// TOKEN" (or ?token=TOKEN, which EventSource needs since it cannot set headers).
 func (c *Console) Handler() http.Handler {
+	api := http.NewServeMux()
+	api.HandleFunc("POST /api/console/commands", c.postCommand)
+	api.HandleFunc("POST /api/console/actions", c.postAction)
+	api.HandleFunc("GET /api/console/messages", c.getMessages)
+	api.HandleFunc("GET /api/console/stream", c.stream)
+	api.HandleFunc("GET /api/console/info", c.getInfo)
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /api/console/commands", c.postCommand)
-	mux.HandleFunc("POST /api/console/actions", c.postAction)
-	mux.HandleFunc("GET /api/console/messages", c.getMessages)
-	mux.HandleFunc("GET /api/console/stream", c.stream)
-	return c.auth(mux)
+	mux.Handle("/api/", c.auth(api))
+	mux.HandleFunc("GET /{$}", servePage)
+	mux.HandleFunc("GET /console", servePage)
+	return mux
+}
+
+func servePage(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	// The page only talks to its own origin; a token in its URL never leaks
+	// through the Referer header.
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	_, _ = w.Write(page)
+}
+
+func (c *Console) getInfo(w http.ResponseWriter, _ *http.Request) {
+	type user struct {
+		ID    string `json:"id"`
+		Label string `json:"label,omitempty"`
+	}
+	users := []user{}
+	for _, u := range c.o.Users {
+		users = append(users, user{ID: u, Label: c.o.UserLabels[u]})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"users": users, "channels": nonNil(c.o.Channels)})
 }
 
 func (c *Console) auth(next http.Handler) http.Handler {
@@ -210,9 +266,14 @@ func (c *Console) postCommand(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusBadRequest, "text is empty; try /talos help")
 		return
 	}
+	h := c.getHandler()
+	if h == nil {
+		writeErr(w, http.StatusServiceUnavailable, "the console is not connected to the bot yet; retry in a moment")
+		return
+	}
 	// Acknowledge first, work after: the handler runs detached from the request.
 	cmd := chat.Command{User: in.User, Channel: in.Channel, Text: in.Text}
-	go func() { _ = c.handler.HandleCommand(context.WithoutCancel(r.Context()), cmd) }()
+	go func() { _ = h.HandleCommand(context.WithoutCancel(r.Context()), cmd) }()
 	w.WriteHeader(http.StatusAccepted)
 }
 
@@ -251,8 +312,13 @@ func (c *Console) postAction(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusNotFound, fmt.Sprintf("message %s has no button %q (it may have been replaced; reload)", in.MessageID, in.ActionID))
 		return
 	}
+	h := c.getHandler()
+	if h == nil {
+		writeErr(w, http.StatusServiceUnavailable, "the console is not connected to the bot yet; retry in a moment")
+		return
+	}
 	act := chat.Action{User: in.User, Channel: channel, MessageRef: in.MessageID, ActionID: in.ActionID}
-	go func() { _ = c.handler.HandleAction(context.WithoutCancel(r.Context()), act) }()
+	go func() { _ = h.HandleAction(context.WithoutCancel(r.Context()), act) }()
 	w.WriteHeader(http.StatusAccepted)
 }
 
@@ -287,9 +353,24 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, http.StatusInternalServerError, "streaming unsupported")
 		return
 	}
+	var cursor uint64
+	// A reconnecting EventSource sends the last id it saw; resume after it.
+	for _, v := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("after")} {
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeErr(w, http.StatusBadRequest, fmt.Sprintf("cursor %q is not a number", v))
+			return
+		}
+		cursor = n
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
-	var cursor uint64
+	w.Header().Set("X-Accel-Buffering", "no")
+	keepAlive := time.NewTicker(c.o.KeepAlive)
+	defer keepAlive.Stop()
 	for {
 		c.mu.Lock()
 		wait := c.changed
@@ -305,6 +386,10 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request) {
 		fl.Flush()
 		select {
 		case <-wait:
+		case <-keepAlive.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return
+			}
 		case <-r.Context().Done():
 			return
 		}

@@ -66,10 +66,12 @@ type Server struct {
 	nextID   int
 	records  []Record
 	sent     map[string]time.Time // envelope id → written at
+	acks     map[string]Record    // envelope id → first ack
 	messages map[string]*Message  // channel/ts
 	conn     *websocket.Conn
 	wmu      sync.Mutex // serialises websocket writes
 	conns    int
+	pongs    map[string]chan struct{} // barrier ping payload → waiter
 	changed  chan struct{}
 	done     chan struct{}
 }
@@ -86,7 +88,8 @@ func Start(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("slackfake: listen: %w", err)
 	}
-	s := &Server{o: o, ln: ln, url: "http://" + ln.Addr().String(), sent: map[string]time.Time{},
+	s := &Server{o: o, ln: ln, url: "http://" + ln.Addr().String(), sent: map[string]time.Time{}, acks: map[string]Record{},
+		pongs:    map[string]chan struct{}{},
 		messages: map[string]*Message{}, changed: make(chan struct{}), done: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/", s.serveAPI)
@@ -122,6 +125,9 @@ func (s *Server) record(r Record) {
 	s.seq++
 	r.Seq = s.seq
 	s.records = append(s.records, r)
+	if _, dup := s.acks[r.EnvelopeID]; r.Kind == "ack" && !dup {
+		s.acks[r.EnvelopeID] = r
+	}
 	s.notifyLocked()
 }
 
@@ -172,19 +178,22 @@ func (s *Server) WaitFor(ctx context.Context, pred func([]Record) bool) ([]Recor
 	}
 }
 
-// WaitAck waits for the ack of an envelope.
+// WaitAck waits for the (first) ack of an envelope.
 func (s *Server) WaitAck(ctx context.Context, envelopeID string) (Record, error) {
-	var got Record
-	_, err := s.WaitFor(ctx, func(rs []Record) bool {
-		for _, r := range rs {
-			if r.Kind == "ack" && r.EnvelopeID == envelopeID {
-				got = r
-				return true
-			}
+	for {
+		s.mu.Lock()
+		r, ok := s.acks[envelopeID]
+		ch := s.changed
+		s.mu.Unlock()
+		if ok {
+			return r, nil
 		}
-		return false
-	})
-	return got, err
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return Record{}, fmt.Errorf("slackfake: envelope %s not acked: %w", envelopeID, ctx.Err())
+		}
+	}
 }
 
 // WaitConnected waits until the adapter has an open socket (n-th connection
@@ -231,12 +240,16 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 	for k, v := range r.URL.Query() {
 		params[k] = v
 	}
+	if method != "apps.connections.open" && method != "auth.test" {
+		s.barrier(r.Context())
+	}
 	token := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if token == "" {
 		token = params.Get("token")
 	}
 	params.Del("token") // never keep secrets in the record
-	s.record(Record{Kind: "api", Method: method, Params: params, At: time.Now()})
+	at := time.Now()
+	s.record(Record{Kind: "api", Method: method, Params: params, At: at})
 	reply := func(v apiReply) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(v)
@@ -320,6 +333,16 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.notifyLocked() // connected only once hello is out
 	s.mu.Unlock()
+	c.SetPongHandler(func(data string) error {
+		s.mu.Lock()
+		ch, ok := s.pongs[data]
+		delete(s.pongs, data)
+		s.mu.Unlock()
+		if ok {
+			close(ch)
+		}
+		return nil
+	})
 	stop := make(chan struct{})
 	defer close(stop)
 	go s.pinger(c, stop)
@@ -348,6 +371,35 @@ func (s *Server) serveSocket(w http.ResponseWriter, r *http.Request) {
 		sentAt := s.sent[ack.EnvelopeID]
 		s.mu.Unlock()
 		s.record(Record{Kind: "ack", EnvelopeID: ack.EnvelopeID, Payload: ack.Payload, SentAt: sentAt, At: now})
+	}
+}
+
+// barrier makes the log causal across connections: before a Web API call is
+// recorded, the fake pings the socket and waits for the pong. The client
+// writes the pong after every frame it wrote earlier (one TCP stream), and
+// the read loop records frames in order, so an ack the client sent before
+// making this call is recorded before it.
+func (s *Server) barrier(ctx context.Context) {
+	s.mu.Lock()
+	c := s.conn
+	s.nextID++
+	token := fmt.Sprintf("barrier-%d", s.nextID)
+	ch := make(chan struct{})
+	s.pongs[token] = ch
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.pongs, token)
+		s.mu.Unlock()
+	}()
+	if c == nil || c.WriteControl(websocket.PingMessage, []byte(token), time.Now().Add(5*time.Second)) != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	select {
+	case <-ch:
+	case <-ctx.Done():
 	}
 }
 
@@ -418,10 +470,13 @@ func (s *Server) SendEnvelope(envelopeID, typ string, payload any, retryAttempt 
 	if err != nil {
 		return "", err
 	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	// The clock starts when the frame goes out, not while it queues here.
 	s.mu.Lock()
 	s.sent[envelopeID] = time.Now()
 	s.mu.Unlock()
-	if err := s.writeRaw(c, b); err != nil {
+	if err := c.WriteMessage(websocket.TextMessage, b); err != nil {
 		return "", fmt.Errorf("slackfake: write envelope: %w", err)
 	}
 	return envelopeID, nil

@@ -1,0 +1,255 @@
+package discord
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/bwmarrin/discordgo"
+
+	"github.com/talosbot/talosbot/bot/chat"
+)
+
+// maxBody bounds interaction payloads; Discord's are a few kilobytes.
+const maxBody = 1 << 20
+
+type inputKind int
+
+const (
+	inputIgnore inputKind = iota
+	inputPing
+	inputCommand
+	inputAction
+)
+
+type input struct {
+	kind inputKind
+	cmd  chat.Command
+	act  chat.Action
+}
+
+// decodeInteraction parses an interaction payload (HTTP body or the d of an
+// INTERACTION_CREATE dispatch).
+func decodeInteraction(body []byte) (*discordgo.Interaction, error) {
+	if len(body) > maxBody {
+		return nil, errors.New("interaction payload too large")
+	}
+	var i discordgo.Interaction
+	if err := json.Unmarshal(body, &i); err != nil {
+		return nil, fmt.Errorf("malformed interaction: %w", err)
+	}
+	return &i, nil
+}
+
+// inputOf says what an interaction asks of the bot. It never panics (it
+// does not use discordgo's panicking accessors) and its errors are shown to
+// the user.
+func inputOf(i *discordgo.Interaction) (input, error) {
+	if i == nil {
+		return input{}, errors.New("empty interaction")
+	}
+	switch i.Type {
+	case discordgo.InteractionPing:
+		return input{kind: inputPing}, nil
+	case discordgo.InteractionApplicationCommand, discordgo.InteractionMessageComponent:
+	default:
+		return input{kind: inputIgnore}, nil
+	}
+	var user string
+	if i.Member != nil && i.Member.User != nil {
+		user = i.Member.User.ID
+	} else if i.User != nil {
+		user = i.User.ID
+	}
+	if user == "" {
+		return input{}, errors.New("interaction has no user")
+	}
+	if i.ChannelID == "" {
+		return input{}, errors.New("interaction has no channel")
+	}
+	channel := chat.QualifyChannel(chat.PlatformDiscord, i.ChannelID)
+	if i.Type == discordgo.InteractionMessageComponent {
+		data, ok := i.Data.(discordgo.MessageComponentInteractionData)
+		if !ok || data.CustomID == "" {
+			return input{}, errors.New("button click without a custom_id")
+		}
+		if len(data.CustomID) > MaxCustomID {
+			return input{}, fmt.Errorf("custom_id longer than %d characters", MaxCustomID)
+		}
+		if i.Message == nil || i.Message.ID == "" {
+			return input{}, errors.New("button click without its message")
+		}
+		return input{kind: inputAction, act: chat.Action{User: user, Channel: channel, MessageRef: i.Message.ID, ActionID: data.CustomID}}, nil
+	}
+	data, ok := i.Data.(discordgo.ApplicationCommandInteractionData)
+	if !ok {
+		return input{}, errors.New("application command without data")
+	}
+	if data.Name != "talos" {
+		return input{}, fmt.Errorf("unknown command /%s; talosbot only has /talos", data.Name)
+	}
+	var text string
+	var found bool
+	for _, o := range data.Options {
+		if o != nil && o.Name == "command" {
+			text, found = o.Value.(string)
+		}
+	}
+	if !found || strings.TrimSpace(text) == "" {
+		return input{}, errors.New("usage: /talos command:<command line>, e.g. /talos command:health staging (try /talos command:help)")
+	}
+	return input{kind: inputCommand, cmd: chat.Command{User: user, Channel: channel, Text: strings.TrimSpace(text)}}, nil
+}
+
+// ephemeralResponse answers only the invoking user, immediately.
+func ephemeralResponse(text string) *discordgo.InteractionResponse {
+	return &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
+		Data: &discordgo.InteractionResponseData{Content: "talosbot: " + truncate(text, 1900), Flags: discordgo.MessageFlagsEphemeral,
+			AllowedMentions: &discordgo.MessageAllowedMentions{}}}
+}
+
+// ackResponse is the deferral that acknowledges an input within Discord's 3 s.
+func ackResponse(in input) *discordgo.InteractionResponse {
+	switch in.kind {
+	case inputPing:
+		return &discordgo.InteractionResponse{Type: discordgo.InteractionResponsePong}
+	case inputCommand:
+		// "thinking…", replaced by the command echo once the bot has it.
+		return &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredChannelMessageWithSource}
+	default:
+		// A click: acknowledged without changing the message; the bot
+		// edits it through REST.
+		return &discordgo.InteractionResponse{Type: discordgo.InteractionResponseDeferredMessageUpdate}
+	}
+}
+
+// onGatewayInteraction handles INTERACTION_CREATE: acknowledge through the
+// callback endpoint first, then run the handler.
+func (a *Adapter) onGatewayInteraction(ctx context.Context, i *discordgo.Interaction) {
+	in, err := inputOf(i)
+	if err != nil {
+		if rerr := a.s.InteractionRespond(i, ephemeralResponse(err.Error()), discordgo.WithContext(ctx)); rerr != nil {
+			a.log.Warn("discord: answer malformed interaction", "err", rerr)
+		}
+		return
+	}
+	if in.kind == inputIgnore || in.kind == inputPing {
+		return
+	}
+	if err := a.s.InteractionRespond(i, ackResponse(in), discordgo.WithContext(ctx)); err != nil {
+		// The user sees "interaction failed"; running anyway would surprise them.
+		a.log.Warn("discord: acknowledge interaction failed; not running it", "err", err)
+		return
+	}
+	a.run(ctx, i, in)
+}
+
+// run dispatches an acknowledged input. For a command it then replaces the
+// deferred "thinking…" response with an echo of the command; everything else
+// the bot says goes through ordinary messages (Post/Edit), which outlive the
+// 15-minute interaction token.
+func (a *Adapter) run(ctx context.Context, i *discordgo.Interaction, in input) {
+	h := a.handler()
+	if h == nil {
+		a.log.Error("discord: no handler connected; dropping input")
+		return
+	}
+	a.work.Add(1)
+	go func() {
+		defer a.work.Done()
+		ctx := context.WithoutCancel(ctx)
+		switch in.kind {
+		case inputCommand:
+			if err := h.HandleCommand(ctx, in.cmd); err != nil {
+				a.log.Debug("discord: handler returned an error", "err", err)
+			}
+			echo := fmt.Sprintf("`/talos %s` (<@%s>)", strings.ReplaceAll(truncate(in.cmd.Text, 1800), "`", "'"), in.cmd.User)
+			if _, err := a.s.InteractionResponseEdit(i, &discordgo.WebhookEdit{Content: &echo, AllowedMentions: &discordgo.MessageAllowedMentions{}}, discordgo.WithContext(ctx)); err != nil {
+				a.log.Warn("discord: replace deferred response", "err", err)
+			}
+		case inputAction:
+			if err := h.HandleAction(ctx, in.act); err != nil {
+				a.log.Debug("discord: handler returned an error", "err", err)
+			}
+		}
+	}()
+}
+
+// HTTPHandler serves POST /discord/interactions, the optional outgoing-webhook
+// delivery of interactions (set it as the Interactions Endpoint URL). Every
+// request must carry a valid Ed25519 signature over timestamp+body
+// (X-Signature-Ed25519, X-Signature-Timestamp); otherwise 401 and nothing runs.
+func (a *Adapter) HTTPHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /discord/interactions", a.serveInteraction)
+	return mux
+}
+
+// VerifySignature checks Discord's interaction signature.
+func VerifySignature(pub ed25519.PublicKey, header http.Header, body []byte) error {
+	sig, err := hex.DecodeString(header.Get("X-Signature-Ed25519"))
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return errors.New("missing or malformed X-Signature-Ed25519")
+	}
+	ts := header.Get("X-Signature-Timestamp")
+	if ts == "" {
+		return errors.New("missing X-Signature-Timestamp")
+	}
+	msg := make([]byte, 0, len(ts)+len(body))
+	msg = append(append(msg, ts...), body...)
+	if !ed25519.Verify(pub, msg, sig) {
+		return errors.New("signature does not verify; check chat.discord.public_key")
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+	if f, ok := w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (a *Adapter) serveInteraction(w http.ResponseWriter, r *http.Request) {
+	if a.pub == nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "discord interactions endpoint needs chat.discord.public_key"})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": "body too large or unreadable"})
+		return
+	}
+	if err := VerifySignature(a.pub, r.Header, body); err != nil {
+		a.log.Warn("discord: refused unsigned interaction", "err", err)
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "invalid request signature"})
+		return
+	}
+	i, err := decodeInteraction(body)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	in, err := inputOf(i)
+	if err != nil {
+		writeJSON(w, http.StatusOK, ephemeralResponse(err.Error()))
+		return
+	}
+	if in.kind == inputIgnore {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "unsupported interaction type"})
+		return
+	}
+	// The HTTP response is the acknowledgement; it is flushed before any work.
+	writeJSON(w, http.StatusOK, ackResponse(in))
+	if in.kind != inputPing {
+		a.run(r.Context(), i, in)
+	}
+}
