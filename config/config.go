@@ -51,12 +51,12 @@ type Cluster struct {
 	Environment string `yaml:"environment"`
 	// Channels are the chat channels bound to this cluster; a command in one of
 	// them may omit the cluster name when exactly one cluster is bound there.
-	Channels           []string          `yaml:"channels"`
+	Channels           []string          `yaml:"channels,omitempty"`
 	Endpoints          []string          `yaml:"endpoints"`
-	KubernetesEndpoint string            `yaml:"kubernetes_endpoint"`
+	KubernetesEndpoint string            `yaml:"kubernetes_endpoint,omitempty"`
 	Nodes              []Node            `yaml:"nodes"`
 	Credentials        Credentials       `yaml:"credentials"`
-	Declared           map[string]string `yaml:"declared"`
+	Declared           map[string]string `yaml:"declared,omitempty"`
 }
 
 // Node is one inventory entry (Terraform's talos_nodes).
@@ -74,8 +74,8 @@ type Credentials struct {
 	// Source is "files" or "terraform".
 	Source      string     `yaml:"source"`
 	Talosconfig Ref        `yaml:"talosconfig"`
-	Kubeconfig  Ref        `yaml:"kubeconfig"`
-	Terraform   *Terraform `yaml:"terraform"`
+	Kubeconfig  Ref        `yaml:"kubeconfig,omitempty"`
+	Terraform   *Terraform `yaml:"terraform,omitempty"`
 }
 
 // Terraform names the root whose outputs hold the credentials (ADR 002).

@@ -3,9 +3,116 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/talosbot/talosbot/config"
+	"github.com/talosbot/talosbot/internal/testenv"
 )
 
+// demoUsers are the console's users: an operator, an approver and a viewer.
+func demoUsers() []string { return []string{"alice", "bob", "carol"} }
+
 func runDemo(ctx context.Context, out io.Writer, listen, dataDir string) error {
-	return errors.New("demo: not wired yet")
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if dataDir == "" {
+		d, err := os.MkdirTemp("", "talosbot-demo-")
+		if err != nil {
+			return err
+		}
+		dataDir = d
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return err
+	}
+	_, kubeErr := testenv.KubeAPIServerPath()
+	withKube := kubeErr == nil
+	fmt.Fprintf(out, "talosbot demo: starting two simulated clusters under %s …\n", dataDir)
+	if !withKube {
+		fmt.Fprintf(out, "  no kube-apiserver in the tools cache (%v):\n  Kubernetes probes will report \"skipped: no Kubernetes API\". Run `make tools` to get one.\n", kubeErr)
+	}
+	specs := []struct {
+		name, env string
+		cps, ws   int
+	}{{"staging", config.EnvStaging, 1, 1}, {"production", config.EnvProduction, 3, 2}}
+	clusters := make([]*simCluster, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, s := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			clusters[i], errs[i] = startSimCluster(ctx, simOptions{
+				dir: filepath.Join(dataDir, "clusters", s.name), name: s.name, controlPlanes: s.cps, workers: s.ws,
+				talosVersion: "v1.12.6", kubernetesVersion: "v1.35.2", kube: withKube, rebootDelay: 2 * time.Second,
+			})
+		}()
+	}
+	wg.Wait()
+	defer func() {
+		for _, c := range clusters {
+			if c != nil {
+				c.close()
+			}
+		}
+	}()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	cfg := demoConfig(dataDir, listen)
+	for i, s := range specs {
+		cfg.Clusters = append(cfg.Clusters, clusters[i].inventory(s.name, s.env, nil))
+	}
+	cfg.ApplyDefaults()
+	if errs := cfg.Validate(); len(errs) > 0 {
+		return &config.Errors{List: errs}
+	}
+	// The demo's config, for reference: it holds references to secrets, not secrets.
+	if raw, err := yaml.Marshal(cfg); err == nil {
+		_ = os.WriteFile(filepath.Join(dataDir, "talosbot.yaml"), raw, 0o600)
+	}
+	a, err := startApp(ctx, cfg, appOptions{consoleOn: true, channels: []string{"ops"}, users: demoUsers()})
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	url := "http://" + a.ln.Addr().String()
+	fmt.Fprintf(out, `
+talosbot demo is ready: open %s
+  channel "ops"; users alice (operator), bob (approver), carol (viewer)
+  staging:    1 control plane + 1 worker, Talos v1.12.6, Kubernetes v1.35.2
+  production: 3 control planes + 2 workers, Talos v1.12.6, Kubernetes v1.35.2
+  talosconfigs: %s/clusters/<name>/talosconfig
+Try:
+  /talos help
+  /talos health staging
+  /talos status
+Scripts can use the console API, e.g.
+  curl -s -XPOST %s/api/console/commands -d '{"user":"alice","channel":"ops","text":"/talos health production"}'
+  curl -s '%s/api/console/messages?channel=ops'
+Press Ctrl-C to stop; everything lives under %s.
+`, url, dataDir, url, url, dataDir)
+	<-ctx.Done()
+	fmt.Fprintln(out, "stopping the demo")
+	return nil
+}
+
+func demoConfig(dataDir, listen string) *config.Config {
+	return &config.Config{
+		DataDir: dataDir, SnapshotDir: filepath.Join(dataDir, "snapshots"), Listen: listen,
+		Policy: map[string]config.Policy{
+			config.EnvStaging:    {Operators: []string{"alice", "bob"}, Viewers: []string{"carol"}},
+			config.EnvProduction: {Operators: []string{"alice", "bob"}, Viewers: []string{"carol"}, Approvers: []string{"bob"}, MinApprovals: 1},
+		},
+		Releases: config.Releases{Talos: []string{"v1.11.6", "v1.12.6", "v1.13.9"}},
+	}
 }
