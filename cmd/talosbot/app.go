@@ -9,10 +9,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/bot/chat/discord"
+	"github.com/talosbot/talosbot/bot/chat/slack"
 	"github.com/talosbot/talosbot/bot/chat/web"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/builtin"
@@ -28,8 +32,66 @@ type app struct {
 	plugins *host.Manager
 	engine  *bot.Engine
 	console *web.Console
+	slack   *slack.Adapter
+	discord *discord.Adapter
 	srv     *http.Server
 	ln      net.Listener
+
+	stopAdapters context.CancelFunc
+	adapters     sync.WaitGroup
+}
+
+// chatAdapters builds the Slack and Discord adapters the config enables,
+// keyed by platform for chat.NewMux. Tokens are resolved here and kept only
+// inside the adapters.
+func (a *app) chatAdapters(cfg *config.Config) (map[string]chat.Adapter, error) {
+	out := map[string]chat.Adapter{}
+	if s := cfg.Chat.Slack; s != nil {
+		bot, err := s.BotToken.Resolve()
+		if err != nil {
+			return nil, fmt.Errorf("chat.slack.bot_token: %w", err)
+		}
+		o := slack.Options{BotToken: string(bot), Mode: slack.Mode(s.Mode), Logger: a.log}
+		if !s.AppToken.Empty() {
+			tok, err := s.AppToken.Resolve()
+			if err != nil {
+				return nil, fmt.Errorf("chat.slack.app_token: %w", err)
+			}
+			o.AppToken = string(tok)
+		}
+		if !s.SigningSecret.Empty() {
+			sec, err := s.SigningSecret.Resolve()
+			if err != nil {
+				return nil, fmt.Errorf("chat.slack.signing_secret: %w", err)
+			}
+			o.SigningSecret = string(sec)
+		}
+		if a.slack, err = slack.New(o); err != nil {
+			return nil, err
+		}
+		out[chat.PlatformSlack] = a.slack
+	}
+	if d := cfg.Chat.Discord; d != nil {
+		tok, err := d.Token.Resolve()
+		if err != nil {
+			return nil, fmt.Errorf("chat.discord.token: %w", err)
+		}
+		if a.discord, err = discord.New(discord.Options{Token: string(tok), ApplicationID: d.ApplicationID, PublicKey: d.PublicKey, GuildID: d.GuildID, Logger: a.log}); err != nil {
+			return nil, err
+		}
+		out[chat.PlatformDiscord] = a.discord
+	}
+	return out, nil
+}
+
+func (a *app) runAdapter(ctx context.Context, name string, run func(context.Context) error) {
+	a.adapters.Add(1)
+	go func() {
+		defer a.adapters.Done()
+		if err := run(ctx); err != nil && ctx.Err() == nil {
+			a.log.Error("chat adapter stopped", "adapter", name, "err", err)
+		}
+	}()
 }
 
 type appOptions struct {
@@ -37,6 +99,7 @@ type appOptions struct {
 	consoleOn    bool     // serve the web console
 	channels     []string // console channels
 	users        []string // console users (demo)
+	userLabels   map[string]string
 	creds        bot.CredentialSource
 	extraRoutes  func(mux *http.ServeMux)
 }
@@ -73,20 +136,37 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		a.close()
 		return nil, err
 	}
-	a.console = web.New(web.Options{Channels: o.channels, Token: o.consoleToken, Users: o.users})
+	a.console = web.New(web.Options{Channels: o.channels, Token: o.consoleToken, Users: o.users, UserLabels: o.userLabels})
+	platforms, err := a.chatAdapters(cfg)
+	if err != nil {
+		a.close()
+		return nil, err
+	}
 	creds := o.creds
 	if creds == nil {
 		creds = bot.FileCredentials{}
 	}
 	a.engine, err = bot.New(ctx, bot.Options{
 		Config: cfg, Store: st, Plugins: a.plugins, Credentials: creds, Policy: approvals.New(cfg),
-		Sink: bot.NewRenderer(a.console, nil, log), Logger: log,
+		Sink: bot.NewRenderer(chat.NewMux(a.console, platforms), nil, log), Logger: log,
 	})
 	if err != nil {
 		a.close()
 		return nil, err
 	}
 	a.console.SetHandler(a.engine)
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	a.stopAdapters = cancelRun
+	if a.slack != nil {
+		a.slack.SetHandler(a.engine)
+		if cfg.Chat.Slack.Mode != "http" {
+			a.runAdapter(runCtx, "slack", a.slack.Run)
+		}
+	}
+	if a.discord != nil {
+		a.discord.SetHandler(a.engine)
+		a.runAdapter(runCtx, "discord", a.discord.Run)
+	}
 	ids, err := a.engine.Recover(ctx)
 	if err != nil {
 		a.close()
@@ -99,7 +179,13 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ready\n")) })
 	if o.consoleOn {
-		mux.Handle("/api/console/", a.console.Handler())
+		mux.Handle("/", a.console.Handler())
+	}
+	if a.slack != nil && cfg.Chat.Slack.Mode == "http" {
+		mux.Handle("/slack/", a.slack.HTTPHandler())
+	}
+	if a.discord != nil && cfg.Chat.Discord.PublicKey != "" {
+		mux.Handle("/discord/", a.discord.HTTPHandler())
 	}
 	if o.extraRoutes != nil {
 		o.extraRoutes(mux)
@@ -123,6 +209,10 @@ func (a *app) close() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = a.srv.Shutdown(ctx)
 		cancel()
+	}
+	if a.stopAdapters != nil {
+		a.stopAdapters()
+		a.adapters.Wait()
 	}
 	if a.engine != nil {
 		a.engine.Close()

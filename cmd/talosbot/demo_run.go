@@ -80,7 +80,8 @@ func runDemo(ctx context.Context, out io.Writer, listen, dataDir string) error {
 	if raw, err := yaml.Marshal(cfg); err == nil {
 		_ = os.WriteFile(filepath.Join(dataDir, "talosbot.yaml"), raw, 0o600)
 	}
-	a, err := startApp(ctx, cfg, appOptions{consoleOn: true, channels: []string{"ops"}, users: demoUsers()})
+	a, err := startApp(ctx, cfg, appOptions{consoleOn: true, channels: []string{"ops"}, users: demoUsers(),
+		userLabels: map[string]string{"alice": "operator", "bob": "approver", "carol": "viewer"}})
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/config"
 )
 
@@ -47,7 +48,12 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		}
 		o.consoleOn, o.consoleToken = true, string(tok)
 		for _, cl := range cfg.Clusters {
-			o.channels = append(o.channels, cl.Channels...)
+			for _, ch := range cl.Channels {
+				// Platform-qualified channels (slack:…, discord:…) belong to their adapters.
+				if platform, _ := chat.SplitChannel(ch); platform == "" {
+					o.channels = append(o.channels, ch)
+				}
+			}
 		}
 	}
 	a, err := startApp(ctx, cfg, o)

@@ -180,4 +180,3 @@ func printSim(w io.Writer, name string, c *simCluster, control string) {
 	fmt.Fprintf(w, "fault API:    http://%s/faults  (see docs/SIMULATOR.md)\n", control)
 	fmt.Fprintln(w, "press Ctrl-C to stop")
 }
-
