@@ -423,17 +423,16 @@ func TestDigestDriftVoidsApproval(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	op, err := e.eng.Await(ctx, id, func(o *state.Operation) bool {
+	if _, err := e.eng.Await(ctx, id, func(o *state.Operation) bool {
 		return o.State == state.StateAwaitingApproval && o.Digest != first.Digest
-	})
-	if err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(strings.Join(e.auditActions(id), " "), "approvals voided/system") {
 		t.Fatalf("voiding not audited: %v", e.auditActions(id))
 	}
 	var apps []state.Approval
-	_ = e.store.View(ctx, func(tx *state.Tx) error { apps, err = tx.Approvals(id); return err })
+	_ = e.store.View(ctx, func(tx *state.Tx) error { var err error; apps, err = tx.Approvals(id); return err })
 	if len(apps) != 0 {
 		t.Fatalf("approvals not voided: %v", apps)
 	}
@@ -444,7 +443,7 @@ func TestDigestDriftVoidsApproval(t *testing.T) {
 	if err := e.eng.Act(ctx, bot.Origin{User: "bob"}, e.sink.button(t, id, "Approve")); err != nil {
 		t.Fatal(err)
 	}
-	if op = e.await(id, state.StateSucceeded); op.Digest == first.Digest {
+	if op := e.await(id, state.StateSucceeded); op.Digest == first.Digest {
 		t.Fatal("ran the old plan")
 	}
 }
@@ -511,7 +510,7 @@ func TestRecoverMarksRunningInterruptedAndResume(t *testing.T) {
 	if err != nil || len(ids) != 1 || ids[0] != id {
 		t.Fatalf("recover = %v %v", ids, err)
 	}
-	op := e.await(id, state.StateInterrupted)
+	e.await(id, state.StateInterrupted)
 	if !strings.Contains(strings.Join(e.auditActions(id), " "), "interrupted/system") {
 		t.Fatalf("audit: %v", e.auditActions(id))
 	}
@@ -523,8 +522,7 @@ func TestRecoverMarksRunningInterruptedAndResume(t *testing.T) {
 	if err := e.eng.Resume(context.Background(), bot.Origin{User: "alice", Channel: "stg"}, id); err != nil {
 		t.Fatal(err)
 	}
-	op = e.await(id, state.StateRunning)
-	if op.Attempts != 2 {
+	if op := e.await(id, state.StateRunning); op.Attempts != 2 {
 		t.Fatalf("attempts = %d", op.Attempts)
 	}
 	if err := e.eng.Cancel(context.Background(), bot.Origin{User: "alice"}, id); err != nil {

@@ -398,10 +398,6 @@ func (n *node) emitTask(actor, task string, action machineapi.TaskEvent_Action) 
 	n.events.publish(actor, &machineapi.TaskEvent{Task: task, Action: action})
 }
 
-func (n *node) emitPhase(actor, phase string, action machineapi.PhaseEvent_Action) {
-	n.events.publish(actor, &machineapi.PhaseEvent{Phase: phase, Action: action})
-}
-
 func (n *node) emitStage(actor string, stage machineapi.MachineStatusEvent_MachineStage, ready bool) {
 	st := &machineapi.MachineStatusEvent_MachineStatus{Ready: ready}
 	if !ready && stage == machineapi.MachineStatusEvent_BOOTING {

@@ -14,9 +14,9 @@ import (
 	_ "github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	_ "github.com/slack-go/slack/socketmode"
 	_ "go.etcd.io/bbolt"
-	_ "go.etcd.io/etcd/server/v3/embed"
 	_ "go.etcd.io/etcd/etcdutl/v3/snapshot"
+	_ "go.etcd.io/etcd/server/v3/embed"
 	_ "gopkg.in/yaml.v3"
-	_ "k8s.io/client-go/kubernetes"
 	_ "k8s.io/client-go/dynamic"
+	_ "k8s.io/client-go/kubernetes"
 )

@@ -399,7 +399,8 @@ func (m *Manager) Close() {
 	wg.Wait()
 	// After this barrier, discard sees closed and kills synchronously.
 	m.bgMu.Lock()
-	m.bgMu.Unlock() //nolint:staticcheck // empty critical section is the barrier
+	//lint:ignore SA2001 the empty critical section is the barrier
+	m.bgMu.Unlock()
 	m.bg.Wait()
 }
 

@@ -275,8 +275,7 @@ func (a *Adapter) Post(ctx context.Context, channel, threadRef string, m chat.Me
 	if threadRef != "" {
 		parent := threadRef
 		if i := strings.LastIndexByte(parent, '/'); i >= 0 {
-			parent = parent[i+1:] // a reply to a reply goes to the same thread
-			target = threadRef[:i]
+			target = threadRef[:i] // a reply to a reply goes to the same thread
 		} else {
 			if err := a.ensureThread(ctx, ch, parent); err != nil {
 				return "", err
