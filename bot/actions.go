@@ -197,6 +197,9 @@ func (e *Engine) approve(ctx context.Context, from Origin, op *state.Operation) 
 		e.o.Sink.Operation(ctx, Update{Op: cur})
 	}
 	if done {
+		if cur != nil {
+			e.o.Observer.Approved(cur, e.now().Sub(cur.ExpiresAt.Add(-e.o.Policy.Expiry(cur))))
+		}
 		e.goRun(op.ID, func(ctx context.Context) { e.execute(ctx, op.ID, false) })
 	}
 	return nil
@@ -301,11 +304,13 @@ func (e *Engine) Abandon(ctx context.Context, from Origin, id string) error {
 
 // HandleCommand implements chat.Handler.
 func (e *Engine) HandleCommand(ctx context.Context, c chat.Command) error {
+	e.o.Observer.Input(c.Channel, "command")
 	_, err := e.Submit(ctx, Origin{User: c.User, Channel: c.Channel}, c.Text)
 	return err
 }
 
 // HandleAction implements chat.Handler.
 func (e *Engine) HandleAction(ctx context.Context, a chat.Action) error {
+	e.o.Observer.Input(a.Channel, "action")
 	return e.Act(ctx, Origin{User: a.User, Channel: a.Channel}, a.ActionID)
 }

@@ -10,42 +10,74 @@ import (
 	"github.com/talosbot/talosbot/state"
 )
 
-// botCommands are the commands the bot serves itself (no plugin).
-func botCommands() []CommandSpec {
+// botCommand is a command the bot serves itself (no plugin).
+type botCommand struct {
+	spec CommandSpec
+	run  func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error
+}
+
+// botCommands lists every bot command. Each feature file contributes its own
+// list, so features do not share one switch.
+func botCommands() []botCommand {
+	var out []botCommand
+	out = append(out, coreCommands()...)
+	out = append(out, auditCommands()...)
+	out = append(out, policyCommands()...)
+	return out
+}
+
+func botCommandSpecs() []CommandSpec {
+	var out []CommandSpec
+	for _, c := range botCommands() {
+		out = append(out, c.spec)
+	}
+	return out
+}
+
+func coreCommands() []botCommand {
 	ro, dis := lifecyclev1.Effect_EFFECT_READ_ONLY, lifecyclev1.Effect_EFFECT_DISRUPTIVE
 	id := func(what string) []*lifecyclev1.Arg {
 		return []*lifecyclev1.Arg{{Name: "id", Required: true, Description: "the operation id to " + what}}
 	}
-	return []CommandSpec{
-		{Command: &lifecyclev1.Command{Name: "help", Summary: "list commands, or show one command's usage", Effect: ro,
-			Args: []*lifecyclev1.Arg{{Name: "command", Description: "a command name, e.g. upgrade"}}, Example: "/talos help upgrade talos"}},
-		{Command: &lifecyclev1.Command{Name: "status", Summary: "cluster locks and operations in flight", Effect: ro,
-			Args: []*lifecyclev1.Arg{{Name: "cluster"}}, Example: "/talos status production"}},
-		{Command: &lifecyclev1.Command{Name: "resume", Summary: "continue an interrupted operation (steps already done are skipped)", Effect: dis, Args: id("resume"), Example: "/talos resume 3f2a9c01bd4e"}},
-		{Command: &lifecyclev1.Command{Name: "abandon", Summary: "give up an interrupted operation and release its cluster lock", Effect: dis, Args: id("abandon"), Example: "/talos abandon 3f2a9c01bd4e"}},
-		{Command: &lifecyclev1.Command{Name: "cancel", Summary: "cancel an operation that has not finished", Effect: dis, Args: id("cancel"), Example: "/talos cancel 3f2a9c01bd4e"}},
+	spec := func(c *lifecyclev1.Command) CommandSpec { return CommandSpec{Command: c} }
+	return []botCommand{
+		{spec(&lifecyclev1.Command{Name: "help", Summary: "list commands, or show one command's usage", Effect: ro,
+			Args: []*lifecyclev1.Arg{{Name: "command", Description: "a command name, e.g. upgrade"}}, Example: "/talos help upgrade talos"}),
+			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
+				e.o.Sink.Reply(ctx, from, e.help(inv.Args["command"]))
+				return nil
+			}},
+		{spec(&lifecyclev1.Command{Name: "status", Summary: "cluster locks and operations in flight", Effect: ro,
+			Args: []*lifecyclev1.Arg{{Name: "cluster"}}, Example: "/talos status production"}),
+			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
+				txt, err := e.status(ctx, inv.Args["cluster"])
+				if err != nil {
+					e.o.Sink.Reply(ctx, from, err.Error())
+					return err
+				}
+				e.o.Sink.Reply(ctx, from, txt)
+				return nil
+			}},
+		{spec(&lifecyclev1.Command{Name: "resume", Summary: "continue an interrupted operation (steps already done are skipped)", Effect: dis, Args: id("resume"), Example: "/talos resume 3f2a9c01bd4e"}),
+			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
+				return e.Resume(ctx, from, inv.Args["id"])
+			}},
+		{spec(&lifecyclev1.Command{Name: "abandon", Summary: "give up an interrupted operation and release its cluster lock", Effect: dis, Args: id("abandon"), Example: "/talos abandon 3f2a9c01bd4e"}),
+			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
+				return e.Abandon(ctx, from, inv.Args["id"])
+			}},
+		{spec(&lifecyclev1.Command{Name: "cancel", Summary: "cancel an operation that has not finished", Effect: dis, Args: id("cancel"), Example: "/talos cancel 3f2a9c01bd4e"}),
+			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
+				return e.Cancel(ctx, from, inv.Args["id"])
+			}},
 	}
 }
 
 func (e *Engine) botCommand(ctx context.Context, from Origin, inv *Invocation) error {
-	switch inv.Spec.Name {
-	case "help":
-		e.o.Sink.Reply(ctx, from, e.help(inv.Args["command"]))
-		return nil
-	case "status":
-		txt, err := e.status(ctx, inv.Args["cluster"])
-		if err != nil {
-			e.o.Sink.Reply(ctx, from, err.Error())
-			return err
+	for _, c := range botCommands() {
+		if c.spec.Name == inv.Spec.Name {
+			return c.run(e, ctx, from, inv)
 		}
-		e.o.Sink.Reply(ctx, from, txt)
-		return nil
-	case "resume":
-		return e.Resume(ctx, from, inv.Args["id"])
-	case "abandon":
-		return e.Abandon(ctx, from, inv.Args["id"])
-	case "cancel":
-		return e.Cancel(ctx, from, inv.Args["id"])
 	}
 	return fmt.Errorf("bot command %q has no handler", inv.Spec.Name)
 }

@@ -36,6 +36,8 @@ type Options struct {
 	Clock       func() time.Time
 	// NewID makes operation ids and action tokens; defaults to random hex.
 	NewID func() string
+	// Observer receives events for metrics; optional.
+	Observer Observer
 }
 
 // Engine runs operations. It is safe for concurrent use.
@@ -70,11 +72,14 @@ func New(ctx context.Context, o Options) (*Engine, error) {
 	if o.NewID == nil {
 		o.NewID = randomID
 	}
+	if o.Observer == nil {
+		o.Observer = nopObserver{}
+	}
 	mans, err := o.Plugins.Manifests(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("bot: read plugin manifests: %w", err)
 	}
-	specs := botCommands()
+	specs := botCommandSpecs()
 	for _, m := range mans {
 		for _, c := range m.GetCommands() {
 			specs = append(specs, CommandSpec{Plugin: m.GetName(), Command: c})
@@ -415,6 +420,9 @@ func (e *Engine) transitionTx(ctx context.Context, id string, to state.OpState, 
 		return nil, err
 	}
 	e.notifyChanged()
+	if out.State.Terminal() {
+		e.o.Observer.OperationEnded(out)
+	}
 	e.o.Sink.Operation(ctx, Update{Op: out})
 	return out, nil
 }

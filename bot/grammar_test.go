@@ -30,7 +30,7 @@ func TestTokenize(t *testing.T) {
 }
 
 func testGrammar() *Grammar {
-	return NewGrammar(append(botCommands(),
+	return NewGrammar(append(botCommandSpecs(),
 		CommandSpec{Plugin: "talosupgrade", Command: &lifecyclev1.Command{Name: "upgrade talos", Args: []*lifecyclev1.Arg{
 			{Name: "version", Required: true}, {Name: "cluster"}, {Name: "nodes", Flag: true}}}},
 		CommandSpec{Plugin: "k8s", Command: &lifecyclev1.Command{Name: "upgrade k8s", Args: []*lifecyclev1.Arg{

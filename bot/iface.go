@@ -87,3 +87,20 @@ type PolicyRequest struct {
 	Args       map[string]string
 	Now        time.Time
 }
+
+// Observer is told about engine events, for metrics. Calls must not block.
+type Observer interface {
+	// Input counts a command or a button click ("command", "action") from a channel.
+	Input(channel, kind string)
+	// OperationEnded is called once an operation reaches a terminal state.
+	OperationEnded(op *state.Operation)
+	// Approved is called when an operation has all its approvals; latency is
+	// the time since approval was requested.
+	Approved(op *state.Operation, latency time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Input(string, string)                     {}
+func (nopObserver) OperationEnded(*state.Operation)          {}
+func (nopObserver) Approved(*state.Operation, time.Duration) {}
