@@ -72,6 +72,34 @@ func (e *Engine) offerSuggestions(ctx context.Context, id string, acts []*lifecy
 	}
 }
 
+// Suggestion is a command offered as a button.
+type Suggestion struct {
+	Label   string
+	Command string // e.g. "/talos health production"
+}
+
+// CommandButtons mints buttons that run commands when clicked, as the
+// clicking user and through the same policy as typed commands (alert
+// suggestions, "more" pages, rollback offers).
+func (e *Engine) CommandButtons(ctx context.Context, sugg []Suggestion) ([]Button, error) {
+	var out []Button
+	err := e.o.Store.Update(ctx, func(tx *state.Tx) error {
+		for _, s := range sugg {
+			raw, err := json.Marshal(actionRecord{Kind: "run", Command: s.Command})
+			if err != nil {
+				return err
+			}
+			tok := "a" + e.o.NewID() + e.o.NewID()
+			if err := tx.PutKV(actionsBucket, tok, raw); err != nil {
+				return err
+			}
+			out = append(out, Button{ID: tok, Label: s.Label})
+		}
+		return nil
+	})
+	return out, err
+}
+
 // ActionError is a refused button click; the message says why.
 type ActionError struct{ Msg string }
 
@@ -88,8 +116,13 @@ func (e *Engine) Act(ctx context.Context, from Origin, actionID string) error {
 		}
 		return json.Unmarshal(raw, &rec)
 	})
-	if err != nil || rec.OpID == "" {
+	if err != nil || (rec.OpID == "" && rec.Kind != "run") {
 		return e.refuseAction(ctx, from, nil, "unknown action", "this button is unknown or no longer valid; run the command again")
+	}
+	if rec.Kind == "run" {
+		// Runs as the clicking user, through the same grammar and policy as a typed command.
+		_, err := e.Submit(ctx, from, rec.Command)
+		return err
 	}
 	op, err := e.Operation(ctx, rec.OpID)
 	if err != nil {
@@ -105,9 +138,6 @@ func (e *Engine) Act(ctx context.Context, from Origin, actionID string) error {
 		return e.deny(ctx, from, op)
 	case "cancel":
 		return e.Cancel(ctx, from, op.ID)
-	case "run":
-		_, err := e.Submit(ctx, from, rec.Command)
-		return err
 	}
 	return e.refuseAction(ctx, from, op, "unknown action", "this button is unknown")
 }

@@ -59,6 +59,10 @@ func (s *recSink) Reply(_ context.Context, _ bot.Origin, text string) {
 	s.bump()
 }
 
+func (s *recSink) ReplyButtons(ctx context.Context, to bot.Origin, text string, _ []bot.Button) {
+	s.Reply(ctx, to, text)
+}
+
 func (s *recSink) Operation(_ context.Context, u bot.Update) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

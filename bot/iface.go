@@ -59,6 +59,8 @@ type Sink interface {
 	// Reply answers a command that did not become an operation (usage errors,
 	// refusals before planning, status, help).
 	Reply(ctx context.Context, to Origin, text string)
+	// ReplyButtons is Reply with buttons (e.g. "more", suggested commands).
+	ReplyButtons(ctx context.Context, to Origin, text string, buttons []Button)
 	// Operation creates or edits the operation's one message.
 	Operation(ctx context.Context, u Update)
 	// Thread posts a detail line in the operation's thread.

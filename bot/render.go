@@ -61,6 +61,13 @@ func (r *Renderer) Reply(ctx context.Context, to Origin, text string) {
 	}
 }
 
+// ReplyButtons posts an answer with buttons.
+func (r *Renderer) ReplyButtons(ctx context.Context, to Origin, text string, buttons []Button) {
+	if _, err := r.adapter.Post(ctx, to.Channel, "", chat.Message{Text: text, Buttons: toChatButtons(buttons)}); err != nil {
+		r.log.Warn("reply", "channel", to.Channel, "err", err)
+	}
+}
+
 // Thread posts a detail line under the operation's message.
 func (r *Renderer) Thread(ctx context.Context, op *state.Operation, text string) {
 	v := r.view(ctx, op)
