@@ -6,13 +6,18 @@ package builtin
 import (
 	"sort"
 
+	"github.com/talosbot/talosbot/plugins/healthgate"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	"github.com/talosbot/talosbot/plugins/snapshot"
 )
 
 // catalogue returns the constructors by name. It is a function so that the
 // catalogue is immutable.
 func catalogue() map[string]func() sdk.Plugin {
-	return map[string]func() sdk.Plugin{}
+	return map[string]func() sdk.Plugin{
+		healthgate.Name: healthgate.New,
+		snapshot.Name:   snapshot.New,
+	}
 }
 
 // Names lists the built-in plugins.

@@ -1,0 +1,126 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/emptypb"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+)
+
+// MachineAPI is the part of the Talos MachineService the plugins use. The
+// generated machineapi.MachineServiceClient satisfies it; unit tests fake it.
+// Calls are routed with client.WithNode / client.WithNodes on the context.
+type MachineAPI interface {
+	Version(ctx context.Context, in *emptypb.Empty, opts ...grpc.CallOption) (*machineapi.VersionResponse, error)
+	ServiceList(ctx context.Context, in *emptypb.Empty, opts ...grpc.CallOption) (*machineapi.ServiceListResponse, error)
+	EtcdStatus(ctx context.Context, in *emptypb.Empty, opts ...grpc.CallOption) (*machineapi.EtcdStatusResponse, error)
+	EtcdAlarmList(ctx context.Context, in *emptypb.Empty, opts ...grpc.CallOption) (*machineapi.EtcdAlarmListResponse, error)
+	EtcdMemberList(ctx context.Context, in *machineapi.EtcdMemberListRequest, opts ...grpc.CallOption) (*machineapi.EtcdMemberListResponse, error)
+	EtcdSnapshot(ctx context.Context, in *machineapi.EtcdSnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[common.Data], error)
+}
+
+// HealthAPI is Talos's server-side cluster health check.
+type HealthAPI interface {
+	HealthCheck(ctx context.Context, in *clusterapi.HealthCheckRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[clusterapi.HealthCheckProgress], error)
+}
+
+// Clients bundles the cluster APIs of one run. Kube and Dynamic are nil when
+// the host sent no kubeconfig; the Kubernetes probes then say so.
+type Clients struct {
+	Machine MachineAPI
+	Health  HealthAPI
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+
+	closers []func() error
+}
+
+// Close releases the connections.
+func (c *Clients) Close() error {
+	var errs []error
+	for _, f := range c.closers {
+		errs = append(errs, f())
+	}
+	return errors.Join(errs...)
+}
+
+// Connect builds the clients for one run from the request's credentials,
+// which stay in memory (R23). The Talos endpoints are every control-plane
+// address of the inventory, so the client fails over when one is down.
+func Connect(ctx context.Context, inv Inventory, creds *lifecyclev1.Credentials) (*Clients, error) {
+	if len(creds.GetTalosconfig()) == 0 {
+		return nil, fmt.Errorf("cluster %s: no talosconfig was provided; configure the cluster's credentials (Terraform output or file)", inv.Name)
+	}
+	tc, err := NewTalosClient(ctx, creds.GetTalosconfig(), Addresses(inv.ControlPlanes()))
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", inv.Name, err)
+	}
+	c := &Clients{Machine: tc.MachineClient, Health: tc.ClusterClient, closers: []func() error{tc.Close}}
+	if len(creds.GetKubeconfig()) > 0 {
+		kube, dyn, err := NewKubeClients(creds.GetKubeconfig())
+		if err != nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("cluster %s: %w", inv.Name, err)
+		}
+		c.Kube, c.Dynamic = kube, dyn
+	}
+	return c, nil
+}
+
+// NewTalosClient builds a machinery client from talosconfig bytes with the
+// given endpoints (overriding the talosconfig's own, which may be stale or a
+// single address). Target nodes per call with client.WithNode(s).
+func NewTalosClient(ctx context.Context, talosconfig []byte, endpoints []string) (*client.Client, error) {
+	cfg, err := clientconfig.FromBytes(talosconfig)
+	if err != nil {
+		// The parser's message does not echo the document, so no secret leaks.
+		return nil, fmt.Errorf("parse talosconfig: %w (check the talosconfig credential)", err)
+	}
+	if len(endpoints) == 0 {
+		return nil, errors.New("no Talos endpoints: the inventory lists no control-plane address")
+	}
+	c, err := client.New(ctx, client.WithConfig(cfg), client.WithEndpoints(endpoints...))
+	if err != nil {
+		return nil, fmt.Errorf("create Talos client: %w", err)
+	}
+	return c, nil
+}
+
+// NewKubeClients builds client-go typed and dynamic clients from kubeconfig
+// bytes (current context).
+func NewKubeClients(kubeconfig []byte) (kubernetes.Interface, dynamic.Interface, error) {
+	rc, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("parse kubeconfig: %w (check the kubeconfig credential)", err)
+	}
+	return kubeFromREST(rc)
+}
+
+func kubeFromREST(rc *rest.Config) (kubernetes.Interface, dynamic.Interface, error) {
+	rc = rest.CopyConfig(rc)
+	// The gate lists several resource kinds at once; the default 5 QPS would
+	// serialise them behind client-side throttling.
+	rc.QPS, rc.Burst = 50, 100
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create Kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create Kubernetes dynamic client: %w", err)
+	}
+	return kube, dyn, nil
+}

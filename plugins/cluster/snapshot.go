@@ -1,0 +1,508 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+)
+
+// Snapshot step ids, reported through SnapshotOptions.Step.
+const (
+	StepSnapshotSource    = "snapshot-source"
+	StepSnapshotSpace     = "snapshot-space"
+	StepSnapshotWrite     = "snapshot-write"
+	StepSnapshotRetention = "snapshot-retention"
+)
+
+// SnapshotSteps lists the steps of TakeSnapshot in order, with titles.
+func SnapshotSteps() [][2]string {
+	return [][2]string{
+		{StepSnapshotSource, "pick a healthy control plane"},
+		{StepSnapshotSpace, "check free space"},
+		{StepSnapshotWrite, "stream, fsync and verify the snapshot"},
+		{StepSnapshotRetention, "apply retention"},
+	}
+}
+
+// TimestampLayout is the UTC timestamp in snapshot file names.
+const TimestampLayout = "20060102T150405Z"
+
+// snapshotTrailer is the sha256 etcd appends to a snapshot.
+const snapshotTrailer = sha256.Size
+
+// SnapshotOptions configure TakeSnapshot.
+type SnapshotOptions struct {
+	// Dir is settings.snapshot_dir; snapshots go to Dir/<cluster>/.
+	Dir string
+	// Keep keeps the newest N snapshots of the cluster (0: no count limit).
+	Keep int
+	// MaxAge removes snapshots older than this (0: no age limit).
+	MaxAge time.Duration
+	// Now is the clock for names and retention (default time.Now).
+	Now func() time.Time
+	// FreeSpace reports the bytes available in a directory (default statfs).
+	FreeSpace func(dir string) (uint64, error)
+	// Step, when set, hears the end of each step (err nil: it succeeded).
+	Step func(id, detail string, err error)
+}
+
+// SnapshotOptionsFrom reads the host settings.
+func SnapshotOptionsFrom(s *lifecyclev1.Settings) SnapshotOptions {
+	return SnapshotOptions{
+		Dir:    s.GetSnapshotDir(),
+		Keep:   int(s.GetSnapshotKeep()),
+		MaxAge: time.Duration(s.GetSnapshotMaxAgeSeconds()) * time.Second,
+	}
+}
+
+func (o SnapshotOptions) withDefaults() SnapshotOptions {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.FreeSpace == nil {
+		o.FreeSpace = freeSpace
+	}
+	if o.Step == nil {
+		o.Step = func(string, string, error) {}
+	}
+	return o
+}
+
+// Snapshot is a verified etcd snapshot on disk.
+type Snapshot struct {
+	// ID is "<cluster>/<timestamp>-<node>", the name in maintenance records.
+	ID   string
+	Path string
+	Node string
+	Size int64
+	// SHA256 is the hex digest of the whole file.
+	SHA256    string
+	Revision  int64
+	TotalKeys int
+	// Hash is etcdutl's content hash of the database.
+	Hash    uint32
+	Version string
+	// Removed lists files deleted by retention.
+	Removed []string
+}
+
+// Artifact is the snapshot as a progress artifact.
+func (s *Snapshot) Artifact() *lifecyclev1.Artifact {
+	return &lifecyclev1.Artifact{Id: s.ID, Name: "etcd snapshot", Sha256: s.SHA256, Size: s.Size, Location: s.Path, Revision: s.Revision}
+}
+
+var safeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// TakeSnapshot is the "verified snapshot" of R12, which the upgrade plugins
+// run as their first step: pick a healthy control plane (among the R4
+// targets), check free space, stream its etcd snapshot to
+// Dir/<cluster>/<UTC timestamp>-<node>.db.part, fsync, verify, rename into
+// place, then apply retention. Memory stays flat whatever the size.
+func TakeSnapshot(ctx context.Context, c *Clients, inv Inventory, opts SnapshotOptions) (*Snapshot, error) {
+	opts = opts.withDefaults()
+	if opts.Dir == "" {
+		return nil, errors.New("no snapshot directory: set snapshot_dir in the bot configuration (a disk outside the cluster)")
+	}
+	if !safeName.MatchString(inv.Name) {
+		return nil, fmt.Errorf("cluster name %q cannot be used as a directory name; use letters, digits, '.', '_' or '-'", inv.Name)
+	}
+	dir := filepath.Join(opts.Dir, inv.Name)
+
+	src, dbSize, err := PickSnapshotSource(ctx, c, inv)
+	opts.Step(StepSnapshotSource, fmt.Sprintf("%s (etcd db %s)", src.Name, humanBytes(uint64(dbSize))), err)
+	if err != nil {
+		return nil, err
+	}
+
+	if err = os.MkdirAll(dir, 0o700); err != nil {
+		err = fmt.Errorf("create snapshot directory: %w", err)
+		opts.Step(StepSnapshotSpace, "", err)
+		return nil, err
+	}
+	detail, err := CheckFreeSpace(dir, uint64(dbSize), opts.FreeSpace)
+	opts.Step(StepSnapshotSpace, detail, err)
+	if err != nil {
+		return nil, err
+	}
+
+	stream, err := c.Machine.EtcdSnapshot(client.WithNode(ctx, src.Address), &machineapi.EtcdSnapshotRequest{})
+	if err != nil {
+		err = fmt.Errorf("start etcd snapshot on %s: %w", src.Name, err)
+		opts.Step(StepSnapshotWrite, "", err)
+		return nil, err
+	}
+	base := opts.Now().UTC().Format(TimestampLayout) + "-" + src.Name
+	snap, err := WriteVerified(ctx, &streamReader{s: stream}, dir, base)
+	if err != nil {
+		err = fmt.Errorf("snapshot from %s: %w", src.Name, err)
+		opts.Step(StepSnapshotWrite, "", err)
+		return nil, err
+	}
+	snap.ID, snap.Node = inv.Name+"/"+base, src.Name
+	opts.Step(StepSnapshotWrite, fmt.Sprintf("%s, %s, revision %d, %d keys, sha256 %s", snap.Path, humanBytes(uint64(snap.Size)),
+		snap.Revision, snap.TotalKeys, snap.SHA256[:12]), nil)
+
+	snap.Removed, err = ApplyRetention(dir, opts.Keep, opts.MaxAge, opts.Now(), snap.Path)
+	opts.Step(StepSnapshotRetention, fmt.Sprintf("removed %d old snapshot(s)", len(snap.Removed)), err)
+	if err != nil {
+		// The new snapshot is good; a failed clean-up must not hide it.
+		return snap, fmt.Errorf("retention: %w", err)
+	}
+	return snap, nil
+}
+
+// PickSnapshotSource asks every control plane (R4) for its etcd status and
+// picks a healthy member, a follower when there is one so the leader is not
+// loaded. It returns the member's database size for the space check.
+func PickSnapshotSource(ctx context.Context, c *Clients, inv Inventory) (Node, int64, error) {
+	targets := EtcdTargets(inv)
+	resp, err := c.Machine.EtcdStatus(client.WithNodes(ctx, targets...), &emptypb.Empty{})
+	if err != nil {
+		d, _ := describeFailures(allFailed(inv, targets, err))
+		return Node{}, 0, fmt.Errorf("no control plane answered etcd status (%s); bring a control plane back first", d)
+	}
+	ok, fails := byNode(inv, targets, resp.GetMessages())
+	var why []string
+	if d, _ := describeFailures(fails); d != "" {
+		why = append(why, d)
+	}
+	var leader *Node
+	var leaderSize int64
+	for _, cp := range inv.ControlPlanes() {
+		m, answered := ok[cp.Name]
+		if !answered {
+			continue
+		}
+		st := m.GetMemberStatus()
+		switch {
+		case st.GetLeader() == 0:
+			why = append(why, cp.Name+": no leader")
+		case len(st.GetErrors()) > 0:
+			why = append(why, cp.Name+": "+strings.Join(st.GetErrors(), ", "))
+		case st.GetIsLearner():
+			why = append(why, cp.Name+": learner")
+		case st.GetLeader() == st.GetMemberId():
+			if leader == nil {
+				leader, leaderSize = &cp, st.GetDbSize()
+			}
+		default:
+			return cp, st.GetDbSize(), nil
+		}
+	}
+	if leader != nil {
+		return *leader, leaderSize, nil
+	}
+	return Node{}, 0, fmt.Errorf("no healthy control plane to take the etcd snapshot from (%s); run /talos health and fix etcd first", strings.Join(why, "; "))
+}
+
+// CheckFreeSpace refuses when dir cannot hold a snapshot of a dbSize
+// database with a 10% margin.
+func CheckFreeSpace(dir string, dbSize uint64, free func(string) (uint64, error)) (string, error) {
+	if free == nil {
+		free = freeSpace
+	}
+	avail, err := free(dir)
+	if err != nil {
+		return "", fmt.Errorf("cannot read free space of %s: %w", dir, err)
+	}
+	need := dbSize + dbSize/10 + snapshotTrailer
+	detail := fmt.Sprintf("need %s, available %s in %s", humanBytes(need), humanBytes(avail), dir)
+	if avail < need {
+		return detail, fmt.Errorf("not enough free space for the etcd snapshot: %s; free some space or point snapshot_dir at a larger disk", detail)
+	}
+	return detail, nil
+}
+
+// streamReader turns the EtcdSnapshot stream into an io.Reader without
+// buffering more than one message.
+type streamReader struct {
+	s   grpc.ServerStreamingClient[common.Data]
+	buf []byte
+}
+
+func (r *streamReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		msg, err := r.s.Recv()
+		if err != nil {
+			return 0, err // io.EOF at the end
+		}
+		if e := msg.GetMetadata().GetError(); e != "" {
+			return 0, errors.New(e)
+		}
+		r.buf = msg.GetBytes()
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// copyBufferSize is the streaming buffer; memory use does not depend on the
+// snapshot size.
+const copyBufferSize = 1 << 20
+
+// WriteVerified streams src to dir/base.db.part, fsyncs it, verifies it
+// (size % 512 == 32, the sha256 trailer, etcdutl status: revision, keys,
+// hash and bolt integrity), renames it to dir/base.db and fsyncs dir. On any
+// failure the part file is removed and nothing is left behind.
+func WriteVerified(ctx context.Context, src io.Reader, dir, base string) (_ *Snapshot, err error) {
+	final := filepath.Join(dir, base+".db")
+	part := final + ".part"
+	f, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", part, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(part)
+		}
+	}()
+
+	tw := &trailerWriter{h: sha256.New()}
+	if err = pipelinedCopy(&ctxReader{ctx: ctx, r: src}, f, tw); err != nil {
+		return nil, fmt.Errorf("write %s: %w", part, err)
+	}
+	prefixSum, fileSum := tw.sums()
+
+	if tw.size%512 != snapshotTrailer {
+		return nil, fmt.Errorf("snapshot is %d bytes: not a complete etcd snapshot (size %% 512 must be 32, the sha256 trailer); it was probably cut short, take it again", tw.size)
+	}
+	if !bytes.Equal(prefixSum, tw.tail[:]) {
+		return nil, errors.New("snapshot sha256 trailer does not match its contents: the data was corrupted in transit, take it again")
+	}
+
+	// fsync and the bolt walk are independent (the walk reads the page
+	// cache), so they overlap: the write path runs close to disk speed.
+	var syncErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { syncErr = f.Sync() })
+	st, statusErr := snapshot.NewV3(zap.NewNop()).Status(part)
+	wg.Wait()
+	if syncErr != nil {
+		return nil, fmt.Errorf("fsync %s: %w", part, syncErr)
+	}
+	if statusErr != nil {
+		return nil, fmt.Errorf("etcdutl snapshot status of %s failed, the snapshot is not usable: %w", part, statusErr)
+	}
+	if err = f.Close(); err != nil {
+		return nil, fmt.Errorf("close %s: %w", part, err)
+	}
+	if err = os.Rename(part, final); err != nil {
+		return nil, fmt.Errorf("rename %s into place: %w", part, err)
+	}
+	if err = syncDir(dir); err != nil {
+		return nil, err
+	}
+	return &Snapshot{Path: final, Size: tw.size, SHA256: hex.EncodeToString(fileSum), Revision: st.Revision,
+		TotalKeys: st.TotalKey, Hash: st.Hash, Version: st.Version}, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// pipelineBuffers is how many copy buffers are in flight: the hash of one
+// buffer overlaps the read and write of the next ones.
+const pipelineBuffers = 4
+
+// pipelinedCopy copies src to dst in copyBufferSize chunks while another
+// goroutine feeds the same chunks to tw's hash, so sha256 costs no wall
+// time on a machine with a spare core. Memory: pipelineBuffers buffers.
+func pipelinedCopy(src io.Reader, dst io.Writer, tw *trailerWriter) error {
+	free := make(chan []byte, pipelineBuffers)
+	for range pipelineBuffers {
+		free <- make([]byte, copyBufferSize)
+	}
+	work := make(chan []byte, pipelineBuffers)
+	hashed := make(chan struct{})
+	go func() {
+		defer close(hashed)
+		for b := range work {
+			tw.absorb(b)
+			free <- b[:cap(b)]
+		}
+	}()
+	defer func() {
+		close(work)
+		<-hashed
+	}()
+	for {
+		buf := <-free
+		// ReadFull batches small stream messages into large writes.
+		n, rerr := io.ReadFull(src, buf)
+		if n > 0 {
+			if _, err := dst.Write(buf[:n]); err != nil {
+				return err
+			}
+			tw.size += int64(n)
+			work <- buf[:n]
+		} else {
+			free <- buf
+		}
+		switch {
+		case rerr == nil:
+		case errors.Is(rerr, io.EOF), errors.Is(rerr, io.ErrUnexpectedEOF):
+			return nil
+		default:
+			return rerr
+		}
+	}
+}
+
+// trailerWriter writes through to w and hashes everything but the last 32
+// bytes seen so far, which it holds back as the candidate trailer. One
+// sha256 pass yields both digests: the prefix digest (to compare with the
+// trailer) and, by adding the trailer, the digest of the whole file.
+type trailerWriter struct {
+	w     io.Writer
+	h     hash.Hash
+	tail  [snapshotTrailer]byte
+	tailN int
+	size  int64
+}
+
+// Write writes through to w and hashes (the sequential form of pipelinedCopy).
+func (t *trailerWriter) Write(p []byte) (int, error) {
+	n, err := t.w.Write(p)
+	t.size += int64(n)
+	t.absorb(p[:n])
+	return n, err
+}
+
+func (t *trailerWriter) absorb(p []byte) {
+	total := t.tailN + len(p)
+	if total <= snapshotTrailer {
+		copy(t.tail[t.tailN:], p)
+		t.tailN = total
+		return
+	}
+	hashN := total - snapshotTrailer // bytes that are certainly not the trailer
+	if hashN <= t.tailN {
+		t.h.Write(t.tail[:hashN])
+		var nt [snapshotTrailer]byte
+		k := copy(nt[:], t.tail[hashN:t.tailN])
+		copy(nt[k:], p)
+		t.tail = nt
+	} else {
+		t.h.Write(t.tail[:t.tailN])
+		t.h.Write(p[:hashN-t.tailN])
+		copy(t.tail[:], p[hashN-t.tailN:])
+	}
+	t.tailN = snapshotTrailer
+}
+
+// sums returns the digest of everything but the trailer, then of the whole file.
+func (t *trailerWriter) sums() (prefix, whole []byte) {
+	prefix = t.h.Sum(nil)
+	t.h.Write(t.tail[:t.tailN])
+	return prefix, t.h.Sum(nil)
+}
+
+// ctxReader stops a copy when ctx is cancelled.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+var snapshotName = regexp.MustCompile(`^(\d{8}T\d{6}Z)-[A-Za-z0-9._-]+\.db$`)
+
+// ApplyRetention deletes snapshots in dir beyond the newest keep, or older
+// than maxAge (either limit 0: unused), by the timestamp in their names.
+// protect (the snapshot just written) is never removed. Other files are left
+// alone.
+func ApplyRetention(dir string, keep int, maxAge time.Duration, now time.Time, protect string) ([]string, error) {
+	if keep <= 0 && maxAge <= 0 {
+		return nil, nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", dir, err)
+	}
+	type snap struct {
+		path string
+		at   time.Time
+	}
+	var snaps []snap
+	for _, e := range entries {
+		m := snapshotName.FindStringSubmatch(e.Name())
+		if m == nil || !e.Type().IsRegular() {
+			continue
+		}
+		at, err := time.Parse(TimestampLayout, m[1])
+		if err != nil {
+			continue
+		}
+		snaps = append(snaps, snap{filepath.Join(dir, e.Name()), at})
+	}
+	sort.Slice(snaps, func(i, j int) bool {
+		if !snaps[i].at.Equal(snaps[j].at) {
+			return snaps[i].at.After(snaps[j].at)
+		}
+		return snaps[i].path > snaps[j].path
+	})
+	var removed []string
+	var errs []error
+	for i, s := range snaps {
+		tooMany := keep > 0 && i >= keep
+		tooOld := maxAge > 0 && now.Sub(s.at) > maxAge
+		if s.path == protect || !(tooMany || tooOld) {
+			continue
+		}
+		if err := os.Remove(s.path); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, s.path)
+	}
+	return removed, errors.Join(errs...)
+}
+
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

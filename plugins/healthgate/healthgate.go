@@ -1,0 +1,96 @@
+// Package healthgate is the built-in plugin behind `/talos health [cluster]`:
+// it runs the standard health gate (plugins/cluster.Gate, rules R1–R3) and
+// reports one step and one result line per probe. It changes nothing.
+package healthgate
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/talosbot/talosbot/internal/version"
+	"github.com/talosbot/talosbot/plugins/cluster"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
+)
+
+// Name is the plugin's catalogue name.
+const Name = "healthgate"
+
+// Command is the chat command.
+const Command = "health"
+
+// Plugin implements sdk.Plugin. It keeps no state between calls.
+type Plugin struct{}
+
+// New returns the plugin.
+func New() sdk.Plugin { return &Plugin{} }
+
+// Describe returns the manifest.
+func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
+	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+		Name:    Command,
+		Summary: "Run the health gate: Talos versions, cluster health, etcd, Kubernetes nodes, pods, Flux, PodDisruptionBudgets (read-only)",
+		Args:    []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster to check (default: the channel's cluster)"}},
+		Effect:  lifecyclev1.Effect_EFFECT_READ_ONLY,
+		Example: "/talos health staging",
+	}}}, nil
+}
+
+// Plan lists the probes. It does not contact the cluster.
+func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+	if req.GetCommand() != Command {
+		return nil, fmt.Errorf("healthgate serves %q, not %q", Command, req.GetCommand())
+	}
+	inv, err := cluster.InventoryFrom(req.GetCluster())
+	if err != nil {
+		return nil, err
+	}
+	opts := cluster.GateOptionsFrom(req.GetSettings())
+	timeout := cluster.DefaultGateTimeout
+	if opts.Timeout > 0 {
+		timeout = opts.Timeout
+	}
+	plan := &lifecyclev1.OperationPlan{
+		Summary: fmt.Sprintf("Health gate of %s: %d probes in parallel over %d nodes, timeout %s (read-only)",
+			inv.Name, len(cluster.Probes()), len(inv.Nodes), timeout),
+		Target: inv.Name,
+	}
+	for _, p := range cluster.Probes() {
+		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: p.Name, Title: p.Title + ": " + p.What, Kind: "gate"})
+	}
+	if len(req.GetCredentials().GetKubeconfig()) == 0 {
+		plan.Warnings = append(plan.Warnings, "no kubeconfig for this cluster: the Kubernetes probes will be skipped")
+	}
+	plan.CanonicalInputs = []byte(fmt.Sprintf("health cluster=%s nodes=%s timeout=%s", inv.Name,
+		strings.Join(cluster.Names(inv.Nodes), ","), timeout))
+	return plan, nil
+}
+
+// Run runs the gate and reports each probe as a step and a result line.
+func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
+	inv, err := cluster.InventoryFrom(req.GetCluster())
+	if err != nil {
+		return err
+	}
+	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
+	if err != nil {
+		return err
+	}
+	defer clients.Close()
+
+	for _, p := range cluster.Probes() {
+		if err := r.StepStarted(p.Name, p.What); err != nil {
+			return err
+		}
+	}
+	res := cluster.Gate(ctx, clients, inv, cluster.GateOptionsFrom(req.GetSettings()))
+	if err := cluster.ReportGate(r, "", res); err != nil {
+		return err
+	}
+	out := &lifecyclev1.Result{Ok: res.Passed, Summary: inv.Name + ": " + res.Summary(), Lines: res.Lines()}
+	if !res.Passed {
+		out.Error = strings.Join(res.Reasons, "; ")
+	}
+	return r.Result(out)
+}

@@ -1,0 +1,128 @@
+// Package snapshot is the built-in plugin behind `/talos snapshot [cluster]`:
+// a verified etcd snapshot copied off-cluster (cluster.TakeSnapshot, rule
+// R12) with retention. It is READ_ONLY: it reads etcd and writes only to the
+// bot's own snapshot directory, so it never disrupts the cluster and never
+// waits for the cluster lock.
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/talosbot/talosbot/internal/version"
+	"github.com/talosbot/talosbot/plugins/cluster"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
+)
+
+// Name is the plugin's catalogue name.
+const Name = "snapshot"
+
+// Command is the chat command.
+const Command = "snapshot"
+
+// Plugin implements sdk.Plugin. now stamps snapshot names (nil: time.Now).
+type Plugin struct {
+	now       func() time.Time
+	freeSpace func(string) (uint64, error)
+}
+
+// New returns the plugin.
+func New() sdk.Plugin { return &Plugin{} }
+
+// Describe returns the manifest.
+func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
+	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+		Name: Command,
+		Summary: "Take a verified etcd snapshot and store it off-cluster in snapshot_dir " +
+			"(read-only: reads etcd from a healthy control plane, does not disrupt the cluster)",
+		Args:    []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster to snapshot (default: the channel's cluster)"}},
+		Effect:  lifecyclev1.Effect_EFFECT_READ_ONLY,
+		Example: "/talos snapshot production",
+	}}}, nil
+}
+
+// Plan lists the steps; it does not contact the cluster.
+func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+	if req.GetCommand() != Command {
+		return nil, fmt.Errorf("snapshot serves %q, not %q", Command, req.GetCommand())
+	}
+	inv, err := cluster.InventoryFrom(req.GetCluster())
+	if err != nil {
+		return nil, err
+	}
+	opts := cluster.SnapshotOptionsFrom(req.GetSettings())
+	if opts.Dir == "" {
+		return &lifecyclev1.OperationPlan{Refusal: &lifecyclev1.Refusal{Rule: "R12",
+			Reason: "no snapshot directory is configured, so the snapshot cannot be stored off-cluster",
+			Fix:    "set snapshot_dir in the bot configuration to a disk outside the cluster"}}, nil
+	}
+	plan := &lifecyclev1.OperationPlan{
+		Summary: fmt.Sprintf("etcd snapshot of %s into %s/%s, keep %s (read-only: no disruption)",
+			inv.Name, opts.Dir, inv.Name, retention(opts)),
+		Target: inv.Name,
+	}
+	for _, s := range cluster.SnapshotSteps() {
+		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: s[0], Title: s[1], Kind: "snapshot"})
+	}
+	plan.CanonicalInputs = []byte(fmt.Sprintf("snapshot cluster=%s dir=%s keep=%d max_age=%s controlplanes=%v",
+		inv.Name, opts.Dir, opts.Keep, opts.MaxAge, cluster.EtcdTargets(inv)))
+	return plan, nil
+}
+
+func retention(o cluster.SnapshotOptions) string {
+	switch {
+	case o.Keep > 0 && o.MaxAge > 0:
+		return fmt.Sprintf("the newest %d, none older than %s", o.Keep, o.MaxAge)
+	case o.Keep > 0:
+		return fmt.Sprintf("the newest %d", o.Keep)
+	case o.MaxAge > 0:
+		return "none older than " + o.MaxAge.String()
+	}
+	return "all (no retention configured)"
+}
+
+// Run takes the snapshot and reports it as an artifact.
+func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
+	inv, err := cluster.InventoryFrom(req.GetCluster())
+	if err != nil {
+		return err
+	}
+	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
+	if err != nil {
+		return err
+	}
+	defer clients.Close()
+
+	opts := cluster.SnapshotOptionsFrom(req.GetSettings())
+	opts.Now, opts.FreeSpace = p.now, p.freeSpace
+	opts.Step = func(id, detail string, err error) {
+		if err != nil {
+			_ = r.StepFailed(id, err.Error())
+			return
+		}
+		_ = r.StepOK(id, detail)
+	}
+	snap, err := cluster.TakeSnapshot(ctx, clients, inv, opts)
+	if snap == nil {
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "etcd snapshot of " + inv.Name + " failed", Error: err.Error()})
+	}
+	if aerr := r.Artifact(snap.Artifact()); aerr != nil {
+		return aerr
+	}
+	lines := []string{
+		"✅ snapshot " + snap.ID + " from " + snap.Node,
+		fmt.Sprintf("✅ verified: %d bytes, revision %d, %d keys, sha256 %s", snap.Size, snap.Revision, snap.TotalKeys, snap.SHA256),
+		"📁 " + snap.Path,
+	}
+	for _, rm := range snap.Removed {
+		lines = append(lines, "🗑️ retention removed "+rm)
+	}
+	res := &lifecyclev1.Result{Ok: true, Summary: "etcd snapshot " + snap.ID + " stored and verified", Lines: lines}
+	if err != nil {
+		// The snapshot is good; only clean-up failed.
+		res.Lines = append(res.Lines, "⚠️ "+err.Error())
+	}
+	return r.Result(res)
+}

@@ -1,0 +1,226 @@
+package snapshot
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/sim"
+)
+
+func startSim(t *testing.T, cps int) *sim.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := sim.Start(ctx, sim.Options{ControlPlanes: cps, Workers: 1})
+	if err != nil {
+		t.Fatalf("start sim: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func request(c *sim.Cluster, dir string, keep int32) *lifecyclev1.OperationRequest {
+	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging"}
+	for _, n := range c.Nodes() {
+		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role})
+	}
+	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: Command, Cluster: pc,
+		Credentials: &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()},
+		Settings:    &lifecyclev1.Settings{SnapshotDir: dir, SnapshotKeep: keep}}
+}
+
+// fixedClock returns successive times one hour apart.
+func fixedClock(start time.Time) func() time.Time {
+	t := start.Add(-time.Hour)
+	return func() time.Time { t = t.Add(time.Hour); return t }
+}
+
+func TestSnapshotRestoresKeyWrittenBefore(t *testing.T) {
+	c := startSim(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	ec, err := c.Etcd().Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ec.Close()
+	if _, err := ec.Put(ctx, "/talosbot/marker", "before-snapshot"); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	p := &Plugin{now: fixedClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+	rec, err := sdktest.Run(ctx, p, request(c, dir, 0), nil)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	res := rec.FinalResult()
+	if !res.GetOk() {
+		t.Fatalf("snapshot failed: %s %s", res.GetSummary(), res.GetError())
+	}
+	arts := rec.Artifacts()
+	if len(arts) != 1 {
+		t.Fatalf("want one artifact, got %v", arts)
+	}
+	a := arts[0]
+	if !strings.HasPrefix(a.GetId(), "staging/20260301T120000Z-cp-") || a.GetRevision() <= 0 || len(a.GetSha256()) != 64 {
+		t.Fatalf("artifact = %v", a)
+	}
+	wantDir := filepath.Join(dir, "staging")
+	if filepath.Dir(a.GetLocation()) != wantDir || !strings.HasSuffix(a.GetLocation(), ".db") {
+		t.Fatalf("location %s not a .db in %s", a.GetLocation(), wantDir)
+	}
+	fi, err := os.Stat(a.GetLocation())
+	if err != nil || fi.Size() != a.GetSize() || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("file %v (%v), artifact size %d", fi, err, a.GetSize())
+	}
+	if parts, _ := filepath.Glob(filepath.Join(wantDir, "*.part")); len(parts) > 0 {
+		t.Fatalf("part files left: %v", parts)
+	}
+	for _, s := range rec.Steps() {
+		if s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_OK {
+			t.Fatalf("step %s = %s (%s)", s.GetStepId(), s.GetStatus(), s.GetDetail())
+		}
+	}
+
+	if got := restoreAndGet(t, a.GetLocation(), "/talosbot/marker"); got != "before-snapshot" {
+		t.Fatalf("restored value = %q, want before-snapshot", got)
+	}
+}
+
+// restoreAndGet restores the snapshot with etcdutl into a fresh data dir,
+// starts a one-member etcd on it and reads key.
+func restoreAndGet(t *testing.T, snap, key string) string {
+	t.Helper()
+	peer, client := freeURL(t), freeURL(t)
+	dataDir := filepath.Join(t.TempDir(), "restored")
+	err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
+		SnapshotPath: snap, Name: "restore", OutputDataDir: dataDir,
+		PeerURLs: []string{peer}, InitialCluster: "restore=" + peer, InitialClusterToken: "restore-test",
+	})
+	if err != nil {
+		t.Fatalf("etcdutl restore: %v", err)
+	}
+	cfg := embed.NewConfig()
+	cfg.Name, cfg.Dir = "restore", dataDir
+	cfg.LogLevel = "error"
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = urls(t, peer), urls(t, peer)
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = urls(t, client), urls(t, client)
+	cfg.InitialCluster = "restore=" + peer
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatalf("start restored etcd: %v", err)
+	}
+	defer e.Close()
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(time.Minute):
+		t.Fatal("restored etcd not ready within a minute")
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ""
+	}
+	return string(resp.Kvs[0].Value)
+}
+
+func freeURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return fmt.Sprintf("http://%s", l.Addr())
+}
+
+func urls(t *testing.T, s string) []url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []url.URL{*u}
+}
+
+func TestSnapshotRetentionKeepsNewest(t *testing.T) {
+	c := startSim(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	p := &Plugin{now: fixedClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+	var paths []string
+	for i := range 3 {
+		rec, err := sdktest.Run(ctx, p, request(c, dir, 2), nil)
+		if err != nil || !rec.FinalResult().GetOk() {
+			t.Fatalf("run %d: %v %v", i, err, rec.FinalResult())
+		}
+		paths = append(paths, rec.Artifacts()[0].GetLocation())
+	}
+	got, _ := filepath.Glob(filepath.Join(dir, "staging", "*"))
+	if len(got) != 2 || got[0] != paths[1] || got[1] != paths[2] {
+		t.Fatalf("after 3 snapshots with keep=2: %v, want %v", got, paths[1:])
+	}
+	// A single-CP cluster's snapshot comes from its one control plane.
+	if !strings.HasSuffix(paths[0], "-cp-1.db") {
+		t.Fatalf("snapshot %s not from cp-1", paths[0])
+	}
+}
+
+func TestSnapshotRefusesWithoutFreeSpace(t *testing.T) {
+	c := startSim(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	p := &Plugin{freeSpace: func(string) (uint64, error) { return 1000, nil }}
+	rec, _ := sdktest.Run(ctx, p, request(c, dir, 0), nil)
+	res := rec.FinalResult()
+	if res.GetOk() || !strings.Contains(res.GetError(), "not enough free space") ||
+		!strings.Contains(res.GetError(), "available 1000 B") || !strings.Contains(res.GetError(), "need ") {
+		t.Fatalf("want a clear refusal naming needed and available space, got %v", res)
+	}
+	if c.Calls("cp-1", "EtcdSnapshot") != 0 {
+		t.Fatal("snapshot was started despite too little space")
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "staging", "*"))
+	if len(left) != 0 {
+		t.Fatalf("files left behind: %v", left)
+	}
+}
+
+func TestPlanRefusesWithoutSnapshotDir(t *testing.T) {
+	c := startSim(t, 1)
+	plan, err := New().Plan(context.Background(), request(c, "", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plan.GetRefusal().GetRule() != "R12" || !strings.Contains(plan.GetRefusal().GetFix(), "snapshot_dir") {
+		t.Fatalf("want an R12 refusal naming snapshot_dir, got %v", plan)
+	}
+}
