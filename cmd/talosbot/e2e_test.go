@@ -126,6 +126,38 @@ func (b *botProc) post(path string, body any) int {
 	return resp.StatusCode
 }
 
+// childPIDs lists the processes whose parent is pid.
+func childPIDs(pid int) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may contain spaces, so cut at the last ')'.
+		s := string(raw)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && fields[1] == fmt.Sprint(pid) {
+			var child int
+			fmt.Sscan(e.Name(), &child)
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// alive reports whether pid runs (a zombie counts as dead).
+func alive(pid int) bool {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(raw)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(fields) > 0 && fields[0] != "Z"
+}
+
 type apiMsg struct {
 	ID     string `json:"id"`
 	Text   string `json:"text"`
@@ -203,10 +235,23 @@ plugins:
 			return running
 		})
 	})
+	children := childPIDs(b.cmd.Process.Pid)
+	if len(children) == 0 {
+		t.Fatal("the running operation has no plugin process")
+	}
 	if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = b.cmd.Wait()
+	// An orphaned plugin would go on changing the cluster untracked.
+	b.waitFor("the plugin processes to die with the bot", func() bool {
+		for _, pid := range children {
+			if alive(pid) {
+				return false
+			}
+		}
+		return true
+	})
 
 	b.start()
 	if code := b.post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos status staging"}); code != 202 {

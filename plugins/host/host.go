@@ -472,6 +472,7 @@ func (m *Manager) start(p *managed) (*instance, error) {
 		return nil, fmt.Errorf("plugin %q (%s): %w; check the plugin path in the config", p.name, p.path, cmd.Err)
 	}
 	cmd.Env = append([]string(nil), m.env...)
+	dieWithParent(cmd)
 
 	var secure *plugin.SecureConfig
 	if p.sha256 != "" {

@@ -1,0 +1,427 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Kube is a running kube-apiserver backed by an embedded etcd.
+type Kube struct {
+	Client     kubernetes.Interface
+	Dynamic    dynamic.Interface
+	RESTConfig *rest.Config
+	// Kubeconfig authenticates as a system:masters user with a bearer
+	// token. It is a secret: never log it or write it outside a 0600 file
+	// in a private temp dir.
+	Kubeconfig []byte
+	// Stop kills the apiserver's process group, stops etcd and removes the
+	// working directory. It is safe to call more than once.
+	Stop func()
+}
+
+const (
+	startTimeout = 2 * time.Minute
+	stopTimeout  = 10 * time.Second
+	pollInterval = 50 * time.Millisecond
+	adminUser    = "talosbot-testenv-admin"
+	// portAttempts bounds retries when the port picked for the apiserver
+	// was taken by someone else between picking and binding.
+	portAttempts = 3
+)
+
+// StartKube starts etcd and kube-apiserver for a test, installs the Flux
+// CRDs and the flux-system namespace, and registers cleanup with t.Cleanup.
+// Without a kube-apiserver binary it skips (or fails in CI, see Require).
+func StartKube(t testing.TB) *Kube {
+	t.Helper()
+	bin, err := KubeAPIServerPath()
+	Require(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	k, err := startKube(ctx, t.TempDir(), bin)
+	if err != nil {
+		t.Fatalf("start kube-apiserver: %v", err)
+	}
+	t.Cleanup(k.Stop)
+	return k
+}
+
+// StartKubeProcess is StartKube for callers without a testing.TB (the demo).
+// Files go to a new private directory under dir (os.TempDir() if empty),
+// which Stop removes. ctx bounds start-up only; the caller must call Stop.
+func StartKubeProcess(ctx context.Context, dir string) (*Kube, error) {
+	bin, err := KubeAPIServerPath()
+	if err != nil {
+		return nil, err
+	}
+	work, err := os.MkdirTemp(dir, "talosbot-kube-")
+	if err != nil {
+		return nil, fmt.Errorf("create kube work dir: %w", err)
+	}
+	k, err := startKube(ctx, work, bin)
+	if err != nil {
+		_ = os.RemoveAll(work)
+		return nil, err
+	}
+	stop := k.Stop
+	k.Stop = sync.OnceFunc(func() {
+		stop()
+		_ = os.RemoveAll(work)
+	})
+	return k, nil
+}
+
+// startKube does the work in dir, which the caller owns.
+func startKube(ctx context.Context, dir, bin string) (_ *Kube, err error) {
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("restrict %s: %w", dir, err)
+	}
+	etcd, etcdURL, err := startEtcd(ctx, filepath.Join(dir, "etcd"))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			etcd.Close()
+		}
+	}()
+
+	files, err := writeAPIServerFiles(dir)
+	if err != nil {
+		return nil, err
+	}
+
+	for attempt := 1; ; attempt++ {
+		k, proc, err := startAPIServerOnce(ctx, bin, dir, files, etcdURL)
+		if err == nil {
+			k.Stop = sync.OnceFunc(func() {
+				proc.stop()
+				etcd.Close()
+			})
+			return k, nil
+		}
+		if !errors.Is(err, errPortInUse) || attempt == portAttempts {
+			return nil, err
+		}
+	}
+}
+
+// startAPIServerOnce starts kube-apiserver on a free port and returns once it
+// is ready with the Flux CRDs served. On error the process is stopped.
+func startAPIServerOnce(ctx context.Context, bin, dir string, files apiserverFiles, etcdURL string) (_ *Kube, _ *apiserverProc, err error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	proc, err := startAPIServer(bin, dir, apiserverArgs(files, etcdURL, port))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			proc.stop()
+		}
+	}()
+	k, err := newKube(restConfig(port, files))
+	if err != nil {
+		return nil, nil, err
+	}
+	// Create the CRDs while the apiserver runs its post-start hooks:
+	// creates of custom resources stall for 2s right after a CRD is
+	// established, and this hides most of that window in start-up.
+	crdCtx, cancelCRDs := context.WithCancel(ctx)
+	defer cancelCRDs()
+	crdErr := make(chan error, 1)
+	go func() { crdErr <- createFluxCRDs(crdCtx, k.Dynamic) }()
+	if err := proc.waitReady(ctx, k.Client.Discovery().RESTClient()); err != nil {
+		cancelCRDs()
+		<-crdErr
+		return nil, nil, err
+	}
+	if err := <-crdErr; err != nil {
+		return nil, nil, err
+	}
+	if err := installBase(ctx, k); err != nil {
+		return nil, nil, err
+	}
+	return k, proc, nil
+}
+
+func startEtcd(ctx context.Context, dir string) (*embed.Etcd, string, error) {
+	cfg := embed.NewConfig()
+	cfg.Name = "testenv"
+	cfg.Dir = dir
+	// Port 0: the kernel picks free ports, so parallel tests never collide.
+	local := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	cfg.ListenClientUrls = []url.URL{local}
+	cfg.AdvertiseClientUrls = []url.URL{local}
+	cfg.ListenPeerUrls = []url.URL{local}
+	cfg.AdvertisePeerUrls = []url.URL{local}
+	cfg.InitialCluster = cfg.Name + "=" + local.String()
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	// Test data is thrown away: skip fsync, it dominates start-up on slow disks.
+	cfg.UnsafeNoFsync = true
+	// A single member elects itself after one election timeout; the default
+	// (1s) would be most of etcd's start-up time.
+	cfg.TickMs = 10
+	cfg.ElectionMs = 100
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("start embedded etcd in %s: %w", dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, "", fmt.Errorf("embedded etcd failed: %w", err)
+	case <-ctx.Done():
+		e.Close()
+		return nil, "", fmt.Errorf("waiting for embedded etcd: %w", ctx.Err())
+	}
+	return e, "http://" + e.Clients[0].Addr().String(), nil
+}
+
+type apiserverFiles struct {
+	cert                            servingCert
+	token                           string
+	certFile, keyFile               string
+	saKeyFile, saPubFile, tokenFile string
+}
+
+// writeAPIServerFiles writes the serving cert, service-account key and the
+// static token file, all 0600 inside dir.
+func writeAPIServerFiles(dir string) (apiserverFiles, error) {
+	var f apiserverFiles
+	var err error
+	if f.cert, err = newServingCert(time.Now()); err != nil {
+		return f, err
+	}
+	saPriv, saPub, err := newServiceAccountKey()
+	if err != nil {
+		return f, err
+	}
+	if f.token, err = randomToken(); err != nil {
+		return f, err
+	}
+	pki := filepath.Join(dir, "pki")
+	if err := os.Mkdir(pki, 0o700); err != nil {
+		return f, fmt.Errorf("create %s: %w", pki, err)
+	}
+	f.certFile = filepath.Join(pki, "apiserver.crt")
+	f.keyFile = filepath.Join(pki, "apiserver.key")
+	f.saKeyFile = filepath.Join(pki, "sa.key")
+	f.saPubFile = filepath.Join(pki, "sa.pub")
+	f.tokenFile = filepath.Join(pki, "tokens.csv")
+	// Static token file format: token,user,uid,"group1,group2".
+	tokens := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", f.token, adminUser, adminUser)
+	for name, data := range map[string][]byte{
+		f.certFile:  f.cert.certPEM,
+		f.keyFile:   f.cert.keyPEM,
+		f.saKeyFile: saPriv,
+		f.saPubFile: saPub,
+		f.tokenFile: []byte(tokens),
+	} {
+		if err := os.WriteFile(name, data, 0o600); err != nil {
+			return f, fmt.Errorf("write %s: %w", filepath.Base(name), err)
+		}
+	}
+	return f, nil
+}
+
+func apiserverArgs(f apiserverFiles, etcdURL string, port int) []string {
+	return []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(port),
+		"--tls-cert-file=" + f.certFile,
+		"--tls-private-key-file=" + f.keyFile,
+		"--token-auth-file=" + f.tokenFile,
+		"--authorization-mode=RBAC",
+		"--anonymous-auth=false",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file=" + f.saPubFile,
+		"--service-account-signing-key-file=" + f.saKeyFile,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		// No controller-manager creates default service accounts, so the
+		// ServiceAccount admission plugin would reject every pod.
+		"--disable-admission-plugins=ServiceAccount",
+		// Priority-and-fairness bootstraps many objects and slows readiness;
+		// tests do not need it.
+		"--enable-priority-and-fairness=false",
+		"--profiling=false",
+		// The default reconciler publishes 127.0.0.1 as the endpoint of the
+		// kubernetes service, which validation rejects (loopback): noise.
+		"--endpoint-reconciler-type=none",
+		"--cert-dir=" + filepath.Dir(f.certFile),
+		"--v=1",
+	}
+}
+
+var errPortInUse = errors.New("apiserver port already in use")
+
+type apiserverProc struct {
+	cmd    *exec.Cmd
+	log    *os.File
+	logDir string
+	exited chan struct{}
+	err    error // set before exited is closed
+}
+
+func startAPIServer(bin, dir string, args []string) (*apiserverProc, error) {
+	logPath := filepath.Join(dir, "kube-apiserver.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create apiserver log: %w", err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.Dir = dir
+	setProcAttrs(cmd)
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	p := &apiserverProc{cmd: cmd, log: logf, logDir: dir, exited: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// waitReady polls /readyz until it answers ok, the process exits, or ctx ends.
+func (p *apiserverProc) waitReady(ctx context.Context, rc rest.Interface) error {
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	var last error
+	for {
+		probeCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		body, err := rc.Get().AbsPath("/readyz").DoRaw(probeCtx)
+		cancel()
+		if err == nil && strings.TrimSpace(string(body)) == "ok" {
+			return nil
+		}
+		last = err
+		select {
+		case <-p.exited:
+			tail := p.logTail()
+			if strings.Contains(tail, "address already in use") {
+				return errPortInUse
+			}
+			return fmt.Errorf("kube-apiserver exited before ready (%v); log tail:\n%s", p.err, tail)
+		case <-ctx.Done():
+			return fmt.Errorf("kube-apiserver not ready (last /readyz error: %v): %w; log tail:\n%s", last, ctx.Err(), p.logTail())
+		case <-tick.C:
+		}
+	}
+}
+
+// logTail returns the last lines of the apiserver log for error messages.
+// The log holds no credentials: the apiserver never logs bearer tokens.
+func (p *apiserverProc) logTail() string {
+	data, err := os.ReadFile(filepath.Join(p.logDir, "kube-apiserver.log"))
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	lines := bytes.Split(bytes.TrimRight(data, "\n"), []byte("\n"))
+	if len(lines) > 30 {
+		lines = lines[len(lines)-30:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// stop kills the apiserver's process group. SIGKILL, not SIGTERM: the data
+// is thrown away, and a graceful apiserver shutdown only adds seconds.
+func (p *apiserverProc) stop() {
+	defer p.log.Close()
+	select {
+	case <-p.exited:
+		// Reaped: its pid (and so the group id) may already be reused.
+		return
+	default:
+	}
+	signalGroup(p.cmd, syscall.SIGKILL)
+	t := time.NewTimer(stopTimeout)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+	case <-t.C:
+		// Unkillable (e.g. stuck in the kernel): give up rather than hang
+		// the test binary; Pdeathsig still covers the exit of this process.
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port on 127.0.0.1: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func restConfig(port int, f apiserverFiles) *rest.Config {
+	return &rest.Config{
+		Host:            "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		BearerToken:     f.token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: f.cert.certPEM},
+		QPS:             -1, // no client-side throttling in tests
+	}
+}
+
+func newKube(cfg *rest.Config) (*Kube, error) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("build clientset: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("build dynamic client: %w", err)
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["testenv"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos[adminUser] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: adminUser, Namespace: "default"}
+	kc.CurrentContext = "testenv"
+	kcBytes, err := clientcmd.Write(*kc)
+	if err != nil {
+		return nil, fmt.Errorf("encode kubeconfig: %w", err)
+	}
+	return &Kube{Client: cs, Dynamic: dyn, RESTConfig: cfg, Kubeconfig: kcBytes}, nil
+}
+
+// installBase creates the flux-system namespace and waits until the Flux
+// CRDs (created during start-up) serve without delay.
+func installBase(ctx context.Context, k *Kube) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: FluxNamespace}}
+	if _, err := k.Client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", FluxNamespace, err)
+	}
+	return waitFluxCRDs(ctx, k.Dynamic)
+}
