@@ -66,19 +66,115 @@ func (p *Policy) RoleOf(env, user string) Role {
 	return RoleNone
 }
 
-// Authorize refuses a request the user's role does not allow.
+// Flags a requester can add to a disruptive command.
+const (
+	FlagSkipStaging   = "skip-staging"
+	FlagOutsideWindow = "outside-window"
+)
+
+// Authorize refuses a request the user's role does not allow, a disruptive
+// request on a frozen cluster, and a production disruptive request outside
+// every maintenance window (unless --outside-window).
 func (p *Policy) Authorize(_ context.Context, req bot.PolicyRequest) error {
 	env := req.Cluster.Environment
 	switch p.RoleOf(env, req.User) {
 	case RoleOperator:
-		return nil
 	case RoleViewer:
 		if req.Disruptive {
 			return fmt.Errorf("%s is a viewer in %s and may only read (health, status, audit); ask an operator to run %q", req.User, env, req.Command)
 		}
 		return nil
+	default:
+		return fmt.Errorf("%s has no role in %s; add the user to policy.%s.operators or policy.%s.viewers", req.User, env, env, env)
 	}
-	return fmt.Errorf("%s has no role in %s; add the user to policy.%s.operators or policy.%s.viewers", req.User, env, env, env)
+	if !req.Disruptive {
+		return nil
+	}
+	if f := req.Frozen; f != nil {
+		return fmt.Errorf("cluster %s is frozen by %s since %s: %q; disruptive commands wait until `/talos unfreeze %s`",
+			req.Cluster.Name, f.By, f.Since.UTC().Format("2006-01-02 15:04 MST"), f.Reason, req.Cluster.Name)
+	}
+	if env == config.EnvProduction && req.Args[FlagOutsideWindow] != "true" {
+		if ws := p.env(env).Windows; len(ws) > 0 && !InWindow(ws, req.Now) {
+			return fmt.Errorf("%s is outside every production maintenance window (%s); wait for the window, or add --%s (it needs approval and is flagged in the audit)",
+				req.Now.UTC().Format("Mon 15:04 MST"), DescribeWindows(ws), FlagOutsideWindow)
+		}
+	}
+	return nil
+}
+
+// InWindow reports whether t falls in one of the windows. A window whose end
+// is before its start runs past midnight (22:00–02:00).
+func InWindow(ws []config.Window, t time.Time) bool {
+	for _, w := range ws {
+		loc, err := time.LoadLocation(w.Timezone)
+		if err != nil {
+			continue // config validation rejects unknown zones
+		}
+		lt := t.In(loc)
+		start, err1 := time.Parse("15:04", w.Start)
+		end, err2 := time.Parse("15:04", w.End)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		mins := lt.Hour()*60 + lt.Minute()
+		s, e := start.Hour()*60+start.Minute(), end.Hour()*60+end.Minute()
+		day := strings.ToLower(lt.Weekday().String()[:3])
+		prevDay := strings.ToLower(lt.Add(-24 * time.Hour).Weekday().String()[:3])
+		for _, d := range w.Days {
+			d = strings.ToLower(d)
+			switch {
+			case s <= e && d == day && mins >= s && mins < e:
+				return true
+			case s > e && d == day && mins >= s: // before midnight
+				return true
+			case s > e && d == prevDay && mins < e: // after midnight, window began yesterday
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// DescribeWindows renders windows for messages: "tue,thu 20:00–23:00 Europe/Berlin".
+func DescribeWindows(ws []config.Window) string {
+	parts := make([]string, 0, len(ws))
+	for _, w := range ws {
+		parts = append(parts, fmt.Sprintf("%s %s–%s %s", strings.Join(w.Days, ","), w.Start, w.End, w.Timezone))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Promotion enforces R6: a production disruptive operation with target X
+// needs a succeeded staging operation of the same command and target within
+// promotion_max_age. --skip-staging allows it with one extra approval.
+func (p *Policy) Promotion(op *state.Operation, last bot.StagingLookup, now time.Time) ([]string, error) {
+	if op.Environment != config.EnvProduction || !op.Disruptive || op.Target == "" {
+		return nil, nil
+	}
+	maxAge := p.env(config.EnvProduction).PromotionMaxAge.D()
+	if maxAge <= 0 {
+		maxAge = config.DefaultPromotionMaxAge
+	}
+	prev, err := last(op.Command, op.Target, now.Add(-maxAge))
+	if err != nil {
+		return nil, err
+	}
+	if prev != nil {
+		return []string{"promoted-from:" + prev.ID}, nil
+	}
+	if op.Args[FlagSkipStaging] == "true" {
+		return []string{FlagSkipStaging}, nil
+	}
+	staging := "staging"
+	for _, cl := range p.cfg.Clusters {
+		if cl.Environment == config.EnvStaging {
+			staging = cl.Name
+			break
+		}
+	}
+	return nil, fmt.Errorf("R6: %s %s has not succeeded on staging in the last %s; run `/talos %s %s %s` first, or add --%s (needs one extra approval, flagged in the audit)",
+		op.Command, op.Target, maxAge, op.Command, op.Target, staging, FlagSkipStaging)
 }
 
 // RequiredApprovals returns how many approvals op needs: by default every
@@ -94,10 +190,17 @@ func (p *Policy) RequiredApprovals(op *state.Operation) int {
 	} else {
 		need = op.Environment == config.EnvProduction
 	}
+	if op.Args[FlagOutsideWindow] == "true" {
+		need = true // outside the window only with approval
+	}
 	if !need {
 		return 0
 	}
-	return max(pol.MinApprovals, 1)
+	n := max(pol.MinApprovals, 1)
+	if slices.Contains(op.Flags, FlagSkipStaging) {
+		n++ // skipping staging needs one extra approval
+	}
+	return n
 }
 
 // CanApprove refuses users who are not approvers, and requesters approving

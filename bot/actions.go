@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/plugins/host"
 
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
@@ -128,12 +129,17 @@ func (e *Engine) Act(ctx context.Context, from Origin, actionID string) error {
 	if err != nil {
 		return e.refuseAction(ctx, from, nil, "unknown operation", "the operation behind this button no longer exists")
 	}
-	if (rec.Kind == "approve" || rec.Kind == "deny") && rec.Digest != op.Digest {
+	if (rec.Kind == "approve" || rec.Kind == "deny" || rec.Kind == "confirm") && rec.Digest != op.Digest {
 		return e.refuseAction(ctx, from, op, rec.Kind, "this button belongs to an earlier plan of "+op.ID+" that is void; use the buttons on the new plan")
 	}
 	switch rec.Kind {
 	case "approve":
-		return e.approve(ctx, from, op)
+		return e.approve(ctx, from, op, false)
+	case "confirm":
+		if from.User != op.Requester {
+			return e.refuseAction(ctx, from, op, "confirm", "only "+op.Requester+" can confirm their own approval of "+op.ID)
+		}
+		return e.approve(ctx, from, op, true)
 	case "deny":
 		return e.deny(ctx, from, op)
 	case "cancel":
@@ -152,7 +158,10 @@ func (e *Engine) refuseAction(ctx context.Context, from Origin, op *state.Operat
 	return &ActionError{Msg: msg}
 }
 
-func (e *Engine) approve(ctx context.Context, from Origin, op *state.Operation) error {
+// approve records one approval. A requester approving their own request
+// (allowed only with allow_self_approval) must confirm it explicitly after
+// seeing the plan: the first click asks, the Confirm button approves.
+func (e *Engine) approve(ctx context.Context, from Origin, op *state.Operation, confirmed bool) error {
 	if op.State != state.StateAwaitingApproval {
 		return e.refuseAction(ctx, from, op, "approve", fmt.Sprintf("operation %s is %s; there is nothing to approve", op.ID, op.State))
 	}
@@ -162,6 +171,19 @@ func (e *Engine) approve(ctx context.Context, from Origin, op *state.Operation) 
 	}
 	if err := e.o.Policy.CanApprove(op, from.User); err != nil {
 		return e.refuseAction(ctx, from, op, "approve", err.Error())
+	}
+	if from.User == op.Requester && !confirmed {
+		var buttons []Button
+		err := e.o.Store.Update(ctx, func(tx *state.Tx) error {
+			var err error
+			buttons, err = e.mintButtons(tx, op, []Button{{Label: "Confirm my approval", Style: "danger"}}, "confirm")
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		e.o.Sink.ReplyButtons(ctx, from, fmt.Sprintf("You are approving your own request %s (plan %s). Read the plan above, then confirm.", op.ID, host.ShortDigest(op.Digest)), buttons)
+		return nil
 	}
 	need := e.o.Policy.RequiredApprovals(op)
 	var (
@@ -189,7 +211,11 @@ func (e *Engine) approve(ctx context.Context, from Origin, op *state.Operation) 
 			return err
 		}
 		count = len(apps) + 1
-		if _, err := tx.Append(e.event(from.User, "approval", cur, "ok", map[string]string{"digest": op.Digest, "count": fmt.Sprint(count), "required": fmt.Sprint(need)})); err != nil {
+		detail := map[string]string{"digest": op.Digest, "count": fmt.Sprint(count), "required": fmt.Sprint(need)}
+		if from.User == cur.Requester {
+			detail["self_approval"] = "confirmed after the plan was shown"
+		}
+		if _, err := tx.Append(e.event(from.User, "approval", cur, "ok", detail)); err != nil {
 			return err
 		}
 		if count < need {

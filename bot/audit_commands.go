@@ -1,4 +1,185 @@
 package bot
 
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/talosbot/talosbot/bot/auditview"
+	"github.com/talosbot/talosbot/config"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/state"
+)
+
+// Page sizes of /talos audit: chat tables stay short; "more" pages on.
+const (
+	auditDefaultLimit = 15
+	auditMaxLimit     = 100
+)
+
 // auditCommands are the audit-trail commands (/talos audit, /talos op).
-func auditCommands() []botCommand { return nil }
+func auditCommands() []botCommand {
+	ro := lifecyclev1.Effect_EFFECT_READ_ONLY
+	flag := func(name, desc string) *lifecyclev1.Arg {
+		return &lifecyclev1.Arg{Name: name, Flag: true, Description: desc}
+	}
+	return []botCommand{
+		{CommandSpec{Command: &lifecyclev1.Command{Name: "audit", Summary: "audit trail, newest first, with a button for the next page", Effect: ro,
+			Args: []*lifecyclev1.Arg{
+				flag("cluster", "only this cluster"),
+				flag("user", "only what this user did"),
+				flag("op", `only this operation type, e.g. "upgrade talos"`),
+				flag("result", "only this result, e.g. failed, refused, succeeded"),
+				flag("action", "only this action, e.g. approval, refused"),
+				flag("op_id", "only this operation's records"),
+				flag("since", "only records younger than this (7d, 12h) or after a time (2026-05-01)"),
+				flag("until", "only records older than this (a duration back, or a time)"),
+				flag("limit", fmt.Sprintf("records per page (default %d, at most %d)", auditDefaultLimit, auditMaxLimit)),
+				flag("before", "paging cursor set by the More button: records with a smaller seq"),
+			},
+			Example: `/talos audit --cluster production --result failed --since 7d`}},
+			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
+				return e.auditQuery(ctx, from, inv)
+			}},
+		{CommandSpec{Command: &lifecyclev1.Command{Name: "op", Summary: "an operation's maintenance record: who, plan, snapshot, steps, validation", Effect: ro,
+			Args:    []*lifecyclev1.Arg{{Name: "id", Required: true, Description: "the operation id"}},
+			Example: "/talos op 3f2a9c01bd4e"}},
+			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
+				return e.maintenanceRecord(ctx, from, inv)
+			}},
+	}
+}
+
+// auditAuthorize lets a user read the audit of cluster, or of every cluster
+// when cluster is "": reading needs a role (viewer or better) in each
+// environment whose records would be shown.
+func (e *Engine) auditAuthorize(ctx context.Context, user, cluster string) error {
+	var cls []*config.Cluster
+	if cluster != "" {
+		cl := e.o.Config.Cluster(cluster)
+		if cl == nil {
+			return fmt.Errorf("unknown cluster %q; clusters: %s", cluster, strings.Join(e.o.Config.ClusterNames(), ", "))
+		}
+		cls = append(cls, cl)
+	} else {
+		for i := range e.o.Config.Clusters {
+			cls = append(cls, &e.o.Config.Clusters[i])
+		}
+	}
+	var readable, refused []string
+	var firstErr error
+	for _, cl := range cls {
+		err := e.o.Policy.Authorize(ctx, PolicyRequest{User: user, Cluster: cl, Command: "audit", Disruptive: false, Now: e.now()})
+		if err != nil {
+			refused = append(refused, cl.Name)
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		readable = append(readable, cl.Name)
+	}
+	switch {
+	case len(refused) == 0:
+		return nil
+	case cluster != "" || len(readable) == 0:
+		return firstErr
+	}
+	return fmt.Errorf("%s may not read the audit of %s; name a cluster you can read: --cluster %s",
+		user, strings.Join(refused, ", "), strings.Join(readable, " or --cluster "))
+}
+
+func (e *Engine) auditQuery(ctx context.Context, from Origin, inv *Invocation) error {
+	q, err := auditview.ParseFilter(func(k string) string { return inv.Args[k] }, e.now(), auditDefaultLimit, auditMaxLimit)
+	if err != nil {
+		e.o.Sink.Reply(ctx, from, (&UsageError{Msg: err.Error(), Usage: Usage(inv.Spec.Command)}).Error())
+		return err
+	}
+	if err := e.auditAuthorize(ctx, from.User, q.Cluster); err != nil {
+		e.refuse(ctx, from, q.Cluster, inv, err)
+		return err
+	}
+	page := q
+	page.Limit = q.Limit + 1 // one extra record says whether there is a next page
+	recs, err := e.o.Store.QueryAudit(ctx, page)
+	if err != nil {
+		e.o.Sink.Reply(ctx, from, "could not read the audit trail: "+err.Error())
+		return err
+	}
+	more := len(recs) > q.Limit
+	if more {
+		recs = recs[:q.Limit]
+	}
+	var b strings.Builder
+	desc := auditview.FilterArgs(state.AuditQuery{Cluster: q.Cluster, Actor: q.Actor, Command: q.Command, Result: q.Result, Action: q.Action, OpID: q.OpID, Since: q.Since, Until: q.Until})
+	if desc == "" {
+		desc = "all records"
+	}
+	fmt.Fprintf(&b, "*Audit* (%s), newest first", desc)
+	if q.BeforeSeq > 0 {
+		fmt.Fprintf(&b, ", before seq %d", q.BeforeSeq)
+	}
+	b.WriteString(":\n")
+	if len(recs) == 0 {
+		b.WriteString("no audit records match")
+		e.o.Sink.Reply(ctx, from, b.String())
+		return nil
+	}
+	b.WriteString("```\n" + auditview.ChatTable(recs) + "\n```")
+	if !more {
+		e.o.Sink.Reply(ctx, from, b.String())
+		return nil
+	}
+	next := q
+	next.BeforeSeq = recs[len(recs)-1].Seq
+	buttons, err := e.CommandButtons(ctx, []Suggestion{{Label: "More", Command: "/talos audit " + auditview.FilterArgs(next)}})
+	if err != nil {
+		e.o.Sink.Reply(ctx, from, b.String()+"\n(could not offer the next page: "+err.Error()+")")
+		return nil
+	}
+	e.o.Sink.ReplyButtons(ctx, from, b.String(), buttons)
+	return nil
+}
+
+func (e *Engine) maintenanceRecord(ctx context.Context, from Origin, inv *Invocation) error {
+	id := inv.Args["id"]
+	var (
+		op   *state.Operation
+		apps []state.Approval
+	)
+	err := e.o.Store.View(ctx, func(tx *state.Tx) error {
+		var err error
+		if op, err = tx.Operation(id); err != nil {
+			return err
+		}
+		apps, err = tx.Approvals(id)
+		return err
+	})
+	if errors.Is(err, state.ErrNotFound) {
+		e.o.Sink.Reply(ctx, from, fmt.Sprintf("no operation %q; find ids with /talos audit or /talos status", id))
+		return err
+	}
+	if err != nil {
+		e.o.Sink.Reply(ctx, from, "could not read operation "+id+": "+err.Error())
+		return err
+	}
+	if cl := e.o.Config.Cluster(op.Cluster); cl != nil {
+		if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: "op", Disruptive: false, Now: e.now()}); err != nil {
+			e.refuse(ctx, from, op.Cluster, inv, err)
+			return err
+		}
+	} else if err := e.auditAuthorize(ctx, from.User, ""); err != nil {
+		// A cluster removed from the config: only users who can read every
+		// configured cluster see its records.
+		e.refuse(ctx, from, op.Cluster, inv, err)
+		return err
+	}
+	recs, err := e.o.Store.QueryAudit(ctx, state.AuditQuery{OpID: id, Limit: 100000})
+	if err != nil {
+		e.o.Sink.Reply(ctx, from, "could not read the audit trail: "+err.Error())
+		return err
+	}
+	e.o.Sink.Reply(ctx, from, auditview.MaintenanceRecord(op, recs, apps))
+	return nil
+}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/host"
@@ -82,7 +83,7 @@ func New(ctx context.Context, o Options) (*Engine, error) {
 	specs := botCommandSpecs()
 	for _, m := range mans {
 		for _, c := range m.GetCommands() {
-			specs = append(specs, CommandSpec{Plugin: m.GetName(), Command: c})
+			specs = append(specs, CommandSpec{Plugin: m.GetName(), Command: withPolicyFlags(c)})
 		}
 	}
 	base, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -91,6 +92,34 @@ func New(ctx context.Context, o Options) (*Engine, error) {
 		running: map[string]context.CancelFunc{}, cancelled: map[string]bool{}, changed: make(chan struct{}),
 		base: base, stop: stop,
 	}, nil
+}
+
+// Policy flags the engine adds to every disruptive plugin command. They
+// change what policy allows, not what the plugin does, so plugins never see them.
+const (
+	flagSkipStaging   = "skip-staging"
+	flagOutsideWindow = "outside-window"
+)
+
+func withPolicyFlags(c *lifecyclev1.Command) *lifecyclev1.Command {
+	if c.GetEffect() != lifecyclev1.Effect_EFFECT_DISRUPTIVE {
+		return c
+	}
+	c = proto.Clone(c).(*lifecyclev1.Command)
+	c.Args = append(c.Args,
+		&lifecyclev1.Arg{Name: flagSkipStaging, Flag: true, Boolean: true, Description: "production only: run without a succeeded staging run of the same target (R6); needs one extra approval"},
+		&lifecyclev1.Arg{Name: flagOutsideWindow, Flag: true, Boolean: true, Description: "production only: run outside the maintenance window; needs approval"})
+	return c
+}
+
+func pluginArgs(args map[string]string) map[string]string {
+	out := make(map[string]string, len(args))
+	for k, v := range args {
+		if k != flagSkipStaging && k != flagOutsideWindow {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Grammar returns the engine's command grammar (for help and adapters).
@@ -169,7 +198,12 @@ func (e *Engine) Submit(ctx context.Context, from Origin, text string) (string, 
 		return "", err
 	}
 	disruptive := inv.Spec.GetEffect() == lifecyclev1.Effect_EFFECT_DISRUPTIVE
-	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: disruptive, Args: inv.Args, Now: e.now()}); err != nil {
+	frozen, err := e.freeze(ctx, cl.Name)
+	if err != nil {
+		e.o.Sink.Reply(ctx, from, "could not read the cluster's freeze state: "+err.Error())
+		return "", err
+	}
+	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: disruptive, Args: inv.Args, Now: e.now(), Frozen: frozen}); err != nil {
 		e.refuse(ctx, from, cl.Name, inv, err)
 		return "", err
 	}
@@ -277,7 +311,7 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 	}
 	c := e.o.Config
 	return &lifecyclev1.OperationRequest{
-		OperationId: op.ID, Command: op.Command, Args: op.Args, Cluster: pc, Requester: op.Requester,
+		OperationId: op.ID, Command: op.Command, Args: pluginArgs(op.Args), Cluster: pc, Requester: op.Requester,
 		Credentials: &lifecyclev1.Credentials{Talosconfig: creds.Talosconfig, Kubeconfig: creds.Kubeconfig},
 		Settings: &lifecyclev1.Settings{
 			SnapshotDir: c.SnapshotDir, GateTimeoutMs: c.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: c.Timeouts.Node.D().Milliseconds(),
@@ -322,12 +356,24 @@ func (e *Engine) planAndProceed(ctx context.Context, id string) {
 		e.execute(ctx, id, false)
 		return
 	}
+	// R6: production needs the same change to have succeeded on staging.
+	op.Target = plan.GetTarget()
+	flags, err := e.o.Policy.Promotion(op, e.stagingLookup(ctx), e.now())
+	if err != nil {
+		e.finish(ctx, id, "system", state.StateFailed, "refused", err.Error(), nil, "refused")
+		return
+	}
+	if len(flags) > 0 {
+		prev := setPlan
+		setPlan = func(o *state.Operation) { prev(o); o.Flags = append(o.Flags, flags...) }
+		op.Flags = append(op.Flags, flags...)
+	}
 	need := e.o.Policy.RequiredApprovals(op)
 	if need > 0 {
 		exp := e.o.Policy.Expiry(op)
 		var buttons []Button
 		updated, err := e.transitionTx(ctx, id, state.StateAwaitingApproval, "system", "approval requested", "",
-			map[string]string{"digest": digest, "required": fmt.Sprint(need)}, func(o *state.Operation) {
+			map[string]string{"digest": digest, "required": fmt.Sprint(need), "flags": strings.Join(op.Flags, ",")}, func(o *state.Operation) {
 				setPlan(o)
 				o.ExpiresAt = e.now().Add(exp)
 			}, func(tx *state.Tx, o *state.Operation) error {
@@ -340,7 +386,7 @@ func (e *Engine) planAndProceed(ctx context.Context, id string) {
 		}
 		return
 	}
-	_, err = e.transitionTx(ctx, id, state.StateApproved, "system", "approved", "", map[string]string{"reason": "policy requires no approval"}, setPlan,
+	_, err = e.transitionTx(ctx, id, state.StateApproved, "system", "approved", "", map[string]string{"reason": "policy requires no approval", "flags": strings.Join(op.Flags, ",")}, setPlan,
 		func(tx *state.Tx, o *state.Operation) error {
 			return tx.AcquireLock(state.Lock{Cluster: o.Cluster, OpID: o.ID, Holder: o.Requester, Command: o.Command, Since: e.now()})
 		})
@@ -669,6 +715,27 @@ func (e *Engine) voidApprovals(ctx context.Context, op *state.Operation, plan *l
 	}
 	e.o.Sink.Thread(ctx, updated, "⚠️ "+why)
 	e.o.Sink.Operation(ctx, Update{Op: updated, Plan: plan, Buttons: buttons})
+}
+
+// stagingLookup finds succeeded staging operations for the promotion gate.
+func (e *Engine) stagingLookup(ctx context.Context) StagingLookup {
+	return func(command, target string, since time.Time) (*state.Operation, error) {
+		var found *state.Operation
+		err := e.o.Store.View(ctx, func(tx *state.Tx) error {
+			ops, err := tx.Operations(state.OpFilter{Command: command, States: []state.OpState{state.StateSucceeded}, Since: since})
+			if err != nil {
+				return err
+			}
+			for _, o := range ops {
+				if o.Environment == config.EnvStaging && o.Target == target && !o.EndedAt.Before(since) {
+					found = o
+					return nil
+				}
+			}
+			return nil
+		})
+		return found, err
+	}
 }
 
 // Recover marks operations that were running when the bot stopped as

@@ -59,7 +59,10 @@ func (s *recSink) Reply(_ context.Context, _ bot.Origin, text string) {
 	s.bump()
 }
 
-func (s *recSink) ReplyButtons(ctx context.Context, to bot.Origin, text string, _ []bot.Button) {
+func (s *recSink) ReplyButtons(ctx context.Context, to bot.Origin, text string, buttons []bot.Button) {
+	s.mu.Lock()
+	s.buttons["reply"] = buttons
+	s.mu.Unlock()
 	s.Reply(ctx, to, text)
 }
 
@@ -178,14 +181,18 @@ policy:
     expiry: 30m
 `
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T) *env { return newEnvConfig(t, testConfig) }
+
+// newEnvConfig starts an engine on cfgText, whose three %s are the data dir
+// and the talosconfig path twice.
+func newEnvConfig(t *testing.T, cfgText string) *env {
 	t.Helper()
 	dir := t.TempDir()
 	tc := filepath.Join(dir, "talosconfig")
 	if err := os.WriteFile(tc, []byte("context: test\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Parse([]byte(fmt.Sprintf(testConfig, dir, tc, tc)))
+	cfg, err := config.Parse([]byte(fmt.Sprintf(cfgText, dir, tc, tc)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,6 +244,16 @@ func (e *env) await(id string, want state.OpState) *state.Operation {
 	return op
 }
 
+// promote runs the same roll on staging first (R6).
+func (e *env) promote(target string) {
+	e.t.Helper()
+	id, err := e.submit("alice", "stg", "/talos roll "+target)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.await(id, state.StateSucceeded)
+}
+
 func (e *env) auditActions(id string) []string {
 	recs, err := e.store.QueryAudit(context.Background(), state.AuditQuery{OpID: id, Limit: 1000})
 	if err != nil {
@@ -266,8 +283,8 @@ func (e *env) counts() (ops, audit int) {
 func TestBadInputChangesNothing(t *testing.T) {
 	e := newEnv(t)
 	for _, tc := range []struct{ text, want string }{
-		{"/talos frobnicate", `unknown command "frobnicate". Commands: abandon, cancel, help, probe, resume, roll, status`},
-		{"/talos roll v2 staging --speed 3", `unknown flag --speed for "roll" (flags: --drift, --dry-run, --marker, --mode)`},
+		{"/talos frobnicate", `unknown command "frobnicate". Commands: abandon, `},
+		{"/talos roll v2 staging --speed 3", `unknown flag --speed for "roll" (flags: --drift, --dry-run, --marker, --mode, --outside-window, --skip-staging)`},
 		{"/talos roll v2 staging --mode", "flag --mode needs a value"},
 		{"/talos roll", "missing <target>"},
 		{"/talos roll v2 nowhere", `unknown cluster "nowhere"; clusters: staging, production`},
@@ -357,6 +374,7 @@ func TestStagingRollAndLockContention(t *testing.T) {
 
 func TestProductionApprovalFlowAndRefusals(t *testing.T) {
 	e := newEnv(t)
+	e.promote("v2")
 	id, err := e.submit("alice", "prd", "/talos roll v2")
 	if err != nil {
 		t.Fatal(err)
@@ -398,6 +416,7 @@ func TestProductionApprovalFlowAndRefusals(t *testing.T) {
 
 func TestApprovalExpires(t *testing.T) {
 	e := newEnv(t)
+	e.promote("v2")
 	id, _ := e.submit("alice", "prd", "/talos roll v2")
 	e.await(id, state.StateAwaitingApproval)
 	approve := e.sink.button(t, id, "Approve")
@@ -411,6 +430,7 @@ func TestApprovalExpires(t *testing.T) {
 
 func TestDigestDriftVoidsApproval(t *testing.T) {
 	e := newEnv(t)
+	e.promote("v2")
 	drift := filepath.Join(t.TempDir(), "versions")
 	if err := os.WriteFile(drift, []byte("cp-1=v1.12.6"), 0o600); err != nil {
 		t.Fatal(err)

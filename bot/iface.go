@@ -78,6 +78,21 @@ type Policy interface {
 	CanApprove(op *state.Operation, user string) error
 	// Expiry is how long an approval request stays open.
 	Expiry(op *state.Operation) time.Duration
+	// Promotion applies the staging-first rule (R6) to a planned operation
+	// whose target is known. It returns the flags to record (e.g.
+	// "skip-staging") or a refusal.
+	Promotion(op *state.Operation, last StagingLookup, now time.Time) (flags []string, err error)
+}
+
+// StagingLookup finds the newest succeeded staging operation of command with
+// target that ended at or after since.
+type StagingLookup func(command, target string, since time.Time) (*state.Operation, error)
+
+// Freeze is a cluster freeze: disruptive operations are refused while it holds.
+type Freeze struct {
+	Reason string    `json:"reason"`
+	By     string    `json:"by"`
+	Since  time.Time `json:"since"`
 }
 
 // PolicyRequest describes a request for Policy.Authorize.
@@ -88,6 +103,8 @@ type PolicyRequest struct {
 	Disruptive bool
 	Args       map[string]string
 	Now        time.Time
+	// Frozen is the cluster's freeze, if any.
+	Frozen *Freeze
 }
 
 // Observer is told about engine events, for metrics. Calls must not block.

@@ -8,8 +8,11 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/plugins/host"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -216,7 +219,9 @@ func RenderOperation(op *state.Operation, lines []string, now time.Time) chat.Me
 			done++
 		}
 	}
-	if len(op.Steps) > 0 {
+	if op.State == state.StateAwaitingApproval && len(op.Plan) > 0 {
+		b.WriteString(renderPlan(op.Plan))
+	} else if len(op.Steps) > 0 {
 		fmt.Fprintf(&b, "%s\n", ProgressBar(done, len(op.Steps)))
 		for _, s := range op.Steps {
 			line := statusEmoji(s.Status) + " " + s.Title
@@ -255,6 +260,43 @@ func RenderOperation(op *state.Operation, lines []string, now time.Time) chat.Me
 		m.Fields = append(m.Fields, chat.Field{Label: "Elapsed", Value: end.Sub(op.StartedAt).Truncate(time.Second).String()})
 	}
 	return m
+}
+
+// renderPlan shows what approvers approve: every step with its node,
+// versions and installer image, the preconditions and the warnings.
+func renderPlan(raw []byte) string {
+	var p lifecyclev1.OperationPlan
+	if err := protojson.Unmarshal(raw, &p); err != nil {
+		return "(plan unreadable: " + err.Error() + ")\n"
+	}
+	var b strings.Builder
+	if p.GetSummary() != "" {
+		b.WriteString("Plan: " + p.GetSummary() + "\n")
+	}
+	for i, s := range p.GetSteps() {
+		line := fmt.Sprintf("%d. %s", i+1, s.GetTitle())
+		if s.GetNode() != "" && !strings.Contains(s.GetTitle(), s.GetNode()) {
+			line += " [" + s.GetNode() + "]"
+		}
+		if s.GetFromVersion() != "" || s.GetToVersion() != "" {
+			line += fmt.Sprintf(" %s → %s", s.GetFromVersion(), s.GetToVersion())
+		}
+		if s.GetImage() != "" {
+			line += " `" + s.GetImage() + "`"
+		}
+		b.WriteString(line + "\n")
+	}
+	for _, pc := range p.GetPreconditions() {
+		mark := "✅"
+		if !pc.GetOk() {
+			mark = "❌"
+		}
+		b.WriteString(fmt.Sprintf("%s %s %s\n", mark, pc.GetName(), pc.GetDetail()))
+	}
+	for _, w := range p.GetWarnings() {
+		b.WriteString("⚠️ " + w + "\n")
+	}
+	return b.String()
 }
 
 func firstLine(s string) string {

@@ -1,0 +1,181 @@
+package bot_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/state"
+)
+
+func TestPromotionGate(t *testing.T) {
+	e := newEnv(t)
+	_, _ = e.submit("alice", "prd", "/talos roll v7")
+	// Refused before staging, naming the staging command to run.
+	recs := waitAudit(t, e, state.AuditQuery{Action: "failed", Cluster: "production"})
+	if !strings.Contains(recs[0].Detail["error"], "R6: roll v7 has not succeeded on staging") || !strings.Contains(recs[0].Detail["error"], "run `/talos roll v7 staging` first") {
+		t.Fatalf("refusal = %q", recs[0].Detail["error"])
+	}
+	e.promote("v7")
+	id, err := e.submit("alice", "prd", "/talos roll v7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := e.await(id, state.StateAwaitingApproval)
+	if !strings.HasPrefix(strings.Join(op.Flags, ","), "promoted-from:") {
+		t.Fatalf("flags = %v", op.Flags)
+	}
+	// A staging run older than promotion_max_age (14d) no longer counts.
+	e.clock.Add(15 * 24 * time.Hour)
+	id2, _ := e.submit("alice", "prd", "/talos roll v7")
+	if op := e.await(id2, state.StateFailed); !strings.Contains(op.Error, "R6") {
+		t.Fatalf("stale staging run accepted: %+v", op)
+	}
+}
+
+func TestSkipStagingNeedsExtraApprovalAndIsFlagged(t *testing.T) {
+	e := newEnv(t)
+	id, err := e.submit("alice", "prd", "/talos roll v8 --skip-staging")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateAwaitingApproval)
+	approve := e.sink.button(t, id, "Approve")
+	if err := e.eng.Act(context.Background(), bot.Origin{User: "bob"}, approve); err != nil {
+		t.Fatal(err)
+	}
+	if op, _ := e.eng.Operation(context.Background(), id); op.State != state.StateAwaitingApproval {
+		t.Fatalf("one approval ran a --skip-staging operation: %s", op.State)
+	}
+	if err := e.eng.Act(context.Background(), bot.Origin{User: "dave"}, approve); err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateSucceeded)
+	recs, _ := e.store.QueryAudit(context.Background(), state.AuditQuery{OpID: id, Action: "approval requested"})
+	if len(recs) != 1 || recs[0].Detail["flags"] != "skip-staging" || recs[0].Detail["required"] != "2" {
+		t.Fatalf("skip-staging not flagged in the audit: %+v", recs)
+	}
+}
+
+func TestFreezeRefusesDisruptive(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.submit("alice", "stg", `/talos freeze staging "etcd restore drill"`); err != nil {
+		t.Fatal(err)
+	}
+	ops0, _ := e.counts()
+	_, err := e.submit("bob", "stg", "/talos roll v2")
+	if err == nil || !strings.Contains(err.Error(), `cluster staging is frozen by alice`) || !strings.Contains(err.Error(), "etcd restore drill") {
+		t.Fatalf("frozen cluster: %v", err)
+	}
+	if ops, _ := e.counts(); ops != ops0 {
+		t.Fatal("a refused request created an operation")
+	}
+	// Reading is still allowed.
+	pid, err := e.submit("bob", "stg", "/talos probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(pid, state.StateSucceeded)
+	// A viewer may not freeze or unfreeze.
+	if _, err := e.submit("carol", "prd", `/talos freeze production "nope"`); err == nil || !strings.Contains(err.Error(), "viewer") {
+		t.Fatalf("viewer freeze: %v", err)
+	}
+	if _, err := e.submit("bob", "stg", "/talos unfreeze staging"); err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.submit("bob", "stg", "/talos roll v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateSucceeded)
+	for _, action := range []string{"frozen", "unfrozen"} {
+		if recs, _ := e.store.QueryAudit(context.Background(), state.AuditQuery{Action: action, Cluster: "staging"}); len(recs) != 1 {
+			t.Fatalf("%s not audited: %+v", action, recs)
+		}
+	}
+}
+
+const windowConfig = `
+data_dir: %s
+clusters:
+  - name: staging
+    environment: staging
+    channels: [stg]
+    endpoints: [127.0.0.1]
+    nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}]
+    credentials: {source: files, talosconfig: "file:%s"}
+  - name: production
+    environment: production
+    channels: [prd]
+    endpoints: [127.0.0.2]
+    nodes: [{name: cp-1, address: 127.0.0.2, role: controlplane, host: pve1}]
+    credentials: {source: files, talosconfig: "file:%s"}
+policy:
+  production:
+    approvers: [alice]
+    allow_self_approval: true
+    maintenance_windows:
+      - {days: [tue], start: "20:00", end: "23:00", timezone: Europe/Berlin}
+`
+
+func TestMaintenanceWindow(t *testing.T) {
+	e := newEnvConfig(t, windowConfig) // the clock says Monday 12:00 UTC
+	e.promote("v3")
+	_, err := e.submit("alice", "prd", "/talos roll v3")
+	if err == nil || !strings.Contains(err.Error(), "outside every production maintenance window (tue 20:00–23:00 Europe/Berlin)") {
+		t.Fatalf("outside window: %v", err)
+	}
+	id, err := e.submit("alice", "prd", "/talos roll v3 --outside-window")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateAwaitingApproval) // allowed, but only with approval
+	if err := e.eng.Cancel(context.Background(), bot.Origin{User: "alice"}, id); err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateCancelled)
+	// Tuesday 20:30 in Berlin (19:30 UTC in winter) is inside the window.
+	e.clock.Add(24*time.Hour + 7*time.Hour + 30*time.Minute)
+	id, err = e.submit("alice", "prd", "/talos roll v3")
+	if err != nil {
+		t.Fatalf("inside window: %v", err)
+	}
+	e.await(id, state.StateAwaitingApproval)
+}
+
+func TestSoloOperatorConfirmsOwnApproval(t *testing.T) {
+	e := newEnvConfig(t, windowConfig)
+	e.clock.Add(24*time.Hour + 7*time.Hour + 30*time.Minute) // inside the window
+	e.promote("v4")
+	id, _ := e.submit("alice", "prd", "/talos roll v4")
+	e.await(id, state.StateAwaitingApproval)
+	ctx := context.Background()
+	if err := e.eng.Act(ctx, bot.Origin{User: "alice"}, e.sink.button(t, id, "Approve")); err != nil {
+		t.Fatal(err)
+	}
+	e.sink.waitReply(t, "You are approving your own request "+id)
+	if op, _ := e.eng.Operation(ctx, id); op.State != state.StateAwaitingApproval {
+		t.Fatalf("self-approval ran without the confirm step: %s", op.State)
+	}
+	if err := e.eng.Act(ctx, bot.Origin{User: "alice"}, e.sink.button(t, "reply", "Confirm my approval")); err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateSucceeded)
+	recs, _ := e.store.QueryAudit(ctx, state.AuditQuery{OpID: id, Action: "approval"})
+	if len(recs) != 1 || recs[0].Detail["self_approval"] == "" {
+		t.Fatalf("self approval not marked in the audit: %+v", recs)
+	}
+}
+
+// waitAudit waits until the query returns at least one record.
+func waitAudit(t *testing.T, e *env, q state.AuditQuery) []state.AuditRecord {
+	t.Helper()
+	var recs []state.AuditRecord
+	waitFor(t, "audit records", func() bool {
+		recs, _ = e.store.QueryAudit(context.Background(), q)
+		return len(recs) > 0
+	})
+	return recs
+}
