@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 )
 
 // No Docker engine runs here, so check what can be checked: every path the
@@ -68,5 +70,37 @@ func TestDockerfileMatchesRepoAndMakefile(t *testing.T) {
 	}
 	if f, err := exec.Command("file", out).Output(); err == nil && !strings.Contains(string(f), "statically linked") {
 		t.Fatalf("binary is not static: %s", f)
+	}
+}
+
+func TestDeployFiles(t *testing.T) {
+	unit, err := os.ReadFile("../../deploy/systemd/talosbot.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ProtectSystem=strict", "NoNewPrivileges=yes", "StateDirectory=talosbot", "ExecStart=/usr/local/bin/talosbot serve --config ", "ExecStartPre=/usr/local/bin/talosbot config check --config "} {
+		if !strings.Contains(string(unit), want) {
+			t.Errorf("systemd unit lacks %q", want)
+		}
+	}
+	raw, err := os.ReadFile("../../deploy/docker-compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose struct {
+		Services map[string]struct {
+			Build   struct{ Context, Dockerfile string }
+			Command []string
+		}
+	}
+	if err := yaml.Unmarshal(raw, &compose); err != nil {
+		t.Fatalf("docker-compose.yaml: %v", err)
+	}
+	svc, ok := compose.Services["talosbot"]
+	if !ok || svc.Build.Dockerfile != "Dockerfile" || len(svc.Command) == 0 || svc.Command[0] != "serve" {
+		t.Fatalf("compose service: %+v", compose.Services)
+	}
+	if _, err := os.Stat(filepath.Join("../../deploy", svc.Build.Context, svc.Build.Dockerfile)); err != nil {
+		t.Fatalf("compose build context does not hold the Dockerfile: %v", err)
 	}
 }
