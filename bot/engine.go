@@ -310,6 +310,12 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.Address, Role: n.Role, Host: n.Host, Platform: n.Platform, InstallerClass: n.InstallerClass})
 	}
 	c := e.o.Config
+	extra := TerraformExtra(c, cl)
+	if op.Command == "gates" {
+		if err := e.drillEvidence(ctx, extra); err != nil {
+			return nil, err
+		}
+	}
 	return &lifecyclev1.OperationRequest{
 		OperationId: op.ID, Command: op.Command, Args: pluginArgs(op.Args), Cluster: pc, Requester: op.Requester,
 		Credentials: &lifecyclev1.Credentials{Talosconfig: creds.Talosconfig, Kubeconfig: creds.Kubeconfig},
@@ -317,6 +323,7 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 			SnapshotDir: c.SnapshotDir, GateTimeoutMs: c.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: c.Timeouts.Node.D().Milliseconds(),
 			KnownTalosReleases: c.Releases.Talos, RefuseNonLatestPatch: c.Releases.RefuseNonLatestPatch,
 			SnapshotKeep: int32(c.Snapshots.Keep), SnapshotMaxAgeSeconds: int64(c.Snapshots.MaxAge.D().Seconds()),
+			Extra: extra,
 		},
 	}, nil
 }
@@ -715,6 +722,33 @@ func (e *Engine) voidApprovals(ctx context.Context, op *state.Operation, plan *l
 	}
 	e.o.Sink.Thread(ctx, updated, "⚠️ "+why)
 	e.o.Sink.Operation(ctx, Update{Op: updated, Plan: plan, Buttons: buttons})
+}
+
+// drillEvidence fills the readiness-gates plugin's staging drill keys from
+// the newest succeeded staging operation of each drill's command. There is
+// no etcd-restore command yet, so that drill stays missing until one exists.
+func (e *Engine) drillEvidence(ctx context.Context, extra map[string]string) error {
+	drills := map[string]string{
+		"staging_drill_talos_upgrade":      "upgrade talos",
+		"staging_drill_kubernetes_upgrade": "upgrade k8s",
+		"staging_drill_node_replacement":   "node remove",
+	}
+	extra["staging_drills"] = "1"
+	return e.o.Store.View(ctx, func(tx *state.Tx) error {
+		for key, command := range drills {
+			ops, err := tx.Operations(state.OpFilter{Command: command, States: []state.OpState{state.StateSucceeded}})
+			if err != nil {
+				return err
+			}
+			for _, o := range ops {
+				if o.Environment == config.EnvStaging {
+					extra[key] = o.ID + " " + o.EndedAt.UTC().Format(time.RFC3339)
+					break
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // stagingLookup finds succeeded staging operations for the promotion gate.

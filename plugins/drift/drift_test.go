@@ -1,0 +1,182 @@
+package drift_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"google.golang.org/protobuf/types/known/emptypb"
+
+	"github.com/talosbot/talosbot/internal/testenv"
+	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/drift"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/sim"
+)
+
+func request(c *sim.Cluster, kubeconfig []byte, declared map[string]string) *lifecyclev1.OperationRequest {
+	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging", Declared: declared}
+	for _, n := range c.Nodes() {
+		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host})
+	}
+	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: drift.Command, Cluster: pc,
+		Credentials: &lifecyclev1.Credentials{Talosconfig: c.Talosconfig(), Kubeconfig: kubeconfig}}
+}
+
+func run(ctx context.Context, t *testing.T, req *lifecyclev1.OperationRequest) *lifecyclev1.Result {
+	t.Helper()
+	rec, err := sdktest.Run(ctx, drift.New(), req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec.FinalResult()
+}
+
+func mustContain(t *testing.T, res *lifecyclev1.Result, wants ...string) {
+	t.Helper()
+	all := strings.Join(res.GetLines(), "\n")
+	for _, w := range wants {
+		if !strings.Contains(all, w) {
+			t.Fatalf("lines lack %q:\n%s", w, all)
+		}
+	}
+}
+
+// upgrade runs a legacy Talos upgrade of one sim node and waits until it
+// answers with the new version.
+func upgrade(ctx context.Context, t *testing.T, cli *client.Client, ip, to string) {
+	t.Helper()
+	img := "factory.talos.dev/nocloud-installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:" + to
+	if _, err := cli.Upgrade(client.WithNode(ctx, ip), img, false, true); err != nil {
+		t.Fatalf("upgrade %s: %v", ip, err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := cli.MachineClient.Version(client.WithNode(ctx, ip), &emptypb.Empty{})
+		if err == nil && resp.GetMessages()[0].GetVersion().GetTag() == to {
+			return
+		}
+		if err == nil {
+			err = errors.New("still " + resp.GetMessages()[0].GetVersion().GetTag())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not come back on %s: %v", ip, to, err)
+		}
+		<-tick.C
+	}
+}
+
+func TestDriftAfterSimUpgrade(t *testing.T) {
+	kube := testenv.StartKube(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 3, Workers: 1, Kube: kube.Client, RebootDelay: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	declared := map[string]string{"talos_version": "v1.12.6", "kubernetes_version": "v1.35.2"}
+	req := request(c, kube.Kubeconfig, declared)
+
+	plan, err := drift.New().Plan(ctx, req)
+	if err != nil || len(plan.GetSteps()) != 3 || len(plan.GetWarnings()) != 0 {
+		t.Fatalf("plan = %v, %v", plan, err)
+	}
+	res := run(ctx, t, req)
+	if !res.GetOk() {
+		t.Fatalf("no drift expected: %v", res)
+	}
+	mustContain(t, res, `✅ talos: talos_version = "v1.12.6": every node runs it (4)`, `✅ kubernetes: talos_kubernetes_version = "v1.35.2"`,
+		"✅ membership: the 4 inventory nodes match Talos, etcd, Kubernetes")
+
+	inv, err := cluster.InventoryFrom(req.GetCluster())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := cluster.NewTalosClient(ctx, c.Talosconfig(), cluster.Addresses(inv.ControlPlanes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	addr := func(name string) string { n, _ := inv.Node(name); return n.Address }
+
+	// Mid-roll: one node upgraded. Drift is reported and Terraform must not move yet (R18).
+	upgrade(ctx, t, cli, addr("worker-1"), "v1.13.9")
+	res = run(ctx, t, req)
+	if res.GetOk() {
+		t.Fatalf("drift expected after upgrading worker-1: %v", res)
+	}
+	mustContain(t, res, "❌ talos: Talos versions differ: v1.12.6 on cp-1, cp-2, cp-3; v1.13.9 on worker-1",
+		`→ no Terraform change yet: keep talos_version = "v1.12.6" until every node runs one version (R18)`)
+
+	// Every node upgraded: the exact change is to bump talos_version.
+	for _, n := range []string{"cp-1", "cp-2", "cp-3"} {
+		upgrade(ctx, t, cli, addr(n), "v1.13.9")
+	}
+	res = run(ctx, t, req)
+	mustContain(t, res, `❌ talos: every node runs Talos v1.13.9 but Terraform declares talos_version = "v1.12.6"`,
+		`→ set talos_version = "v1.13.9" in variables_talos.tf, then /talos tf plan and apply`)
+	if res.GetOk() || res.GetSummary() != "staging: 1 difference between Terraform and the cluster" {
+		t.Fatalf("result = %v", res)
+	}
+
+	// Inventory drift: worker-1 dropped from the inventory (still a node), a
+	// removed node left in it; and a stale Kubernetes declaration.
+	req = request(c, kube.Kubeconfig, map[string]string{"talos_version": "v1.13.9", "talos_kubernetes_version": "v1.34.4"})
+	var nodes []*lifecyclev1.Node
+	for _, n := range req.Cluster.Nodes {
+		if n.Name != "worker-1" {
+			nodes = append(nodes, n)
+		}
+	}
+	ghost := addr("cp-1")
+	ghost = ghost[:strings.LastIndex(ghost, ".")] + ".200"
+	req.Cluster.Nodes = append(nodes, &lifecyclev1.Node{Name: "worker-9", Address: ghost, Role: "worker", Host: "pve2"})
+	res = run(ctx, t, req)
+	mustContain(t, res,
+		`❌ kubernetes: every node runs kubelet v1.35.2 but Terraform declares talos_kubernetes_version = "v1.34.4"`,
+		`→ set talos_kubernetes_version = "v1.35.2" in variables_talos.tf`,
+		"❌ membership: worker-9 ("+ghost+") is in the inventory but is not a Kubernetes node and does not answer the Talos API: removed, still in the inventory",
+		`→ remove the "worker-9" entry from talos_nodes`,
+		"❌ membership: Kubernetes node worker-1 ("+addr("worker-1")+") is not in the inventory",
+		`→ add "worker-1" to talos_nodes if it belongs to the cluster`)
+	if !strings.Contains(res.GetLines()[0], "cannot read the Talos version of worker-9") {
+		t.Fatalf("an unreachable node must block a version verdict: %v", res.GetLines())
+	}
+}
+
+func TestAnalyzeWithoutKubernetes(t *testing.T) {
+	inv := cluster.Inventory{Name: "p", Nodes: []cluster.Node{
+		{Name: "cp-1", Address: "10.0.0.1", Role: "controlplane"},
+		{Name: "cp-2", Address: "10.0.0.2", Role: "controlplane"},
+		{Name: "w-1", Address: "10.0.0.4", Role: "worker"},
+	}}
+	o := drift.Observed{
+		Talos:    map[string]string{"cp-1": "v1.12.6", "w-1": "v1.12.6"},
+		TalosErr: map[string]string{"cp-2": "connection refused"},
+		Etcd:     true, KubeErr: "no kubeconfig",
+		EtcdMembers: []drift.EtcdMember{{Name: "cp-1", PeerHost: "10.0.0.1"}, {Name: "cp-7", PeerHost: "10.0.0.7"}},
+	}
+	got := strings.Join(drift.Analyze(inv, "v1.12.6", "v1.35.2", o).Lines(), "\n")
+	for _, w := range []string{
+		"❌ talos: cannot read the Talos version of cp-2 (unreachable)",
+		"skipped: no Kubernetes API (no kubeconfig)",
+		"❌ membership: cp-2 (10.0.0.2) does not answer the Talos API and is not an etcd member",
+		"❌ membership: etcd member cp-7 (10.0.0.7) is not in the inventory",
+	} {
+		if !strings.Contains(got, w) {
+			t.Fatalf("lack %q in\n%s", w, got)
+		}
+	}
+	// A control plane that is still an etcd member is down, not removed.
+	o.EtcdMembers = append(o.EtcdMembers, drift.EtcdMember{Name: "cp-2", PeerHost: "10.0.0.2"})
+	if got := strings.Join(drift.Analyze(inv, "v1.12.6", "", o).Lines(), "\n"); strings.Contains(got, "cp-2 (10.0.0.2) does not answer") {
+		t.Fatalf("cp-2 is an etcd member: %s", got)
+	}
+}

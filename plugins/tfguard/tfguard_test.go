@@ -1,0 +1,101 @@
+package tfguard_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/internal/terraform/tftest"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/plugins/tfguard"
+)
+
+func request(root, bin string) *lifecyclev1.OperationRequest {
+	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: tfguard.Command,
+		Cluster:  &lifecyclev1.Cluster{Name: "staging", Environment: "staging"},
+		Settings: &lifecyclev1.Settings{Extra: map[string]string{tfguard.ExtraRoot: root, tfguard.ExtraBinary: bin, tfguard.ExtraConfigKey: "clusters[0].credentials.terraform"}}}
+}
+
+func run(t *testing.T, p *tfguard.Plugin, req *lifecyclev1.OperationRequest) *lifecyclev1.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rec, err := sdktest.Run(ctx, p, req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec.FinalResult()
+}
+
+func TestDescribeIsReadOnly(t *testing.T) {
+	m, err := tfguard.New().Describe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := m.GetCommands()[0]; c.GetName() != "tf plan" || c.GetEffect() != lifecyclev1.Effect_EFFECT_READ_ONLY {
+		t.Fatalf("manifest = %v", m)
+	}
+}
+
+func TestPlanNeedsRoot(t *testing.T) {
+	req := request("", "")
+	_, err := tfguard.New().Plan(context.Background(), req)
+	if err == nil || !strings.Contains(err.Error(), "clusters[0].credentials.terraform.root") || !strings.Contains(err.Error(), "terraform_root") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestSecretsReplacementIsRefusedWithR5(t *testing.T) {
+	bin := tftest.Binary(t)
+	root := tftest.Root(t, bin, nil)
+	tmp := t.TempDir()
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	req := request(root, bin)
+
+	plan, err := tfguard.New().Plan(context.Background(), req)
+	if err != nil || len(plan.GetSteps()) != 2 || !strings.Contains(plan.GetSummary(), "talos_machine_secrets") {
+		t.Fatalf("plan = %v, %v", plan, err)
+	}
+
+	// No change: passes.
+	res := run(t, &tfguard.Plugin{Env: env, TempDir: tmp}, req)
+	if !res.GetOk() || res.GetSummary() != "staging: No changes. R5 guard passed." {
+		t.Fatalf("unchanged root: %v", res)
+	}
+
+	// An in-place change passes and is summarised.
+	res = run(t, &tfguard.Plugin{Env: append(env, "TF_VAR_config_revision=7"), TempDir: tmp}, req)
+	if !res.GetOk() || !strings.Contains(res.GetSummary(), "Plan: 0 to add, 1 to change, 0 to destroy.") ||
+		strings.Join(res.GetLines(), ";") != "update terraform_data.machine_config" {
+		t.Fatalf("in-place change: %v", res)
+	}
+
+	// Replacing the machine secrets is refused (R5).
+	res = run(t, &tfguard.Plugin{Env: append(env, "TF_VAR_secrets_generation=2"), TempDir: tmp}, req)
+	r := res.GetRefusal()
+	if res.GetOk() || r.GetRule() != "R5" || !strings.Contains(r.GetReason(), "replace terraform_data.talos_machine_secrets (cluster secrets)") || r.GetFix() == "" {
+		t.Fatalf("secrets replacement: %v", res)
+	}
+
+	// A configured VM name is protected too.
+	req.Settings.Extra[tfguard.ExtraProtectedVMs] = "proxmox_virtual_environment_vm, talos_node"
+	res = run(t, &tfguard.Plugin{Env: append(env, "TF_VAR_node_generation=2"), TempDir: tmp}, req)
+	if res.GetOk() || !strings.Contains(res.GetRefusal().GetReason(), "replace terraform_data.talos_node (node VM)") {
+		t.Fatalf("node replacement: %v", res)
+	}
+
+	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+		t.Fatalf("runs left %d entries (plan files?) in the temp dir", len(ents))
+	}
+}
+
+func TestMissingBinaryFailsWithConfigKey(t *testing.T) {
+	req := request(t.TempDir(), "tofu")
+	res := run(t, &tfguard.Plugin{Env: []string{"PATH=" + t.TempDir()}}, req)
+	if res.GetOk() || !strings.Contains(res.GetError(), "clusters[0].credentials.terraform.binary") {
+		t.Fatalf("result = %v", res)
+	}
+}
