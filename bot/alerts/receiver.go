@@ -289,7 +289,14 @@ func (r *Receiver) Handle(ctx context.Context, p *Payload) (string, error) {
 		outcome = OutcomeUnchanged
 	default:
 		if err := r.o.Chat.Edit(ctx, channel, g.Ref, msg); err != nil {
-			return "", fmt.Errorf("edit alert message %s in %s: %w", g.Ref, channel, err)
+			// The message is gone (deleted, or the platform forgot it):
+			// post a new one for the group rather than failing forever.
+			r.o.Logger.Warn("edit alert message failed; posting a new one", "group", shortKey(p.GroupKey), "ref", g.Ref, "err", err)
+			ref, perr := r.o.Chat.Post(ctx, channel, "", msg)
+			if perr != nil {
+				return "", fmt.Errorf("edit alert message %s in %s: %w; post a new one: %w", g.Ref, channel, err, perr)
+			}
+			g.Ref = ref
 		}
 		if p.Status == StatusResolved {
 			outcome = OutcomeResolved

@@ -120,8 +120,8 @@ func MaintenanceRecord(op *state.Operation, recs []state.AuditRecord, approvals 
 			if s.Detail != "" {
 				line += ": " + firstLine(s.Detail)
 			}
-			if !s.StartedAt.IsZero() && !s.EndedAt.IsZero() {
-				line += fmt.Sprintf(" (%s)", s.EndedAt.Sub(s.StartedAt).Truncate(time.Second))
+			if d := s.EndedAt.Sub(s.StartedAt); !s.StartedAt.IsZero() && !s.EndedAt.IsZero() && d >= time.Second {
+				line += fmt.Sprintf(" (%s)", d.Truncate(time.Second))
 			}
 			b.WriteString(line + "\n")
 		}

@@ -13,7 +13,7 @@ import (
 // are cut with "…" so the columns stay aligned.
 func ChatTable(recs []state.AuditRecord) string {
 	var b strings.Builder
-	widths := []int{6, 16, 10, 16, 10, 10, 12}
+	widths := []int{6, 16, 10, 16, 12, 10, 12}
 	row := func(cols ...string) {
 		var line strings.Builder
 		for i, c := range cols {

@@ -18,6 +18,7 @@ import (
 	"github.com/talosbot/talosbot/bot/chat/discord"
 	"github.com/talosbot/talosbot/bot/chat/slack"
 	"github.com/talosbot/talosbot/bot/chat/web"
+	"github.com/talosbot/talosbot/bot/metrics"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/builtin"
 	"github.com/talosbot/talosbot/plugins/host"
@@ -36,6 +37,7 @@ type app struct {
 	discord *discord.Adapter
 	srv     *http.Server
 	ln      net.Listener
+	metrics *metrics.Metrics
 
 	stopAdapters context.CancelFunc
 	adapters     sync.WaitGroup
@@ -102,6 +104,10 @@ type appOptions struct {
 	userLabels   map[string]string
 	creds        bot.CredentialSource
 	extraRoutes  func(mux *http.ServeMux)
+	// APIs (api.go): each is off while its token is empty.
+	auditToken     string
+	alertsToken    string
+	alertsFallback string // channel for alerts whose cluster has none
 }
 
 func newLogger() *slog.Logger {
@@ -121,7 +127,7 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	if err != nil {
 		return nil, fmt.Errorf("open state: %w", err)
 	}
-	a := &app{cfg: cfg, log: log, store: st}
+	a := &app{cfg: cfg, log: log, store: st, metrics: metrics.New()}
 	exe, err := os.Executable()
 	if err != nil {
 		a.close()
@@ -131,7 +137,8 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	for _, p := range cfg.Plugins.External {
 		ext = append(ext, host.External{Name: p.Name, Path: p.Path, SHA256: p.SHA256})
 	}
-	a.plugins, err = host.New(host.Options{Executable: exe, BuiltIn: builtin.Names(), External: ext, RunTimeout: cfg.Timeouts.Run.D(), Logger: log})
+	a.plugins, err = host.New(host.Options{Executable: exe, BuiltIn: builtin.Names(), External: ext, RunTimeout: cfg.Timeouts.Run.D(), Logger: log,
+		OnRestart: a.metrics.PluginRestarted})
 	if err != nil {
 		a.close()
 		return nil, err
@@ -144,11 +151,12 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	}
 	creds := o.creds
 	if creds == nil {
-		creds = bot.FileCredentials{}
+		creds = bot.SourceCredentials{Config: cfg}
 	}
+	chatMux := chat.NewMux(a.console, platforms)
 	a.engine, err = bot.New(ctx, bot.Options{
 		Config: cfg, Store: st, Plugins: a.plugins, Credentials: creds, Policy: approvals.New(cfg),
-		Sink: bot.NewRenderer(chat.NewMux(a.console, platforms), nil, log), Logger: log,
+		Sink: bot.NewRenderer(chatMux, nil, log), Logger: log, Observer: a.metrics,
 	})
 	if err != nil {
 		a.close()
@@ -186,6 +194,10 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	}
 	if a.discord != nil && cfg.Chat.Discord.PublicKey != "" {
 		mux.Handle("/discord/", a.discord.HTTPHandler())
+	}
+	if err := a.mountAPIs(runCtx, mux, chatMux, o); err != nil {
+		a.close()
+		return nil, err
 	}
 	if o.extraRoutes != nil {
 		o.extraRoutes(mux)

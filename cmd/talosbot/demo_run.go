@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/talosbot/talosbot/bot/alerts"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/testenv"
 )
@@ -72,6 +73,7 @@ func runDemo(ctx context.Context, out io.Writer, listen, dataDir string) error {
 	for i, s := range specs {
 		cfg.Clusters = append(cfg.Clusters, clusters[i].inventory(s.name, s.env, nil))
 	}
+	cfg.Alerts.Rules = alerts.DefaultRules()
 	cfg.ApplyDefaults()
 	if errs := cfg.Validate(); len(errs) > 0 {
 		return &config.Errors{List: errs}
@@ -80,8 +82,15 @@ func runDemo(ctx context.Context, out io.Writer, listen, dataDir string) error {
 	if raw, err := yaml.Marshal(cfg); err == nil {
 		_ = os.WriteFile(filepath.Join(dataDir, "talosbot.yaml"), raw, 0o600)
 	}
+	// One generated token for the audit API and the alert webhook; the
+	// console itself stays open (loopback only).
+	token, err := newDemoToken(dataDir)
+	if err != nil {
+		return err
+	}
 	a, err := startApp(ctx, cfg, appOptions{consoleOn: true, channels: []string{"ops"}, users: demoUsers(),
-		userLabels: map[string]string{"alice": "operator", "bob": "approver", "carol": "viewer"}})
+		userLabels: map[string]string{"alice": "operator", "bob": "approver", "carol": "viewer"},
+		auditToken: token, alertsToken: token, alertsFallback: "ops"})
 	if err != nil {
 		return err
 	}
@@ -100,8 +109,13 @@ Try:
 Scripts can use the console API, e.g.
   curl -s -XPOST %s/api/console/commands -d '{"user":"alice","channel":"ops","text":"/talos health production"}'
   curl -s '%s/api/console/messages?channel=ops'
+Audit API and Alertmanager webhook (token %s, also in %s/demo-token):
+  curl -s -H "Authorization: Bearer $(cat %s/demo-token)" '%s/api/audit?since=1d&format=csv'
+  Alertmanager webhook_configs url: %s/api/alerts/alertmanager
+    http_config: {authorization: {type: Bearer, credentials_file: %s/demo-token}}
+  metrics: %s/metrics
 Press Ctrl-C to stop; everything lives under %s.
-`, url, dataDir, url, url, dataDir)
+`, url, dataDir, url, url, token, dataDir, dataDir, url, url, dataDir, url, dataDir)
 	<-ctx.Done()
 	fmt.Fprintln(out, "stopping the demo")
 	return nil

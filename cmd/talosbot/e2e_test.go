@@ -61,7 +61,7 @@ func buildEnginePlugin(t *testing.T) (path, sum string) {
 	return path, hex.EncodeToString(h[:])
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

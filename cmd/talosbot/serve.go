@@ -20,8 +20,11 @@ func newServeCmd() *cobra.Command {
 		Long: `Run talosbot for real. It loads and validates the config (the same checks as
 "talosbot config check"), opens DATA_DIR/talosbot.db, marks operations that were
 running when it last stopped as interrupted (resume or abandon them from chat),
-and serves /healthz, /readyz and, when chat.web.enabled is set, the console API
-on the listen address (bearer token required).`,
+and serves on the listen address: /healthz, /readyz, /metrics (Prometheus), the
+console API when chat.web.enabled is set, GET /api/audit when audit.token is set
+and POST /api/alerts/alertmanager when alerts.token is set (each with its own
+bearer token). Operation logs older than audit.log_retention (default 30d) are
+pruned hourly; the audit trail itself is kept forever.`,
 		Example: "  talosbot serve --config /etc/talosbot/talosbot.yaml",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -55,6 +58,10 @@ func serve(ctx context.Context, cfg *config.Config) error {
 				}
 			}
 		}
+	}
+	var err error
+	if o.auditToken, o.alertsToken, err = apiTokens(cfg); err != nil {
+		return err
 	}
 	a, err := startApp(ctx, cfg, o)
 	if err != nil {
