@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,19 +36,24 @@ type Fault struct {
 	NeverReturn bool
 	// SlowReboot adds to the reboot delay.
 	SlowReboot time.Duration
+	// StaticPodNotReady names a control-plane component ("kube-apiserver",
+	// "kube-controller-manager", "kube-scheduler") whose static pod on this node never becomes
+	// Ready after a config change (with Options.Kube and StaticPods). Clearing it makes the pod Ready.
+	StaticPodNotReady string
 }
 
 // faultJSON is Fault on the control API, with durations as Go duration strings ("250ms").
 type faultJSON struct {
-	Latency          string `json:"latency,omitempty"`
-	Unreachable      bool   `json:"unreachable,omitempty"`
-	UnhealthyService string `json:"unhealthyService,omitempty"`
-	EtcdStopped      bool   `json:"etcdStopped,omitempty"`
-	NoEtcdLeader     bool   `json:"noEtcdLeader,omitempty"`
-	ImagePullFailure bool   `json:"imagePullFailure,omitempty"`
-	BootFailure      bool   `json:"bootFailure,omitempty"`
-	NeverReturn      bool   `json:"neverReturn,omitempty"`
-	SlowReboot       string `json:"slowReboot,omitempty"`
+	Latency           string `json:"latency,omitempty"`
+	Unreachable       bool   `json:"unreachable,omitempty"`
+	UnhealthyService  string `json:"unhealthyService,omitempty"`
+	EtcdStopped       bool   `json:"etcdStopped,omitempty"`
+	NoEtcdLeader      bool   `json:"noEtcdLeader,omitempty"`
+	ImagePullFailure  bool   `json:"imagePullFailure,omitempty"`
+	BootFailure       bool   `json:"bootFailure,omitempty"`
+	NeverReturn       bool   `json:"neverReturn,omitempty"`
+	SlowReboot        string `json:"slowReboot,omitempty"`
+	StaticPodNotReady string `json:"staticPodNotReady,omitempty"`
 }
 
 // MarshalJSON implements json.Marshaler.
@@ -55,7 +61,7 @@ func (f Fault) MarshalJSON() ([]byte, error) {
 	j := faultJSON{
 		Unreachable: f.Unreachable, UnhealthyService: f.UnhealthyService, EtcdStopped: f.EtcdStopped,
 		NoEtcdLeader: f.NoEtcdLeader, ImagePullFailure: f.ImagePullFailure, BootFailure: f.BootFailure,
-		NeverReturn: f.NeverReturn,
+		NeverReturn: f.NeverReturn, StaticPodNotReady: f.StaticPodNotReady,
 	}
 
 	if f.Latency > 0 {
@@ -77,13 +83,13 @@ func (f *Fault) UnmarshalJSON(b []byte) error {
 	dec.DisallowUnknownFields()
 
 	if err := dec.Decode(&j); err != nil {
-		return fmt.Errorf("fault: %w (fields: latency, unreachable, unhealthyService, etcdStopped, noEtcdLeader, imagePullFailure, bootFailure, neverReturn, slowReboot)", err)
+		return fmt.Errorf("fault: %w (fields: latency, unreachable, unhealthyService, etcdStopped, noEtcdLeader, imagePullFailure, bootFailure, neverReturn, slowReboot, staticPodNotReady)", err)
 	}
 
 	*f = Fault{
 		Unreachable: j.Unreachable, UnhealthyService: j.UnhealthyService, EtcdStopped: j.EtcdStopped,
 		NoEtcdLeader: j.NoEtcdLeader, ImagePullFailure: j.ImagePullFailure, BootFailure: j.BootFailure,
-		NeverReturn: j.NeverReturn,
+		NeverReturn: j.NeverReturn, StaticPodNotReady: j.StaticPodNotReady,
 	}
 
 	var err error
@@ -112,6 +118,16 @@ func (c *Cluster) Inject(ctx context.Context, nodeName string, f Fault) error {
 
 	if (f.EtcdStopped || f.NoEtcdLeader) && n.info.Role != RoleControlPlane {
 		return fmt.Errorf("sim: etcd faults need a control-plane node; %s is a worker", n.info.Name)
+	}
+
+	if f.StaticPodNotReady != "" {
+		if n.info.Role != RoleControlPlane {
+			return fmt.Errorf("sim: staticPodNotReady needs a control-plane node; %s is a worker", n.info.Name)
+		}
+
+		if !slices.Contains(StaticPodComponents(), f.StaticPodNotReady) {
+			return fmt.Errorf("sim: staticPodNotReady %q is not a component; use one of %s", f.StaticPodNotReady, strings.Join(StaticPodComponents(), ", "))
+		}
 	}
 
 	c.faultMu.Lock()
@@ -152,6 +168,11 @@ func (c *Cluster) Inject(ctx context.Context, nodeName string, f Fault) error {
 		errs = append(errs, c.breakQuorum(n))
 	case !f.NoEtcdLeader && old.NoEtcdLeader:
 		errs = append(errs, c.restoreQuorum(ctx, n))
+	}
+
+	// Set, the fault acts on the next config change; cleared, the stuck pod becomes Ready.
+	if old.StaticPodNotReady != "" && f.StaticPodNotReady != old.StaticPodNotReady && n.hasStaticPods() {
+		n.markStaticPods(ctx)
 	}
 
 	c.log.Info("fault set", "node", n.info.Name, "fault", fmt.Sprintf("%+v", f))

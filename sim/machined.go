@@ -520,6 +520,8 @@ func (s *machined) ApplyConfiguration(_ context.Context, req *machineapi.ApplyCo
 			if err := s.n.c.kube.setVersions(context.Background(), s.n.info.Name, imageTag(img.Kubelet), s.n.talosVersion()); err != nil {
 				s.n.c.log.Warn("kube: update kubelet version", "node", s.n.info.Name, "err", err)
 			}
+
+			s.n.staticPodsChanged()
 		}
 	}
 

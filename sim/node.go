@@ -107,6 +107,8 @@ type node struct {
 	fault       Fault
 	etcdLeft    bool
 	returnCh    chan struct{} // closed to release a node held down by NeverReturn
+
+	staticMu sync.Mutex // serialises the kubelet's work on the node's static pods
 }
 
 func newNode(c *Cluster, info NodeInfo) *node {

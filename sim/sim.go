@@ -83,6 +83,13 @@ type Options struct {
 	HostLabel string
 	// DrainTimeout bounds the server-side drain of a legacy upgrade. Default 30s.
 	DrainTimeout time.Duration
+	// StaticPods (with Kube) publishes the control planes' static pods as mirror pods in
+	// kube-system and plays the kubelet for them on config changes. Off by default so that
+	// pod counts seen by existing tests do not change.
+	StaticPods bool
+	// StaticPodReadyDelay is how long a control-plane static pod recreated by a config change
+	// takes to become Ready. Default 200ms.
+	StaticPodReadyDelay time.Duration
 	// Logger receives sim events. Nil discards.
 	Logger *slog.Logger
 	// Now is the clock. Nil: time.Now.
@@ -210,6 +217,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			if err = c.kube.register(ctx, n.info, n.kubeletVersion(), n.talosVersion()); err != nil {
 				return nil, err
 			}
+
+			if _, err = n.syncStaticPods(ctx, true); err != nil {
+				return nil, err
+			}
 		}
 	}
 
@@ -271,6 +282,10 @@ func withDefaults(o Options) (Options, error) {
 
 	if o.DrainTimeout <= 0 {
 		o.DrainTimeout = DefaultDrainTimeout
+	}
+
+	if o.StaticPodReadyDelay <= 0 {
+		o.StaticPodReadyDelay = DefaultStaticPodReadyDelay
 	}
 
 	if o.Logger == nil {

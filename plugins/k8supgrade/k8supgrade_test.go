@@ -1,0 +1,404 @@
+package k8supgrade
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/talosbot/talosbot/internal/testenv"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/sim"
+)
+
+const (
+	from   = "v1.35.2"
+	target = "v1.36.3" // the testenv kube-apiserver's own version, so discovery is no downgrade
+	// supportsTarget is a Talos whose compatibility covers Kubernetes 1.36.
+	supportsTarget = "v1.13.9"
+)
+
+func TestDescribe(t *testing.T) {
+	m, err := New().Describe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// R11: this plugin serves the Kubernetes upgrade only; Talos upgrades are another plugin.
+	if m.GetName() != Name || len(m.GetCommands()) != 1 {
+		t.Fatalf("manifest = %v", m)
+	}
+	cmd := m.GetCommands()[0]
+	args := map[string]*lifecyclev1.Arg{}
+	for _, a := range cmd.GetArgs() {
+		args[a.GetName()] = a
+	}
+	if cmd.GetName() != "upgrade k8s" || cmd.GetEffect() != lifecyclev1.Effect_EFFECT_DISRUPTIVE || !cmd.GetNeedsSnapshot() ||
+		!args["version"].GetRequired() || args["version"].GetFlag() || args["cluster"].GetRequired() ||
+		!args["dry-run"].GetFlag() || !args["dry-run"].GetBoolean() || cmd.GetArgs()[0].GetName() != "version" {
+		t.Fatalf("command = %v", cmd)
+	}
+}
+
+func TestPlanRejectsBadInput(t *testing.T) {
+	req := &lifecyclev1.OperationRequest{Command: Command, Args: map[string]string{"version": "1.36"},
+		Cluster: &lifecyclev1.Cluster{Name: "x", Nodes: []*lifecyclev1.Node{{Name: "cp-1", Address: "127.0.0.1", Role: "controlplane"}}}}
+	if _, err := New().Plan(context.Background(), req); err == nil || !strings.Contains(err.Error(), "v1.36.3") {
+		t.Fatalf("partial version: %v", err)
+	}
+	req.Args["version"] = "1.36.3"
+	plan, err := New().Plan(context.Background(), req)
+	if err != nil || plan.GetRefusal().GetRule() != "R20" || !strings.Contains(plan.GetRefusal().GetFix(), "kubeconfig") {
+		t.Fatalf("no kubeconfig: plan %v, %v", plan, err)
+	}
+}
+
+// env is one sim cluster over the test's kube-apiserver.
+type env struct {
+	c    *sim.Cluster
+	kube *testenv.Kube
+	dir  string
+}
+
+func startEnv(t *testing.T, kube *testenv.Kube, talos string) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 3, Workers: 1, TalosVersion: talos, KubernetesVersion: from,
+		Kube: kube.Client, Kubeconfig: kube.Kubeconfig, StaticPods: true, StaticPodReadyDelay: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("start sim: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return &env{c: c, kube: kube, dir: t.TempDir()}
+}
+
+func (e *env) request(version string, args ...string) *lifecyclev1.OperationRequest {
+	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging",
+		Declared: map[string]string{"talos_kubernetes_version": from}}
+	for _, n := range e.c.Nodes() {
+		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host})
+	}
+	a := map[string]string{"version": version}
+	for i := 0; i+1 < len(args); i += 2 {
+		a[args[i]] = args[i+1]
+	}
+	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: Command, Args: a, Cluster: pc,
+		Credentials: &lifecyclev1.Credentials{Talosconfig: e.c.Talosconfig(), Kubeconfig: e.kube.Kubeconfig},
+		Settings:    &lifecyclev1.Settings{SnapshotDir: e.dir, GateTimeoutMs: 10000, NodeTimeoutMs: 20000}}
+}
+
+// applies counts ApplyConfiguration calls per node.
+func (e *env) applies() map[string]int {
+	out := map[string]int{}
+	for _, n := range e.c.Nodes() {
+		out[n.Name] = e.c.Calls(n.Name, "ApplyConfiguration")
+	}
+	return out
+}
+
+func delta(after, before map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range after {
+		out[k] = v - before[k]
+	}
+	return out
+}
+
+func wantCounts(t *testing.T, what string, got, want map[string]int) {
+	t.Helper()
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("%s: ApplyConfiguration calls %v, want %v", what, got, want)
+		}
+	}
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// refused asserts a plan refusal, the same refusal from Run, and no change to the cluster.
+func refused(t *testing.T, e *env, req *lifecyclev1.OperationRequest, rule string, want ...string) {
+	t.Helper()
+	ctx := ctxFor(t, 2*time.Minute)
+	before := e.applies()
+	plan, err := New().Plan(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := plan.GetRefusal()
+	text := r.GetReason() + " — " + r.GetFix()
+	t.Logf("refusal %s: %s", r.GetRule(), text)
+	if r.GetRule() != rule || r.GetFix() == "" {
+		t.Fatalf("plan refusal = %v, want rule %s", r, rule)
+	}
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Fatalf("refusal %q does not contain %q", text, w)
+		}
+	}
+	rec, _ := sdktest.Run(ctx, New(), req, nil)
+	if res := rec.FinalResult(); res.GetOk() || res.GetRefusal().GetRule() != rule {
+		t.Fatalf("run result = %v, want refusal %s", res, rule)
+	}
+	wantCounts(t, "after a refusal", delta(e.applies(), before), map[string]int{"cp-1": 0, "cp-2": 0, "cp-3": 0, "worker-1": 0})
+}
+
+// cancelAfter cancels the run once a step reports OK: what a SIGKILL right after that step
+// leaves behind.
+type cancelAfter struct {
+	*sdktest.Recorder
+	step   string
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfter) Step(ev *lifecyclev1.StepEvent) error {
+	err := c.Recorder.Step(ev)
+	if ev.GetStepId() == c.step && ev.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_OK {
+		c.cancel()
+	}
+	return err
+}
+
+func finalSteps(rec *sdktest.Recorder) map[string]*lifecyclev1.StepEvent {
+	out := map[string]*lifecyclev1.StepEvent{}
+	for _, s := range rec.Steps() {
+		out[s.GetStepId()] = s
+	}
+	return out
+}
+
+func staticPodsAt(t *testing.T, e *env, node, version string) {
+	t.Helper()
+	for _, comp := range sim.StaticPodComponents() {
+		p, err := e.kube.Client.CoreV1().Pods("kube-system").Get(context.Background(), sim.StaticPodName(comp, node), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready := false
+		for _, c := range p.Status.Conditions {
+			ready = ready || (c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue)
+		}
+		if !strings.HasSuffix(p.Spec.Containers[0].Image, ":"+version) || !ready {
+			t.Fatalf("%s: image %s ready %t, want %s Ready", p.Name, p.Spec.Containers[0].Image, ready, version)
+		}
+	}
+}
+
+func kubeletAt(t *testing.T, e *env, node, version string) {
+	t.Helper()
+	n, err := e.kube.Client.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Status.NodeInfo.KubeletVersion != version {
+		t.Fatalf("kubelet on %s at %s, want %s", node, n.Status.NodeInfo.KubeletVersion, version)
+	}
+}
+
+// TestUpgradeK8s runs the plugin against the sim and a real kube-apiserver. The subtests
+// share the apiserver and each starts a fresh sim (same node names, so it takes over the
+// Node and mirror pod objects).
+func TestUpgradeK8s(t *testing.T) {
+	kube := testenv.StartKube(t)
+
+	t.Run("refuses two minors at once (R20)", func(t *testing.T) {
+		e := startEnv(t, kube, supportsTarget)
+		refused(t, e, e.request("1.37.0"), "R20", "skips a minor", "lowest running version is v1.35.2", "v1.36.x first")
+	})
+
+	t.Run("refuses a downgrade (R21)", func(t *testing.T) {
+		e := startEnv(t, kube, supportsTarget)
+		refused(t, e, e.request("v1.35.1"), "R21", "downgrade is not a rollback", "v1.35.2 on kube-apiserver on cp-1", "etcd snapshot")
+	})
+
+	t.Run("refuses a version the nodes' Talos does not support (R20)", func(t *testing.T) {
+		e := startEnv(t, kube, "v1.12.6")
+		refused(t, e, e.request(target), "R20", "Talos v1.12.6 on cp-1, cp-2, cp-3, worker-1", "too new", "upgrade Talos first")
+	})
+
+	t.Run("dry run reports the plan and changes nothing", func(t *testing.T) {
+		e := startEnv(t, kube, supportsTarget)
+		ctx := ctxFor(t, 2*time.Minute)
+		req := e.request("1.36.3", "dry-run", "true")
+		plan, err := New().Plan(ctx, req)
+		if err != nil || plan.GetRefusal() != nil || plan.GetTarget() != target {
+			t.Fatalf("plan %v, %v", plan, err)
+		}
+		if !strings.Contains(strings.Join(plan.GetWarnings(), "\n"), "deprecation-guide") ||
+			!strings.Contains(strings.Join(plan.GetWarnings(), "\n"), "manifests are not synced") {
+			t.Fatalf("plan warnings must link the API removals and say manifests are not synced: %q", plan.GetWarnings())
+		}
+		rec, err := sdktest.Run(ctx, New(), req, nil)
+		res := rec.FinalResult()
+		lines := strings.Join(res.GetLines(), "\n")
+		if err != nil || !res.GetOk() || !strings.Contains(res.GetSummary(), "dry run") ||
+			!strings.Contains(lines, "cp-1: control plane v1.35.2 → v1.36.3") || !strings.Contains(lines, "kubelet on worker-1 v1.35.2 → v1.36.3") {
+			t.Fatalf("dry run: %v %v", res, err)
+		}
+		wantCounts(t, "dry run", e.applies(), map[string]int{"cp-1": 0, "cp-2": 0, "cp-3": 0, "worker-1": 0})
+		if len(rec.Artifacts()) != 0 {
+			t.Fatalf("dry run took a snapshot: %v", rec.Artifacts())
+		}
+	})
+
+	t.Run("happy path v1.35.2 to v1.36.3", func(t *testing.T) {
+		e := startEnv(t, kube, supportsTarget)
+		ctx := ctxFor(t, 3*time.Minute)
+		req := e.request("1.36.3")
+		plan, err := New().Plan(ctx, req)
+		if err != nil || plan.GetRefusal() != nil {
+			t.Fatalf("plan %v, %v", plan, err)
+		}
+		again, _ := New().Plan(ctx, req)
+		if string(again.GetCanonicalInputs()) != string(plan.GetCanonicalInputs()) {
+			t.Fatal("re-planning an unchanged cluster changed the canonical inputs (the approval would be voided)")
+		}
+		rec, err := sdktest.Run(ctx, New(), req, nil)
+		res := rec.FinalResult()
+		if err != nil || !res.GetOk() {
+			t.Fatalf("run: %v %v\n%s", res, err, strings.Join(res.GetLines(), "\n"))
+		}
+		for _, n := range []string{"cp-1", "cp-2", "cp-3"} {
+			staticPodsAt(t, e, n, target)
+		}
+		for _, n := range e.c.Nodes() {
+			kubeletAt(t, e, n.Name, target)
+			// R11: a Kubernetes upgrade never upgrades Talos.
+			if e.c.Calls(n.Name, "Upgrade") != 0 || e.c.NodeVersion(n.Name) != supportsTarget {
+				t.Fatalf("%s: Talos touched: %d upgrade calls, version %s", n.Name, e.c.Calls(n.Name, "Upgrade"), e.c.NodeVersion(n.Name))
+			}
+		}
+		// Control planes: static pods, kube-proxy image, kubelet; the worker: kubelet only.
+		wantCounts(t, "happy path", e.applies(), map[string]int{"cp-1": 3, "cp-2": 3, "cp-3": 3, "worker-1": 1})
+		if len(rec.Artifacts()) != 1 || rec.Artifacts()[0].GetName() != "etcd snapshot" {
+			t.Fatalf("want the etcd snapshot artifact first, got %v", rec.Artifacts())
+		}
+		assertOrder(t, rec)
+		lines := strings.Join(res.GetLines(), "\n")
+		t.Logf("%s\n%s", res.GetSummary(), lines)
+		for _, w := range []string{`talos_kubernetes_version = "v1.36.3"`, `Terraform declares "v1.35.2"`, "manifests are not synced",
+			"cp-1: control plane v1.35.2 → v1.36.3", "kubelet on worker-1 v1.35.2 → v1.36.3"} {
+			if !strings.Contains(lines, w) {
+				t.Fatalf("result lines lack %q:\n%s", w, lines)
+			}
+		}
+
+		// Idempotent: a second run changes nothing and skips every node.
+		before := e.applies()
+		rec, err = sdktest.Run(ctx, New(), req, nil)
+		if err != nil || !rec.FinalResult().GetOk() {
+			t.Fatalf("second run: %v %v", rec.FinalResult(), err)
+		}
+		wantCounts(t, "second run", delta(e.applies(), before), map[string]int{"cp-1": 0, "cp-2": 0, "cp-3": 0, "worker-1": 0})
+		steps := finalSteps(rec)
+		for _, id := range []string{"controlplane/cp-1", "controlplane/cp-3", "kube-proxy", "kubelet/cp-2", "kubelet/worker-1"} {
+			if steps[id].GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_SKIPPED {
+				t.Fatalf("second run: step %s = %v, want SKIPPED", id, steps[id])
+			}
+		}
+	})
+
+	t.Run("a static pod that never becomes Ready stops the upgrade and is named", func(t *testing.T) {
+		e := startEnv(t, kube, supportsTarget)
+		ctx := ctxFor(t, 3*time.Minute)
+		if err := e.c.Inject(ctx, "cp-2", sim.Fault{StaticPodNotReady: sim.ComponentScheduler}); err != nil {
+			t.Fatal(err)
+		}
+		req := e.request(target)
+		req.Settings.NodeTimeoutMs = 3000
+		rec, _ := sdktest.Run(ctx, New(), req, nil)
+		res := rec.FinalResult()
+		text := res.GetSummary() + "\n" + res.GetError() + "\n" + strings.Join(res.GetLines(), "\n")
+		t.Log(text)
+		if res.GetOk() || !strings.Contains(res.GetSummary(), "stopped at control plane cp-2") ||
+			!strings.Contains(res.GetError(), "kube-system/kube-scheduler-cp-2 not Ready") {
+			t.Fatalf("want a failure naming kube-scheduler-cp-2:\n%s", text)
+		}
+		if s := finalSteps(rec)["controlplane/cp-2"]; s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_FAILED {
+			t.Fatalf("step controlplane/cp-2 = %v", s)
+		}
+		// Stopped: cp-3 and every kubelet untouched.
+		wantCounts(t, "stopped at cp-2", e.applies(), map[string]int{"cp-1": 1, "cp-2": 1, "cp-3": 0, "worker-1": 0})
+		kubeletAt(t, e, "worker-1", from)
+	})
+
+	t.Run("resume after the first control plane skips it", func(t *testing.T) {
+		e := startEnv(t, kube, supportsTarget)
+		ctx := ctxFor(t, 3*time.Minute)
+		req := e.request(target)
+
+		// First run: killed right after cp-1's control plane was done.
+		runCtx, cancel := context.WithCancel(ctx)
+		rec := &cancelAfter{Recorder: sdktest.NewRecorder(nil), step: "controlplane/cp-1", cancel: cancel}
+		err := New().Run(runCtx, req, rec)
+		cancel()
+		if err == nil {
+			t.Fatal("cancelled run returned no error")
+		}
+		wantCounts(t, "first run", e.applies(), map[string]int{"cp-1": 1, "cp-2": 0, "cp-3": 0, "worker-1": 0})
+		staticPodsAt(t, e, "cp-1", target)
+
+		// The plan of the resumed operation says what is already done.
+		plan, err := New().Plan(ctx, req)
+		if err != nil || plan.GetRefusal() != nil {
+			t.Fatalf("plan after a partial run: %v %v", plan, err)
+		}
+		if !strings.Contains(plan.GetSteps()[len(plan.GetSteps())-1].GetTitle(), "talos_kubernetes_version") {
+			t.Fatalf("last step = %v", plan.GetSteps()[len(plan.GetSteps())-1])
+		}
+
+		before := e.applies()
+		rec2, err := sdktest.Run(ctx, New(), req, nil)
+		if err != nil || !rec2.FinalResult().GetOk() {
+			t.Fatalf("resumed run: %v %v", rec2.FinalResult(), err)
+		}
+		// cp-1's control plane is not applied again: only kube-proxy and kubelet.
+		wantCounts(t, "resumed run", delta(e.applies(), before), map[string]int{"cp-1": 2, "cp-2": 3, "cp-3": 3, "worker-1": 1})
+		steps := finalSteps(rec2)
+		if steps["controlplane/cp-1"].GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_SKIPPED ||
+			steps["controlplane/cp-2"].GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_OK {
+			t.Fatalf("resumed run steps: cp-1 %v, cp-2 %v", steps["controlplane/cp-1"], steps["controlplane/cp-2"])
+		}
+		for _, n := range e.c.Nodes() {
+			kubeletAt(t, e, n.Name, target)
+		}
+	})
+}
+
+// assertOrder checks the runbook order: snapshot, gate, control planes one at a time (each
+// finished before the next starts), kube-proxy, kubelets with control planes first, gate.
+func assertOrder(t *testing.T, rec *sdktest.Recorder) {
+	t.Helper()
+	var seq []string
+	seen := map[string]bool{}
+	for _, s := range rec.Steps() {
+		if s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_RUNNING || seen[s.GetStepId()] {
+			continue
+		}
+		seen[s.GetStepId()] = true
+		id := s.GetStepId()
+		switch {
+		case strings.HasPrefix(id, "snapshot-"):
+			id = "snapshot"
+		case strings.HasPrefix(id, gateBefore):
+			id = "gate-before"
+		case strings.HasPrefix(id, gateAfter):
+			id = "gate-after"
+		}
+		if len(seq) == 0 || seq[len(seq)-1] != id {
+			seq = append(seq, id)
+		}
+	}
+	want := []string{"snapshot", "gate-before", "controlplane/cp-1", "controlplane/cp-2", "controlplane/cp-3", "kube-proxy",
+		"kubelet/cp-1", "kubelet/cp-2", "kubelet/cp-3", "kubelet/worker-1", "gate-after", "drift-note"}
+	if strings.Join(seq, " ") != strings.Join(want, " ") {
+		t.Fatalf("step order:\n got %v\nwant %v", seq, want)
+	}
+}
