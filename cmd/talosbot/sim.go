@@ -102,7 +102,9 @@ func startSimCluster(ctx context.Context, o simOptions) (*simCluster, error) {
 	}
 	c := &simCluster{dir: o.dir}
 	so := sim.Options{Dir: o.dir, Name: o.name, ControlPlanes: o.controlPlanes, Workers: o.workers,
-		TalosVersion: o.talosVersion, KubernetesVersion: o.kubernetesVersion, RebootDelay: o.rebootDelay}
+		TalosVersion: o.talosVersion, KubernetesVersion: o.kubernetesVersion, RebootDelay: o.rebootDelay,
+		// With a kube-apiserver the sim plays the kubelet: static pods follow the config.
+		StaticPods: o.kube}
 	if o.kube {
 		kctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		k, err := testenv.StartKubeProcess(kctx, o.dir)
