@@ -16,6 +16,14 @@ done <<'LIST'
 ./state|^BenchmarkAuditQuery$|2000x
 ./plugins/host|^BenchmarkColdStart$|20x
 ./plugins/host|^BenchmarkPlanCall$|2s
+./plugins/cluster|^BenchmarkGate$|5x
+./plugins/cluster|^BenchmarkSnapshotWrite$|3x
+./bot/chat/slack|^BenchmarkSocketModeAck200$|20x
+./sim|^BenchmarkStart$|3x
+./sim|^BenchmarkStartWithKube$|3x
+./internal/testenv|^BenchmarkStartKube$|3x
+./plugins/talosupgrade|^BenchmarkRoll3Nodes$|1x
+./cmd/talosbot|^BenchmarkServeStartToReady$|3x
 LIST
 go run ./hack/benchreport -in "$out" -out docs/BENCHMARKS.md
 echo "wrote docs/BENCHMARKS.md" >&2

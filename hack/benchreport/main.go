@@ -38,6 +38,22 @@ func goals() []goal {
 		{Figure: "Audit query p99 ratio 1M/1k", Bench: "state/BenchmarkAuditQuery/records=1M", Ratio: "state/BenchmarkAuditQuery/records=1k", Metric: "p99-ns", Op: "<=", Value: 3, Unit: "×", Anchor: "issue 2: ≤ 3", Scale: 1},
 		{Figure: "Plugin cold start (launch + Describe)", Bench: "host/BenchmarkColdStart", Metric: "ns/op", Op: "<=", Value: 60, Unit: "ms", Anchor: "issue 2: ≤ 60 ms", Scale: 1e-6},
 		{Figure: "Plugin per-call overhead (no-op Plan)", Bench: "host/BenchmarkPlanCall", Metric: "ns/op", Op: "<=", Value: 300, Unit: "µs", Anchor: "issue 2: ≤ 300 µs", Scale: 1e-3},
+		{Figure: "Health gate, 3 nodes, 20 ms RPC latency", Bench: "cluster/BenchmarkGate/nodes=3", Metric: "ns/op", Op: "<=", Value: 30000, Unit: "ms", Anchor: "gate timeout 30 s", Scale: 1e-6},
+		{Figure: "Health gate, 30 nodes, 20 ms RPC latency", Bench: "cluster/BenchmarkGate/nodes=30", Metric: "ns/op", Op: "<=", Value: 30000, Unit: "ms", Anchor: "gate timeout 30 s", Scale: 1e-6},
+		{Figure: "Health gate wall time ratio 30/3 nodes", Bench: "cluster/BenchmarkGate/nodes=30", Ratio: "cluster/BenchmarkGate/nodes=3", Metric: "ns/op", Op: "<=", Value: 1.5, Unit: "×", Anchor: "issue 4: ≤ 1.5", Scale: 1},
+		{Figure: "512 MiB snapshot throughput / cat", Bench: "cluster/BenchmarkSnapshotWrite/size=512MiB/plugin", Ratio: "cluster/BenchmarkSnapshotWrite/size=512MiB/cat", Metric: "MB/s", Op: ">=", Value: 0.8, Unit: "×", Anchor: "issue 4: ≥ 0.8 of cat (the plugin also fsyncs and re-reads the file for etcdutl's status)", Scale: 1},
+		{Figure: "512 MiB snapshot throughput / (cat + fsync)", Bench: "cluster/BenchmarkSnapshotWrite/size=512MiB/plugin", Ratio: "cluster/BenchmarkSnapshotWrite/size=512MiB/cat+fsync", Metric: "MB/s", Op: ">=", Value: 0.8, Unit: "×", Anchor: "like-for-like durability", Scale: 1},
+		{Figure: "Snapshot anonymous memory growth, 64 MiB", Bench: "cluster/BenchmarkSnapshotWrite/size=64MiB/plugin", Metric: "anon-growth-MiB", Op: "<=", Value: 64, Unit: "MiB", Anchor: "issue 4: < 64 MiB", Scale: 1},
+		{Figure: "Snapshot anonymous memory growth, 512 MiB", Bench: "cluster/BenchmarkSnapshotWrite/size=512MiB/plugin", Metric: "anon-growth-MiB", Op: "<=", Value: 64, Unit: "MiB", Anchor: "issue 4: < 64 MiB and flat", Scale: 1},
+		{Figure: "Snapshot peak RSS (VmHWM, incl. mapped page cache), 512 MiB", Bench: "cluster/BenchmarkSnapshotWrite/size=512MiB/plugin", Metric: "peak-rss-MiB", Op: "<=", Value: 64, Unit: "MiB", Anchor: "issue 4: < 64 MiB (etcdutl maps the file to verify it)", Scale: 1},
+		{Figure: "Slack ack p99, 200 concurrent slash commands", Bench: "slack/BenchmarkSocketModeAck200", Metric: "ack-p99-ms", Op: "<=", Value: 10, Unit: "ms", Anchor: "issue 7: < 10 ms; Slack's limit is 3 s", Scale: 1},
+		{Figure: "Sim start, 3 CP + 2 workers (no Kubernetes)", Bench: "sim/BenchmarkStart", Metric: "ns/op", Op: "<=", Value: 10, Unit: "s", Anchor: "issue 3", Scale: 1e-9},
+		{Figure: "Sim start with Node registration (apiserver running)", Bench: "sim/BenchmarkStartWithKube", Metric: "ns/op", Op: "<=", Value: 10, Unit: "s", Anchor: "issue 3: sim + apiserver < 10 s together", Scale: 1e-9},
+		{Figure: "kube-apiserver + etcd + Flux CRDs start", Bench: "testenv/BenchmarkStartKube", Metric: "ns/op", Op: "<=", Value: 10, Unit: "s", Anchor: "issue 3: sim + apiserver < 10 s together", Scale: 1e-9},
+		{Figure: "3-node Talos roll overhead over reboots + gates (2 s reboots)", Bench: "talosupgrade/BenchmarkRoll3Nodes", Metric: "overhead-%", Op: "<=", Value: 10, Unit: "%", Anchor: "issue 5: ≤ 10 %", Scale: 1},
+		{Figure: "Bot start to ready (`talosbot serve`)", Bench: "talosbot/BenchmarkServeStartToReady", Metric: "ready-ms", Op: "<=", Value: 500, Unit: "ms", Anchor: "issue 11: < 500 ms", Scale: 1},
+		{Figure: "Bot idle RSS", Bench: "talosbot/BenchmarkServeStartToReady", Metric: "idle-rss-MiB", Op: "<=", Value: 40, Unit: "MiB", Anchor: "issue 11: < 40 MiB", Scale: 1},
+		{Figure: "Bot idle RSS incl. plugin processes", Bench: "talosbot/BenchmarkServeStartToReady", Metric: "idle-rss-with-plugins-MiB", Op: "<=", Value: 1000, Unit: "MiB", Anchor: "informational", Scale: 1},
 	}
 }
 
