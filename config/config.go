@@ -140,6 +140,8 @@ type Slack struct {
 	AppToken      Ref    `yaml:"app_token"`
 	BotToken      Ref    `yaml:"bot_token"`
 	SigningSecret Ref    `yaml:"signing_secret"`
+	// APIURL replaces https://slack.com/api/ (an egress proxy or a test double).
+	APIURL string `yaml:"api_url,omitempty"`
 }
 
 // Discord adapter settings.
@@ -149,6 +151,9 @@ type Discord struct {
 	PublicKey     string `yaml:"public_key"`
 	GuildID       string `yaml:"guild_id"`
 	Channel       string `yaml:"channel"`
+	// APIURL replaces https://discord.com/ for REST and gateway discovery
+	// (an egress proxy or a test double).
+	APIURL string `yaml:"api_url,omitempty"`
 }
 
 // Web is the local console; in serve it is off unless enabled and needs a token.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"regexp"
 	"sort"
 	"strings"
@@ -118,6 +119,9 @@ func (c *Config) Validate() []FieldError {
 		if s.Mode == "http" && s.SigningSecret.Empty() {
 			add("chat.slack.signing_secret", "is required in http mode (e.g. env:SLACK_SIGNING_SECRET)")
 		}
+		if s.APIURL != "" && !validURL(s.APIURL) {
+			add("chat.slack.api_url", "%q is not an http(s) URL", s.APIURL)
+		}
 		checkRefs(&errs, "chat.slack", map[string]Ref{"app_token": s.AppToken, "bot_token": s.BotToken, "signing_secret": s.SigningSecret})
 	}
 	if d := c.Chat.Discord; d != nil {
@@ -126,6 +130,9 @@ func (c *Config) Validate() []FieldError {
 		}
 		if d.ApplicationID == "" {
 			add("chat.discord.application_id", "is required")
+		}
+		if d.APIURL != "" && !validURL(d.APIURL) {
+			add("chat.discord.api_url", "%q is not an http(s) URL", d.APIURL)
 		}
 		checkRefs(&errs, "chat.discord", map[string]Ref{"token": d.Token})
 	}
@@ -273,6 +280,11 @@ func checkRefs(errs *[]FieldError, p string, refs map[string]Ref) {
 			}
 		}
 	}
+}
+
+func validURL(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != ""
 }
 
 func validEndpoint(ep string) bool {

@@ -53,7 +53,7 @@ func (a *app) chatAdapters(cfg *config.Config) (map[string]chat.Adapter, error) 
 		if err != nil {
 			return nil, fmt.Errorf("chat.slack.bot_token: %w", err)
 		}
-		o := slack.Options{BotToken: string(bot), Mode: slack.Mode(s.Mode), Logger: a.log}
+		o := slack.Options{BotToken: string(bot), Mode: slack.Mode(s.Mode), APIURL: s.APIURL, Logger: a.log}
 		if !s.AppToken.Empty() {
 			tok, err := s.AppToken.Resolve()
 			if err != nil {
@@ -78,7 +78,7 @@ func (a *app) chatAdapters(cfg *config.Config) (map[string]chat.Adapter, error) 
 		if err != nil {
 			return nil, fmt.Errorf("chat.discord.token: %w", err)
 		}
-		if a.discord, err = discord.New(discord.Options{Token: string(tok), ApplicationID: d.ApplicationID, PublicKey: d.PublicKey, GuildID: d.GuildID, Logger: a.log}); err != nil {
+		if a.discord, err = discord.New(discord.Options{Token: string(tok), ApplicationID: d.ApplicationID, PublicKey: d.PublicKey, GuildID: d.GuildID, APIURL: d.APIURL, Logger: a.log}); err != nil {
 			return nil, err
 		}
 		out[chat.PlatformDiscord] = a.discord
