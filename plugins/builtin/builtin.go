@@ -6,17 +6,31 @@ package builtin
 import (
 	"sort"
 
+	"github.com/talosbot/talosbot/plugins/drift"
+	"github.com/talosbot/talosbot/plugins/gates"
 	"github.com/talosbot/talosbot/plugins/healthgate"
+	"github.com/talosbot/talosbot/plugins/k8supgrade"
+	"github.com/talosbot/talosbot/plugins/noderemove"
+	"github.com/talosbot/talosbot/plugins/rollback"
 	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/snapshot"
+	"github.com/talosbot/talosbot/plugins/talosupgrade"
+	"github.com/talosbot/talosbot/plugins/tfguard"
 )
 
 // catalogue returns the constructors by name. It is a function so that the
 // catalogue is immutable.
 func catalogue() map[string]func() sdk.Plugin {
 	return map[string]func() sdk.Plugin{
-		healthgate.Name: healthgate.New,
-		snapshot.Name:   snapshot.New,
+		healthgate.Name:   healthgate.New,
+		k8supgrade.Name:   k8supgrade.New,
+		snapshot.Name:     snapshot.New,
+		talosupgrade.Name: talosupgrade.New,
+		rollback.Name:     rollback.New,
+		noderemove.Name:   noderemove.New,
+		tfguard.Name:      tfguard.New,
+		drift.Name:        drift.New,
+		gates.Name:        gates.New,
 	}
 }
 

@@ -1,0 +1,219 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	"google.golang.org/protobuf/types/known/emptypb"
+)
+
+// Quorum is the etcd membership as the control planes see it.
+type Quorum struct {
+	// Members are the etcd member names (hostnames), sorted.
+	Members []string
+	// Healthy are the members that answered EtcdStatus with the agreed
+	// leader, no errors and not as a learner, by inventory name.
+	Healthy []string
+	// Leader is the agreed leader's name ("" when none or disagreement).
+	Leader string
+	// Problems lists why members are not healthy, one entry per problem.
+	Problems []string
+}
+
+// Majority is the number of voting members a membership of n needs.
+func Majority(n int) int { return n/2 + 1 }
+
+// IsHealthy reports whether the member named is healthy.
+func (q Quorum) IsHealthy(name string) bool {
+	for _, h := range q.Healthy {
+		if h == name {
+			return true
+		}
+	}
+	return false
+}
+
+// IsMember reports whether name is an etcd member.
+func (q Quorum) IsMember(name string) bool {
+	for _, m := range q.Members {
+		if m == name {
+			return true
+		}
+	}
+	return false
+}
+
+// Summary is a chat line.
+func (q Quorum) Summary() string {
+	s := fmt.Sprintf("%d/%d etcd members healthy", len(q.Healthy), len(q.Members))
+	if q.Leader != "" {
+		s += ", leader " + q.Leader
+	}
+	if len(q.Problems) > 0 {
+		s += "; " + strings.Join(q.Problems, "; ")
+	}
+	return s
+}
+
+// ReadQuorum asks every control plane (the R4 targets) for its etcd status
+// and one healthy control plane for the member list. It never fails: what
+// it cannot learn becomes a problem.
+func ReadQuorum(ctx context.Context, c *Clients, inv Inventory) Quorum {
+	var q Quorum
+	targets := EtcdTargets(inv)
+	resp, err := c.Machine.EtcdStatus(client.WithNodes(ctx, targets...), &emptypb.Empty{})
+	var ok map[string]*machineapi.EtcdStatus
+	var fails []nodeFailure
+	if err != nil {
+		fails = allFailed(inv, targets, err)
+	} else {
+		ok, fails = byNode(inv, targets, resp.GetMessages())
+	}
+	if d, _ := describeFailures(fails); d != "" {
+		q.Problems = append(q.Problems, d)
+	}
+	names := map[uint64]string{}
+	leaders := map[uint64][]string{}
+	for _, cp := range inv.ControlPlanes() {
+		m, answered := ok[cp.Name]
+		if !answered {
+			continue
+		}
+		st := m.GetMemberStatus()
+		names[st.GetMemberId()] = cp.Name
+		leaders[st.GetLeader()] = append(leaders[st.GetLeader()], cp.Name)
+	}
+	var leaderID uint64
+	switch {
+	case len(leaders) == 1 && leaders[0] == nil:
+		for id := range leaders {
+			leaderID = id
+		}
+	case len(leaders[0]) > 0:
+		q.Problems = append(q.Problems, "no etcd leader on "+joinNames(leaders[0]))
+	case len(leaders) > 1:
+		q.Problems = append(q.Problems, "members disagree on the leader")
+	}
+	if leaderID != 0 {
+		q.Leader = nameOrID(names, leaderID)
+	}
+	for _, cp := range inv.ControlPlanes() {
+		m, answered := ok[cp.Name]
+		if !answered {
+			continue
+		}
+		st := m.GetMemberStatus()
+		switch {
+		case len(st.GetErrors()) > 0:
+			q.Problems = append(q.Problems, cp.Name+" reports errors: "+strings.Join(st.GetErrors(), ", "))
+		case st.GetIsLearner():
+			q.Problems = append(q.Problems, cp.Name+" is a learner")
+		case leaderID == 0 || st.GetLeader() != leaderID:
+		default:
+			q.Healthy = append(q.Healthy, cp.Name)
+		}
+	}
+	// The member list goes through raft: ask a healthy member only.
+	for _, h := range q.Healthy {
+		cp, _ := inv.Node(h)
+		ml, err := c.Machine.EtcdMemberList(client.WithNode(ctx, cp.Address), &machineapi.EtcdMemberListRequest{QueryLocal: true})
+		if err != nil || len(ml.GetMessages()) == 0 {
+			continue
+		}
+		for _, m := range ml.GetMessages()[0].GetMembers() {
+			q.Members = append(q.Members, m.GetHostname())
+		}
+		break
+	}
+	if len(q.Members) == 0 {
+		// No healthy member could list the membership: assume the inventory's.
+		q.Members = Names(inv.ControlPlanes())
+		if len(q.Healthy) > 0 {
+			q.Problems = append(q.Problems, "member list unavailable")
+		}
+	}
+	sort.Strings(q.Members)
+	for _, m := range q.Members {
+		if _, inInv := inv.Node(m); !inInv {
+			q.Problems = append(q.Problems, "etcd member "+m+" is not in the inventory")
+		}
+	}
+	return q
+}
+
+// CheckDisruption is rule R16 around one control plane: every member is
+// healthy with one agreed leader, so taking `node` down leaves a majority.
+func (q Quorum) CheckDisruption(node string) error {
+	if len(q.Problems) > 0 || len(q.Healthy) < len(q.Members) || q.Leader == "" {
+		return fmt.Errorf("etcd quorum is not safe around %s (R16): %s", node, q.Summary())
+	}
+	if len(q.Members) == 1 {
+		// A one-control-plane cluster has no quorum to keep: its API is down
+		// for the reboot whatever the bot does (the plan warns about it).
+		return nil
+	}
+	if after := len(q.Healthy) - 1; q.IsMember(node) && after < Majority(len(q.Members)) {
+		return fmt.Errorf("etcd quorum would be lost while %s is down (R16): %d of %d members would remain, %d needed",
+			node, after, len(q.Members), Majority(len(q.Members)))
+	}
+	return nil
+}
+
+// CheckRemoval is rule R9: removing the control plane `node` must leave a
+// membership that keeps quorum. Refused when the healthy members left after
+// the removal are fewer than a majority of the current membership, when only
+// two members exist, or when it is the last control plane.
+func (q Quorum) CheckRemoval(node string) *RuleError {
+	n := len(q.Members)
+	healthyAfter := len(q.Healthy)
+	if q.IsHealthy(node) {
+		healthyAfter--
+	}
+	fix := "restore the unhealthy members first (/talos health), or add a control plane and wait until it is a voting member (R7) before removing this one"
+	switch {
+	case n <= 1:
+		return &RuleError{Rule: "R9", Reason: fmt.Sprintf("%s is the last control plane: removing it destroys the cluster", node),
+			Fix: "add control planes first; a last control plane is replaced through disaster recovery, not removal"}
+	case n == 2:
+		return &RuleError{Rule: "R9", Reason: fmt.Sprintf("etcd has only two members: removing %s leaves one member that cannot keep quorum through any later failure", node),
+			Fix: "add a third control plane and wait until it is a voting member (R7) before removing this one"}
+	case healthyAfter < Majority(n):
+		return &RuleError{Rule: "R9", Reason: fmt.Sprintf("removing %s would leave %d healthy member(s), fewer than the majority %d of the current %d members (%s)",
+			node, healthyAfter, Majority(n), n, q.Summary()), Fix: fix}
+	}
+	return nil
+}
+
+// WaitQuorum reads the quorum until check passes or within runs out, and
+// returns the last reading with check's error.
+func WaitQuorum(ctx context.Context, c *Clients, inv Inventory, within time.Duration, check func(Quorum) error) (Quorum, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	var last Quorum
+	var lastErr error
+	for {
+		q := ReadQuorum(ctx, c, inv)
+		err := check(q)
+		if err == nil {
+			return q, nil
+		}
+		if ctx.Err() != nil && lastErr != nil {
+			// This reading was cut short by the deadline: the one before
+			// says more about the cluster than "deadline exceeded".
+			return last, lastErr
+		}
+		last, lastErr = q, err
+		select {
+		case <-ctx.Done():
+			return last, lastErr
+		case <-tick.C:
+		}
+	}
+}

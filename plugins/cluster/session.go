@@ -1,0 +1,65 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/siderolabs/talos/pkg/machinery/client"
+
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+)
+
+// Session is the cluster access of a disruptive run: the gate's Clients plus
+// the full Talos client, which the upgrade, rollback and reset calls need
+// (ImageService, LifecycleService, events, file reads). One per run; Close it.
+type Session struct {
+	*Clients
+	Talos *client.Client
+	Inv   Inventory
+}
+
+// Open connects like Connect and keeps the Talos client. Credentials stay in
+// memory (R23); the Talos endpoints are every control-plane address so the
+// client fails over while a control plane reboots.
+func Open(ctx context.Context, inv Inventory, creds *lifecyclev1.Credentials) (*Session, error) {
+	if len(creds.GetTalosconfig()) == 0 {
+		return nil, fmt.Errorf("cluster %s: no talosconfig was provided; configure the cluster's credentials (Terraform output or file)", inv.Name)
+	}
+	tc, err := NewTalosClient(ctx, creds.GetTalosconfig(), Addresses(inv.ControlPlanes()))
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", inv.Name, err)
+	}
+	s := &Session{Clients: &Clients{Machine: tc.MachineClient, Health: tc.ClusterClient, closers: []func() error{tc.Close}}, Talos: tc, Inv: inv}
+	if len(creds.GetKubeconfig()) > 0 {
+		kube, dyn, err := NewKubeClients(creds.GetKubeconfig())
+		if err != nil {
+			_ = s.Close()
+			return nil, fmt.Errorf("cluster %s: %w", inv.Name, err)
+		}
+		s.Kube, s.Dynamic = kube, dyn
+	}
+	return s, nil
+}
+
+// GateOptions returns the gate options of a disruptive run: the host's
+// settings, with Kubernetes required whenever a kubeconfig was given (a
+// disruptive operation must not pass a gate that silently skipped the
+// Kubernetes probes), draining the given nodes (nil: every node).
+func (s *Session) GateOptions(settings *lifecyclev1.Settings, drain []string) GateOptions {
+	o := GateOptionsFrom(settings)
+	o.RequireKubernetes = s.Kube != nil
+	o.DrainNodes = drain
+	return o
+}
+
+// Without returns the inventory without the named node: what the cluster is
+// after a node removal, before Terraform drops the entry (R8).
+func (inv Inventory) Without(name string) Inventory {
+	out := Inventory{Name: inv.Name, Environment: inv.Environment}
+	for _, n := range inv.Nodes {
+		if n.Name != name {
+			out.Nodes = append(out.Nodes, n)
+		}
+	}
+	return out
+}

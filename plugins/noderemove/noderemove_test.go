@@ -1,0 +1,180 @@
+package noderemove
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/talosbot/talosbot/internal/testenv"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/sim"
+)
+
+func startSim(t *testing.T, kube *testenv.Kube) *sim.Cluster {
+	t.Helper()
+	opts := sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 300 * time.Millisecond, DrainTimeout: 5 * time.Second}
+	if kube != nil {
+		opts.Kube, opts.Kubeconfig = kube.Client, kube.Kubeconfig
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := sim.Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func request(c *sim.Cluster, kube *testenv.Kube, node string) *lifecyclev1.OperationRequest {
+	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging"}
+	for _, n := range c.Nodes() {
+		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host, Platform: n.Platform})
+	}
+	creds := &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()}
+	if kube != nil {
+		creds.Kubeconfig = kube.Kubeconfig
+	}
+	return &lifecyclev1.OperationRequest{OperationId: "op-rm", Command: Command, Args: map[string]string{"node": node}, Cluster: pc,
+		Credentials: creds, Settings: &lifecyclev1.Settings{NodeTimeoutMs: 20_000, GateTimeoutMs: 8_000}}
+}
+
+func members(t *testing.T, c *sim.Cluster) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ec, err := c.Etcd().Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ec.Close()
+	ml, err := ec.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range ml.Members {
+		out = append(out, m.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestRemoveControlPlane: 3 control planes, remove one: 2 members remain and
+// the Kubernetes Node is gone; the result carries the Terraform follow-up.
+func TestRemoveControlPlane(t *testing.T) {
+	kube := testenv.StartKube(t)
+	c := startSim(t, kube)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	req := request(c, kube, "cp-3")
+
+	plan, err := New().Plan(ctx, req)
+	if err != nil || plan.GetRefusal() != nil {
+		t.Fatalf("plan: %v %v", err, plan)
+	}
+	if c.Calls("cp-3", "Reset") != 0 {
+		t.Fatal("Plan reset the node")
+	}
+	rec, _ := sdktest.Run(ctx, New(), req, nil)
+	res := rec.FinalResult()
+	if !res.GetOk() {
+		t.Fatalf("removal failed: %v", res)
+	}
+	if got := members(t, c); !slices.Equal(got, []string{"cp-1", "cp-2"}) {
+		t.Fatalf("etcd members %v, want cp-1, cp-2", got)
+	}
+	if _, err := kube.Client.CoreV1().Nodes().Get(ctx, "cp-3", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("Kubernetes Node cp-3 still there: %v", err)
+	}
+	if !strings.Contains(strings.Join(res.GetLines(), "\n"), "remove the inventory entry of cp-3") {
+		t.Fatalf("no Terraform follow-up in %v", res.GetLines())
+	}
+
+	// Again, with the inventory still listing cp-3: nothing to do but the
+	// follow-up, which keeps the drift visible.
+	rec, _ = sdktest.Run(ctx, New(), req, nil)
+	res = rec.FinalResult()
+	if !res.GetOk() || !strings.Contains(strings.Join(res.GetLines(), "\n"), "Drift until then") || c.Calls("cp-3", "Reset") != 1 {
+		t.Fatalf("second run: %v (resets %d)", res, c.Calls("cp-3", "Reset"))
+	}
+}
+
+// TestRemovalRefusedWhileAMemberIsDown: with cp-2 down, removing cp-1 would
+// leave one healthy member of three (R9).
+func TestRemovalRefusedWhileAMemberIsDown(t *testing.T) {
+	c := startSim(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Inject(ctx, "cp-2", sim.Fault{Unreachable: true}); err != nil {
+		t.Fatal(err)
+	}
+	req := request(c, nil, "cp-1")
+	plan, err := New().Plan(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := plan.GetRefusal(); r.GetRule() != "R9" || !strings.Contains(r.GetReason(), "1 healthy member(s), fewer than the majority 2 of the current 3") {
+		t.Fatalf("want an R9 refusal, got %v", plan)
+	}
+	rec, _ := sdktest.Run(ctx, New(), req, nil)
+	if res := rec.FinalResult(); res.GetOk() || res.GetRefusal().GetRule() != "R9" {
+		t.Fatalf("Run: want an R9 refusal, got %v", res)
+	}
+	if c.Calls("cp-1", "Reset") != 0 || len(members(t, c)) != 3 {
+		t.Fatal("the refused removal changed the cluster")
+	}
+}
+
+func TestRemovalRefusesTwoMembers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close() //nolint:errcheck
+	plan, err := New().Plan(ctx, request(c, nil, "cp-2"))
+	if err != nil || plan.GetRefusal().GetRule() != "R9" || !strings.Contains(plan.GetRefusal().GetReason(), "only two members") {
+		t.Fatalf("want an R9 refusal for two members, got %v %v", plan, err)
+	}
+}
+
+func TestRemovalOfUnknownNodeRefused(t *testing.T) {
+	c := startSim(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req := request(c, nil, "cp-9")
+	plan, err := New().Plan(ctx, req)
+	if err != nil || plan.GetRefusal().GetRule() != "R8" || !strings.Contains(plan.GetRefusal().GetReason(), `"cp-9" is not in the inventory`) {
+		t.Fatalf("want an R8 refusal, got %v %v", plan, err)
+	}
+	rec, _ := sdktest.Run(ctx, New(), req, nil)
+	if res := rec.FinalResult(); res.GetOk() || res.GetRefusal().GetRule() != "R8" {
+		t.Fatalf("Run: want an R8 refusal, got %v", res)
+	}
+	for _, n := range c.Nodes() {
+		if c.Calls(n.Name, "Reset") != 0 {
+			t.Fatalf("%s was reset", n.Name)
+		}
+	}
+}
+
+func TestRemoveWorker(t *testing.T) {
+	c := startSim(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rec, _ := sdktest.Run(ctx, New(), request(c, nil, "worker-1"), nil)
+	if res := rec.FinalResult(); !res.GetOk() {
+		t.Fatalf("worker removal failed: %v", res)
+	}
+	if len(members(t, c)) != 3 || c.Calls("worker-1", "Reset") != 1 {
+		t.Fatal("worker removal touched etcd or did not reset the worker")
+	}
+}

@@ -1,0 +1,293 @@
+// Package rollback is the built-in plugin behind `/talos rollback <node>
+// [cluster]`: boot one node back into its previous Talos version (rule R19),
+// tracked like an upgrade, and verify that the version went back.
+//
+// One node per command. A control-plane rollback is refused while another
+// control plane is not a healthy etcd member (rebooting, rolling back, down)
+// and while this plugin process runs another control-plane rollback for the
+// same cluster: control planes are never rolled back several at once.
+package rollback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/talosbot/talosbot/internal/version"
+	"github.com/talosbot/talosbot/plugins/cluster"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
+)
+
+// Name is the plugin's catalogue name.
+const Name = "rollback"
+
+// Command is the chat command.
+const Command = "rollback"
+
+// Plugin implements sdk.Plugin. active holds the control-plane rollbacks
+// this process runs, by cluster: the host runs one disruptive operation per
+// cluster, but the plugin process is shared and must not rely on that alone.
+type Plugin struct {
+	mu     sync.Mutex
+	active map[string]string // cluster → control plane being rolled back
+}
+
+// New returns the plugin.
+func New() sdk.Plugin { return &Plugin{active: map[string]string{}} }
+
+// Describe returns the manifest.
+func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
+	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+		Name:    Command,
+		Summary: "Boot one node back into its previous Talos version (A/B), tracked until it is back; one control plane at a time",
+		Args: []*lifecyclev1.Arg{
+			{Name: "node", Description: "the one node to roll back", Required: true},
+			{Name: "cluster", Description: "cluster of the node (default: the channel's cluster)"},
+		},
+		Effect:  lifecyclev1.Effect_EFFECT_DISRUPTIVE,
+		Example: "/talos rollback cp-2 staging",
+	}}}, nil
+}
+
+type target struct {
+	inv     cluster.Inventory
+	node    cluster.Node
+	version string
+}
+
+// check resolves the node and applies R19. It reads and changes nothing.
+func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Session) (*target, error) {
+	arg := strings.TrimSpace(req.GetArgs()["node"])
+	if arg == "" || strings.ContainsAny(arg, ", ") {
+		return nil, &cluster.RuleError{Rule: "R19", Reason: fmt.Sprintf("rollback takes exactly one node, got %q", arg),
+			Fix: "roll back one node, check it, then the next: /talos rollback <node>"}
+	}
+	n, ok := s.Inv.Node(arg)
+	if !ok {
+		return nil, &cluster.RuleError{Rule: "R19", Reason: fmt.Sprintf("%s is not in the inventory of %s", arg, s.Inv.Name),
+			Fix: "use a node name from the inventory: " + strings.Join(cluster.Names(s.Inv.Nodes), ", ")}
+	}
+	tag, err := cluster.TalosTag(ctx, s, n)
+	if err != nil {
+		return nil, &cluster.RuleError{Rule: "R19", Reason: err.Error(), Fix: "a rollback needs the node's Talos API; check that the node is up"}
+	}
+	if n.IsControlPlane() {
+		q := cluster.ReadQuorum(ctx, s.Clients, s.Inv)
+		var others []string
+		for _, cp := range s.Inv.ControlPlanes() {
+			if cp.Name != n.Name && !q.IsHealthy(cp.Name) {
+				others = append(others, cp.Name)
+			}
+		}
+		if len(others) > 0 {
+			return nil, &cluster.RuleError{Rule: "R19",
+				Reason: fmt.Sprintf("control plane(s) %s are not healthy etcd members (another rollback, upgrade or reboot may be running): %s",
+					strings.Join(others, ", "), q.Summary()),
+				Fix: "never roll back several control planes at once: wait until every other control plane is back and healthy (/talos health)"}
+		}
+		if err := q.CheckDisruption(n.Name); err != nil {
+			return nil, &cluster.RuleError{Rule: "R19", Reason: err.Error(), Fix: "restore etcd quorum first (/talos health)"}
+		}
+	}
+	return &target{inv: s.Inv, node: n, version: tag}, nil
+}
+
+func refusal(err error) (*lifecyclev1.OperationPlan, error) {
+	if re, ok := cluster.AsRuleError(err); ok {
+		return &lifecyclev1.OperationPlan{Refusal: re.Refusal(), Summary: "refused: " + re.Reason}, nil
+	}
+	return nil, err
+}
+
+// Plan reads the node and the quorum; it changes nothing.
+func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+	if req.GetCommand() != Command {
+		return nil, fmt.Errorf("rollback serves %q, not %q", Command, req.GetCommand())
+	}
+	inv, err := cluster.InventoryFrom(req.GetCluster())
+	if err != nil {
+		return nil, err
+	}
+	s, err := cluster.Open(ctx, inv, req.GetCredentials())
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close() //nolint:errcheck
+	t, err := check(ctx, req, s)
+	if err != nil {
+		return refusal(err)
+	}
+	plan := &lifecyclev1.OperationPlan{
+		Summary:  fmt.Sprintf("Roll %s of %s back from %s to its previous Talos version", t.node.Name, inv.Name, t.version),
+		Target:   t.node.Name,
+		Warnings: []string{"do not bump talos_version in Terraform until the failure is understood (R19)"},
+		CanonicalInputs: []byte(fmt.Sprintf("rollback cluster=%s node=%s address=%s role=%s from=%s node_timeout=%d",
+			inv.Name, t.node.Name, t.node.Address, t.node.Role, t.version, req.GetSettings().GetNodeTimeoutMs())),
+	}
+	for _, pi := range cluster.Probes() {
+		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "gate-before/" + pi.Name, Title: "gate before: " + pi.Title, Kind: "gate"})
+	}
+	plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "rollback", Title: fmt.Sprintf("%s: %s → previous version", t.node.Name, t.version),
+		Node: t.node.Name, FromVersion: t.version, Kind: "rollback"})
+	if t.node.IsControlPlane() {
+		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "quorum-after", Title: "etcd quorum after", Node: t.node.Name, Kind: "quorum"})
+	}
+	for _, pi := range cluster.Probes() {
+		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "gate-after/" + pi.Name, Title: "gate after: " + pi.Title, Kind: "gate"})
+	}
+	return plan, nil
+}
+
+// claim registers a control-plane rollback; it fails while another runs.
+func (p *Plugin) claim(clusterName, node string) (func(), error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.active == nil {
+		p.active = map[string]string{}
+	}
+	if other, busy := p.active[clusterName]; busy {
+		return nil, &cluster.RuleError{Rule: "R19", Reason: fmt.Sprintf("a rollback of control plane %s is running on %s", other, clusterName),
+			Fix: "never roll back several control planes at once: wait for it to finish"}
+	}
+	p.active[clusterName] = node
+	return func() {
+		p.mu.Lock()
+		delete(p.active, clusterName)
+		p.mu.Unlock()
+	}, nil
+}
+
+// Run rolls the node back and tracks it.
+func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
+	inv, err := cluster.InventoryFrom(req.GetCluster())
+	if err != nil {
+		return err
+	}
+	s, err := cluster.Open(ctx, inv, req.GetCredentials())
+	if err != nil {
+		return err
+	}
+	defer s.Close() //nolint:errcheck
+	refuse := func(err error) error {
+		re, _ := cluster.AsRuleError(err)
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Refusal()})
+	}
+	t, err := check(ctx, req, s)
+	if err != nil {
+		if _, ok := cluster.AsRuleError(err); ok {
+			return refuse(err)
+		}
+		return err
+	}
+	if t.node.IsControlPlane() {
+		release, err := p.claim(inv.Name, t.node.Name)
+		if err != nil {
+			return refuse(err)
+		}
+		defer release()
+	}
+
+	// Gate before (R1). The node itself may be what is wrong (workloads
+	// failing after an upgrade), so only the rest of the cluster must pass:
+	// failures that name nothing but this node are tolerated.
+	gate := cluster.Gate(ctx, s.Clients, inv, s.GateOptions(req.GetSettings(), []string{t.node.Name}))
+	if err := cluster.ReportGate(r, "gate-before/", gate); err != nil {
+		return err
+	}
+	if bad := othersFailing(gate, inv, t.node.Name); len(bad) > 0 {
+		re := &cluster.RuleError{Rule: "R1", Reason: "the health gate before the rollback failed: " + strings.Join(bad, "; "),
+			Fix: "fix what the gate names (/talos health); a rollback fixes one node, not the cluster"}
+		return refuse(re)
+	}
+
+	ev := func(st lifecyclev1.StepStatus, detail, to string) {
+		_ = r.Step(&lifecyclev1.StepEvent{StepId: "rollback", Status: st, Detail: detail, Node: t.node.Name, FromVersion: t.version, ToVersion: to})
+	}
+	ev(lifecyclev1.StepStatus_STEP_STATUS_RUNNING, "", "")
+	failRes := func(err error) error {
+		ev(lifecyclev1.StepStatus_STEP_STATUS_FAILED, err.Error(), "")
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "rollback of " + t.node.Name + " failed", Error: err.Error()})
+	}
+	bootID, err := cluster.BootID(ctx, s, t.node)
+	if err != nil {
+		return failRes(err)
+	}
+	if err := cluster.StartRollback(ctx, s, t.node); err != nil {
+		return failRes(err)
+	}
+	res, err := cluster.TrackReboot(ctx, s, t.node, cluster.TrackOptions{Timeout: cluster.NodeTimeout(req.GetSettings()), OldBootID: bootID,
+		Log: func(msg string) { _ = r.Log("info", "rollback", msg) }})
+	if err != nil {
+		return failRes(err)
+	}
+	if err := wentBack(t.version, res.Version); err != nil {
+		return failRes(fmt.Errorf("%s: %w", t.node.Name, err))
+	}
+	ev(lifecyclev1.StepStatus_STEP_STATUS_OK, fmt.Sprintf("%s → %s: boot id changed, running and ready", t.version, res.Version), res.Version)
+	lines := []string{fmt.Sprintf("↩️ %s rolled back %s → %s", t.node.Name, t.version, res.Version)}
+
+	if t.node.IsControlPlane() {
+		_ = r.StepStarted("quorum-after", "")
+		q, err := cluster.WaitQuorum(ctx, s.Clients, inv, cluster.GateTimeout(req.GetSettings()), func(q cluster.Quorum) error {
+			if len(q.Problems) > 0 || len(q.Healthy) < len(q.Members) || q.Leader == "" {
+				return fmt.Errorf("etcd quorum not restored: %s", q.Summary())
+			}
+			return nil
+		})
+		if err != nil {
+			_ = r.StepFailed("quorum-after", err.Error())
+			return r.Result(&lifecyclev1.Result{Ok: false, Summary: t.node.Name + " is back on " + res.Version + " but etcd is not healthy", Error: err.Error(), Lines: lines})
+		}
+		_ = r.StepOK("quorum-after", q.Summary())
+	}
+	gate = cluster.GateUntil(ctx, s.Clients, inv, s.GateOptions(req.GetSettings(), []string{}), cluster.GateTimeout(req.GetSettings()))
+	if err := cluster.ReportGate(r, "gate-after/", gate); err != nil {
+		return err
+	}
+	lines = append(lines, "📝 Terraform: do not bump talos_version until the failure is understood; if you already did, revert it before the next apply (R19).")
+	if !gate.Passed {
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: t.node.Name + " rolled back but the closing health gate failed", Error: gate.Err().Error(), Lines: lines})
+	}
+	return r.Result(&lifecyclev1.Result{Ok: true, Summary: fmt.Sprintf("%s rolled back to %s", t.node.Name, res.Version), Lines: lines})
+}
+
+// wentBack verifies the rollback: the node now runs an older version.
+func wentBack(before, after string) error {
+	b, errB := cluster.ParseRelease(before)
+	a, errA := cluster.ParseRelease(after)
+	if err := errors.Join(errB, errA); err != nil {
+		if before == after {
+			return fmt.Errorf("still runs %s after the rollback", after)
+		}
+		return nil
+	}
+	if a.Compare(b) >= 0 {
+		return fmt.Errorf("runs %s after the rollback, not an older version than %s", after, before)
+	}
+	return nil
+}
+
+// othersFailing returns the gate's failures that are not only about node:
+// a failing probe is tolerated when the target is the only inventory node
+// its detail names (the node being rolled back is expected to be unwell).
+func othersFailing(g *cluster.GateResult, inv cluster.Inventory, node string) []string {
+	var out []string
+	for _, p := range g.Probes {
+		if p.Status != cluster.StatusFail {
+			continue
+		}
+		onlyTarget := strings.Contains(p.Detail, node)
+		for _, n := range inv.Nodes {
+			if n.Name != node && strings.Contains(p.Detail, n.Name) {
+				onlyTarget = false
+			}
+		}
+		if !onlyTarget {
+			out = append(out, p.Title+": "+p.Detail)
+		}
+	}
+	return out
+}

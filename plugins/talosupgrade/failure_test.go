@@ -1,0 +1,139 @@
+package talosupgrade
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/sim"
+)
+
+func requireRollbackOffered(t *testing.T, res *lifecyclev1.Result, node string) {
+	t.Helper()
+	for _, a := range res.GetSuggestedActions() {
+		if a.GetLabel() == "Rollback node "+node && a.GetCommand() == "/talos rollback "+node+" staging" {
+			return
+		}
+	}
+	t.Fatalf("no Rollback button for %s in %v", node, res.GetSuggestedActions())
+}
+
+// TestQuorumFailureMidRollStops: etcd loses its leader right after the first
+// control plane is upgraded; the quorum check after it stops the roll and no
+// later node is touched.
+func TestQuorumFailureMidRollStops(t *testing.T) {
+	e := start(t, 3, 1, false, nil)
+	ctx := ctxFor(t, 3*time.Minute)
+	req := e.request(t, target)
+	req.Settings.GateTimeoutMs = 3000
+	leader := e.leader(t)
+	t.Cleanup(func() { _ = e.c.ClearAll(context.Background()) })
+
+	var once sync.Once
+	var first string
+	rec := runWatched(ctx, &Plugin{}, req, func(ev *lifecyclev1.StepEvent) {
+		if strings.HasPrefix(ev.GetNode(), "cp-") && strings.HasSuffix(ev.GetStepId(), "/upgrade") && ev.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_OK {
+			once.Do(func() {
+				first = ev.GetNode()
+				if err := e.c.Inject(ctx, leader, sim.Fault{NoEtcdLeader: true}); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	})
+	res := rec.FinalResult()
+	if first == "" || first == leader {
+		t.Fatalf("first control plane upgraded = %q (leader %s); result %v", first, leader, res)
+	}
+	if res.GetOk() || !strings.Contains(res.GetError(), "R16") || !strings.Contains(res.GetSummary(), "no later node was touched") {
+		t.Fatalf("want an R16 stop, got %v", res)
+	}
+	var quorumFailed bool
+	for _, s := range rec.Steps() {
+		quorumFailed = quorumFailed || (s.GetStepId() == "node/"+first+"/quorum-after" && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_FAILED)
+	}
+	if !quorumFailed {
+		t.Fatalf("quorum-after of %s not reported failed:\n%s", first, dump(rec.Steps()))
+	}
+	// The sim's counts: worker-1 and the first control plane once, nobody else.
+	for _, n := range e.names() {
+		want := 0
+		if n == "worker-1" || n == first {
+			want = 1
+		}
+		if got := e.upgradeCalls(n); got != want {
+			t.Errorf("%s: %d upgrade calls, want %d", n, got, want)
+		}
+	}
+}
+
+// TestBootFailureAutomaticRollback: worker-1's new image does not boot and
+// the bootloader falls back to v1.12.6. The operation fails, Rollback is
+// offered, worker-2 is not touched.
+func TestBootFailureAutomaticRollback(t *testing.T) {
+	e := start(t, 1, 2, false, nil)
+	ctx := ctxFor(t, 2*time.Minute)
+	if err := e.c.Inject(ctx, "worker-1", sim.Fault{BootFailure: true}); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := sdktest.Run(ctx, &Plugin{}, e.request(t, target), nil)
+	res := rec.FinalResult()
+	if res.GetOk() || !strings.Contains(res.GetError(), "came back on "+from) || !strings.Contains(res.GetError(), "A/B fallback") {
+		t.Fatalf("want a failure naming the automatic rollback, got %v", res)
+	}
+	requireRollbackOffered(t, res, "worker-1")
+	if e.c.NodeVersion("worker-1") != from || e.upgradeCalls("worker-1") != 1 || e.upgradeCalls("worker-2") != 0 || e.upgradeCalls("cp-1") != 0 {
+		t.Fatalf("worker-1 %s (%d calls), worker-2 %d calls, cp-1 %d calls", e.c.NodeVersion("worker-1"),
+			e.upgradeCalls("worker-1"), e.upgradeCalls("worker-2"), e.upgradeCalls("cp-1"))
+	}
+}
+
+// TestNodeNeverReturnsTimesOut: worker-1 goes down for its reboot and stays
+// down; the per-node timeout fails the operation.
+func TestNodeNeverReturnsTimesOut(t *testing.T) {
+	e := start(t, 1, 2, false, nil)
+	ctx := ctxFor(t, 2*time.Minute)
+	if err := e.c.Inject(ctx, "worker-1", sim.Fault{NeverReturn: true}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.c.ClearAll(context.Background()) })
+	req := e.request(t, target)
+	req.Settings.NodeTimeoutMs = 3000
+	start := time.Now()
+	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
+	res := rec.FinalResult()
+	if res.GetOk() || !strings.Contains(res.GetError(), "worker-1 did not come back within the node timeout 3s") {
+		t.Fatalf("want a node timeout, got %v", res)
+	}
+	if d := time.Since(start); d > time.Minute {
+		t.Fatalf("took %s", d)
+	}
+	requireRollbackOffered(t, res, "worker-1")
+	if e.upgradeCalls("worker-2") != 0 || e.upgradeCalls("cp-1") != 0 {
+		t.Fatal("a later node was touched after the timeout")
+	}
+}
+
+// TestImagePullFailureLegacyStopsWithoutRollback: the legacy upgrade
+// sequence fails on the node (image pull), which stays up on its version.
+func TestImagePullFailureLegacyStops(t *testing.T) {
+	e := start(t, 1, 2, false, nil)
+	ctx := ctxFor(t, 2*time.Minute)
+	if err := e.c.Inject(ctx, "worker-1", sim.Fault{ImagePullFailure: true}); err != nil {
+		t.Fatal(err)
+	}
+	req := e.request(t, target)
+	req.Settings.NodeTimeoutMs = 60_000
+	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
+	res := rec.FinalResult()
+	if res.GetOk() || !strings.Contains(res.GetError(), "upgrade sequence failed on worker-1") || len(res.GetSuggestedActions()) != 0 {
+		t.Fatalf("want a sequence failure without a rollback offer, got %v", res)
+	}
+	if e.upgradeCalls("worker-2") != 0 {
+		t.Fatal("worker-2 touched")
+	}
+}

@@ -1,0 +1,186 @@
+package talosupgrade
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/internal/testenv"
+	"github.com/talosbot/talosbot/plugins/cluster"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/sim"
+)
+
+const (
+	from   = "v1.12.6"
+	target = "v1.13.9"
+)
+
+type env struct {
+	c    *sim.Cluster
+	kube *testenv.Kube
+}
+
+// start runs a sim (and, with kube, a real kube-apiserver the sim registers
+// its Nodes in).
+func start(t testing.TB, cps, workers int, withKube bool, mutate func(*sim.Options)) *env {
+	t.Helper()
+	e := &env{}
+	opts := sim.Options{ControlPlanes: cps, Workers: workers, TalosVersion: from, RebootDelay: 300 * time.Millisecond,
+		DrainTimeout: 5 * time.Second}
+	if withKube {
+		e.kube = testenv.StartKube(t)
+		opts.Kube, opts.Kubeconfig = e.kube.Client, e.kube.Kubeconfig
+	}
+	if mutate != nil {
+		mutate(&opts)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := sim.Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("start sim: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	e.c = c
+	return e
+}
+
+// request is what the host sends for `/talos upgrade talos <version> staging`.
+func (e *env) request(t testing.TB, version string) *lifecyclev1.OperationRequest {
+	t.Helper()
+	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging",
+		Declared: map[string]string{cluster.DeclaredSchematic: sim.DefaultSchematic, cluster.DeclaredTalosVersion: from}}
+	for _, n := range e.c.Nodes() {
+		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host,
+			Platform: n.Platform, InstallerClass: n.InstallerClass})
+		if n.Role == sim.RoleControlPlane {
+			pc.Endpoints = append(pc.Endpoints, n.IP)
+		}
+	}
+	creds := &lifecyclev1.Credentials{Talosconfig: e.c.Talosconfig()}
+	if e.kube != nil {
+		creds.Kubeconfig = e.kube.Kubeconfig
+	}
+	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: Command,
+		Args: map[string]string{"version": version, "cluster": "staging"}, Cluster: pc, Credentials: creds,
+		Settings: &lifecyclev1.Settings{SnapshotDir: t.TempDir(), NodeTimeoutMs: 20_000, GateTimeoutMs: 8_000,
+			KnownTalosReleases: []string{"v1.12.6", "v1.13.2", "v1.13.9"}}}
+}
+
+func (e *env) node(t testing.TB, req *lifecyclev1.OperationRequest, name string) *lifecyclev1.Node {
+	t.Helper()
+	for _, n := range req.GetCluster().GetNodes() {
+		if n.GetName() == name {
+			return n
+		}
+	}
+	t.Fatalf("no node %s", name)
+	return nil
+}
+
+// leader is the etcd leader's name, from the sim's own etcd.
+func (e *env) leader(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := e.c.Etcd().WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.c.Etcd().MemberByID(id).Name()
+}
+
+// upgradeCalls counts both upgrade RPCs (legacy and LifecycleService).
+func (e *env) upgradeCalls(node string) int { return e.c.Calls(node, "Upgrade") }
+
+func (e *env) names() []string {
+	var out []string
+	for _, n := range e.c.Nodes() {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+func ctxFor(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// watcher is an sdk.Reporter that records like sdktest and lets a test act
+// on a step event the moment the plugin sends it (the plugin waits for the
+// callback, as it would wait for a slow host).
+type watcher struct {
+	*sdktest.Recorder
+	mu     sync.Mutex
+	onStep func(*lifecyclev1.StepEvent)
+}
+
+var _ sdk.Reporter = (*watcher)(nil)
+
+func (w *watcher) Step(ev *lifecyclev1.StepEvent) error {
+	w.mu.Lock()
+	f := w.onStep
+	w.mu.Unlock()
+	err := w.Recorder.Step(ev)
+	if f != nil {
+		f(ev)
+	}
+	return err
+}
+
+func (w *watcher) status(id, detail string, st lifecyclev1.StepStatus) error {
+	return w.Step(&lifecyclev1.StepEvent{StepId: id, Status: st, Detail: detail})
+}
+
+func (w *watcher) StepStarted(id, detail string) error {
+	return w.status(id, detail, lifecyclev1.StepStatus_STEP_STATUS_RUNNING)
+}
+
+func (w *watcher) StepOK(id, detail string) error {
+	return w.status(id, detail, lifecyclev1.StepStatus_STEP_STATUS_OK)
+}
+
+func (w *watcher) StepFailed(id, detail string) error {
+	return w.status(id, detail, lifecyclev1.StepStatus_STEP_STATUS_FAILED)
+}
+
+func (w *watcher) StepSkipped(id, detail string) error {
+	return w.status(id, detail, lifecyclev1.StepStatus_STEP_STATUS_SKIPPED)
+}
+
+// runWatched runs the plugin with a watcher.
+func runWatched(ctx context.Context, p sdk.Plugin, req *lifecyclev1.OperationRequest, onStep func(*lifecyclev1.StepEvent)) *sdktest.Recorder {
+	w := &watcher{Recorder: sdktest.NewRecorder(nil), onStep: onStep}
+	err := p.Run(ctx, req, w)
+	_ = w.Finish(err)
+	return w.Recorder
+}
+
+func upgradeSteps(rec *sdktest.Recorder) []*lifecyclev1.StepEvent {
+	var out []*lifecyclev1.StepEvent
+	for _, s := range rec.Steps() {
+		if strings.HasSuffix(s.GetStepId(), "/upgrade") {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func requireRefusal(t testing.TB, plan *lifecyclev1.OperationPlan, rule, want string) {
+	t.Helper()
+	r := plan.GetRefusal()
+	if r == nil || r.GetRule() != rule || !strings.Contains(r.GetReason()+" "+r.GetFix(), want) {
+		t.Fatalf("want a %s refusal containing %q, got %v", rule, want, plan)
+	}
+	if r.GetFix() == "" {
+		t.Fatalf("refusal without a fix: %v", r)
+	}
+}
+
+var simSchematic = sim.DefaultSchematic

@@ -1,0 +1,123 @@
+package talosupgrade
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/plugins/cluster"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/sim"
+)
+
+// refusedEverywhere checks that Plan refuses, that Run refuses the same way
+// (a re-plan at run time), and that no node was asked to upgrade.
+func refusedEverywhere(t *testing.T, e *env, req *lifecyclev1.OperationRequest, rule, want string) {
+	t.Helper()
+	ctx := ctxFor(t, 2*time.Minute)
+	p := &Plugin{}
+	plan, err := p.Plan(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireRefusal(t, plan, rule, want)
+	rec, _ := sdktest.Run(ctx, p, req, nil)
+	res := rec.FinalResult()
+	if res.GetOk() || res.GetRefusal().GetRule() != rule {
+		t.Fatalf("Run: want a %s refusal, got %v", rule, res)
+	}
+	for _, n := range e.names() {
+		if c := e.upgradeCalls(n); c != 0 {
+			t.Fatalf("%s got %d upgrade calls despite the refusal", n, c)
+		}
+	}
+}
+
+func TestRefusesSkippingAMinor(t *testing.T) {
+	e := start(t, 1, 1, false, nil)
+	refusedEverywhere(t, e, e.request(t, "v1.14.1"), "R10", "skips a minor")
+}
+
+func TestRefusesDowngrade(t *testing.T) {
+	e := start(t, 1, 1, false, nil)
+	refusedEverywhere(t, e, e.request(t, "v1.12.1"), "R10", "downgrade")
+}
+
+func TestRefusesGenericInstallerOnNocloudNode(t *testing.T) {
+	e := start(t, 1, 1, false, nil)
+	req := e.request(t, target)
+	// The inventory lost worker-1's platform: the derived image would be the
+	// generic installer, which can rename eth0 on a Proxmox VM.
+	e.node(t, req, "worker-1").Platform = "metal"
+	refusedEverywhere(t, e, req, "R14", "factory.talos.dev/installer/")
+}
+
+func TestRefusesSchematicClassChange(t *testing.T) {
+	e := start(t, 1, 2, false, nil)
+	req := e.request(t, target)
+	// worker-2 is declared a Longhorn worker, but it runs the default
+	// schematic: upgrading it would swap its system extensions.
+	e.node(t, req, "worker-2").InstallerClass = cluster.ClassLonghorn
+	req.Cluster.Declared[cluster.DeclaredLonghornInstaller] = "factory.talos.dev/nocloud-installer/" + strings.Repeat("b", 64) + ":" + from
+	refusedEverywhere(t, e, req, "R14", "schematic")
+}
+
+func TestRefusesWithoutDeclaredSchematic(t *testing.T) {
+	e := start(t, 1, 1, false, nil)
+	req := e.request(t, target)
+	delete(req.Cluster.Declared, cluster.DeclaredSchematic)
+	refusedEverywhere(t, e, req, "R13", "talos_image_factory_schematic_id")
+}
+
+func TestNonLatestPatchWarnsOrRefuses(t *testing.T) {
+	e := start(t, 1, 1, false, nil)
+	ctx := ctxFor(t, time.Minute)
+	req := e.request(t, "v1.13.2")
+	plan, err := (&Plugin{}).Plan(ctx, req)
+	if err != nil || plan.GetRefusal() != nil {
+		t.Fatalf("plan: %v %v", err, plan)
+	}
+	if len(plan.GetWarnings()) == 0 || !strings.Contains(plan.GetWarnings()[0], "v1.13.9 is known") {
+		t.Fatalf("want a warning naming v1.13.9, got %v", plan.GetWarnings())
+	}
+	req.Settings.RefuseNonLatestPatch = true
+	plan, err = (&Plugin{}).Plan(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireRefusal(t, plan, "R10", "upgrade to v1.13.9 instead")
+}
+
+func TestFailingBeforeGateRefuses(t *testing.T) {
+	e := start(t, 3, 1, false, nil)
+	ctx := ctxFor(t, 2*time.Minute)
+	if err := e.c.Inject(ctx, "cp-2", sim.Fault{UnhealthyService: "kubelet"}); err != nil {
+		t.Fatal(err)
+	}
+	req := e.request(t, target)
+	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
+	res := rec.FinalResult()
+	if res.GetOk() || res.GetRefusal().GetRule() != "R1" || !strings.Contains(res.GetRefusal().GetReason(), "cp-2: kubelet unhealthy") {
+		t.Fatalf("want an R1 refusal naming cp-2's kubelet, got %v", res)
+	}
+	for _, n := range e.names() {
+		if c := e.upgradeCalls(n); c != 0 {
+			t.Fatalf("%s got %d upgrade calls after a failed gate", n, c)
+		}
+	}
+	var failed bool
+	for _, s := range rec.Steps() {
+		failed = failed || (s.GetStepId() == "gate-before/controlplane-services" && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_FAILED)
+	}
+	if !failed {
+		t.Fatal("the failing probe was not reported as a failed gate-before step")
+	}
+}
+
+func TestUnknownNodeInSelectionRefused(t *testing.T) {
+	e := start(t, 1, 1, false, nil)
+	req := e.request(t, target)
+	req.Args["nodes"] = "worker-1,worker-9"
+	refusedEverywhere(t, e, req, "R15", "worker-9")
+}

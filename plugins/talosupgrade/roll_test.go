@@ -1,0 +1,149 @@
+package talosupgrade
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/plugins/cluster"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+)
+
+func bootIDs(t *testing.T, e *env, req *lifecyclev1.OperationRequest) map[string]string {
+	t.Helper()
+	ctx := ctxFor(t, time.Minute)
+	inv, err := cluster.InventoryFrom(req.GetCluster())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cluster.Open(ctx, inv, req.GetCredentials())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close() //nolint:errcheck
+	out := map[string]string{}
+	for _, n := range inv.Nodes {
+		id, err := cluster.BootID(ctx, s, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[n.Name] = id
+	}
+	return out
+}
+
+// TestRollHappyPath: 3 control planes + 2 workers from v1.12.6 to v1.13.9.
+func TestRollHappyPath(t *testing.T) {
+	e := start(t, 3, 2, true, nil)
+	req := e.request(t, target)
+	ctx := ctxFor(t, 5*time.Minute)
+	leader := e.leader(t)
+	before := bootIDs(t, e, req)
+
+	p := &Plugin{}
+	plan, err := p.Plan(ctx, req)
+	if err != nil || plan.GetRefusal() != nil {
+		t.Fatalf("plan: %v %v", err, plan.GetRefusal())
+	}
+	// The plan is side-effect free and lists every node with its versions and image.
+	for _, n := range e.names() {
+		if e.upgradeCalls(n) != 0 {
+			t.Fatalf("Plan called Upgrade on %s", n)
+		}
+	}
+	var planned []string
+	for _, s := range plan.GetSteps() {
+		if s.GetKind() == "upgrade" {
+			planned = append(planned, s.GetNode())
+			wantImg := "factory.talos.dev/nocloud-installer/" + simSchematic + ":" + target
+			if s.GetFromVersion() != from || s.GetToVersion() != target || s.GetImage() != wantImg {
+				t.Fatalf("step %v: want %s → %s with %s", s, from, target, wantImg)
+			}
+		}
+	}
+	if len(planned) != 5 || planned[0] != "worker-1" || planned[1] != "worker-2" || planned[4] != leader {
+		t.Fatalf("planned order %v: want workers first and the etcd leader %s last", planned, leader)
+	}
+
+	var running []string // nodes with an upgrade in flight
+	var overlap string
+	rec := runWatched(ctx, p, req, func(ev *lifecyclev1.StepEvent) {
+		if !strings.HasSuffix(ev.GetStepId(), "/upgrade") {
+			return
+		}
+		switch ev.GetStatus() {
+		case lifecyclev1.StepStatus_STEP_STATUS_RUNNING:
+			if len(running) > 0 {
+				overlap = fmt.Sprintf("%s started while %v ran", ev.GetNode(), running)
+			}
+			running = append(running, ev.GetNode())
+		default:
+			running = slices.DeleteFunc(running, func(n string) bool { return n == ev.GetNode() })
+		}
+	})
+	res := rec.FinalResult()
+	if !res.GetOk() {
+		t.Fatalf("roll failed: %s: %s\n%s", res.GetSummary(), res.GetError(), dump(rec.Steps()))
+	}
+	if overlap != "" {
+		t.Fatal("two nodes upgraded at once: " + overlap)
+	}
+
+	// Snapshot first, then the gate, then per node: upgrade → gate before the next node.
+	steps := rec.Steps()
+	if steps[0].GetStepId() != cluster.StepSnapshotSource || len(rec.Artifacts()) != 1 {
+		t.Fatalf("first step %s, artifacts %v: want the snapshot first", steps[0].GetStepId(), rec.Artifacts())
+	}
+	var seq []string
+	for _, s := range steps {
+		if s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_OK && (strings.HasPrefix(s.GetStepId(), "node/") || s.GetStepId() == "gate-before/pdb") {
+			seq = append(seq, s.GetStepId())
+		}
+	}
+	var want []string
+	want = append(want, "gate-before/pdb")
+	for _, n := range planned {
+		if strings.HasPrefix(n, "cp-") {
+			want = append(want, "node/"+n+"/quorum-before", "node/"+n+"/upgrade", "node/"+n+"/quorum-after", "node/"+n+"/gate")
+		} else {
+			want = append(want, "node/"+n+"/upgrade", "node/"+n+"/gate")
+		}
+	}
+	if !slices.Equal(seq, want) {
+		t.Fatalf("step order\n got %v\nwant %v", seq, want)
+	}
+	// Progress events carry node and versions.
+	for _, s := range upgradeSteps(rec) {
+		if s.GetNode() == "" || s.GetFromVersion() != from || s.GetToVersion() != target {
+			t.Fatalf("progress event without node/versions: %v", s)
+		}
+	}
+
+	after := bootIDs(t, e, req)
+	for _, n := range e.names() {
+		if after[n] == before[n] {
+			t.Errorf("%s: boot id unchanged", n)
+		}
+		if v := e.c.NodeVersion(n); v != target {
+			t.Errorf("%s runs %s, want %s", n, v, target)
+		}
+		if c := e.c.Calls(n, "/machine.MachineService/Upgrade"); c != 1 {
+			t.Errorf("%s: %d legacy Upgrade calls, want 1", n, c)
+		}
+	}
+	if !slices.ContainsFunc(res.GetLines(), func(l string) bool {
+		return strings.Contains(l, `talos_version = "`+target+`"`) && strings.Contains(l, `declares talos_version = "`+from+`"`)
+	}) {
+		t.Fatalf("no Terraform drift note with the exact change in %v", res.GetLines())
+	}
+}
+
+func dump(steps []*lifecyclev1.StepEvent) string {
+	var b strings.Builder
+	for _, s := range steps {
+		fmt.Fprintf(&b, "%s %s %s\n", s.GetStepId(), s.GetStatus(), s.GetDetail())
+	}
+	return b.String()
+}
