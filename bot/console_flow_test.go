@@ -226,7 +226,7 @@ func TestConsoleRefusals(t *testing.T) {
 	}
 	// Expiry, and a duplicate approval on a 2-approval operation.
 	c.command("alice", "prd", "/talos roll v10 --skip-staging") // never run on staging
-	m2 := c.opMessage("prd", "roll", "awaiting_approval") // the first roll is cancelled by now
+	m2 := c.opMessage("prd", "roll", "awaiting_approval")       // the first roll is cancelled by now
 	c.mustClick("bob", m2, "Approve")
 	c.waitText("prd", "👍 approved by bob (1/2)")
 	c.mustClick("bob", m2, "Approve")

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -311,6 +312,9 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 	}
 	c := e.o.Config
 	extra := TerraformExtra(c, cl)
+	// The attempt tells a plugin that it resumes an interrupted run, so it
+	// can wait for a node the interrupted run left rebooting.
+	extra["attempt"] = strconv.Itoa(max(op.Attempts, 1))
 	if op.Command == "gates" {
 		if err := e.drillEvidence(ctx, extra); err != nil {
 			return nil, err

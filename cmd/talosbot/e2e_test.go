@@ -107,7 +107,11 @@ func (b *botProc) waitFor(what string, cond func() bool) {
 	defer tick.Stop()
 	for !cond() {
 		if time.Now().After(deadline) {
-			b.t.Fatalf("timed out waiting for %s; bot stderr:\n%s", what, b.stderr)
+			var msgs []string
+			for _, m := range b.messages() {
+				msgs = append(msgs, m.Title+" | "+m.Text)
+			}
+			b.t.Fatalf("timed out waiting for %s; console:\n%s\nbot stderr:\n%s", what, strings.Join(msgs, "\n"), b.stderr)
 		}
 		<-tick.C
 	}

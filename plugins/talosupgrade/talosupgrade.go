@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -284,6 +285,7 @@ type run struct {
 	nodeTO  time.Duration
 	gateTO  time.Duration
 	cluster string
+	resumed bool // a later attempt of an interrupted operation
 }
 
 // Run executes the roll.
@@ -297,6 +299,13 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		return err
 	}
 	defer s.Close() //nolint:errcheck
+	attempt, _ := strconv.Atoi(req.GetSettings().GetExtra()["attempt"])
+	resumed := attempt > 1
+	if resumed {
+		// The interrupted run may have left a node rebooting: wait for every
+		// node to answer and etcd to agree on a leader before planning again.
+		settle(ctx, s, cluster.NodeTimeout(req.GetSettings()))
+	}
 	ro, err := compute(ctx, req, s)
 	if err != nil {
 		if re, ok := cluster.AsRuleError(err); ok {
@@ -308,11 +317,30 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		_ = r.Log("warn", "", w)
 	}
 	x := &run{p: p, req: req, s: s, r: r, roll: ro, nodeTO: cluster.NodeTimeout(req.GetSettings()),
-		gateTO: cluster.GateTimeout(req.GetSettings()), cluster: inv.Name}
+		gateTO: cluster.GateTimeout(req.GetSettings()), cluster: inv.Name, resumed: resumed}
 	if err := x.execute(ctx); err != nil && !errors.Is(err, errReported) {
 		return err
 	}
 	return nil
+}
+
+// settle waits, up to timeout, until every node answers and etcd agrees on a
+// leader. Whatever is still wrong afterwards, planning reports.
+func settle(ctx context.Context, s *cluster.Session, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, err := cluster.ReadNodeStates(ctx, s, s.Inv.Nodes); err == nil && cluster.ReadQuorum(ctx, s.Clients, s.Inv).Leader != "" {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // errReported means the failure was already sent as the Result: stop.
@@ -359,6 +387,11 @@ func (x *run) execute(ctx context.Context) error {
 	}
 	x.gateStarted("gate-before/")
 	gate := cluster.Gate(ctx, x.s.Clients, x.s.Inv, x.s.GateOptions(x.req.GetSettings(), drain))
+	if x.resumed && !gate.Passed {
+		// Resuming right after a crash: give the cluster the gate timeout to
+		// finish what the interrupted run started before refusing.
+		gate = cluster.GateUntil(ctx, x.s.Clients, x.s.Inv, x.s.GateOptions(x.req.GetSettings(), drain), x.gateTO)
+	}
 	if err := cluster.ReportGate(x.r, "gate-before/", gate); err != nil {
 		return err
 	}
