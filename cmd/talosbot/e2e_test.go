@@ -163,10 +163,14 @@ func alive(pid int) bool {
 }
 
 type apiMsg struct {
-	ID     string `json:"id"`
-	Text   string `json:"text"`
-	Title  string `json:"title"`
-	Fields []struct{ Label, Value string }
+	ID      string `json:"id"`
+	Text    string `json:"text"`
+	Title   string `json:"title"`
+	Fields  []struct{ Label, Value string }
+	Buttons []struct {
+		ActionID string `json:"action_id"`
+		Label    string `json:"label"`
+	} `json:"buttons"`
 }
 
 func (b *botProc) messages() []apiMsg {
