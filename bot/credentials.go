@@ -155,11 +155,15 @@ func TerraformExtra(cfg *config.Config, cl *config.Cluster) map[string]string {
 	if tf == nil || tf.Root == "" {
 		return map[string]string{}
 	}
-	return map[string]string{
+	extra := map[string]string{
 		"terraform_root":       tf.Root,
 		"terraform_binary":     tf.Binary,
 		"terraform_config_key": clusterKey(cfg, cl) + ".credentials.terraform",
 	}
+	if tf.PlanBeforeUpgrade {
+		extra["terraform_plan_guard"] = "true"
+	}
+	return extra
 }
 
 // clusterKey is the cluster's path in the configuration: clusters[N] when

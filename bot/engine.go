@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/host"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
@@ -609,7 +610,7 @@ func (e *Engine) progress(ctx context.Context, id string, p *lifecyclev1.Progres
 			s := ev.Step
 			applyStep(o, s, now)
 			if s.GetDetail() != "" && s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_RUNNING {
-				threadLine = fmt.Sprintf("%s %s: %s", statusEmoji(stepStatus(s.GetStatus())), stepTitle(o, s.GetStepId()), s.GetDetail())
+				threadLine = fmt.Sprintf("%s %s: %s", chat.StatusMark(stepStatus(s.GetStatus())), stepTitle(o, s.GetStepId()), s.GetDetail())
 			}
 		case *lifecyclev1.Progress_Log:
 			return tx.AppendLog(id, ev.Log.GetLevel()+" "+ev.Log.GetMessage())
@@ -685,20 +686,6 @@ func stepStatus(s lifecyclev1.StepStatus) string {
 		return "skipped"
 	}
 	return "pending"
-}
-
-func statusEmoji(s string) string {
-	switch s {
-	case "ok":
-		return "✅"
-	case "failed":
-		return "❌"
-	case "skipped":
-		return "⏭️"
-	case "running":
-		return "⏳"
-	}
-	return "▫️"
 }
 
 // voidApprovals handles a changed digest at re-plan: approvals are dropped, the

@@ -33,7 +33,7 @@ func FuzzProgressDecode(f *testing.F) {
 			Steps: []state.Step{{ID: "a", Title: "cp-1", Status: "pending"}}}
 		if s := p.GetStep(); s != nil {
 			applyStep(op, s, now)
-			_ = statusEmoji(stepStatus(s.GetStatus()))
+			_ = stepStatus(s.GetStatus())
 		}
 		m := RenderOperation(op, p.GetResult().GetLines(), now)
 		if m.Title == "" {

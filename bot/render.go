@@ -224,7 +224,7 @@ func RenderOperation(op *state.Operation, lines []string, now time.Time) chat.Me
 	} else if len(op.Steps) > 0 {
 		fmt.Fprintf(&b, "%s\n", ProgressBar(done, len(op.Steps)))
 		for _, s := range op.Steps {
-			line := statusEmoji(s.Status) + " " + s.Title
+			line := chat.StatusMark(s.Status) + " " + s.Title
 			if s.Detail != "" && s.Status != "pending" {
 				line += " — " + firstLine(s.Detail)
 			}

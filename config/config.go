@@ -83,6 +83,9 @@ type Terraform struct {
 	Root    string            `yaml:"root"`
 	Binary  string            `yaml:"binary"`
 	Outputs map[string]string `yaml:"outputs"`
+	// PlanBeforeUpgrade runs the R5 plan guard as the first step of every
+	// Talos and Kubernetes upgrade of this cluster.
+	PlanBeforeUpgrade bool `yaml:"plan_before_upgrade,omitempty"`
 }
 
 // Policy is the per-environment approval and safety policy.
@@ -188,6 +191,10 @@ type AuditSettings struct {
 // Plugins lists external plugins; built-ins need no configuration.
 type Plugins struct {
 	External []ExternalPlugin `yaml:"external"`
+	// PassEnv names extra environment variables plugin processes receive
+	// (e.g. TF_CLI_CONFIG_FILE, GOOGLE_APPLICATION_CREDENTIALS, TF_VAR_*
+	// for the Terraform root). Everything else is withheld from plugins.
+	PassEnv []string `yaml:"pass_env,omitempty"`
 }
 
 // ExternalPlugin is a plugin binary verified by its sha256 before every launch.

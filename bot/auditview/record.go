@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/talosbot/talosbot/bot/chat"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
@@ -112,7 +113,7 @@ func MaintenanceRecord(op *state.Operation, recs []state.AuditRecord, approvals 
 	if len(op.Steps) > 0 {
 		b.WriteString("Steps:\n")
 		for _, s := range op.Steps {
-			line := "  " + stepMark(s.Status) + " " + s.Title
+			line := "  " + chat.StatusMark(s.Status) + " " + s.Title
 			if s.Node != "" && !strings.Contains(s.Title, s.Node) {
 				line += " [" + s.Node + "]"
 			}
@@ -255,20 +256,6 @@ func validation(op *state.Operation, plan *lifecyclev1.OperationPlan) string {
 		return fmt.Sprintf("not completed (%d of %d checks did not finish): %s", len(pending), len(checks), strings.Join(pending, "; "))
 	}
 	return fmt.Sprintf("passed (%d of %d checks)", len(checks), len(checks))
-}
-
-func stepMark(s string) string {
-	switch s {
-	case "ok":
-		return "✅"
-	case "failed":
-		return "❌"
-	case "skipped":
-		return "⏭️"
-	case "running":
-		return "⏳"
-	}
-	return "▫️"
 }
 
 func stamp(t time.Time) string {

@@ -75,3 +75,19 @@ func (RealClock) Now() time.Time { return time.Now() }
 
 // AfterFunc calls f after d.
 func (RealClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+
+// StatusMark is the marker shown before a step with this status
+// ("ok", "failed", "skipped", "running"; anything else is pending).
+func StatusMark(status string) string {
+	switch status {
+	case "ok":
+		return "✅"
+	case "failed":
+		return "❌"
+	case "skipped":
+		return "⏭️"
+	case "running":
+		return "⏳"
+	}
+	return "▫️"
+}

@@ -137,7 +137,7 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	for _, p := range cfg.Plugins.External {
 		ext = append(ext, host.External{Name: p.Name, Path: p.Path, SHA256: p.SHA256})
 	}
-	a.plugins, err = host.New(host.Options{Executable: exe, BuiltIn: builtin.Names(), External: ext, RunTimeout: cfg.Timeouts.Run.D(), Logger: log,
+	a.plugins, err = host.New(host.Options{Executable: exe, BuiltIn: builtin.Names(), External: ext, RunTimeout: cfg.Timeouts.Run.D(), Logger: log, PassEnv: cfg.Plugins.PassEnv,
 		OnRestart: a.metrics.PluginRestarted})
 	if err != nil {
 		a.close()

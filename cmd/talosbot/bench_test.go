@@ -23,7 +23,7 @@ func BenchmarkServeStartToReady(b *testing.B) {
 		b.Fatal(err)
 	}
 	var readyTotal time.Duration
-	var rssSum, treeSum float64
+	var rssSum, pssSum, treeSum float64
 	for i := 0; b.Loop(); i++ {
 		addr := freeAddr(b)
 		cfg := filepath.Join(dir, fmt.Sprintf("talosbot-%d.yaml", i))
@@ -63,6 +63,7 @@ clusters:
 			tree += rssMiB(c)
 		}
 		rssSum += rss
+		pssSum += procMiB(fmt.Sprintf("/proc/%d/smaps_rollup", cmd.Process.Pid), "Pss:")
 		treeSum += tree
 		_ = cmd.Process.Signal(os.Interrupt)
 		_ = cmd.Wait()
@@ -70,18 +71,22 @@ clusters:
 	n := float64(b.N)
 	b.ReportMetric(float64(readyTotal.Milliseconds())/n, "ready-ms")
 	b.ReportMetric(rssSum/n, "idle-rss-MiB")
+	b.ReportMetric(pssSum/n, "idle-pss-MiB")
 	b.ReportMetric(treeSum/n, "idle-rss-with-plugins-MiB")
 }
 
-func rssMiB(pid int) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+func rssMiB(pid int) float64 { return procMiB(fmt.Sprintf("/proc/%d/status", pid), "VmRSS:") }
+
+// procMiB reads a "Field:   N kB" line from a /proc file.
+func procMiB(path, field string) float64 {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
 			return kb / 1024
 		}

@@ -72,6 +72,14 @@ func New(cfg Config) (*Runner, error) {
 		environ = os.Environ()
 	}
 	env, vars := splitEnv(environ)
+	if f := env["TF_CLI_CONFIG_FILE"]; f != "" {
+		// Terraform only warns about a missing CLI config, but the warning
+		// lands in `version` output and breaks terraform-exec's parsing with
+		// an unreadable error: say what is wrong instead.
+		if _, err := os.Stat(f); err != nil {
+			return nil, fmt.Errorf("TF_CLI_CONFIG_FILE=%s: %w; create the file or unset the variable in talosbot's environment", f, err)
+		}
+	}
 	bin, err := FindBinary(cfg.Binary, cfg.ConfigKey+".binary", env["PATH"])
 	if err != nil {
 		return nil, err

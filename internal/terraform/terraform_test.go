@@ -201,3 +201,11 @@ func TestOutputText(t *testing.T) {
 		}
 	}
 }
+
+func TestMissingCLIConfigFileIsNamed(t *testing.T) {
+	_, err := terraform.New(terraform.Config{Root: t.TempDir(), Binary: "tofu", ConfigKey: "clusters[0].credentials.terraform",
+		Env: []string{"PATH=" + os.Getenv("PATH"), "TF_CLI_CONFIG_FILE=/nonexistent/terraformrc"}})
+	if err == nil || !strings.Contains(err.Error(), "TF_CLI_CONFIG_FILE=/nonexistent/terraformrc") || !strings.Contains(err.Error(), "unset the variable") {
+		t.Fatalf("err = %v", err)
+	}
+}

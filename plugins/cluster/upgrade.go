@@ -263,3 +263,12 @@ func orUnknown(s string) string {
 	}
 	return s
 }
+
+// RefusalPlan turns a *RuleError into a refused plan (nothing will run) and
+// passes any other error through, for plugins' Plan methods.
+func RefusalPlan(err error) (*lifecyclev1.OperationPlan, error) {
+	if re, ok := AsRuleError(err); ok {
+		return &lifecyclev1.OperationPlan{Refusal: re.Refusal(), Summary: "refused: " + re.Reason}, nil
+	}
+	return nil, err
+}

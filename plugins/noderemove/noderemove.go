@@ -102,13 +102,6 @@ func followUp(inv cluster.Inventory, n cluster.Node) []string {
 	}
 }
 
-func refusal(err error) (*lifecyclev1.OperationPlan, error) {
-	if re, ok := cluster.AsRuleError(err); ok {
-		return &lifecyclev1.OperationPlan{Refusal: re.Refusal(), Summary: "refused: " + re.Reason}, nil
-	}
-	return nil, err
-}
-
 // Plan checks the node and quorum; it changes nothing.
 func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
 	if req.GetCommand() != Command {
@@ -125,7 +118,7 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	defer s.Close() //nolint:errcheck
 	t, err := check(ctx, req, s)
 	if err != nil {
-		return refusal(err)
+		return cluster.RefusalPlan(err)
 	}
 	summary := fmt.Sprintf("Remove %s (%s) from %s: graceful reset, delete the Kubernetes Node, then the Terraform follow-up", t.node.Name, t.node.Role, inv.Name)
 	if t.removed {

@@ -95,13 +95,6 @@ func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Se
 	return &target{inv: s.Inv, node: n, version: tag}, nil
 }
 
-func refusal(err error) (*lifecyclev1.OperationPlan, error) {
-	if re, ok := cluster.AsRuleError(err); ok {
-		return &lifecyclev1.OperationPlan{Refusal: re.Refusal(), Summary: "refused: " + re.Reason}, nil
-	}
-	return nil, err
-}
-
 // Plan reads the node and the quorum; it changes nothing.
 func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
 	if req.GetCommand() != Command {
@@ -118,7 +111,7 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	defer s.Close() //nolint:errcheck
 	t, err := check(ctx, req, s)
 	if err != nil {
-		return refusal(err)
+		return cluster.RefusalPlan(err)
 	}
 	plan := &lifecyclev1.OperationPlan{
 		Summary:  fmt.Sprintf("Roll %s of %s back from %s to its previous Talos version", t.node.Name, inv.Name, t.version),

@@ -23,6 +23,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	"github.com/talosbot/talosbot/plugins/tfguard"
 )
 
 // Name is the plugin's catalogue name.
@@ -196,13 +197,6 @@ func (r *roll) canonical(req *lifecyclev1.OperationRequest) []byte {
 	return []byte(b.String())
 }
 
-func refusalPlan(err error) (*lifecyclev1.OperationPlan, error) {
-	if re, ok := cluster.AsRuleError(err); ok {
-		return &lifecyclev1.OperationPlan{Refusal: re.Refusal(), Summary: "refused: " + re.Reason}, nil
-	}
-	return nil, err
-}
-
 // Plan computes the roll. It reads the cluster and changes nothing.
 func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
 	if req.GetCommand() != Command {
@@ -224,7 +218,7 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	defer s.Close() //nolint:errcheck
 	r, err := compute(ctx, req, s)
 	if err != nil {
-		return refusalPlan(err)
+		return cluster.RefusalPlan(err)
 	}
 	up := r.toUpgrade()
 	plan := &lifecyclev1.OperationPlan{
@@ -235,6 +229,9 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 		CanonicalInputs: r.canonical(req),
 	}
 	plan.Steps = planSteps(r)
+	if tfguard.Wanted(req.GetSettings()) {
+		plan.Steps = append([]*lifecyclev1.Step{tfguard.GuardStep()}, plan.Steps...)
+	}
 	plan.Preconditions = []*lifecyclev1.Precondition{
 		{Name: "upgrade path", Ok: true, Rule: "R10", Detail: fmt.Sprintf("every node at %s or one adjacent step below it", r.target)},
 		{Name: "installer platform and schematic", Ok: true, Rule: "R14", Detail: "unchanged on every node"},
@@ -361,6 +358,11 @@ func (x *run) fail(summary string, err error, actions ...*lifecyclev1.SuggestedA
 
 func (x *run) execute(ctx context.Context) error {
 	ro := x.roll
+	// 0. R5: with plan_before_upgrade, no upgrade on top of a migration.
+	if ref := tfguard.BeforeUpgrade(ctx, x.cluster, x.req.GetSettings(), x.r); ref != nil {
+		return x.fail("refused: the Terraform plan guard stopped the upgrade; no node was touched",
+			&cluster.RuleError{Rule: ref.GetRule(), Reason: ref.GetReason(), Fix: ref.GetFix()})
+	}
 	// 1. Verified snapshot, off-cluster (R12).
 	opts := cluster.SnapshotOptionsFrom(x.req.GetSettings())
 	opts.Now, opts.FreeSpace = x.p.now, x.p.freeSpace

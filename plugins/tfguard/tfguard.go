@@ -19,6 +19,7 @@ package tfguard
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/talosbot/talosbot/internal/terraform"
@@ -41,6 +42,9 @@ const (
 	ExtraProtectedSecrets = "terraform_protected_secrets"
 	ExtraProtectedVMs     = "terraform_protected_vms"
 	ExtraRefresh          = "terraform_refresh"
+	// ExtraGuardBeforeUpgrade ("true") asks upgrade plugins to run the R5
+	// guard before they touch anything (credentials.terraform.plan_before_upgrade).
+	ExtraGuardBeforeUpgrade = "terraform_plan_guard"
 )
 
 // Plugin implements sdk.Plugin. The zero value uses the plugin process's
@@ -196,4 +200,39 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		return err
 	}
 	return r.Result(&lifecyclev1.Result{Ok: true, Summary: name + ": " + plan.Summary() + " R5 guard passed.", Lines: lines})
+}
+
+// GuardStep is the plan step upgrade plugins add when the host asks for the
+// guard before upgrades.
+func GuardStep() *lifecyclev1.Step {
+	return &lifecyclev1.Step{Id: "tf-plan-guard", Title: "Terraform plan guard (R5)", Kind: "guard"}
+}
+
+// Wanted reports whether the host asked for the guard before upgrades.
+func Wanted(s *lifecyclev1.Settings) bool {
+	return s.GetExtra()[ExtraGuardBeforeUpgrade] == "true"
+}
+
+// BeforeUpgrade runs the R5 guard as the first step of an upgrade (GuardStep)
+// when Wanted. It returns a refusal when the plan would replace or delete
+// cluster secrets or a node VM, or when Terraform could not plan: an upgrade
+// must not start on top of a migration nobody looked at.
+func BeforeUpgrade(ctx context.Context, cluster string, s *lifecyclev1.Settings, r sdk.Reporter) *lifecyclev1.Refusal {
+	if !Wanted(s) {
+		return nil
+	}
+	id := GuardStep().GetId()
+	_ = r.StepStarted(id, "")
+	plan, vs, err := Check(ctx, cluster, s, os.Environ(), "")
+	if err != nil {
+		_ = r.StepFailed(id, err.Error())
+		return &lifecyclev1.Refusal{Rule: "R5", Reason: "the Terraform plan before the upgrade failed: " + err.Error(),
+			Fix: "fix the Terraform root (/talos tf plan shows the error) or turn off plan_before_upgrade"}
+	}
+	if len(vs) > 0 {
+		_ = r.StepFailed(id, terraform.Describe(vs))
+		return Refusal(vs)
+	}
+	_ = r.StepOK(id, plan.Summary()+" R5 guard passed.")
+	return nil
 }

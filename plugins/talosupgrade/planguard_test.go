@@ -1,0 +1,43 @@
+package talosupgrade
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/internal/terraform/tftest"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/plugins/tfguard"
+)
+
+// TestPlanGuardBeforeUpgradeRefuses: with plan_before_upgrade, a Terraform
+// plan that would replace the cluster secrets stops the upgrade (R5) before
+// any snapshot or node call.
+func TestPlanGuardBeforeUpgradeRefuses(t *testing.T) {
+	bin := tftest.Binary(t)
+	root := tftest.Root(t, bin, nil)
+	e := start(t, 1, 1, false, nil)
+	req := e.request(t, target)
+	req.Settings.Extra = map[string]string{tfguard.ExtraRoot: root, tfguard.ExtraBinary: bin,
+		tfguard.ExtraConfigKey: "clusters[0].credentials.terraform", tfguard.ExtraGuardBeforeUpgrade: "true"}
+	ctx := ctxFor(t, 2*time.Minute)
+	plan, err := (&Plugin{}).Plan(ctx, req)
+	if err != nil || plan.GetSteps()[0].GetId() != tfguard.GuardStep().GetId() {
+		t.Fatalf("the plan does not start with the guard: %v %v", plan, err)
+	}
+	t.Setenv("TF_VAR_secrets_generation", "2") // the fixture replaces talos_machine_secrets
+	t.Setenv("TF_CLI_CONFIG_FILE", "")         // a stale one on the machine is not this test's subject
+	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
+	res := rec.FinalResult()
+	if res.GetOk() || res.GetRefusal().GetRule() != "R5" || !strings.Contains(res.GetRefusal().GetReason(), "talos_machine_secrets") {
+		t.Fatalf("want an R5 refusal, got %v", res)
+	}
+	for _, n := range e.names() {
+		if c := e.upgradeCalls(n); c != 0 {
+			t.Fatalf("%s got %d upgrade calls after the plan guard refused", n, c)
+		}
+	}
+	if len(rec.Artifacts()) != 0 {
+		t.Fatal("a snapshot was taken before the guard refused")
+	}
+}
