@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/talosbot/talosbot/internal/testenv"
+	"github.com/talosbot/talosbot/sim"
+)
+
+// TestKubernetesUpgradeResumesAfterSIGKILL: `talosbot serve` is killed while
+// a Kubernetes upgrade works on the second control plane; after a restart and
+// /talos resume, the first control plane is not configured again and the
+// upgrade completes.
+func TestKubernetesUpgradeResumesAfterSIGKILL(t *testing.T) {
+	kube := testenv.StartKube(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	c, err := sim.Start(ctx, sim.Options{Dir: filepath.Join(dir, "sim"), Name: "staging", ControlPlanes: 3, Workers: 1,
+		TalosVersion: "v1.13.9", RebootDelay: 300 * time.Millisecond, Kube: kube.Client, Kubeconfig: kube.Kubeconfig,
+		StaticPods: true, StaticPodReadyDelay: 1500 * time.Millisecond})
+	must(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	tc, kc := filepath.Join(dir, "talosconfig"), filepath.Join(dir, "kubeconfig")
+	must(t, os.WriteFile(tc, c.Talosconfig(), 0o600))
+	must(t, os.WriteFile(kc, kube.Kubeconfig, 0o600))
+	var nodes, endpoints []string
+	for _, n := range c.Nodes() {
+		nodes = append(nodes, fmt.Sprintf("{name: %s, address: %s, role: %s, host: %s}", n.Name, n.IP, n.Role, n.Host))
+		if n.Role == sim.RoleControlPlane {
+			endpoints = append(endpoints, n.IP)
+		}
+	}
+	addr := freeAddr(t)
+	cfg := filepath.Join(dir, "talosbot.yaml")
+	must(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
+data_dir: %s/data
+listen: %s
+clusters:
+  - name: staging
+    environment: staging
+    channels: [ops]
+    endpoints: [%s]
+    nodes: [%s]
+    credentials: {source: files, talosconfig: "file:%s", kubeconfig: "file:%s"}
+timeouts: {gate: 20s, node: 60s}
+chat:
+  web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
+`, dir, addr, strings.Join(endpoints, ", "), strings.Join(nodes, ", "), tc, kc)), 0o600))
+	b := &botProc{t: t, bin: talosbotBinary(t), cfg: cfg, addr: addr, token: "k8s-crash-token"}
+	b.start()
+	if code := b.post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos upgrade k8s 1.36.3 staging"}); code != 202 {
+		t.Fatalf("HTTP %d", code)
+	}
+	applies := func(node string) int { return c.Calls(node, "ApplyConfiguration") }
+	// cp-1's control plane is done once cp-2's apply arrives.
+	b.waitFor("cp-2's control-plane apply", func() bool { return applies("cp-2") >= 1 })
+	cp1 := applies("cp-1")
+	must(t, b.cmd.Process.Signal(syscall.SIGKILL))
+	_ = b.cmd.Wait()
+	var opID string
+	b.start()
+	t.Cleanup(func() { _ = b.cmd.Process.Signal(syscall.SIGTERM); _ = b.cmd.Wait() })
+	if code := b.post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos status staging"}); code != 202 {
+		t.Fatalf("HTTP %d", code)
+	}
+	b.waitFor("the interrupted operation in /talos status", func() bool {
+		for _, m := range b.messages() {
+			if i := strings.Index(m.Text, "/talos resume "); i >= 0 {
+				opID = strings.Fields(m.Text[i+len("/talos resume "):])[0]
+				opID = strings.Trim(opID, "`")
+				return true
+			}
+		}
+		return false
+	})
+	if code := b.post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos resume " + opID}); code != 202 {
+		t.Fatalf("HTTP %d", code)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		done := b.hasMessage(func(m apiMsg) bool { return fieldOf(m, "Operation") == opID && fieldOf(m, "State") == "succeeded" })
+		failed := b.hasMessage(func(m apiMsg) bool { return fieldOf(m, "Operation") == opID && fieldOf(m, "State") == "failed" })
+		if done {
+			break
+		}
+		if failed || time.Now().After(deadline) {
+			t.Fatalf("resumed upgrade did not succeed; log:\n%s", b.stderr)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the console API under a deadline
+	}
+	// After the kill cp-1 only gets its kube-proxy and kubelet applies; its
+	// control-plane images, already in place, are not applied again.
+	if got := applies("cp-1") - cp1; got > 2 {
+		t.Fatalf("cp-1 got %d more applies after the resume, want at most 2 (kube-proxy, kubelet)", got)
+	}
+	for _, n := range c.Nodes() {
+		node, err := kube.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		must(t, err)
+		if v := node.Status.NodeInfo.KubeletVersion; v != "v1.36.3" {
+			t.Errorf("%s kubelet %s, want v1.36.3", n.Name, v)
+		}
+	}
+}
