@@ -231,8 +231,8 @@ func RenderOperation(op *state.Operation, lines []string, now time.Time) chat.Me
 			b.WriteString(line + "\n")
 		}
 	}
-	if op.Result != "" {
-		b.WriteString(op.Result + "\n")
+	for _, l := range resultLines(op) {
+		b.WriteString(l + "\n")
 	}
 	for _, l := range lines {
 		b.WriteString(l + "\n")
@@ -260,6 +260,29 @@ func RenderOperation(op *state.Operation, lines []string, now time.Time) chat.Me
 		m.Fields = append(m.Fields, chat.Field{Label: "Elapsed", Value: end.Sub(op.StartedAt).Truncate(time.Second).String()})
 	}
 	return m
+}
+
+// resultLines are the summary and report lines of a finished operation,
+// without the lines that only repeat a step's detail already shown above.
+func resultLines(op *state.Operation) []string {
+	if op.Result == "" {
+		return nil
+	}
+	all := strings.Split(op.Result, "\n")
+	out := all[:1]
+	for _, l := range all[1:] {
+		dup := false
+		for _, s := range op.Steps {
+			if s.Detail != "" && strings.HasSuffix(l, s.Detail) {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // renderPlan shows what approvers approve: every step with its node,

@@ -114,3 +114,14 @@ func TestProgressBar(t *testing.T) {
 		}
 	}
 }
+
+func TestResultLinesRepeatingStepDetailsAreDropped(t *testing.T) {
+	op := &state.Operation{Command: "health", Cluster: "staging", State: state.StateSucceeded,
+		Steps:  []state.Step{{ID: "v", Title: "Talos version", Status: "ok", Detail: "v1.12.6 on all 2 nodes"}},
+		Result: "staging: health gate passed\n✅ Talos version: v1.12.6 on all 2 nodes\nmanifest sync is not done"}
+	got := RenderOperation(op, nil, time.Now()).Text
+	want := "▰ 1/1\n✅ Talos version — v1.12.6 on all 2 nodes\nstaging: health gate passed\nmanifest sync is not done"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}
