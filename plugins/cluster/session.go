@@ -63,3 +63,13 @@ func (inv Inventory) Without(name string) Inventory {
 	}
 	return out
 }
+
+// OpenRequest reads the inventory of req and opens a session with its
+// credentials: what every plugin's Plan and Run start with.
+func OpenRequest(ctx context.Context, req *lifecyclev1.OperationRequest) (*Session, error) {
+	inv, err := InventoryFrom(req.GetCluster())
+	if err != nil {
+		return nil, err
+	}
+	return Open(ctx, inv, req.GetCredentials())
+}

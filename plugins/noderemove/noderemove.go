@@ -107,14 +107,11 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	if req.GetCommand() != Command {
 		return nil, fmt.Errorf("noderemove serves %q, not %q", Command, req.GetCommand())
 	}
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	s, err := cluster.Open(ctx, inv, req.GetCredentials())
-	if err != nil {
-		return nil, err
-	}
+	inv := s.Inv
 	defer s.Close() //nolint:errcheck
 	t, err := check(ctx, req, s)
 	if err != nil {
@@ -143,14 +140,11 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 
 // Run removes the node.
 func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return err
 	}
-	s, err := cluster.Open(ctx, inv, req.GetCredentials())
-	if err != nil {
-		return err
-	}
+	inv := s.Inv
 	defer s.Close() //nolint:errcheck
 	t, err := check(ctx, req, s)
 	if err != nil {

@@ -287,14 +287,11 @@ type run struct {
 
 // Run executes the roll.
 func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return err
 	}
-	s, err := cluster.Open(ctx, inv, req.GetCredentials())
-	if err != nil {
-		return err
-	}
+	inv := s.Inv
 	defer s.Close() //nolint:errcheck
 	attempt, _ := strconv.Atoi(req.GetSettings().GetExtra()["attempt"])
 	resumed := attempt > 1
