@@ -22,6 +22,7 @@ import (
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/builtin"
 	"github.com/talosbot/talosbot/plugins/host"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -138,6 +139,13 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		ext = append(ext, host.External{Name: p.Name, Path: p.Path, SHA256: p.SHA256})
 	}
 	a.plugins, err = host.New(host.Options{Executable: exe, BuiltIn: builtin.Names(), External: ext, RunTimeout: cfg.Timeouts.Run.D(), Logger: log, PassEnv: cfg.Plugins.PassEnv,
+		Describe: func(ctx context.Context, name string) (*lifecyclev1.Manifest, error) {
+			p, ok := builtin.New(name)
+			if !ok {
+				return nil, fmt.Errorf("no built-in plugin %q", name)
+			}
+			return p.Describe(ctx)
+		},
 		OnRestart: a.metrics.PluginRestarted})
 	if err != nil {
 		a.close()

@@ -198,3 +198,42 @@ func watchOnce(ctx context.Context, s *Session, n Node, opts TrackOptions, last,
 		}
 	}
 }
+
+// Settled reports whether node n's latest machine status, replayed from its
+// event history within window, is running and ready. A node that accepted an
+// upgrade and is draining or about to reboot is not settled: a resumed run
+// must wait for it rather than upgrade it again. Talos replays the history of
+// the current boot first, so a short window sees the latest status.
+func Settled(ctx context.Context, s *Session, n Node, window time.Duration) (bool, error) {
+	wctx, cancel := context.WithTimeout(client.WithNode(ctx, n.Address), window)
+	defer cancel()
+	stream, err := s.Talos.Events(wctx, client.WithTailEvents(-1))
+	if err != nil {
+		return false, err
+	}
+	settled, seen := false, false
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			if wctx.Err() != nil && ctx.Err() == nil {
+				// The window closed: the replay is over. No status at all
+				// means nothing is in progress that we can see.
+				return settled || !seen, nil
+			}
+			return false, err
+		}
+		ev, err := client.UnmarshalEvent(msg)
+		if err != nil {
+			continue
+		}
+		switch p := ev.Payload.(type) {
+		case *machineapi.MachineStatusEvent:
+			seen = true
+			settled = p.GetStage() == machineapi.MachineStatusEvent_RUNNING && p.GetStatus().GetReady()
+		case *machineapi.SequenceEvent:
+			if p.GetSequence() == "upgrade" && p.GetAction() == machineapi.SequenceEvent_START {
+				seen, settled = true, false
+			}
+		}
+	}
+}

@@ -130,6 +130,11 @@ type Options struct {
 	// SSL_CERT_DIR, the proxy variables, XDG_CACHE_HOME, XDG_CONFIG_HOME and
 	// GOCOVERDIR, so that secrets in the bot's environment stay in the bot.
 	PassEnv []string
+	// Describe, when set, returns a built-in plugin's manifest without
+	// starting its process (built-ins are compiled into the bot, and Describe
+	// has no side effects). Processes then start on the first Plan or Run, so
+	// an idle bot runs no plugin processes.
+	Describe func(ctx context.Context, name string) (*lifecyclev1.Manifest, error)
 }
 
 var defaultEnv = []string{
@@ -272,11 +277,15 @@ func (m *Manager) Manifest(ctx context.Context, name string) (*lifecyclev1.Manif
 		return proto.CloneOf(cached), nil
 	}
 	var mf *lifecyclev1.Manifest
-	err = m.unary(ctx, p, "describe", func(ctx context.Context, c lifecyclev1.LifecycleClient) error {
-		var err error
-		mf, err = c.Describe(ctx, &lifecyclev1.DescribeRequest{})
-		return err
-	})
+	if p.sha256 == "" && m.opts.Describe != nil {
+		mf, err = m.opts.Describe(ctx, name)
+	} else {
+		err = m.unary(ctx, p, "describe", func(ctx context.Context, c lifecyclev1.LifecycleClient) error {
+			var err error
+			mf, err = c.Describe(ctx, &lifecyclev1.DescribeRequest{})
+			return err
+		})
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -676,3 +676,24 @@ func BenchmarkPlanCall(b *testing.B) {
 		}
 	}
 }
+
+// TestDescribeInProcessStartsNothing: with Options.Describe, reading a
+// built-in's manifest does not start its process (the executable here does
+// not even exist), so an idle bot runs no plugin processes.
+func TestDescribeInProcessStartsNothing(t *testing.T) {
+	m, err := New(Options{Executable: "/nonexistent/talosbot", BuiltIn: []string{"health"},
+		Describe: func(_ context.Context, name string) (*lifecyclev1.Manifest, error) {
+			return &lifecyclev1.Manifest{Name: name, Commands: []*lifecyclev1.Command{{Name: "health"}}}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	mf, err := m.Manifest(context.Background(), "health")
+	if err != nil || mf.GetName() != "health" || len(mf.GetCommands()) != 1 {
+		t.Fatalf("manifest = %v, %v", mf, err)
+	}
+	if _, err := m.Plan(context.Background(), "health", &lifecyclev1.OperationRequest{}); err == nil {
+		t.Fatal("Plan must start the (missing) process and fail")
+	}
+}

@@ -318,15 +318,15 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	return nil
 }
 
-// settle waits, up to timeout, until every node answers and etcd agrees on a
-// leader. Whatever is still wrong afterwards, planning reports.
+// settle waits, up to timeout, until every node answers, none is in the
+// middle of a sequence, and etcd agrees on a leader. Whatever is still wrong afterwards, planning reports.
 func settle(ctx context.Context, s *cluster.Session, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if _, err := cluster.ReadNodeStates(ctx, s, s.Inv.Nodes); err == nil && cluster.ReadQuorum(ctx, s.Clients, s.Inv).Leader != "" {
+		if _, err := cluster.ReadNodeStates(ctx, s, s.Inv.Nodes); err == nil && cluster.ReadQuorum(ctx, s.Clients, s.Inv).Leader != "" && allSettled(ctx, s) {
 			return
 		}
 		select {
@@ -335,6 +335,23 @@ func settle(ctx context.Context, s *cluster.Session, timeout time.Duration) {
 		case <-tick.C:
 		}
 	}
+}
+
+// allSettled reports whether no node is in the middle of a sequence (an
+// upgrade the interrupted run started that has not rebooted yet).
+func allSettled(ctx context.Context, s *cluster.Session) bool {
+	results := make(chan bool, len(s.Inv.Nodes))
+	for _, n := range s.Inv.Nodes {
+		go func() {
+			ok, err := cluster.Settled(ctx, s, n, 400*time.Millisecond)
+			results <- err == nil && ok
+		}()
+	}
+	all := true
+	for range s.Inv.Nodes {
+		all = <-results && all
+	}
+	return all
 }
 
 // errReported means the failure was already sent as the Result: stop.
