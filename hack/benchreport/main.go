@@ -174,8 +174,8 @@ func notes() string {
 - **Bot idle RSS.** RSS counts every resident page in full, including pages the kernel shares
   between the bot and its plugin processes (one binary: bot, plugins, simulator, client-go). PSS
   splits shared pages among their users and is the bot's real share; it meets the goal. The
-  private, anonymous part is about 12 MiB. Each built-in plugin process costs its own share on top
-  (see the figure "incl. plugin processes").
+  private, anonymous part is about 12 MiB. Plugin processes start on first use, so an idle bot
+  runs none; each one in use costs its own share on top.
 
 Raw benchmark lines are reproduced by running the commands above.
 `
