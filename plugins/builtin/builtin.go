@@ -16,6 +16,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/snapshot"
 	"github.com/talosbot/talosbot/plugins/talosupgrade"
 	"github.com/talosbot/talosbot/plugins/tfguard"
+	"github.com/talosbot/talosbot/plugins/waitmember"
 )
 
 // catalogue returns the constructors by name. It is a function so that the
@@ -31,6 +32,7 @@ func catalogue() map[string]func() sdk.Plugin {
 		tfguard.Name:      tfguard.New,
 		drift.Name:        drift.New,
 		gates.Name:        gates.New,
+		waitmember.Name:   waitmember.New,
 	}
 }
 

@@ -1,0 +1,157 @@
+// Package waitmember is the built-in plugin behind `/talos wait-member`
+// (rule R7): after Terraform adds a control plane, wait until it is a voting
+// etcd member and every member reports the same leader before adding the
+// next node. It only reads.
+package waitmember
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/talosbot/talosbot/internal/version"
+	"github.com/talosbot/talosbot/plugins/cluster"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
+)
+
+// Name is the plugin's catalogue name.
+const Name = "waitmember"
+
+// Command is the chat command.
+const Command = "wait-member"
+
+// DefaultTimeout bounds the wait when --timeout is not given.
+const DefaultTimeout = 10 * time.Minute
+
+// Plugin implements sdk.Plugin. Poll is the interval between checks (0: 2s).
+type Plugin struct{ Poll time.Duration }
+
+// New returns the plugin.
+func New() sdk.Plugin { return &Plugin{} }
+
+// Describe returns the manifest.
+func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
+	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+		Name:    Command,
+		Summary: "Wait until a new control plane is a voting etcd member and all members agree on the leader (R7; read-only)",
+		Args: []*lifecyclev1.Arg{
+			{Name: "node", Required: true, Description: "the control plane Terraform just added (inventory name)"},
+			{Name: "cluster", Description: "cluster (default: the channel's cluster)"},
+			{Name: "timeout", Flag: true, Description: "how long to wait, e.g. 10m (default 10m)"},
+		},
+		Effect:  lifecyclev1.Effect_EFFECT_READ_ONLY,
+		Example: "/talos wait-member talos-prd-4 production",
+	}}}, nil
+}
+
+type target struct {
+	node    cluster.Node
+	timeout time.Duration
+}
+
+func check(req *lifecyclev1.OperationRequest) (cluster.Inventory, target, error) {
+	inv, err := cluster.InventoryFrom(req.GetCluster())
+	if err != nil {
+		return inv, target{}, err
+	}
+	name := req.GetArgs()["node"]
+	n, ok := inv.Node(name)
+	if !ok {
+		return inv, target{}, &cluster.RuleError{Rule: "R7", Reason: fmt.Sprintf("%s is not in the inventory of %s", name, inv.Name),
+			Fix: "add the node to Terraform's talos_nodes inventory and apply first; the inventory names: " + strings.Join(cluster.Names(inv.Nodes), ", ")}
+	}
+	if n.Role != cluster.RoleControlPlane {
+		return inv, target{}, &cluster.RuleError{Rule: "R7", Reason: name + " is a worker; only control planes join etcd",
+			Fix: "a new worker needs no wait: check it with /talos health"}
+	}
+	t := target{node: n, timeout: DefaultTimeout}
+	if s := req.GetArgs()["timeout"]; s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return inv, target{}, &cluster.RuleError{Rule: "R7", Reason: fmt.Sprintf("--timeout %q is not a duration", s), Fix: "use e.g. --timeout 10m"}
+		}
+		t.timeout = d
+	}
+	return inv, t, nil
+}
+
+// Plan validates the node; it does not contact the cluster.
+func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+	inv, t, err := check(req)
+	if err != nil {
+		return cluster.RefusalPlan(err)
+	}
+	return &lifecyclev1.OperationPlan{
+		Summary: fmt.Sprintf("Wait up to %s for %s to be a voting etcd member of %s with one agreed leader", t.timeout, t.node.Name, inv.Name),
+		Target:  t.node.Name,
+		Steps: []*lifecyclev1.Step{
+			{Id: "member", Title: t.node.Name + " is an etcd member", Node: t.node.Name, Kind: "quorum"},
+			{Id: "voting", Title: t.node.Name + " votes (not a learner) and answers", Node: t.node.Name, Kind: "quorum"},
+			{Id: "leader", Title: "every member reports the same leader", Kind: "quorum"},
+		},
+		CanonicalInputs: []byte(fmt.Sprintf("wait-member cluster=%s node=%s timeout=%s", inv.Name, t.node.Name, t.timeout)),
+	}, nil
+}
+
+// Run polls the quorum until the node is a healthy voting member and every
+// member agrees on the leader, or the timeout passes.
+func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
+	inv, t, err := check(req)
+	if err != nil {
+		re, _ := cluster.AsRuleError(err)
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Refusal()})
+	}
+	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
+	if err != nil {
+		return err
+	}
+	defer clients.Close()
+	poll := p.Poll
+	if poll <= 0 {
+		poll = 2 * time.Second
+	}
+	deadline := time.Now().Add(t.timeout)
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for _, id := range []string{"member", "voting", "leader"} {
+		_ = r.StepStarted(id, "")
+	}
+	for {
+		// Each read gets its own bound, so the last reading before the
+		// deadline is a real one and the report says what was missing.
+		rctx, cancel := context.WithTimeout(ctx, max(min(time.Until(deadline), 10*time.Second), 0)+time.Second)
+		q := cluster.ReadQuorum(rctx, clients, inv)
+		cancel()
+		member, voting := q.IsMember(t.node.Name), q.IsHealthy(t.node.Name)
+		agreed := q.Leader != "" && len(q.Healthy) == len(q.Members) && slices.Contains(q.Members, q.Leader)
+		if member && voting && agreed {
+			_ = r.StepOK("member", q.Summary())
+			_ = r.StepOK("voting", t.node.Name+" answers as a voting member")
+			_ = r.StepOK("leader", "leader "+q.Leader+" agreed by all "+fmt.Sprint(len(q.Members))+" members")
+			return r.Result(&lifecyclev1.Result{Ok: true,
+				Summary: fmt.Sprintf("%s is a voting etcd member and all %d members agree on leader %s: the next node may be added (R7)", t.node.Name, len(q.Members), q.Leader)})
+		}
+		if time.Now().After(deadline) {
+			var missing []string
+			if !member {
+				missing = append(missing, t.node.Name+" is not an etcd member")
+			} else if !voting {
+				missing = append(missing, t.node.Name+" is a member but not a healthy voting one")
+			}
+			if !agreed {
+				missing = append(missing, "members do not all report one leader")
+			}
+			_ = r.StepFailed("member", q.Summary())
+			return r.Result(&lifecyclev1.Result{Ok: false, Summary: fmt.Sprintf("%s did not become a voting member within %s", t.node.Name, t.timeout),
+				Error: strings.Join(missing, "; ") + " (" + q.Summary() + ")"})
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}

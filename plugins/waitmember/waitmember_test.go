@@ -1,0 +1,92 @@
+package waitmember
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/sim"
+)
+
+func request(c *sim.Cluster, node, timeout string) *lifecyclev1.OperationRequest {
+	pc := &lifecyclev1.Cluster{Name: "production", Environment: "production"}
+	for _, n := range c.Nodes() {
+		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role})
+		if n.Role == sim.RoleControlPlane {
+			pc.Endpoints = append(pc.Endpoints, n.IP)
+		}
+	}
+	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: Command, Cluster: pc,
+		Args:        map[string]string{"node": node, "timeout": timeout},
+		Credentials: &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()}}
+}
+
+func TestWaitMember(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 3, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := &Plugin{Poll: 100 * time.Millisecond}
+
+	// A voting member with an agreed leader passes.
+	rec, _ := sdktest.Run(ctx, p, request(c, "cp-2", "20s"), nil)
+	if res := rec.FinalResult(); !res.GetOk() || !strings.Contains(res.GetSummary(), "cp-2 is a voting etcd member") {
+		t.Fatalf("cp-2: %v", res)
+	}
+
+	// Refusals: a worker, an unknown node, a bad timeout.
+	for node, want := range map[string]string{"worker-1": "only control planes join etcd", "cp-9": "cp-9 is not in the inventory"} {
+		plan, err := p.Plan(ctx, request(c, node, ""))
+		if err != nil || plan.GetRefusal().GetRule() != "R7" || !strings.Contains(plan.GetRefusal().GetReason(), want) {
+			t.Fatalf("%s: %v %v", node, plan, err)
+		}
+	}
+	if plan, _ := p.Plan(ctx, request(c, "cp-2", "soon")); plan.GetRefusal() == nil {
+		t.Fatal("a bad --timeout must be refused")
+	}
+
+	// A control plane that left etcd (graceful reset) is not a member: the
+	// wait ends at its timeout and says why.
+	cfg, err := clientconfig.FromBytes(c.Talosconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := client.New(ctx, client.WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close() //nolint:errcheck
+	var cp3 string
+	for _, n := range c.Nodes() {
+		if n.Name == "cp-3" {
+			cp3 = n.IP
+		}
+	}
+	if err := cli.Reset(client.WithNode(ctx, cp3), true, false); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !c.Etcd().Member("cp-3").Removed(); {
+		if time.Now().After(deadline) {
+			t.Fatal("cp-3 did not leave etcd after a graceful reset")
+		}
+		time.Sleep(50 * time.Millisecond) // polling the simulator under a deadline
+	}
+	start := time.Now()
+	rec, _ = sdktest.Run(ctx, p, request(c, "cp-3", "2s"), nil)
+	res := rec.FinalResult()
+	if res.GetOk() || !strings.Contains(res.GetError(), "cp-3 is not an etcd member") {
+		t.Fatalf("cp-3 after reset: %v", res)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("the wait ignored its 2s timeout: %v", d)
+	}
+}
