@@ -169,8 +169,14 @@ audit: {token: env:SWEEP_AUDIT}
 	run("/talos gates staging")
 	run("/talos tf plan staging")
 	run("/talos rollback worker-1 staging")
-	say(`/talos freeze staging "sweep"`)
-	say("/talos unfreeze staging")
+	// Commands are handled concurrently: wait for each answer so that the
+	// freeze is lifted before the next disruptive command.
+	sayWait := func(text, answer string) {
+		say(text)
+		b.waitFor(answer, func() bool { return b.hasMessage(func(m apiMsg) bool { return strings.Contains(m.Text, answer) }) })
+	}
+	sayWait(`/talos freeze staging "sweep"`, "staging is frozen")
+	sayWait("/talos unfreeze staging", "staging is unfrozen")
 	say("/talos audit --since 1h")
 	run("/talos node remove worker-1 staging")
 
