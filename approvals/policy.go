@@ -87,7 +87,7 @@ func (p *Policy) Authorize(_ context.Context, req bot.PolicyRequest) error {
 	default:
 		return fmt.Errorf("%s has no role in %s; add the user to policy.%s.operators or policy.%s.viewers", req.User, env, env, env)
 	}
-	if !req.Disruptive {
+	if !req.Disruptive || req.Housekeeping {
 		return nil
 	}
 	if f := req.Frozen; f != nil {
@@ -190,8 +190,8 @@ func (p *Policy) RequiredApprovals(op *state.Operation) int {
 	} else {
 		need = op.Environment == config.EnvProduction
 	}
-	if op.Args[FlagOutsideWindow] == "true" {
-		need = true // outside the window only with approval
+	if op.Args[FlagOutsideWindow] == "true" || slices.Contains(op.Flags, FlagSkipStaging) {
+		need = true // outside the window, or without staging, only with approval
 	}
 	if !need {
 		return 0

@@ -289,13 +289,33 @@ func (e *Engine) Cancel(ctx context.Context, from Origin, id string) error {
 	}
 	switch op.State {
 	case state.StatePlanned, state.StateAwaitingApproval, state.StateApproved:
-		_, err := e.transition(ctx, id, state.StateCancelled, from.User, "cancelled", "", nil,
-			func(o *state.Operation) { o.Result = "cancelled by " + from.User })
+		// The run may start between the read above and this write: decide on
+		// the state inside the transaction, never cancel a running op's
+		// record while its plugin goes on.
+		_, err := e.transitionFrom(ctx, id, []state.OpState{state.StatePlanned, state.StateAwaitingApproval, state.StateApproved},
+			state.StateCancelled, from.User, "cancelled", "", nil,
+			func(o *state.Operation) { o.Result = "cancelled by " + from.User }, nil)
+		if errors.Is(err, errStateMoved) {
+			if cur, _ := e.Operation(ctx, id); cur != nil && cur.State == state.StateRunning {
+				return e.cancelRun(ctx, from, id)
+			}
+		}
 		if err != nil {
 			return e.refuseAction(ctx, from, op, "cancel", err.Error())
 		}
 		return nil
 	case state.StateRunning:
+		return e.cancelRun(ctx, from, id)
+	case state.StateInterrupted:
+		return e.refuseAction(ctx, from, op, "cancel", id+" was interrupted; use /talos resume "+id+" or /talos abandon "+id)
+	}
+	return e.refuseAction(ctx, from, op, "cancel", fmt.Sprintf("operation %s is already %s", id, op.State))
+}
+
+// cancelRun cancels a running operation through its context, which reaches
+// the plugin; the run then ends as cancelled.
+func (e *Engine) cancelRun(ctx context.Context, from Origin, id string) error {
+	{
 		_ = e.o.Store.Update(ctx, func(tx *state.Tx) error { return tx.PutKV("cancel", id, []byte(from.User)) })
 		e.mu.Lock()
 		if cancel := e.running[id]; cancel != nil {
@@ -306,10 +326,7 @@ func (e *Engine) Cancel(ctx context.Context, from Origin, id string) error {
 		e.mu.Unlock()
 		e.o.Sink.Reply(ctx, from, "cancelling "+id+"; the plugin stops at its next safe point")
 		return nil
-	case state.StateInterrupted:
-		return e.refuseAction(ctx, from, op, "cancel", id+" was interrupted; use /talos resume "+id+" or /talos abandon "+id)
 	}
-	return e.refuseAction(ctx, from, op, "cancel", fmt.Sprintf("operation %s is already %s", id, op.State))
 }
 
 // Resume continues an interrupted operation. Plugins skip steps already done.
@@ -325,7 +342,11 @@ func (e *Engine) Resume(ctx context.Context, from Origin, id string) error {
 	if cl == nil {
 		return e.refuseAction(ctx, from, op, "resume", "cluster "+op.Cluster+" is no longer configured")
 	}
-	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: "resume", Disruptive: op.Disruptive, Args: op.Args, Now: e.now()}); err != nil {
+	frozen, err := e.freeze(ctx, cl.Name)
+	if err != nil {
+		return err
+	}
+	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: "resume", Disruptive: op.Disruptive, Args: op.Args, Now: e.now(), Frozen: frozen}); err != nil {
 		return e.refuseAction(ctx, from, op, "resume", err.Error())
 	}
 	if _, err := e.transition(ctx, id, state.StateRunning, from.User, "resumed", "", nil, nil); err != nil {
@@ -346,7 +367,7 @@ func (e *Engine) Abandon(ctx context.Context, from Origin, id string) error {
 	}
 	cl := e.o.Config.Cluster(op.Cluster)
 	if cl != nil {
-		if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: "abandon", Disruptive: true, Now: e.now()}); err != nil {
+		if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: "abandon", Disruptive: true, Now: e.now(), Housekeeping: true}); err != nil {
 			return e.refuseAction(ctx, from, op, "abandon", err.Error())
 		}
 	}

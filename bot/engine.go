@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -444,8 +445,28 @@ func (e *Engine) transition(ctx context.Context, id string, to state.OpState, ac
 
 func (e *Engine) transitionTx(ctx context.Context, id string, to state.OpState, actor, action, result string, detail map[string]string,
 	mutate func(*state.Operation), extra func(*state.Tx, *state.Operation) error) (*state.Operation, error) {
+	return e.transitionFrom(ctx, id, nil, to, actor, action, result, detail, mutate, extra)
+}
+
+// errStateMoved is returned by transitionFrom when the operation is no longer
+// in one of the expected states.
+var errStateMoved = errors.New("the operation changed state meanwhile")
+
+// transitionFrom is transitionTx that only moves the operation when it is
+// still in one of from (nil: any state), checked inside the transaction.
+func (e *Engine) transitionFrom(ctx context.Context, id string, from []state.OpState, to state.OpState, actor, action, result string, detail map[string]string,
+	mutate func(*state.Operation), extra func(*state.Tx, *state.Operation) error) (*state.Operation, error) {
 	var out *state.Operation
 	err := e.o.Store.Update(ctx, func(tx *state.Tx) error {
+		if from != nil {
+			cur, err := tx.Operation(id)
+			if err != nil {
+				return err
+			}
+			if !slices.Contains(from, cur.State) {
+				return fmt.Errorf("operation %s is %s: %w", id, cur.State, errStateMoved)
+			}
+		}
 		op, err := tx.Transition(id, to, func(o *state.Operation) {
 			o.UpdatedAt = e.now()
 			if mutate != nil {
@@ -523,6 +544,12 @@ func (e *Engine) execute(ctx context.Context, id string, resumed bool) {
 			e.voidApprovals(ctx, op, plan, d)
 			return
 		}
+		// A freeze or the end of the maintenance window since the request
+		// stops the run too: policy is checked again right before it starts.
+		if err := e.authorizeRun(ctx, op); err != nil {
+			e.finish(ctx, id, "system", state.StateFailed, "refused", err.Error(), nil, "refused")
+			return
+		}
 		// Entering running sets StartedAt and counts the attempt (state.Tx.Transition).
 		if op, err = e.transition(ctx, id, state.StateRunning, "system", "started", "", nil, nil); err != nil {
 			return
@@ -555,6 +582,9 @@ func (e *Engine) execute(ctx context.Context, id string, resumed bool) {
 		return nil
 	})
 	switch {
+	case err == nil && res.GetOk():
+		// Finished: even a cancel that raced the last step does not undo it.
+		e.finish(ctx, id, "system", state.StateSucceeded, res.GetSummary(), "", res.GetLines())
 	case ctx.Err() != nil:
 		// The engine is shutting down: leave the operation running; the next
 		// start marks it interrupted and it can be resumed.
@@ -563,8 +593,6 @@ func (e *Engine) execute(ctx context.Context, id string, resumed bool) {
 		e.finish(ctx, id, e.cancelledBy(id), state.StateCancelled, "cancelled", "", nil)
 	case err != nil:
 		e.finish(ctx, id, "system", state.StateFailed, "failed", err.Error(), nil)
-	case res.GetOk():
-		e.finish(ctx, id, "system", state.StateSucceeded, res.GetSummary(), "", res.GetLines())
 	default:
 		msg := res.GetError()
 		if r := res.GetRefusal(); r != nil {
@@ -693,10 +721,26 @@ func stepStatus(s lifecyclev1.StepStatus) string {
 func (e *Engine) voidApprovals(ctx context.Context, op *state.Operation, plan *lifecyclev1.OperationPlan, digest string) {
 	planJSON, _ := protojson.Marshal(plan)
 	why := fmt.Sprintf("the plan changed since it was approved (digest %s → %s); approvals are void, approve the new plan", host.ShortDigest(op.Digest), host.ShortDigest(digest))
+	// The new plan may have a new target: the promotion gate (R6) decides
+	// again, from scratch.
+	next := *op
+	next.Target, next.Flags = plan.GetTarget(), nil
+	for _, f := range op.Flags {
+		if f != flagSkipStaging && !strings.HasPrefix(f, "promoted-from:") {
+			next.Flags = append(next.Flags, f)
+		}
+	}
+	flags, err := e.o.Policy.Promotion(&next, e.stagingLookup(ctx), e.now())
+	if err != nil {
+		e.finish(ctx, op.ID, "system", state.StateFailed, "refused", "the re-planned target needs staging first: "+err.Error(), nil, "refused")
+		return
+	}
+	next.Flags = append(next.Flags, flags...)
 	var buttons []Button
 	updated, err := e.transitionTx(ctx, op.ID, state.StateAwaitingApproval, "system", "approvals voided", "voided",
-		map[string]string{"old_digest": op.Digest, "new_digest": digest}, func(o *state.Operation) {
+		map[string]string{"old_digest": op.Digest, "new_digest": digest, "flags": strings.Join(next.Flags, ",")}, func(o *state.Operation) {
 			o.Digest, o.Plan, o.Target, o.Steps = digest, planJSON, plan.GetTarget(), stepsFromPlan(plan)
+			o.Flags = next.Flags
 			o.ExpiresAt = e.now().Add(e.o.Policy.Expiry(o))
 		}, func(tx *state.Tx, o *state.Operation) error {
 			// Transition already deleted the approvals; the lock goes too, so
@@ -732,7 +776,7 @@ func (e *Engine) drillEvidence(ctx context.Context, extra map[string]string) err
 				return err
 			}
 			for _, o := range ops {
-				if o.Environment == config.EnvStaging {
+				if o.Environment == config.EnvStaging && !dryRun(o) {
 					extra[key] = o.ID + " " + o.EndedAt.UTC().Format(time.RFC3339)
 					break
 				}
@@ -740,6 +784,25 @@ func (e *Engine) drillEvidence(ctx context.Context, extra map[string]string) err
 		}
 		return nil
 	})
+}
+
+// dryRun reports whether op changed nothing by request (--dry-run): it
+// proves nothing for the promotion gate or the staging drills.
+func dryRun(op *state.Operation) bool { return op.Args["dry-run"] == "true" }
+
+// authorizeRun applies the request-time policy again (freeze, window, role)
+// to an operation about to run.
+func (e *Engine) authorizeRun(ctx context.Context, op *state.Operation) error {
+	cl := e.o.Config.Cluster(op.Cluster)
+	if cl == nil {
+		return fmt.Errorf("cluster %q is no longer configured", op.Cluster)
+	}
+	frozen, err := e.freeze(ctx, cl.Name)
+	if err != nil {
+		return err
+	}
+	return e.o.Policy.Authorize(ctx, PolicyRequest{User: op.Requester, Cluster: cl, Command: op.Command,
+		Disruptive: op.Disruptive, Args: op.Args, Now: e.now(), Frozen: frozen})
 }
 
 // stagingLookup finds succeeded staging operations for the promotion gate.
@@ -752,7 +815,7 @@ func (e *Engine) stagingLookup(ctx context.Context) StagingLookup {
 				return err
 			}
 			for _, o := range ops {
-				if o.Environment == config.EnvStaging && o.Target == target && !o.EndedAt.Before(since) {
+				if o.Environment == config.EnvStaging && o.Target == target && !o.EndedAt.Before(since) && !dryRun(o) {
 					found = o
 					return nil
 				}
@@ -789,5 +852,37 @@ func (e *Engine) Recover(ctx context.Context) ([]string, error) {
 		e.notifyChanged()
 	}
 	sort.Strings(ids)
+	if err == nil {
+		err = e.recoverUnstarted(ctx)
+	}
 	return ids, err
+}
+
+// recoverUnstarted deals with operations a stop caught before their run
+// began: an approved one (it holds its cluster lock) goes on to its re-plan
+// and run, which check the digest and policy again; one still being planned
+// fails and says so, to be requested again.
+func (e *Engine) recoverUnstarted(ctx context.Context) error {
+	var approved, planned []string
+	err := e.o.Store.View(ctx, func(tx *state.Tx) error {
+		ops, err := tx.Operations(state.OpFilter{States: []state.OpState{state.StateApproved, state.StatePlanned}})
+		for _, op := range ops {
+			if op.State == state.StateApproved {
+				approved = append(approved, op.ID)
+			} else {
+				planned = append(planned, op.ID)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	for _, id := range planned {
+		e.finish(ctx, id, "system", state.StateFailed, "stopped while planning", "talosbot stopped before the plan was ready; run the command again", nil)
+	}
+	for _, id := range approved {
+		e.goRun(id, func(ctx context.Context) { e.execute(ctx, id, false) })
+	}
+	return nil
 }

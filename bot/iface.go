@@ -105,6 +105,10 @@ type PolicyRequest struct {
 	Now        time.Time
 	// Frozen is the cluster's freeze, if any.
 	Frozen *Freeze
+	// Housekeeping marks commands that must work during a freeze and
+	// outside maintenance windows (freeze, unfreeze, abandon, cancel): they
+	// stop or record work, they never start it.
+	Housekeeping bool
 }
 
 // Observer is told about engine events, for metrics. Calls must not block.

@@ -59,7 +59,7 @@ func (e *Engine) setFreeze(ctx context.Context, from Origin, inv *Invocation, on
 	}
 	// Freezing is an operator's act: viewers may not, and a freeze does not
 	// itself need the cluster unfrozen.
-	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: true, Now: e.now()}); err != nil {
+	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: true, Now: e.now(), Housekeeping: true}); err != nil {
 		e.refuse(ctx, from, cl.Name, inv, err)
 		return err
 	}

@@ -179,3 +179,93 @@ func waitAudit(t *testing.T, e *env, q state.AuditQuery) []state.AuditRecord {
 	})
 	return recs
 }
+
+func TestFreezeAfterApprovalRequestStopsTheRun(t *testing.T) {
+	e := newEnv(t)
+	e.promote("v12")
+	id, _ := e.submit("alice", "prd", "/talos roll v12")
+	e.await(id, state.StateAwaitingApproval)
+	approve := e.sink.button(t, id, "Approve")
+	if _, err := e.submit("bob", "prd", `/talos freeze production "incident"`); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.eng.Act(context.Background(), bot.Origin{User: "bob"}, approve); err != nil {
+		t.Fatal(err)
+	}
+	op := e.await(id, state.StateFailed)
+	if !strings.Contains(op.Error, "frozen") {
+		t.Fatalf("ran on a frozen cluster: %+v", op)
+	}
+}
+
+func TestDryRunDoesNotCountAsStaging(t *testing.T) {
+	e := newEnv(t)
+	id, _ := e.submit("alice", "stg", "/talos roll v13 --dry-run")
+	e.await(id, state.StateSucceeded)
+	id, _ = e.submit("alice", "prd", "/talos roll v13")
+	if op := e.await(id, state.StateFailed); !strings.Contains(op.Error, "R6") {
+		t.Fatalf("a staging dry run satisfied R6: %+v", op)
+	}
+}
+
+const narrowApprovalConfig = `
+data_dir: %s
+clusters:
+  - name: staging
+    environment: staging
+    channels: [stg]
+    endpoints: [127.0.0.1]
+    nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}]
+    credentials: {source: files, talosconfig: "file:%s"}
+  - name: production
+    environment: production
+    channels: [prd]
+    endpoints: [127.0.0.2]
+    nodes: [{name: cp-1, address: 127.0.0.2, role: controlplane, host: pve1}]
+    credentials: {source: files, talosconfig: "file:%s"}
+policy:
+  production:
+    approval_commands: [probe]
+    approvers: [bob]
+    maintenance_windows:
+      - {days: [tue], start: "20:00", end: "23:00", timezone: Europe/Berlin}
+`
+
+func TestSkipStagingAlwaysNeedsApprovalAndHousekeepingIgnoresWindows(t *testing.T) {
+	e := newEnvConfig(t, narrowApprovalConfig) // Monday noon: outside the window
+	// Freezing and unfreezing work outside the window (and need no flag).
+	if _, err := e.submit("alice", "prd", `/talos freeze production "incident"`); err != nil {
+		t.Fatalf("freeze outside the window: %v", err)
+	}
+	if _, err := e.submit("alice", "prd", "/talos unfreeze production"); err != nil {
+		t.Fatalf("unfreeze outside the window: %v", err)
+	}
+	// roll needs no approval in this policy, but --skip-staging always does.
+	id, err := e.submit("alice", "prd", "/talos roll v14 --skip-staging --outside-window")
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := e.await(id, state.StateAwaitingApproval)
+	recs, _ := e.store.QueryAudit(context.Background(), state.AuditQuery{OpID: op.ID, Action: "approval requested"})
+	if len(recs) != 1 || recs[0].Detail["required"] != "2" {
+		t.Fatalf("--skip-staging must need base + 1 approvals: %+v", recs)
+	}
+}
+
+func TestRecoverFailsOperationsCaughtWhilePlanning(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	err := e.store.Update(ctx, func(tx *state.Tx) error {
+		return tx.PutOperation(&state.Operation{ID: "stuck", Cluster: "staging", Environment: "staging", Command: "roll",
+			Requester: "alice", State: state.StatePlanned, Disruptive: true, CreatedAt: e.clock.Now()})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.eng.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if op := e.await("stuck", state.StateFailed); !strings.Contains(op.Error, "run the command again") {
+		t.Fatalf("op = %+v", op)
+	}
+}

@@ -170,6 +170,15 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		a.close()
 		return nil, err
 	}
+	// Recover before any adapter can deliver a command.
+	ids, err := a.engine.Recover(ctx)
+	if err != nil {
+		a.close()
+		return nil, fmt.Errorf("recover operations: %w", err)
+	}
+	for _, id := range ids {
+		log.Warn("operation was interrupted by a restart; resume or abandon it", "op", id)
+	}
 	a.console.SetHandler(a.engine)
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	a.stopAdapters = cancelRun
@@ -182,14 +191,6 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	if a.discord != nil {
 		a.discord.SetHandler(a.engine)
 		a.runAdapter(runCtx, "discord", a.discord.Run)
-	}
-	ids, err := a.engine.Recover(ctx)
-	if err != nil {
-		a.close()
-		return nil, fmt.Errorf("recover operations: %w", err)
-	}
-	for _, id := range ids {
-		log.Warn("operation was interrupted by a restart; resume or abandon it", "op", id)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
