@@ -20,6 +20,9 @@ import (
 // progress are coalesced and the latest state is always delivered.
 const MinEditInterval = time.Second
 
+// forgetAfter is how long a finished operation's view is kept.
+const forgetAfter = 15 * time.Minute
+
 // Renderer turns engine updates into chat messages on one adapter: one message
 // per operation, edited in place (at most once per MinEditInterval), plus
 // thread replies.
@@ -41,6 +44,7 @@ type opView struct {
 	lastEdit     time.Time
 	timerSet     bool
 	dirty        bool
+	forgetSet    bool // the view is dropped a while after the op ends
 	sending      sync.Mutex
 }
 
@@ -98,6 +102,17 @@ func (r *Renderer) Operation(ctx context.Context, u Update) {
 	}
 	if u.Op.State.Terminal() && u.Buttons != nil {
 		v.buttonsState = "suggest"
+	}
+	if u.Op.State.Terminal() && !v.forgetSet {
+		// Late updates (suggested actions after a failure) still find the
+		// message for a while; then the view goes, so memory stays bounded.
+		v.forgetSet = true
+		id := u.Op.ID
+		r.clock.AfterFunc(forgetAfter, func() {
+			r.mu.Lock()
+			delete(r.ops, id)
+			r.mu.Unlock()
+		})
 	}
 	v.latest = RenderOperation(u.Op, u.Lines, r.clock.Now())
 	v.latest.Buttons = v.buttons

@@ -125,3 +125,21 @@ func TestResultLinesRepeatingStepDetailsAreDropped(t *testing.T) {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
 }
+
+func TestRendererForgetsFinishedOperations(t *testing.T) {
+	clock := &manualClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	r := NewRenderer(&countingAdapter{}, clock, nil)
+	op := &state.Operation{ID: "op1", Command: "health", Cluster: "staging", Channel: "ops", State: state.StateSucceeded}
+	r.Operation(context.Background(), Update{Op: op})
+	clock.Advance(forgetAfter - time.Second)
+	r.mu.Lock()
+	kept := len(r.ops)
+	r.mu.Unlock()
+	clock.Advance(2 * time.Second)
+	r.mu.Lock()
+	left := len(r.ops)
+	r.mu.Unlock()
+	if kept != 1 || left != 0 {
+		t.Fatalf("views kept=%d then left=%d, want 1 then 0", kept, left)
+	}
+}
