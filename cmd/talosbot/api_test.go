@@ -7,6 +7,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"github.com/talosbot/talosbot/internal/servetest"
 	"io"
 	"net/http"
 	"os"
@@ -153,7 +154,7 @@ func TestServeAuditAPIAlertWebhookAndMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	addr := freeAddr(t)
+	addr := servetest.FreeAddr(t)
 	cfg := filepath.Join(dir, "talosbot.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 data_dir: %[1]s/data
@@ -180,16 +181,18 @@ plugins:
 `, dir, addr, tc, plugin, sum)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b := &botProc{t: t, bin: talosbotBinary(t), cfg: cfg, addr: addr, token: "console-secret-e2e"}
-	b.start()
-	defer func() { _ = b.cmd.Process.Signal(syscall.SIGTERM); _ = b.cmd.Wait() }()
+	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Token: "console-secret-e2e"}
+	b.Start()
+	defer func() { _ = b.Cmd.Process.Signal(syscall.SIGTERM); _ = b.Cmd.Wait() }()
 	base := "http://" + addr
 
-	if code := b.post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos probe staging"}); code != 202 {
+	if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos probe staging"}); code != 202 {
 		t.Fatalf("command: HTTP %d", code)
 	}
-	b.waitFor("the probe to succeed", func() bool {
-		return b.hasMessage(func(m apiMsg) bool { return strings.Contains(m.Title, "probe") && strings.Contains(m.Title, "✅") })
+	b.WaitFor("the probe to succeed", func() bool {
+		return b.HasMessage("ops", func(m servetest.Message) bool {
+			return strings.Contains(m.Title, "probe") && strings.Contains(m.Title, "✅")
+		})
 	})
 
 	get := func(path, tok string) (int, string) {
@@ -238,8 +241,8 @@ plugins:
 	if code := postAlert(alertTok); code != 200 {
 		t.Fatalf("alert: %d", code)
 	}
-	b.waitFor("the alert suggestion", func() bool {
-		return b.hasMessage(func(m apiMsg) bool {
+	b.WaitFor("the alert suggestion", func() bool {
+		return b.HasMessage("ops", func(m servetest.Message) bool {
 			return strings.Contains(m.Title, "KubeNodeNotReady") && strings.Contains(m.Text, "a node of staging is not ready")
 		})
 	})
@@ -259,7 +262,7 @@ plugins:
 		}
 	}
 	for _, tok := range []string{auditTok, alertTok} {
-		if strings.Contains(b.stderr.String(), tok) {
+		if strings.Contains(b.Stderr.String(), tok) {
 			t.Fatal("a token reached the log")
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/talosbot/talosbot/internal/servetest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,7 +40,7 @@ func TestApprovalVoidedWhenANodeChangesVersion(t *testing.T) {
 			worker1 = n.IP
 		}
 	}
-	addr := freeAddr(t)
+	addr := servetest.FreeAddr(t)
 	cfg := filepath.Join(dir, "talosbot.yaml")
 	must(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
 data_dir: %s/data
@@ -58,24 +59,24 @@ releases: {talos: [v1.12.6, v1.13.9]}
 chat:
   web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
 `, dir, addr, strings.Join(endpoints, ", "), strings.Join(nodes, ", "), tc, sim.DefaultSchematic)), 0o600))
-	b := &botProc{t: t, bin: talosbotBinary(t), cfg: cfg, addr: addr, token: "drift-console-token"}
-	b.start()
-	t.Cleanup(func() { _ = b.cmd.Process.Signal(syscall.SIGTERM); _ = b.cmd.Wait() })
+	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Token: "drift-console-token"}
+	b.Start()
+	t.Cleanup(func() { _ = b.Cmd.Process.Signal(syscall.SIGTERM); _ = b.Cmd.Wait() })
 
-	if code := b.post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos upgrade talos v1.13.9 production --skip-staging"}); code != 202 {
+	if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos upgrade talos v1.13.9 production --skip-staging"}); code != 202 {
 		t.Fatalf("HTTP %d", code)
 	}
-	var approval apiMsg
-	b.waitFor("the approval request", func() bool {
-		for _, m := range b.messages() {
-			if fieldOf(m, "State") == "awaiting_approval" {
+	var approval servetest.Message
+	b.WaitFor("the approval request", func() bool {
+		for _, m := range b.Messages("ops") {
+			if m.Field("State") == "awaiting_approval" {
 				approval = m
 				return true
 			}
 		}
 		return false
 	})
-	digest := fieldOf(approval, "Plan digest")
+	digest := approval.Field("Plan digest")
 	if !strings.Contains(approval.Text, "worker-1") || !strings.Contains(approval.Text, "v1.12.6 → v1.13.9") {
 		t.Fatalf("the approval message does not show the plan: %s", approval.Text)
 	}
@@ -89,37 +90,28 @@ chat:
 	img := "factory.talos.dev/nocloud-installer/" + sim.DefaultSchematic + ":v1.13.9"
 	_, err = cli.Upgrade(client.WithNode(ctx, worker1), img, false, true)
 	must(t, err)
-	b.waitFor("worker-1 at v1.13.9", func() bool { return c.NodeVersion("worker-1") == "v1.13.9" })
+	b.WaitFor("worker-1 at v1.13.9", func() bool { return c.NodeVersion("worker-1") == "v1.13.9" })
 
 	// Both approvals arrive; the re-plan before Run finds a different plan.
 	for _, user := range []string{"bob", "dave"} {
-		if code := b.post("/api/console/actions", map[string]string{"user": user, "message_id": approval.ID, "action_id": button(t, approval, "Approve")}); code != 202 {
+		if code := b.Post("/api/console/actions", map[string]string{"user": user, "message_id": approval.ID, "action_id": approval.Button("Approve")}); code != 202 {
 			t.Fatalf("%s approve: HTTP %d", user, code)
 		}
 		if user == "bob" {
-			b.waitFor("bob's approval to count", func() bool {
-				return b.hasMessage(func(m apiMsg) bool { return strings.Contains(m.Text, "approved by bob (1/2)") })
+			b.WaitFor("bob's approval to count", func() bool {
+				return b.HasMessage("ops", func(m servetest.Message) bool { return strings.Contains(m.Text, "approved by bob (1/2)") })
 			})
 		}
 	}
-	b.waitFor("the approvals to be voided", func() bool {
-		return b.hasMessage(func(m apiMsg) bool { return strings.Contains(m.Text, "the plan changed since it was approved") }) &&
-			b.hasMessage(func(m apiMsg) bool {
-				return fieldOf(m, "State") == "awaiting_approval" && fieldOf(m, "Plan digest") != digest
+	b.WaitFor("the approvals to be voided", func() bool {
+		return b.HasMessage("ops", func(m servetest.Message) bool {
+			return strings.Contains(m.Text, "the plan changed since it was approved")
+		}) &&
+			b.HasMessage("ops", func(m servetest.Message) bool {
+				return m.Field("State") == "awaiting_approval" && m.Field("Plan digest") != digest
 			})
 	})
 	if got := c.Calls("cp-1", "Upgrade") + c.Calls("worker-2", "Upgrade"); got != 0 {
 		t.Fatalf("the voided plan touched %d nodes", got)
 	}
-}
-
-func button(t *testing.T, m apiMsg, label string) string {
-	t.Helper()
-	for _, b := range m.Buttons {
-		if b.Label == label {
-			return b.ActionID
-		}
-	}
-	t.Fatalf("message %s has no %q button", m.ID, label)
-	return ""
 }

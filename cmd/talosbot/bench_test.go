@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"github.com/talosbot/talosbot/internal/servetest"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,7 +26,7 @@ func BenchmarkServeStartToReady(b *testing.B) {
 	var readyTotal time.Duration
 	var rssSum, pssSum, treeSum float64
 	for i := 0; b.Loop(); i++ {
-		addr := freeAddr(b)
+		addr := servetest.FreeAddr(b)
 		cfg := filepath.Join(dir, fmt.Sprintf("talosbot-%d.yaml", i))
 		_ = os.WriteFile(cfg, []byte(fmt.Sprintf(`
 data_dir: %s/data-%d
@@ -59,7 +60,7 @@ clusters:
 		time.Sleep(3 * time.Second) // the idle period being measured
 		rss := rssMiB(cmd.Process.Pid)
 		tree := rss
-		for _, c := range childPIDs(cmd.Process.Pid) {
+		for _, c := range servetest.ChildPIDs(cmd.Process.Pid) {
 			tree += rssMiB(c)
 		}
 		rssSum += rss

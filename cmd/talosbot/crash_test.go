@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/talosbot/talosbot/internal/servetest"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -37,7 +38,7 @@ func TestCrashRecoveryTwentyKills(t *testing.T) {
 			endpoints = append(endpoints, n.IP)
 		}
 	}
-	addr := freeAddr(t)
+	addr := servetest.FreeAddr(t)
 	cfg := filepath.Join(dir, "talosbot.yaml")
 	must(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
 data_dir: %s/data
@@ -56,11 +57,11 @@ chat:
   web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
 `, dir, addr, strings.Join(endpoints, ", "), strings.Join(nodes, ", "), tc, sim.DefaultSchematic)), 0o600))
 
-	b := &botProc{t: t, bin: talosbotBinary(t), cfg: cfg, addr: addr, token: "crash-console-token"}
+	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Token: "crash-console-token"}
 	opState := func(id string) string {
-		for _, m := range b.messages() {
-			if hasField(m, "Operation", id) {
-				return fieldOf(m, "State")
+		for _, m := range b.Messages("ops") {
+			if id != "" && m.Field("Operation") == id {
+				return m.Field("State")
 			}
 		}
 		return ""
@@ -68,31 +69,31 @@ chat:
 	var opID string
 	killed := 0
 	for killed < kills {
-		b.start()
+		b.Start()
 		if opID == "" {
-			if code := b.post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos upgrade talos v1.13.9 staging"}); code != 202 {
+			if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos upgrade talos v1.13.9 staging"}); code != 202 {
 				t.Fatalf("upgrade: HTTP %d", code)
 			}
-			b.waitFor("the upgrade to start", func() bool {
-				for _, m := range b.messages() {
-					if strings.Contains(m.Title, "/talos upgrade talos") && fieldOf(m, "Operation") != "" {
-						opID = fieldOf(m, "Operation")
+			b.WaitFor("the upgrade to start", func() bool {
+				for _, m := range b.Messages("ops") {
+					if strings.Contains(m.Title, "/talos upgrade talos") && m.Field("Operation") != "" {
+						opID = m.Field("Operation")
 						return true
 					}
 				}
 				return false
 			})
 		} else {
-			if code := b.post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos resume " + opID}); code != 202 {
+			if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos resume " + opID}); code != 202 {
 				t.Fatalf("resume: HTTP %d", code)
 			}
 		}
-		b.waitFor(fmt.Sprintf("the operation to run (after %d kills)", killed), func() bool {
+		b.WaitFor(fmt.Sprintf("the operation to run (after %d kills)", killed), func() bool {
 			st := opState(opID)
 			return st == "running" || st == "succeeded" || st == "failed"
 		})
 		if st := opState(opID); st != "running" {
-			t.Fatalf("after %d kills the operation is %s, not running; bot log:\n%s", killed, st, b.stderr)
+			t.Fatalf("after %d kills the operation is %s, not running; bot log:\n%s", killed, st, b.Stderr)
 		}
 		// The kill point. Three of every four kills land at a seeded moment
 		// early in the resumed run (starting, snapshot, gate, or the next
@@ -103,35 +104,35 @@ chat:
 		if phase < 3 {
 			time.Sleep(time.Duration(rng.IntN(250)) * time.Millisecond) // the kill point, not synchronisation
 		} else if before := upgradeCalls(c); before < len(c.Nodes()) {
-			b.waitFor("the next upgrade call", func() bool { return upgradeCalls(c) > before })
+			b.WaitFor("the next upgrade call", func() bool { return upgradeCalls(c) > before })
 			time.Sleep(time.Duration(rng.IntN(600)) * time.Millisecond) // the kill point
 		} else {
 			// Every node has had its call: kill as the last one comes back,
 			// during the closing quorum check and gates.
-			b.waitFor("the last node back", func() bool { return atTarget(c) == len(c.Nodes()) })
+			b.WaitFor("the last node back", func() bool { return atTarget(c) == len(c.Nodes()) })
 		}
 		if st := opState(opID); st != "running" {
 			t.Fatalf("the operation ended (%s) before kill %d", st, killed+1)
 		}
-		must(t, b.cmd.Process.Signal(syscall.SIGKILL))
-		_ = b.cmd.Wait()
+		must(t, b.Cmd.Process.Signal(syscall.SIGKILL))
+		_ = b.Cmd.Wait()
 		killed++
 		t.Logf("kill %d (node %d, phase %d): %d upgrade calls, %d nodes at target", killed, k+1, phase, upgradeCalls(c), atTarget(c))
 	}
 	// Let it finish.
-	b.start()
-	if code := b.post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos resume " + opID}); code != 202 {
+	b.Start()
+	if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos resume " + opID}); code != 202 {
 		t.Fatalf("final resume: HTTP %d", code)
 	}
 	deadline := time.Now().Add(3 * time.Minute)
 	for opState(opID) != "succeeded" {
 		if st := opState(opID); st == "failed" || time.Now().After(deadline) {
-			t.Fatalf("final run: %s; bot log:\n%s", st, b.stderr)
+			t.Fatalf("final run: %s; bot log:\n%s", st, b.Stderr)
 		}
 		time.Sleep(100 * time.Millisecond) // polling the console API under a deadline
 	}
-	must(t, b.cmd.Process.Signal(syscall.SIGTERM))
-	_ = b.cmd.Wait()
+	must(t, b.Cmd.Process.Signal(syscall.SIGTERM))
+	_ = b.Cmd.Wait()
 
 	for _, n := range c.Nodes() {
 		if got := c.Calls(n.Name, "Upgrade"); got != 1 {
@@ -175,14 +176,3 @@ func atTarget(c *sim.Cluster) int {
 	}
 	return n
 }
-
-func fieldOf(m apiMsg, label string) string {
-	for _, f := range m.Fields {
-		if f.Label == label {
-			return f.Value
-		}
-	}
-	return ""
-}
-
-func hasField(m apiMsg, label, value string) bool { return value != "" && fieldOf(m, label) == value }

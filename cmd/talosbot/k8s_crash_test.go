@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/talosbot/talosbot/internal/servetest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,7 +40,7 @@ func TestKubernetesUpgradeResumesAfterSIGKILL(t *testing.T) {
 			endpoints = append(endpoints, n.IP)
 		}
 	}
-	addr := freeAddr(t)
+	addr := servetest.FreeAddr(t)
 	cfg := filepath.Join(dir, "talosbot.yaml")
 	must(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
 data_dir: %s/data
@@ -55,25 +56,25 @@ timeouts: {gate: 20s, node: 60s}
 chat:
   web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
 `, dir, addr, strings.Join(endpoints, ", "), strings.Join(nodes, ", "), tc, kc)), 0o600))
-	b := &botProc{t: t, bin: talosbotBinary(t), cfg: cfg, addr: addr, token: "k8s-crash-token"}
-	b.start()
-	if code := b.post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos upgrade k8s 1.36.3 staging"}); code != 202 {
+	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Token: "k8s-crash-token"}
+	b.Start()
+	if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos upgrade k8s 1.36.3 staging"}); code != 202 {
 		t.Fatalf("HTTP %d", code)
 	}
 	applies := func(node string) int { return c.Calls(node, "ApplyConfiguration") }
 	// cp-1's control plane is done once cp-2's apply arrives.
-	b.waitFor("cp-2's control-plane apply", func() bool { return applies("cp-2") >= 1 })
+	b.WaitFor("cp-2's control-plane apply", func() bool { return applies("cp-2") >= 1 })
 	cp1 := applies("cp-1")
-	must(t, b.cmd.Process.Signal(syscall.SIGKILL))
-	_ = b.cmd.Wait()
+	must(t, b.Cmd.Process.Signal(syscall.SIGKILL))
+	_ = b.Cmd.Wait()
 	var opID string
-	b.start()
-	t.Cleanup(func() { _ = b.cmd.Process.Signal(syscall.SIGTERM); _ = b.cmd.Wait() })
-	if code := b.post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos status staging"}); code != 202 {
+	b.Start()
+	t.Cleanup(func() { _ = b.Cmd.Process.Signal(syscall.SIGTERM); _ = b.Cmd.Wait() })
+	if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos status staging"}); code != 202 {
 		t.Fatalf("HTTP %d", code)
 	}
-	b.waitFor("the interrupted operation in /talos status", func() bool {
-		for _, m := range b.messages() {
+	b.WaitFor("the interrupted operation in /talos status", func() bool {
+		for _, m := range b.Messages("ops") {
 			if i := strings.Index(m.Text, "/talos resume "); i >= 0 {
 				opID = strings.Fields(m.Text[i+len("/talos resume "):])[0]
 				opID = strings.Trim(opID, "`")
@@ -82,18 +83,18 @@ chat:
 		}
 		return false
 	})
-	if code := b.post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos resume " + opID}); code != 202 {
+	if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos resume " + opID}); code != 202 {
 		t.Fatalf("HTTP %d", code)
 	}
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		done := b.hasMessage(func(m apiMsg) bool { return fieldOf(m, "Operation") == opID && fieldOf(m, "State") == "succeeded" })
-		failed := b.hasMessage(func(m apiMsg) bool { return fieldOf(m, "Operation") == opID && fieldOf(m, "State") == "failed" })
+		done := b.HasMessage("ops", func(m servetest.Message) bool { return m.Field("Operation") == opID && m.Field("State") == "succeeded" })
+		failed := b.HasMessage("ops", func(m servetest.Message) bool { return m.Field("Operation") == opID && m.Field("State") == "failed" })
 		if done {
 			break
 		}
 		if failed || time.Now().After(deadline) {
-			t.Fatalf("resumed upgrade did not succeed; log:\n%s", b.stderr)
+			t.Fatalf("resumed upgrade did not succeed; log:\n%s", b.Stderr)
 		}
 		time.Sleep(100 * time.Millisecond) // polling the console API under a deadline
 	}

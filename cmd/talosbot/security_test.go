@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"github.com/talosbot/talosbot/internal/servetest"
 	"io"
 	"io/fs"
 	"net/http"
@@ -70,7 +71,7 @@ func TestSecretsSweep(t *testing.T) {
 			endpoints = append(endpoints, n.IP)
 		}
 	}
-	addr := freeAddr(t)
+	addr := servetest.FreeAddr(t)
 	dataDir := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "talosbot.yaml")
 	must(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
@@ -102,17 +103,17 @@ audit: {token: env:SWEEP_AUDIT}
 	logFile, err := os.Create(logPath)
 	must(t, err)
 	defer logFile.Close()
-	b := &botProc{t: t, bin: talosbotBinary(t), cfg: cfg, addr: addr, token: consoleTok}
-	b.cmd = exec.Command(b.bin, "serve", "--config", cfg)
-	b.stderr = &bytes.Buffer{}
-	b.cmd.Stderr = io.MultiWriter(b.stderr, logFile)
-	b.cmd.Stdout = logFile
-	b.cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "TALOSBOT_DEBUG=1",
+	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Token: consoleTok}
+	b.Cmd = exec.Command(b.Bin, "serve", "--config", cfg)
+	b.Stderr = &bytes.Buffer{}
+	b.Cmd.Stderr = io.MultiWriter(b.Stderr, logFile)
+	b.Cmd.Stdout = logFile
+	b.Cmd.Env = append(os.Environ(), "TMPDIR="+tmp, "TALOSBOT_DEBUG=1",
 		"SWEEP_CONSOLE="+consoleTok, "SWEEP_SLACK_APP="+slackApp, "SWEEP_SLACK_BOT="+slackBot,
 		"SWEEP_DISCORD="+discordTok, "SWEEP_ALERTS="+alertsTok, "SWEEP_AUDIT="+auditTok)
-	must(t, b.cmd.Start())
-	t.Cleanup(func() { _ = b.cmd.Process.Kill(); _ = b.cmd.Wait() })
-	b.waitFor("readyz", func() bool {
+	must(t, b.Cmd.Start())
+	t.Cleanup(func() { _ = b.Cmd.Process.Kill(); _ = b.Cmd.Wait() })
+	b.WaitFor("readyz", func() bool {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
 			return false
@@ -125,7 +126,7 @@ audit: {token: env:SWEEP_AUDIT}
 	seen := map[string]bool{}
 	run := func(text string) {
 		t.Helper()
-		if code := b.post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": text}); code != 202 {
+		if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": text}); code != 202 {
 			t.Fatalf("%s: HTTP %d", text, code)
 		}
 		words := strings.Fields(strings.TrimPrefix(text, "/talos "))
@@ -135,7 +136,7 @@ audit: {token: env:SWEEP_AUDIT}
 		}
 		deadline := time.Now().Add(3 * time.Minute)
 		for {
-			for _, m := range b.messages() {
+			for _, m := range b.Messages("ops") {
 				st := ""
 				for _, f := range m.Fields {
 					if f.Label == "State" {
@@ -149,13 +150,13 @@ audit: {token: env:SWEEP_AUDIT}
 				}
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s did not finish; log:\n%s", text, b.stderr)
+				t.Fatalf("%s did not finish; log:\n%s", text, b.Stderr)
 			}
 			time.Sleep(50 * time.Millisecond) // polling an HTTP API under a deadline
 		}
 	}
 	say := func(text string) {
-		if code := b.post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": text}); code != 202 {
+		if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": text}); code != 202 {
 			t.Fatalf("%s: HTTP %d", text, code)
 		}
 	}
@@ -173,7 +174,9 @@ audit: {token: env:SWEEP_AUDIT}
 	// freeze is lifted before the next disruptive command.
 	sayWait := func(text, answer string) {
 		say(text)
-		b.waitFor(answer, func() bool { return b.hasMessage(func(m apiMsg) bool { return strings.Contains(m.Text, answer) }) })
+		b.WaitFor(answer, func() bool {
+			return b.HasMessage("ops", func(m servetest.Message) bool { return strings.Contains(m.Text, answer) })
+		})
 	}
 	sayWait(`/talos freeze staging "sweep"`, "staging is frozen")
 	sayWait("/talos unfreeze staging", "staging is unfrozen")
@@ -216,9 +219,9 @@ audit: {token: env:SWEEP_AUDIT}
 	auditCSV, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 
-	transcript, _ := json.Marshal(b.messages())
-	must(t, b.cmd.Process.Signal(syscall.SIGTERM))
-	_ = b.cmd.Wait()
+	transcript, _ := json.Marshal(b.Messages("ops"))
+	must(t, b.Cmd.Process.Signal(syscall.SIGTERM))
+	_ = b.Cmd.Wait()
 
 	needles := map[string]string{
 		"slack bot token": slackBot, "slack app token": slackApp, "discord token": discordTok,

@@ -1,13 +1,9 @@
 package talosupgrade
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
+	"github.com/talosbot/talosbot/internal/servetest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -17,125 +13,6 @@ import (
 	"github.com/talosbot/talosbot/sim"
 )
 
-// talosbotBinary is $TALOSBOT_BIN or a fresh build of ./cmd/talosbot.
-func talosbotBinary(t *testing.T) string {
-	t.Helper()
-	if bin := os.Getenv("TALOSBOT_BIN"); bin != "" {
-		return bin
-	}
-	bin := filepath.Join(t.TempDir(), "talosbot")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/talosbot")
-	cmd.Dir = "../.."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build talosbot: %v\n%s", err, out)
-	}
-	return bin
-}
-
-type bot struct {
-	t      *testing.T
-	bin    string
-	cfg    string
-	addr   string
-	token  string
-	cmd    *exec.Cmd
-	stderr *bytes.Buffer
-}
-
-func (b *bot) start() {
-	b.t.Helper()
-	b.cmd = exec.Command(b.bin, "serve", "--config", b.cfg)
-	b.stderr = &bytes.Buffer{}
-	b.cmd.Stderr = b.stderr
-	b.cmd.Env = append(os.Environ(), "TB_CONSOLE_TOKEN="+b.token)
-	if err := b.cmd.Start(); err != nil {
-		b.t.Fatal(err)
-	}
-	b.waitFor("readyz", 30*time.Second, func() bool {
-		resp, err := http.Get("http://" + b.addr + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
-}
-
-func (b *bot) waitFor(what string, d time.Duration, cond func() bool) {
-	b.t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.t.Fatalf("timed out waiting for %s; bot stderr:\n%s", what, b.stderr)
-		}
-		<-tick.C
-	}
-}
-
-func (b *bot) command(text string) {
-	b.t.Helper()
-	raw, _ := json.Marshal(map[string]string{"user": "alice", "channel": "ops", "text": text})
-	req, _ := http.NewRequest("POST", "http://"+b.addr+"/api/console/commands", bytes.NewReader(raw))
-	req.Header.Set("Authorization", "Bearer "+b.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		b.t.Fatalf("%s: HTTP %d", text, resp.StatusCode)
-	}
-}
-
-type consoleMsg struct {
-	Text   string
-	Title  string
-	Fields []struct{ Label, Value string }
-}
-
-func (m consoleMsg) field(label string) string {
-	for _, f := range m.Fields {
-		if f.Label == label {
-			return f.Value
-		}
-	}
-	return ""
-}
-
-func (b *bot) messages() []consoleMsg {
-	req, _ := http.NewRequest("GET", "http://"+b.addr+"/api/console/messages?channel=ops", nil)
-	req.Header.Set("Authorization", "Bearer "+b.token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	var out struct{ Messages []consoleMsg }
-	_ = json.NewDecoder(resp.Body).Decode(&out)
-	return out.Messages
-}
-
-func (b *bot) find(pred func(consoleMsg) bool) (consoleMsg, bool) {
-	for _, m := range b.messages() {
-		if pred(m) {
-			return m, true
-		}
-	}
-	return consoleMsg{}, false
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestResumeAfterSIGKILL drives a real `talosbot serve` through the console
 // API: the roll of 5 nodes is killed with SIGKILL right after node 2 is
 // done, the bot restarts, `/talos resume` continues it: nodes 1–2 are
@@ -144,7 +21,7 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs talosbot")
 	}
-	bin := talosbotBinary(t)
+	bin := servetest.Binary(t)
 	e := start(t, 3, 2, false, nil)
 	dir := t.TempDir()
 	tc := filepath.Join(dir, "talosconfig")
@@ -156,7 +33,7 @@ func TestResumeAfterSIGKILL(t *testing.T) {
 		nodes = append(nodes, fmt.Sprintf("{name: %s, address: %s, role: %s, host: %s, platform: %s, installer_class: default}",
 			n.Name, n.IP, n.Role, n.Host, n.Platform))
 	}
-	addr := freeAddr(t)
+	addr := servetest.FreeAddr(t)
 	cfg := filepath.Join(dir, "talosbot.yaml")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
 data_dir: %[1]s/data
@@ -181,37 +58,37 @@ chat:
 `, dir, addr, e.c.Nodes()[0].IP, strings.Join(nodes, "\n      - "), tc, sim.DefaultSchematic, from, target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b := &bot{t: t, bin: bin, cfg: cfg, addr: addr, token: "console-secret-resume"}
-	b.start()
+	b := &servetest.Bot{T: t, Bin: bin, Config: cfg, Addr: addr, Token: "console-secret-resume"}
+	b.Start()
 	t.Cleanup(func() {
-		if b.cmd.ProcessState == nil {
-			_ = b.cmd.Process.Kill()
-			_ = b.cmd.Wait()
+		if b.Cmd.ProcessState == nil {
+			_ = b.Cmd.Process.Kill()
+			_ = b.Cmd.Wait()
 		}
 	})
-	b.command("/talos upgrade talos " + target + " staging")
+	b.Command("alice", "ops", "/talos upgrade talos "+target+" staging")
 
 	// Hold the roll after node 2 of 5 so the kill lands between nodes 2 and
 	// 3 whatever the timing: once worker-2's upgrade is requested, cp-1
 	// reports an unhealthy service, so the gate after worker-2 keeps failing
 	// and retries (up to the 8 s gate timeout) instead of moving on.
-	b.waitFor("node 2 of 5 to start", 2*time.Minute, func() bool { return e.upgradeCalls("worker-2") == 1 })
+	b.WaitForWithin("node 2 of 5 to start", 2*time.Minute, func() bool { return e.upgradeCalls("worker-2") == 1 })
 	if err := e.c.Inject(ctxFor(t, time.Minute), "cp-1", sim.Fault{UnhealthyService: "syslogd"}); err != nil {
 		t.Fatal(err)
 	}
 	var opID string
-	b.waitFor("node 2 of 5 to be done", time.Minute, func() bool {
-		m, ok := b.find(func(m consoleMsg) bool {
-			return m.field("Operation") != "" && strings.Contains(m.Text, "✅ node 2/5 worker-2")
+	b.WaitForWithin("node 2 of 5 to be done", time.Minute, func() bool {
+		m, ok := find(b, func(m servetest.Message) bool {
+			return m.Field("Operation") != "" && strings.Contains(m.Text, "✅ node 2/5 worker-2")
 		})
-		opID = m.field("Operation")
+		opID = m.Field("Operation")
 		return ok
 	})
-	atKill := b.messages()
-	if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	atKill := b.Messages("ops")
+	if err := b.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_ = b.cmd.Wait()
+	_ = b.Cmd.Wait()
 	if opID == "" {
 		t.Fatal("no operation id seen")
 	}
@@ -226,21 +103,21 @@ chat:
 	if err := e.c.ClearAll(ctxFor(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	b.start()
-	b.command("/talos resume " + opID)
-	var final consoleMsg
-	b.waitFor("the resumed roll to succeed", 3*time.Minute, func() bool {
-		m, ok := b.find(func(m consoleMsg) bool {
-			return m.field("Operation") == opID && (m.field("State") == "succeeded" || m.field("State") == "failed")
+	b.Start()
+	b.Command("alice", "ops", "/talos resume "+opID)
+	var final servetest.Message
+	b.WaitForWithin("the resumed roll to succeed", 3*time.Minute, func() bool {
+		m, ok := find(b, func(m servetest.Message) bool {
+			return m.Field("Operation") == opID && (m.Field("State") == "succeeded" || m.Field("State") == "failed")
 		})
 		final = m
 		return ok
 	})
-	if final.field("State") != "succeeded" {
-		t.Fatalf("resumed roll: %+v\nbot stderr:\n%s", final, b.stderr)
+	if final.Field("State") != "succeeded" {
+		t.Fatalf("resumed roll: %+v\nbot stderr:\n%s", final, b.Stderr)
 	}
-	_ = b.cmd.Process.Signal(syscall.SIGTERM)
-	_ = b.cmd.Wait()
+	_ = b.Cmd.Process.Signal(syscall.SIGTERM)
+	_ = b.Cmd.Wait()
 
 	for _, n := range e.names() {
 		if got := e.upgradeCalls(n); got != 1 {
@@ -256,7 +133,17 @@ chat:
 			t.Fatalf("final message lacks %q: %s", want, final.Text)
 		}
 	}
-	if strings.Contains(b.stderr.String(), b.token) {
+	if strings.Contains(b.Stderr.String(), b.Token) {
 		t.Fatal("the console token reached the log")
 	}
+}
+
+// find returns the first message in ops that satisfies pred.
+func find(b *servetest.Bot, pred func(servetest.Message) bool) (servetest.Message, bool) {
+	for _, m := range b.Messages("ops") {
+		if pred(m) {
+			return m, true
+		}
+	}
+	return servetest.Message{}, false
 }

@@ -1,0 +1,215 @@
+// Package servetest drives a real `talosbot serve` process through its
+// console API, for end-to-end tests: start, SIGKILL, restart, read the
+// channel, click buttons.
+package servetest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Binary returns the binary under test: $TALOSBOT_BIN (make test sets it) or
+// a fresh build of ./cmd/talosbot into a temp dir.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("TALOSBOT_BIN"); p != "" {
+		return p
+	}
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		t.Fatalf("find the module root: %v", err)
+	}
+	out := filepath.Join(t.TempDir(), "talosbot")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/talosbot")
+	cmd.Dir = strings.TrimSpace(string(root))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build talosbot: %v\n%s", err, b)
+	}
+	return out
+}
+
+// FreeAddr returns a free loopback host:port.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Bot is one `talosbot serve --config Config` process whose console listens
+// on Addr with bearer Token (passed as $TB_CONSOLE_TOKEN).
+type Bot struct {
+	T      testing.TB
+	Bin    string
+	Config string
+	Addr   string
+	Token  string
+	// Env is added to the process environment.
+	Env    []string
+	Cmd    *exec.Cmd
+	Stderr *bytes.Buffer
+}
+
+// Start runs the process and waits until /readyz answers.
+func (b *Bot) Start() {
+	b.T.Helper()
+	b.Cmd = exec.Command(b.Bin, "serve", "--config", b.Config)
+	b.Stderr = &bytes.Buffer{}
+	b.Cmd.Stderr = b.Stderr
+	b.Cmd.Env = append(append(os.Environ(), "TB_CONSOLE_TOKEN="+b.Token), b.Env...)
+	if err := b.Cmd.Start(); err != nil {
+		b.T.Fatal(err)
+	}
+	b.WaitFor("readyz", func() bool {
+		resp, err := http.Get("http://" + b.Addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+}
+
+// WaitFor polls cond until it holds, failing the test after 20 s with the
+// console's messages and the bot's log.
+func (b *Bot) WaitFor(what string, cond func() bool) { b.WaitForWithin(what, 20*time.Second, cond) }
+
+// WaitForWithin is WaitFor with its own deadline.
+func (b *Bot) WaitForWithin(what string, d time.Duration, cond func() bool) {
+	b.T.Helper()
+	deadline := time.Now().Add(d)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			var msgs []string
+			for _, m := range b.Messages("ops") {
+				msgs = append(msgs, m.Title+" | "+m.Text)
+			}
+			b.T.Fatalf("timed out waiting for %s; console:\n%s\nbot stderr:\n%s", what, strings.Join(msgs, "\n"), b.Stderr)
+		}
+		<-tick.C
+	}
+}
+
+// Post sends a JSON body with the bearer token and returns the status code.
+func (b *Bot) Post(path string, body any) int {
+	b.T.Helper()
+	raw, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", "http://"+b.Addr+path, bytes.NewReader(raw))
+	req.Header.Set("Authorization", "Bearer "+b.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.T.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Command types text as user in channel; anything but 202 fails the test.
+func (b *Bot) Command(user, channel, text string) {
+	b.T.Helper()
+	if code := b.Post("/api/console/commands", map[string]string{"user": user, "channel": channel, "text": text}); code != http.StatusAccepted {
+		b.T.Fatalf("%s: HTTP %d", text, code)
+	}
+}
+
+// Message is a console message.
+type Message struct {
+	ID      string `json:"id"`
+	Text    string `json:"text"`
+	Title   string `json:"title"`
+	Fields  []struct{ Label, Value string }
+	Buttons []struct {
+		ActionID string `json:"action_id"`
+		Label    string `json:"label"`
+	} `json:"buttons"`
+}
+
+// Field returns the value of the field with this label, or "".
+func (m Message) Field(label string) string {
+	for _, f := range m.Fields {
+		if f.Label == label {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+// Button returns the action id of the button with this label, or "".
+func (m Message) Button(label string) string {
+	for _, b := range m.Buttons {
+		if b.Label == label {
+			return b.ActionID
+		}
+	}
+	return ""
+}
+
+// Messages reads the channel (nil while the bot does not answer).
+func (b *Bot) Messages(channel string) []Message {
+	req, _ := http.NewRequest("GET", "http://"+b.Addr+"/api/console/messages?channel="+channel, nil)
+	req.Header.Set("Authorization", "Bearer "+b.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var out struct{ Messages []Message }
+	_ = json.NewDecoder(resp.Body).Decode(&out)
+	return out.Messages
+}
+
+// HasMessage reports whether a message in channel satisfies pred.
+func (b *Bot) HasMessage(channel string, pred func(Message) bool) bool {
+	for _, m := range b.Messages(channel) {
+		if pred(m) {
+			return true
+		}
+	}
+	return false
+}
+
+// ChildPIDs lists the processes whose parent is pid.
+func ChildPIDs(pid int) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …; comm may contain spaces, so cut at the last ')'.
+		s := string(raw)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && fields[1] == fmt.Sprint(pid) {
+			var child int
+			_, _ = fmt.Sscan(e.Name(), &child)
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+// Alive reports whether pid runs (a zombie counts as dead).
+func Alive(pid int) bool {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(raw)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(fields) > 0 && fields[0] != "Z"
+}
