@@ -66,12 +66,6 @@ func (p *Policy) RoleOf(env, user string) Role {
 	return RoleNone
 }
 
-// Flags a requester can add to a disruptive command.
-const (
-	FlagSkipStaging   = "skip-staging"
-	FlagOutsideWindow = "outside-window"
-)
-
 // Authorize refuses a request the user's role does not allow, a disruptive
 // request on a frozen cluster, and a production disruptive request outside
 // every maintenance window (unless --outside-window).
@@ -94,10 +88,10 @@ func (p *Policy) Authorize(_ context.Context, req bot.PolicyRequest) error {
 		return fmt.Errorf("cluster %s is frozen by %s since %s: %q; disruptive commands wait until `/talos unfreeze %s`",
 			req.Cluster.Name, f.By, f.Since.UTC().Format("2006-01-02 15:04 MST"), f.Reason, req.Cluster.Name)
 	}
-	if env == config.EnvProduction && req.Args[FlagOutsideWindow] != "true" {
+	if env == config.EnvProduction && req.Args[bot.FlagOutsideWindow] != "true" {
 		if ws := p.env(env).Windows; len(ws) > 0 && !InWindow(ws, req.Now) {
 			return fmt.Errorf("%s is outside every production maintenance window (%s); wait for the window, or add --%s (it needs approval and is flagged in the audit)",
-				req.Now.UTC().Format("Mon 15:04 MST"), DescribeWindows(ws), FlagOutsideWindow)
+				req.Now.UTC().Format("Mon 15:04 MST"), DescribeWindows(ws), bot.FlagOutsideWindow)
 		}
 	}
 	return nil
@@ -161,10 +155,10 @@ func (p *Policy) Promotion(op *state.Operation, last bot.StagingLookup, now time
 		return nil, err
 	}
 	if prev != nil {
-		return []string{"promoted-from:" + prev.ID}, nil
+		return []string{bot.FlagPromotedFrom + prev.ID}, nil
 	}
-	if op.Args[FlagSkipStaging] == "true" {
-		return []string{FlagSkipStaging}, nil
+	if op.Args[bot.FlagSkipStaging] == "true" {
+		return []string{bot.FlagSkipStaging}, nil
 	}
 	staging := "staging"
 	for _, cl := range p.cfg.Clusters {
@@ -174,7 +168,7 @@ func (p *Policy) Promotion(op *state.Operation, last bot.StagingLookup, now time
 		}
 	}
 	return nil, fmt.Errorf("R6: %s %s has not succeeded on staging in the last %s; run `/talos %s %s %s` first, or add --%s (needs one extra approval, flagged in the audit)",
-		op.Command, op.Target, maxAge, op.Command, op.Target, staging, FlagSkipStaging)
+		op.Command, op.Target, maxAge, op.Command, op.Target, staging, bot.FlagSkipStaging)
 }
 
 // RequiredApprovals returns how many approvals op needs: by default every
@@ -190,14 +184,14 @@ func (p *Policy) RequiredApprovals(op *state.Operation) int {
 	} else {
 		need = op.Environment == config.EnvProduction
 	}
-	if op.Args[FlagOutsideWindow] == "true" || slices.Contains(op.Flags, FlagSkipStaging) {
+	if op.Args[bot.FlagOutsideWindow] == "true" || slices.Contains(op.Flags, bot.FlagSkipStaging) {
 		need = true // outside the window, or without staging, only with approval
 	}
 	if !need {
 		return 0
 	}
 	n := max(pol.MinApprovals, 1)
-	if slices.Contains(op.Flags, FlagSkipStaging) {
+	if slices.Contains(op.Flags, bot.FlagSkipStaging) {
 		n++ // skipping staging needs one extra approval
 	}
 	return n

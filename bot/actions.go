@@ -256,7 +256,7 @@ func (e *Engine) approve(ctx context.Context, from Origin, op *state.Operation, 
 		if cur != nil {
 			e.o.Observer.Approved(cur, e.now().Sub(cur.ExpiresAt.Add(-e.o.Policy.Expiry(cur))))
 		}
-		e.goRun(op.ID, func(ctx context.Context) { e.execute(ctx, op.ID, false) })
+		e.goRun(func(ctx context.Context) { e.execute(ctx, op.ID) })
 	}
 	return nil
 }
@@ -352,7 +352,7 @@ func (e *Engine) Resume(ctx context.Context, from Origin, id string) error {
 	if _, err := e.transition(ctx, id, state.StateRunning, from.User, "resumed", "", nil, nil); err != nil {
 		return e.refuseAction(ctx, from, op, "resume", err.Error())
 	}
-	e.goRun(id, func(ctx context.Context) { e.execute(ctx, id, true) })
+	e.goRun(func(ctx context.Context) { e.execute(ctx, id) })
 	return nil
 }
 

@@ -98,10 +98,14 @@ func New(ctx context.Context, o Options) (*Engine, error) {
 }
 
 // Policy flags the engine adds to every disruptive plugin command. They
-// change what policy allows, not what the plugin does, so plugins never see them.
+// change what policy allows, not what the plugin does, so plugins never see
+// them. Package approvals reads them; they are defined once, here.
 const (
-	flagSkipStaging   = "skip-staging"
-	flagOutsideWindow = "outside-window"
+	FlagSkipStaging   = "skip-staging"
+	FlagOutsideWindow = "outside-window"
+	// FlagPromotedFrom prefixes the operation flag naming the staging
+	// operation that satisfied the promotion gate (R6).
+	FlagPromotedFrom = "promoted-from:"
 )
 
 func withPolicyFlags(c *lifecyclev1.Command) *lifecyclev1.Command {
@@ -110,15 +114,15 @@ func withPolicyFlags(c *lifecyclev1.Command) *lifecyclev1.Command {
 	}
 	c = proto.Clone(c).(*lifecyclev1.Command)
 	c.Args = append(c.Args,
-		&lifecyclev1.Arg{Name: flagSkipStaging, Flag: true, Boolean: true, Description: "production only: run without a succeeded staging run of the same target (R6); needs one extra approval"},
-		&lifecyclev1.Arg{Name: flagOutsideWindow, Flag: true, Boolean: true, Description: "production only: run outside the maintenance window; needs approval"})
+		&lifecyclev1.Arg{Name: FlagSkipStaging, Flag: true, Boolean: true, Description: "production only: run without a succeeded staging run of the same target (R6); needs one extra approval"},
+		&lifecyclev1.Arg{Name: FlagOutsideWindow, Flag: true, Boolean: true, Description: "production only: run outside the maintenance window; needs approval"})
 	return c
 }
 
 func pluginArgs(args map[string]string) map[string]string {
 	out := make(map[string]string, len(args))
 	for k, v := range args {
-		if k != flagSkipStaging && k != flagOutsideWindow {
+		if k != FlagSkipStaging && k != FlagOutsideWindow {
 			out[k] = v
 		}
 	}
@@ -240,7 +244,7 @@ func (e *Engine) Submit(ctx context.Context, from Origin, text string) (string, 
 	}
 	e.notifyChanged()
 	e.o.Sink.Operation(ctx, Update{Op: op})
-	e.goRun(op.ID, func(ctx context.Context) { e.planAndProceed(ctx, op.ID) })
+	e.goRun(func(ctx context.Context) { e.planAndProceed(ctx, op.ID) })
 	return op.ID, nil
 }
 
@@ -282,7 +286,7 @@ func (e *Engine) resolveCluster(name, channel string) (*config.Cluster, error) {
 		map[bool]string{true: "no single cluster", false: "no cluster"}[len(bound) > 1], strings.Join(cfg.ClusterNames(), ", "))
 }
 
-func (e *Engine) goRun(opID string, fn func(ctx context.Context)) {
+func (e *Engine) goRun(fn func(ctx context.Context)) {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
@@ -366,7 +370,7 @@ func (e *Engine) planAndProceed(ctx context.Context, id string) {
 	}
 	if !op.Disruptive {
 		e.transition(ctx, id, state.StateRunning, "system", "started", "", nil, setPlan)
-		e.execute(ctx, id, false)
+		e.execute(ctx, id)
 		return
 	}
 	// R6: production needs the same change to have succeeded on staging.
@@ -407,7 +411,7 @@ func (e *Engine) planAndProceed(ctx context.Context, id string) {
 		e.finish(ctx, id, "system", state.StateFailed, "refused", err.Error(), nil, "refused")
 		return
 	}
-	e.execute(ctx, id, false)
+	e.execute(ctx, id)
 }
 
 func (e *Engine) plan(ctx context.Context, op *state.Operation) (*lifecyclev1.OperationPlan, error) {
@@ -524,14 +528,20 @@ func (e *Engine) finish(ctx context.Context, id, actor string, to state.OpState,
 
 // execute runs an approved (or read-only, already running) operation through
 // its plugin. resumed marks a run that continues an interrupted operation.
-func (e *Engine) execute(ctx context.Context, id string, resumed bool) {
+func (e *Engine) execute(ctx context.Context, id string) {
 	op, err := e.Operation(ctx, id)
 	if err != nil {
 		return
 	}
+	var req *lifecyclev1.OperationRequest
 	if op.State == state.StateApproved {
-		// Re-plan before Run: approvals are bound to the digest.
-		plan, err := e.plan(ctx, op)
+		// Re-plan before Run: approvals are bound to the digest. The
+		// credentials are read once, for the re-plan and the run.
+		if req, err = e.request(ctx, op); err != nil {
+			e.finish(ctx, id, "system", state.StateFailed, "could not start", err.Error(), nil)
+			return
+		}
+		plan, err := e.o.Plugins.Plan(ctx, e.pluginFor(op), req)
 		if err != nil {
 			e.finish(ctx, id, "system", state.StateFailed, "re-plan before run failed", err.Error(), nil)
 			return
@@ -554,14 +564,16 @@ func (e *Engine) execute(ctx context.Context, id string, resumed bool) {
 		if op, err = e.transition(ctx, id, state.StateRunning, "system", "started", "", nil, nil); err != nil {
 			return
 		}
+		req.Settings.Extra["attempt"] = strconv.Itoa(op.Attempts)
 	}
 	if op.State != state.StateRunning {
 		return
 	}
-	req, err := e.request(ctx, op)
-	if err != nil {
-		e.finish(ctx, id, "system", state.StateFailed, "could not start", err.Error(), nil)
-		return
+	if req == nil {
+		if req, err = e.request(ctx, op); err != nil {
+			e.finish(ctx, id, "system", state.StateFailed, "could not start", err.Error(), nil)
+			return
+		}
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	e.mu.Lock()
@@ -726,7 +738,7 @@ func (e *Engine) voidApprovals(ctx context.Context, op *state.Operation, plan *l
 	next := *op
 	next.Target, next.Flags = plan.GetTarget(), nil
 	for _, f := range op.Flags {
-		if f != flagSkipStaging && !strings.HasPrefix(f, "promoted-from:") {
+		if f != FlagSkipStaging && !strings.HasPrefix(f, FlagPromotedFrom) {
 			next.Flags = append(next.Flags, f)
 		}
 	}
@@ -882,7 +894,7 @@ func (e *Engine) recoverUnstarted(ctx context.Context) error {
 		e.finish(ctx, id, "system", state.StateFailed, "stopped while planning", "talosbot stopped before the plan was ready; run the command again", nil)
 	}
 	for _, id := range approved {
-		e.goRun(id, func(ctx context.Context) { e.execute(ctx, id, false) })
+		e.goRun(func(ctx context.Context) { e.execute(ctx, id) })
 	}
 	return nil
 }

@@ -154,7 +154,23 @@ type env struct {
 	sink   *recSink
 	clock  *fakeClock
 	dbPath string
+	creds  *countingCreds
 }
+
+// countingCreds counts how often credentials are read.
+type countingCreds struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (c *countingCreds) Resolve(ctx context.Context, cl *config.Cluster) (*bot.Credentials, error) {
+	c.mu.Lock()
+	c.n++
+	c.mu.Unlock()
+	return bot.FileCredentials{}.Resolve(ctx, cl)
+}
+
+func (c *countingCreds) count() int { c.mu.Lock(); defer c.mu.Unlock(); return c.n }
 
 const testConfig = `
 data_dir: %s
@@ -196,7 +212,7 @@ func newEnvConfig(t *testing.T, cfgText string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, cfg: cfg, sink: newRecSink(), clock: &fakeClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, dbPath: filepath.Join(dir, "talosbot.db")}
+	e := &env{t: t, cfg: cfg, sink: newRecSink(), clock: &fakeClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, dbPath: filepath.Join(dir, "talosbot.db"), creds: &countingCreds{}}
 	e.open()
 	return e
 }
@@ -213,7 +229,7 @@ func (e *env) open() {
 		t.Fatal(err)
 	}
 	e.eng, err = bot.New(context.Background(), bot.Options{Config: e.cfg, Store: e.store, Plugins: e.mgr,
-		Credentials: bot.FileCredentials{}, Policy: approvals.New(e.cfg), Sink: e.sink, Clock: e.clock.Now})
+		Credentials: e.creds, Policy: approvals.New(e.cfg), Sink: e.sink, Clock: e.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,5 +601,16 @@ func TestPlanRefusalFailsWithRule(t *testing.T) {
 	op := e.await(id, state.StateFailed)
 	if !strings.Contains(op.Error, "R10: skipping a minor — upgrade to the next minor first") {
 		t.Fatalf("error = %q", op.Error)
+	}
+}
+
+// Credentials are read once to plan and once more, at the start, for the
+// re-plan and the run together.
+func TestCredentialsReadOncePerPhase(t *testing.T) {
+	e := newEnv(t)
+	id, _ := e.submit("alice", "stg", "/talos roll v2")
+	e.await(id, state.StateSucceeded)
+	if n := e.creds.count(); n != 2 {
+		t.Fatalf("credentials read %d times for one operation, want 2 (plan; re-plan + run)", n)
 	}
 }
