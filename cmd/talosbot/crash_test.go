@@ -124,12 +124,8 @@ chat:
 	if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos resume " + opID}); code != 202 {
 		t.Fatalf("final resume: HTTP %d", code)
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for opState(opID) != "succeeded" {
-		if st := opState(opID); st == "failed" || time.Now().After(deadline) {
-			t.Fatalf("final run: %s; bot log:\n%s", st, b.Stderr)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the console API under a deadline
+	if st := b.AwaitEnd("ops", opID, 3*time.Minute); st != "succeeded" {
+		t.Fatalf("final run: %s; bot log:\n%s", st, b.Stderr)
 	}
 	must(t, b.Cmd.Process.Signal(syscall.SIGTERM))
 	_ = b.Cmd.Wait()

@@ -86,17 +86,8 @@ chat:
 	if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos resume " + opID}); code != 202 {
 		t.Fatalf("HTTP %d", code)
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		done := b.HasMessage("ops", func(m servetest.Message) bool { return m.Field("Operation") == opID && m.Field("State") == "succeeded" })
-		failed := b.HasMessage("ops", func(m servetest.Message) bool { return m.Field("Operation") == opID && m.Field("State") == "failed" })
-		if done {
-			break
-		}
-		if failed || time.Now().After(deadline) {
-			t.Fatalf("resumed upgrade did not succeed; log:\n%s", b.Stderr)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the console API under a deadline
+	if st := b.AwaitEnd("ops", opID, 3*time.Minute); st != "succeeded" {
+		t.Fatalf("resumed upgrade: %s; log:\n%s", st, b.Stderr)
 	}
 	// After the kill cp-1 only gets its kube-proxy and kubelet applies; its
 	// control-plane images, already in place, are not applied again.

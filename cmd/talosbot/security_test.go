@@ -134,26 +134,17 @@ audit: {token: env:SWEEP_AUDIT}
 		if len(words) > 1 && (words[0] == "upgrade" || words[0] == "node" || words[0] == "tf") {
 			title += " " + words[1]
 		}
-		deadline := time.Now().Add(3 * time.Minute)
-		for {
+		b.WaitForWithin(text+" to finish", 3*time.Minute, func() bool {
 			for _, m := range b.Messages("ops") {
-				st := ""
-				for _, f := range m.Fields {
-					if f.Label == "State" {
-						st = f.Value
-					}
-				}
+				st := m.Field("State")
 				if strings.Contains(m.Title, title+" ·") && (st == "succeeded" || st == "failed" || st == "cancelled") && !seen[m.ID] {
 					seen[m.ID] = true
 					t.Logf("%s → %s", text, st)
-					return
+					return true
 				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s did not finish; log:\n%s", text, b.Stderr)
-			}
-			time.Sleep(50 * time.Millisecond) // polling an HTTP API under a deadline
-		}
+			return false
+		})
 	}
 	say := func(text string) {
 		if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": text}); code != 202 {

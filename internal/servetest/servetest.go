@@ -213,3 +213,23 @@ func Alive(pid int) bool {
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return len(fields) > 0 && fields[0] != "Z"
 }
+
+// AwaitEnd waits until operation opID's message in channel shows a final
+// state and returns that state (failing the test after within).
+func (b *Bot) AwaitEnd(channel, opID string, within time.Duration) string {
+	b.T.Helper()
+	var st string
+	b.WaitForWithin("operation "+opID+" to end", within, func() bool {
+		for _, m := range b.Messages(channel) {
+			if m.Field("Operation") == opID {
+				switch s := m.Field("State"); s {
+				case "succeeded", "failed", "cancelled", "denied", "expired":
+					st = s
+					return true
+				}
+			}
+		}
+		return false
+	})
+	return st
+}
