@@ -25,6 +25,9 @@ import (
 
 const chunkSize = 32 * 1024
 
+// stateConfigPath is where Talos before v1.12 kept the machine config on the STATE partition.
+const stateConfigPath = "/system/state/config.yaml"
+
 func tsProto(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
 
 // machined implements MachineService for one node.
@@ -482,7 +485,13 @@ func (s *machined) Read(req *machineapi.ReadRequest, srv grpc.ServerStreamingSer
 		s.n.mu.Lock()
 		data = []byte(s.n.bootID + "\n")
 		s.n.mu.Unlock()
-	case "/system/state/config.yaml":
+	case stateConfigPath:
+		// Talos v1.12 stopped mounting the STATE partition, so there the file does not exist
+		// and Read gives os.Stat's NotFound; clients read the MachineConfig resource instead.
+		if atLeast(s.n.talosVersion(), 1, 12) {
+			return status.Errorf(codes.NotFound, "stat %s: no such file or directory", req.Path)
+		}
+
 		s.n.mu.Lock()
 		data = append([]byte(nil), s.n.config...)
 		s.n.mu.Unlock()

@@ -109,6 +109,8 @@ type node struct {
 	returnCh    chan struct{} // closed to release a node held down by NeverReturn
 
 	staticMu sync.Mutex // serialises the kubelet's work on the node's static pods
+
+	cosi *cosiState // the node's COSI resources (cosi.go)
 }
 
 func newNode(c *Cluster, info NodeInfo) *node {
@@ -211,6 +213,7 @@ func (n *node) startBackend() error {
 	machineapi.RegisterImageServiceServer(n.backend, &imageService{n: n})
 	machineapi.RegisterLifecycleServiceServer(n.backend, &lifecycleService{n: n})
 	clusterapi.RegisterClusterServiceServer(n.backend, &clusterService{n: n})
+	n.registerCOSI(n.backend)
 
 	go func() { _ = n.backend.Serve(n.bufLis) }()
 

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	cosiapi "github.com/cosi-project/runtime/api/v1alpha1"
 	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -78,6 +79,7 @@ func methodKinds() map[string]methodKind {
 		machineapi.ImageService_ServiceDesc,
 		machineapi.LifecycleService_ServiceDesc,
 		clusterapi.ClusterService_ServiceDesc,
+		cosiapi.State_ServiceDesc,
 	} {
 		for _, m := range sd.Methods {
 			kinds["/"+sd.ServiceName+"/"+m.MethodName] = methodKind{}

@@ -326,15 +326,7 @@ func TestClusterBasics(t *testing.T) {
 	})
 
 	t.Run("read config", func(t *testing.T) {
-		r, err := cli.Read(client.WithNode(ctx, nodeIP(t, c, "worker-2")), "/system/state/config.yaml")
-		if err != nil {
-			t.Fatal(err)
-		}
-
-		b, err := io.ReadAll(r)
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := machineConfig(ctx, t, cli, nodeIP(t, c, "worker-2"))
 
 		cfg, err := configloader.NewFromBytes(b)
 		if err != nil {
@@ -805,32 +797,19 @@ func TestApplyConfigurationNoReboot(t *testing.T) {
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1})
 	ctx := client.WithNode(t.Context(), c.Nodes()[0].IP)
 
-	r, err := cli.Read(ctx, "/system/state/config.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	cfg, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := machineConfig(ctx, t, cli, c.Nodes()[0].IP)
 
 	newCfg := bytes.ReplaceAll(cfg, []byte(":"+sim.DefaultKubernetesVersion), []byte(":v1.36.0"))
 
-	if _, err = cli.ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{Data: newCfg, Mode: machineapi.ApplyConfigurationRequest_REBOOT}); status.Code(err) != codes.Unimplemented {
+	if _, err := cli.ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{Data: newCfg, Mode: machineapi.ApplyConfigurationRequest_REBOOT}); status.Code(err) != codes.Unimplemented {
 		t.Fatalf("REBOOT mode: %v", err)
 	}
 
-	if _, err = cli.ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{Data: newCfg, Mode: machineapi.ApplyConfigurationRequest_NO_REBOOT}); err != nil {
+	if _, err := cli.ApplyConfiguration(ctx, &machineapi.ApplyConfigurationRequest{Data: newCfg, Mode: machineapi.ApplyConfigurationRequest_NO_REBOOT}); err != nil {
 		t.Fatal(err)
 	}
 
-	r, err = cli.Read(ctx, "/system/state/config.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	got, _ := io.ReadAll(r)
+	got := machineConfig(ctx, t, cli, c.Nodes()[0].IP)
 	if !bytes.Contains(got, []byte("kube-apiserver:v1.36.0")) {
 		t.Fatalf("stored config:\n%s", got)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"testing"
 	"time"
 
@@ -85,15 +84,10 @@ func TestStaticPods(t *testing.T) {
 
 	nctx := client.WithNode(ctx, c.Nodes()[0].IP)
 
-	r, err := cli.Read(nctx, "/system/state/config.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	cfg, _ := io.ReadAll(r)
+	cfg := machineConfig(ctx, t, cli, c.Nodes()[0].IP)
 	newCfg := bytes.ReplaceAll(cfg, []byte(":"+sim.DefaultKubernetesVersion), []byte(":v1.36.3"))
 
-	if _, err = cli.ApplyConfiguration(nctx, &machineapi.ApplyConfigurationRequest{Data: newCfg, Mode: machineapi.ApplyConfigurationRequest_NO_REBOOT}); err != nil {
+	if _, err := cli.ApplyConfiguration(nctx, &machineapi.ApplyConfigurationRequest{Data: newCfg, Mode: machineapi.ApplyConfigurationRequest_NO_REBOOT}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/cosi-project/runtime/pkg/state"
 	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
@@ -42,6 +43,8 @@ type HealthAPI interface {
 type Clients struct {
 	Machine MachineAPI
 	Health  HealthAPI
+	// COSI is Talos's resource API (client.Client.COSI): the machine config is read there.
+	COSI    state.State
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
 
@@ -68,7 +71,7 @@ func Connect(ctx context.Context, inv Inventory, creds *lifecyclev1.Credentials)
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", inv.Name, err)
 	}
-	c := &Clients{Machine: tc.MachineClient, Health: tc.ClusterClient, closers: []func() error{tc.Close}}
+	c := &Clients{Machine: tc.MachineClient, Health: tc.ClusterClient, COSI: tc.COSI, closers: []func() error{tc.Close}}
 	if len(creds.GetKubeconfig()) > 0 {
 		kube, dyn, err := NewKubeClients(creds.GetKubeconfig())
 		if err != nil {

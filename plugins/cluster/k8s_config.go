@@ -4,55 +4,35 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 
-	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/config"
-	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"google.golang.org/grpc"
 )
 
-// ConfigAPI is the part of the MachineService that reads and applies machine configs. The
-// generated machineapi.MachineServiceClient behind Clients.Machine satisfies it.
+// ConfigAPI is the part of the MachineService that applies machine configs. The generated
+// machineapi.MachineServiceClient behind Clients.Machine satisfies it.
 type ConfigAPI interface {
-	Read(ctx context.Context, in *machineapi.ReadRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[common.Data], error)
 	ApplyConfiguration(ctx context.Context, in *machineapi.ApplyConfigurationRequest, opts ...grpc.CallOption) (*machineapi.ApplyConfigurationResponse, error)
 }
-
-// k8sMachineConfigPath is where Talos keeps the active machine config.
-const k8sMachineConfigPath = "/system/state/config.yaml"
 
 func (c *Clients) k8sConfigAPI() (ConfigAPI, error) {
 	api, ok := c.Machine.(ConfigAPI)
 	if !ok {
-		return nil, errors.New("this Talos client cannot read or apply machine configs")
+		return nil, errors.New("this Talos client cannot apply machine configs")
 	}
 	return api, nil
 }
 
-// ReadMachineConfig reads and loads a node's active machine config.
+// ReadMachineConfig reads a node's active machine config from its MachineConfig resource.
 func ReadMachineConfig(ctx context.Context, c *Clients, n Node) (config.Provider, error) {
-	api, err := c.k8sConfigAPI()
-	if err != nil {
-		return nil, err
-	}
-	stream, err := api.Read(client.WithNode(ctx, n.Address), &machineapi.ReadRequest{Path: k8sMachineConfigPath})
+	cfg, err := MachineConfigOf(ctx, c.COSI, n.Address)
 	if err != nil {
 		return nil, fmt.Errorf("read machine config of %s: %w", n.Name, err)
-	}
-	data, err := io.ReadAll(&streamReader{s: stream})
-	if err != nil {
-		return nil, fmt.Errorf("read machine config of %s: %w", n.Name, err)
-	}
-	// The loader's errors describe the structure, never echo secrets from the document.
-	cfg, err := configloader.NewFromBytes(data)
-	if err != nil {
-		return nil, fmt.Errorf("load machine config of %s: %w", n.Name, err)
 	}
 	if cfg.RawV1Alpha1() == nil {
 		return nil, fmt.Errorf("machine config of %s has no v1alpha1 document", n.Name)

@@ -29,7 +29,7 @@ func Open(ctx context.Context, inv Inventory, creds *lifecyclev1.Credentials) (*
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", inv.Name, err)
 	}
-	s := &Session{Clients: &Clients{Machine: tc.MachineClient, Health: tc.ClusterClient, closers: []func() error{tc.Close}}, Talos: tc, Inv: inv}
+	s := &Session{Clients: &Clients{Machine: tc.MachineClient, Health: tc.ClusterClient, COSI: tc.COSI, closers: []func() error{tc.Close}}, Talos: tc, Inv: inv}
 	if len(creds.GetKubeconfig()) > 0 {
 		kube, dyn, err := NewKubeClients(creds.GetKubeconfig())
 		if err != nil {

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/compatibility"
-	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
@@ -182,7 +180,7 @@ func ReadNodeState(ctx context.Context, s *Session, n Node) (NodeState, error) {
 	}
 	m := resp.GetMessages()[0]
 	st.Version, st.Platform = m.GetVersion().GetTag(), m.GetPlatform().GetName()
-	img, err := installImage(nctx, s, n)
+	img, err := installImage(ctx, s, n)
 	if err != nil {
 		return st, err
 	}
@@ -191,19 +189,10 @@ func ReadNodeState(ctx context.Context, s *Session, n Node) (NodeState, error) {
 }
 
 func installImage(ctx context.Context, s *Session, n Node) (string, error) {
-	r, err := s.Talos.Read(ctx, "/system/state/config.yaml")
+	// The configuration holds secrets: only the image leaves this function.
+	cfg, err := MachineConfigOf(ctx, s.Talos.COSI, n.Address)
 	if err != nil {
 		return "", fmt.Errorf("read the machine configuration of %s: %w", n.Name, err)
-	}
-	defer r.Close() //nolint:errcheck
-	raw, err := io.ReadAll(io.LimitReader(r, 4<<20))
-	if err != nil {
-		return "", fmt.Errorf("read the machine configuration of %s: %w", n.Name, err)
-	}
-	// The configuration holds secrets: parse it here and keep only the image.
-	cfg, err := configloader.NewFromBytes(raw)
-	if err != nil {
-		return "", fmt.Errorf("parse the machine configuration of %s (not shown: it holds secrets): %w", n.Name, errors.New("invalid document"))
 	}
 	if cfg.Machine() == nil {
 		return "", nil

@@ -21,11 +21,9 @@
 package gates
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"slices"
@@ -36,7 +34,6 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
-	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -73,7 +70,6 @@ const (
 	DefaultLonghornNamespace = "longhorn-system"
 	controlPlaneLabel        = "node-role.kubernetes.io/control-plane"
 	podSecurityEnforce       = "pod-security.kubernetes.io/enforce"
-	machineConfigPath        = "/system/state/config.yaml"
 )
 
 // Drills are the staging drills the production gate needs, by extra key suffix.
@@ -511,21 +507,8 @@ func readConfigs(ctx context.Context, c *client.Client, inv cluster.Inventory) (
 }
 
 func readConfig(ctx context.Context, c *client.Client, addr string) (talosconfig.Config, error) {
-	r, err := c.Read(client.WithNode(ctx, addr), machineConfigPath)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	var buf bytes.Buffer
-	if _, err := io.Copy(&buf, r); err != nil {
-		return nil, err
-	}
-	// The machine config holds secrets: it stays in this function's memory.
-	cfg, err := configloader.NewFromBytes(buf.Bytes())
-	if err != nil {
-		return nil, fmt.Errorf("parse machine configuration: %w", err)
-	}
-	return cfg, nil
+	// The machine config holds secrets: it stays in this function's caller's memory.
+	return cluster.MachineConfigOf(ctx, c.COSI, addr)
 }
 
 // Run evaluates the gates and reports one step and line per gate.

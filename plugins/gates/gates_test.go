@@ -2,7 +2,6 @@ package gates_test
 
 import (
 	"context"
-	"io"
 	"regexp"
 	"strings"
 	"testing"
@@ -117,12 +116,11 @@ func TestGatesAgainstSimAndKube(t *testing.T) {
 	apply := func(endpoint string, withVIP bool) {
 		for _, n := range inv.Nodes {
 			nctx := client.WithNode(ctx, n.Address)
-			r, err := tc.Read(nctx, "/system/state/config.yaml")
+			mc, err := cluster.MachineConfigOf(ctx, tc.COSI, n.Address)
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := io.ReadAll(r)
-			r.Close()
+			cfg, err := mc.Bytes()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,555 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"math/big"
+	"net/netip"
+	"strings"
+
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/resource/meta"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
+	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
+	"github.com/siderolabs/talos/pkg/machinery/config/machine"
+	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
+	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
+	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/etcd"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	timeres "github.com/siderolabs/talos/pkg/machinery/resources/time"
+	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
+)
+
+// This file derives a node's COSI resources from its simulated state. Each resource names the
+// Talos v1.13.9 controller that produces it (its owner, as on a real node); docs/SIMULATOR.md
+// lists them with their source paths and divergences.
+
+// desiredResource is one resource as its controller would write it.
+type desiredResource struct {
+	res   resource.Resource
+	owner string
+}
+
+// cosiNamespaces are the namespaces the sim registers (a subset of Talos's, see
+// internal/app/machined/pkg/runtime/v1alpha2/v1alpha2_state.go).
+func cosiNamespaces() []struct{ name, description string } {
+	return []struct{ name, description string }{
+		{v1alpha1.NamespaceName, "Talos v1alpha1 subsystems glue resources."},
+		{cluster.NamespaceName, "Cluster configuration and discovery resources."},
+		{config.NamespaceName, "Talos node configuration."},
+		{etcd.NamespaceName, "etcd resources."},
+		{k8s.NamespaceName, "Kubernetes all node types resources."},
+		{k8s.ControlPlaneNamespaceName, "Kubernetes control plane resources."},
+		{network.NamespaceName, "Networking resources."},
+	}
+}
+
+// cosiResourceTypes are the resource types the sim serves. Only these are registered, so any
+// other type gives Talos's "resource type ... is not supported" instead of an empty list that
+// would pretend the node has none.
+func cosiResourceTypes() []meta.ResourceWithRD {
+	return []meta.ResourceWithRD{
+		&cluster.Identity{},
+		&cluster.Member{},
+		&config.MachineConfig{},
+		&config.MachineType{},
+		&etcd.Member{},
+		&k8s.Nodename{},
+		&k8s.NodeStatus{},
+		&k8s.StaticPodStatus{},
+		&network.AddressStatus{},
+		&network.HostnameStatus{},
+		&network.NodeAddress{},
+		&network.Status{},
+		&runtime.MachineStatus{},
+		&runtime.Version{},
+		&timeres.Status{},
+		&v1alpha1.Service{},
+	}
+}
+
+// configCache keeps the parsed machine config until the node's config bytes change.
+type configCache struct {
+	raw []byte
+	cfg talosconfig.Provider
+	err error
+}
+
+func (c *configCache) get(raw []byte) (talosconfig.Provider, error) {
+	if c.cfg == nil && c.err == nil || !bytes.Equal(c.raw, raw) {
+		c.raw = bytes.Clone(raw)
+		c.cfg, c.err = configloader.NewFromBytes(raw)
+	}
+
+	return c.cfg, c.err
+}
+
+// cosiHostname is the node's Talos hostname (network.HostnameStatus).
+func (n *node) cosiHostname() string { return n.info.Name }
+
+// cosiNodename is the node's Kubernetes Node name (k8s.Nodename).
+func (n *node) cosiNodename() string { return n.info.Name }
+
+func (n *node) machineType() machine.Type {
+	if n.info.Role == RoleControlPlane {
+		return machine.TypeControlPlane
+	}
+
+	return machine.TypeWorker
+}
+
+// nodePrefix is the node's address with the sim's /24 block.
+func (n *node) nodePrefix() netip.Prefix {
+	addr, err := netip.ParseAddr(n.info.IP)
+	if err != nil {
+		return netip.Prefix{}
+	}
+
+	return netip.PrefixFrom(addr, 24)
+}
+
+// desiredResources is every resource the node's controllers would have written by now.
+func (n *node) desiredResources(ctx context.Context, cache *configCache) []desiredResource {
+	n.mu.Lock()
+	raw := bytes.Clone(n.config)
+	version := n.version
+	n.mu.Unlock()
+
+	var out []desiredResource
+
+	add := func(owner string, r resource.Resource) { out = append(out, desiredResource{res: r, owner: owner}) }
+
+	// config.MachineConfig: machined's runtime stores the applied config under both ids
+	// (internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_runtime.go SetConfig/SetPersistedConfig).
+	if cfg, err := cache.get(raw); err == nil {
+		add("", config.NewMachineConfigWithID(cfg, config.ActiveID))
+		add("", config.NewMachineConfigWithID(cfg, config.PersistentID))
+	} else {
+		n.c.log.Warn("machine config does not load", "node", n.info.Name, "err", err)
+	}
+
+	mt := config.NewMachineType()
+	mt.SetMachineType(n.machineType())
+	add("config.MachineTypeController", mt)
+
+	v := runtime.NewVersion()
+	v.TypedSpec().Name = "Talos"
+	v.TypedSpec().Version = version
+	add("runtime.VersionController", v)
+
+	hs := network.NewHostnameStatus(network.NamespaceName, network.HostnameID)
+	hs.TypedSpec().Hostname = n.cosiHostname()
+	add("network.HostnameSpecController", hs)
+
+	nn := k8s.NewNodename(k8s.NamespaceName, k8s.NodenameID)
+	nn.TypedSpec().Nodename = n.cosiNodename()
+	nn.TypedSpec().HostnameVersion = "1"
+	add("k8s.NodenameController", nn)
+
+	ts := timeres.NewStatus()
+	ts.TypedSpec().Synced = true
+	add("time.SyncController", ts)
+
+	ns := network.NewStatus(network.NamespaceName, network.StatusID)
+	*ns.TypedSpec() = network.StatusSpec{AddressReady: true, ConnectivityReady: true, HostnameReady: true, EtcFilesReady: true}
+	add("network.StatusController", ns)
+
+	out = append(out, n.addressResources()...)
+
+	services := n.serviceResources(ctx)
+	for _, s := range services {
+		add("v1alpha1.ServiceController", s)
+	}
+
+	if m := n.localEtcdMember(services); m != nil {
+		add("etcd.MemberController", m)
+	}
+
+	pods := n.staticPodStatuses(ctx)
+	for _, p := range pods {
+		add("k8s.KubeletStaticPodController", p)
+	}
+
+	nodeStatus := n.nodeStatus(ctx, services)
+	if nodeStatus != nil {
+		add("k8s.NodeStatusController", nodeStatus)
+	}
+
+	add("cluster.NodeIdentityController", n.cosi.identity())
+
+	for _, m := range n.c.clusterMembers() {
+		add("cluster.MemberController", m)
+	}
+
+	add("runtime.MachineStatusController", n.machineStatus(services, pods, nodeStatus))
+
+	return out
+}
+
+// addressResources follows network.AddressStatusController and network.NodeAddressController:
+// the node's address on eth0 (the sim's loopback alias) and the loopback itself.
+func (n *node) addressResources() []desiredResource {
+	p := n.nodePrefix()
+	lo := netip.MustParsePrefix("127.0.0.1/8")
+
+	var out []desiredResource
+
+	for _, a := range []struct {
+		link  string
+		index uint32
+		p     netip.Prefix
+		scope nethelpers.Scope
+	}{
+		{"lo", 1, lo, nethelpers.ScopeHost},
+		{"eth0", 2, p, nethelpers.ScopeGlobal},
+	} {
+		r := network.NewAddressStatus(network.NamespaceName, network.AddressID(a.link, a.p))
+		*r.TypedSpec() = network.AddressStatusSpec{
+			Address:   a.p,
+			Local:     a.p.Addr(),
+			LinkIndex: a.index,
+			LinkName:  a.link,
+			Family:    nethelpers.FamilyInet4,
+			Scope:     a.scope,
+			Flags:     nethelpers.AddressFlags(nethelpers.AddressPermanent),
+		}
+		out = append(out, desiredResource{res: r, owner: "network.AddressStatusController"})
+	}
+
+	for _, id := range []string{network.NodeAddressDefaultID, network.NodeAddressCurrentID, network.NodeAddressRoutedID, network.NodeAddressAccumulativeID} {
+		r := network.NewNodeAddress(network.NamespaceName, id)
+		r.TypedSpec().Addresses = []netip.Prefix{p}
+		r.TypedSpec().SortAlgorithm = nethelpers.AddressSortAlgorithmV2
+		out = append(out, desiredResource{res: r, owner: "network.NodeAddressController"})
+	}
+
+	return out
+}
+
+// serviceResources follows v1alpha1.ServiceController: a resource per running service (a
+// service that is not running has none).
+func (n *node) serviceResources(ctx context.Context) []*v1alpha1.Service {
+	var out []*v1alpha1.Service
+
+	for _, si := range n.serviceStates(ctx) {
+		if si.GetState() != "Running" {
+			continue
+		}
+
+		s := v1alpha1.NewService(si.GetId())
+		*s.TypedSpec() = v1alpha1.ServiceSpec{Running: true, Healthy: si.GetHealth().GetHealthy(), Unknown: si.GetHealth().GetUnknown()}
+		out = append(out, s)
+	}
+
+	return out
+}
+
+func findService(services []*v1alpha1.Service, id string) *v1alpha1.Service {
+	for _, s := range services {
+		if s.Metadata().ID() == id {
+			return s
+		}
+	}
+
+	return nil
+}
+
+// localEtcdMember follows etcd.MemberController: the local member id while etcd runs healthy.
+func (n *node) localEtcdMember(services []*v1alpha1.Service) *etcd.Member {
+	svc := findService(services, "etcd")
+	m := n.member()
+
+	if svc == nil || !svc.TypedSpec().Healthy || m == nil || !m.Running() {
+		return nil
+	}
+
+	r := etcd.NewMember(etcd.NamespaceName, etcd.LocalMemberID)
+	r.TypedSpec().MemberID = etcd.FormatMemberID(m.ID())
+
+	return r
+}
+
+// staticPodStatuses follows k8s.KubeletStaticPodController: one status per static pod the
+// kubelet runs, id "<namespace>/<pod>". The sim's kubelet state is the mirror pods it keeps in
+// the kube-apiserver (Options.StaticPods); without them a node runs no static pods.
+func (n *node) staticPodStatuses(ctx context.Context) []*k8s.StaticPodStatus {
+	if n.c.kube == nil || !n.hasStaticPods() {
+		return nil
+	}
+
+	var out []*k8s.StaticPodStatus
+
+	for _, comp := range StaticPodComponents() {
+		name := StaticPodName(comp, n.cosiNodename())
+
+		p, err := n.c.kube.client.CoreV1().Pods(staticPodNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+
+		u, err := k8sruntime.DefaultUnstructuredConverter.ToUnstructured(&p.Status)
+		if err != nil {
+			continue
+		}
+
+		r := k8s.NewStaticPodStatus(k8s.NamespaceName, staticPodNamespace+"/"+name)
+		r.TypedSpec().PodStatus = u
+		out = append(out, r)
+	}
+
+	return out
+}
+
+// nodeStatus follows k8s.NodeStatusController: the kubelet's Node as the apiserver has it.
+// Without Options.Kube there is no apiserver: the Node is taken as Ready while the kubelet
+// service is healthy (a divergence, listed in docs/SIMULATOR.md).
+func (n *node) nodeStatus(ctx context.Context, services []*v1alpha1.Service) *k8s.NodeStatus {
+	name := n.cosiNodename()
+	r := k8s.NewNodeStatus(k8s.NamespaceName, name)
+	r.TypedSpec().Nodename = name
+
+	if n.c.kube == nil {
+		kubelet := findService(services, "kubelet")
+		r.TypedSpec().NodeReady = kubelet != nil && kubelet.TypedSpec().Healthy
+
+		return r
+	}
+
+	node, err := n.c.kube.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+
+	r.TypedSpec().Unschedulable = node.Spec.Unschedulable
+	r.TypedSpec().Labels = node.Labels
+	r.TypedSpec().Annotations = node.Annotations
+
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			r.TypedSpec().NodeReady = c.Status == corev1.ConditionTrue
+		}
+	}
+
+	for _, cidr := range node.Spec.PodCIDRs {
+		if p, err := netip.ParsePrefix(cidr); err == nil {
+			r.TypedSpec().PodCIDRs = append(r.TypedSpec().PodCIDRs, p)
+		}
+	}
+
+	return r
+}
+
+// identity is cluster.Identity: a random node id kept across reboots (a reset node never
+// comes back in the sim, so the new id a wipe would give is never seen).
+func (s *cosiState) identity() *cluster.Identity {
+	r := cluster.NewIdentity(cluster.NamespaceName, cluster.LocalIdentity)
+	r.TypedSpec().NodeID = s.identityID()
+
+	return r
+}
+
+// randomNodeID is a base62 string of 32 random bytes, the shape of Talos's node identity.
+func randomNodeID() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+
+	return new(big.Int).SetBytes(b[:]).Text(62)
+}
+
+// clusterMembers follows cluster.MemberController: every node discovery knows of, keyed by its
+// Kubernetes node name. A wiped (reset) node has left; a rebooting one stays listed, as its
+// affiliate data outlives the reboot.
+func (c *Cluster) clusterMembers() []*cluster.Member {
+	var out []*cluster.Member
+
+	for _, o := range c.nodes {
+		o.mu.Lock()
+		st, version := o.state, o.version
+		o.mu.Unlock()
+
+		if st == stateReset {
+			continue
+		}
+
+		m := cluster.NewMember(cluster.NamespaceName, o.cosiNodename())
+		*m.TypedSpec() = cluster.MemberSpec{
+			NodeID:          o.cosi.identityID(),
+			Hostname:        o.cosiHostname(),
+			MachineType:     o.machineType(),
+			OperatingSystem: fmt.Sprintf("Talos (%s)", version),
+		}
+
+		if p := o.nodePrefix(); p.IsValid() {
+			m.TypedSpec().Addresses = []netip.Addr{p.Addr()}
+		}
+
+		if o.info.Role == RoleControlPlane {
+			m.TypedSpec().ControlPlane = &cluster.ControlPlane{APIServerPort: 6443}
+		}
+
+		out = append(out, m)
+	}
+
+	return out
+}
+
+// identityID is the node's cluster identity for other nodes' member lists.
+func (s *cosiState) identityID() string {
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
+
+	if s.nodeID == "" {
+		s.nodeID = randomNodeID()
+	}
+
+	return s.nodeID
+}
+
+// machineStage folds the node's runtime events into the machine stage, as
+// MachineStatusController's event watcher does.
+func (n *node) machineStage() runtime.MachineStage {
+	replay, _, cancel, err := n.events.subscribe(&machineapi.EventsRequest{TailEvents: -1})
+	if err != nil {
+		return runtime.MachineStageUnknown
+	}
+
+	cancel()
+
+	stage := runtime.MachineStageUnknown
+
+	for _, ev := range replay {
+		seq, ok := ev.payload.(*machineapi.SequenceEvent)
+		if !ok {
+			continue
+		}
+
+		switch seq.Action {
+		case machineapi.SequenceEvent_START:
+			switch seq.Sequence {
+			case "boot", "initialize":
+				stage = runtime.MachineStageBooting
+			case "shutdown":
+				stage = runtime.MachineStageShuttingDown
+			case "upgrade", "stageUpgrade", "maintenanceUpgrade":
+				stage = runtime.MachineStageUpgrading
+			case "reset":
+				stage = runtime.MachineStageResetting
+			case "reboot":
+				stage = runtime.MachineStageRebooting
+			}
+		case machineapi.SequenceEvent_NOOP:
+			// A fatal error reboots the node.
+			if seq.Error != nil && seq.Error.GetCode() == common.Code_FATAL {
+				stage = runtime.MachineStageRebooting
+			}
+		case machineapi.SequenceEvent_STOP:
+			if seq.Sequence == "boot" && seq.Error == nil {
+				stage = runtime.MachineStageRunning
+			}
+		}
+	}
+
+	return stage
+}
+
+// machineStatus follows MachineStatusController's readiness checks: while booting or running,
+// time, network, services (apid, machined, kubelet; etcd and trustd on control planes), static
+// pods and the Kubernetes Node must all be ready.
+func (n *node) machineStatus(services []*v1alpha1.Service, pods []*k8s.StaticPodStatus, nodeStatus *k8s.NodeStatus) *runtime.MachineStatus {
+	stage := n.machineStage()
+	r := runtime.NewMachineStatus()
+	r.TypedSpec().Stage = stage
+	r.TypedSpec().Status.Ready = true
+
+	if stage != runtime.MachineStageBooting && stage != runtime.MachineStageRunning {
+		return r
+	}
+
+	var unmet []runtime.UnmetCondition
+
+	if problems := servicesProblems(services, n.machineType()); problems != "" {
+		unmet = append(unmet, runtime.UnmetCondition{Name: "services", Reason: problems})
+	}
+
+	if problems := staticPodProblems(pods); problems != "" {
+		unmet = append(unmet, runtime.UnmetCondition{Name: "staticPods", Reason: problems})
+	}
+
+	switch {
+	case nodeStatus == nil:
+		unmet = append(unmet, runtime.UnmetCondition{Name: "nodeReady", Reason: fmt.Sprintf("node %q status is not available yet", n.cosiNodename())})
+	case !nodeStatus.TypedSpec().NodeReady:
+		unmet = append(unmet, runtime.UnmetCondition{Name: "nodeReady", Reason: fmt.Sprintf("node %q is not ready", n.cosiNodename())})
+	}
+
+	r.TypedSpec().Status.Ready = len(unmet) == 0
+	r.TypedSpec().Status.UnmetConditions = unmet
+
+	return r
+}
+
+func servicesProblems(services []*v1alpha1.Service, typ machine.Type) string {
+	required := []string{"apid", "machined", "kubelet"}
+	if typ.IsControlPlane() {
+		required = append(required, "etcd", "trustd")
+	}
+
+	var problems []string
+
+	for _, s := range services {
+		if !s.TypedSpec().Unknown && !s.TypedSpec().Healthy {
+			problems = append(problems, s.Metadata().ID()+" not healthy")
+		}
+	}
+
+	for _, id := range required {
+		if findService(services, id) == nil {
+			problems = append(problems, id+" not running")
+		}
+	}
+
+	return strings.Join(problems, ", ")
+}
+
+func staticPodProblems(pods []*k8s.StaticPodStatus) string {
+	var problems []string
+
+	for _, p := range pods {
+		var st corev1.PodStatus
+		if err := k8sruntime.DefaultUnstructuredConverter.FromUnstructured(p.TypedSpec().PodStatus, &st); err != nil {
+			problems = append(problems, p.Metadata().ID()+" unknown")
+
+			continue
+		}
+
+		switch st.Phase {
+		case corev1.PodPending, corev1.PodFailed, corev1.PodUnknown:
+			problems = append(problems, p.Metadata().ID()+" "+strings.ToLower(string(st.Phase)))
+		case corev1.PodRunning:
+			ready := false
+
+			for _, c := range st.Conditions {
+				if c.Type == corev1.PodReady {
+					ready = c.Status == corev1.ConditionTrue
+				}
+			}
+
+			if !ready {
+				problems = append(problems, p.Metadata().ID()+" not ready")
+			}
+		}
+	}
+
+	return strings.Join(problems, ", ")
+}
