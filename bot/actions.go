@@ -153,8 +153,12 @@ func (e *Engine) refuseAction(ctx context.Context, from Origin, op *state.Operat
 	if op != nil {
 		ev.Cluster, ev.OpID, ev.Command = op.Cluster, op.ID, op.Command
 	}
-	_ = e.o.Store.Update(ctx, func(tx *state.Tx) error { _, err := tx.Append(ev); return err })
+	aerr := e.audit(ctx, ev)
 	e.o.Sink.Reply(ctx, from, "refused: "+msg)
+	if aerr != nil {
+		// The click stays refused; an unrecorded refusal is reported with it.
+		return errors.Join(&ActionError{Msg: msg}, aerr)
+	}
 	return &ActionError{Msg: msg}
 }
 
@@ -316,7 +320,10 @@ func (e *Engine) Cancel(ctx context.Context, from Origin, id string) error {
 // the plugin; the run then ends as cancelled.
 func (e *Engine) cancelRun(ctx context.Context, from Origin, id string) error {
 	{
-		_ = e.o.Store.Update(ctx, func(tx *state.Tx) error { return tx.PutKV("cancel", id, []byte(from.User)) })
+		// Who cancelled is only used to word the end of the run; cancel anyway.
+		if err := e.o.Store.Update(ctx, func(tx *state.Tx) error { return tx.PutKV("cancel", id, []byte(from.User)) }); err != nil {
+			e.log.Warn("record who cancelled", "op", id, "err", err)
+		}
 		e.mu.Lock()
 		if cancel := e.running[id]; cancel != nil {
 			cancel()

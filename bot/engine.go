@@ -251,11 +251,24 @@ func (e *Engine) Submit(ctx context.Context, from Origin, text string) (string, 
 // refuse answers and audits a request refused before it became an operation.
 func (e *Engine) refuse(ctx context.Context, from Origin, cluster string, inv *Invocation, err error) {
 	e.o.Sink.Reply(ctx, from, "refused: "+err.Error())
-	_ = e.o.Store.Update(ctx, func(tx *state.Tx) error {
-		_, aerr := tx.Append(state.AuditEvent{Time: e.now(), Actor: from.User, Action: "refused", Cluster: cluster,
-			Command: inv.Spec.Name, Result: "refused", Detail: map[string]string{"reason": err.Error(), "text": inv.Text}})
-		return aerr
-	})
+	// The refusal stands whether or not it could be recorded; a failed
+	// append is logged and counted by audit.
+	_ = e.audit(ctx, state.AuditEvent{Time: e.now(), Actor: from.User, Action: "refused", Cluster: cluster,
+		Command: inv.Spec.Name, Result: "refused", Detail: map[string]string{"reason": err.Error(), "text": inv.Text}})
+}
+
+// audit appends ev in a transaction of its own (records that go with a state
+// change are appended inside that change's transaction instead). A failed
+// append is an error: it is returned, logged, and counted through
+// Observer.AuditFailed, so an audit trail with a gap never goes unnoticed.
+func (e *Engine) audit(ctx context.Context, ev state.AuditEvent) error {
+	err := e.o.Store.Update(ctx, func(tx *state.Tx) error { _, err := tx.Append(ev); return err })
+	if err != nil {
+		err = fmt.Errorf("append audit record %q: %w", ev.Action, err)
+		e.log.Error("audit append failed", "action", ev.Action, "actor", ev.Actor, "cluster", ev.Cluster, "op", ev.OpID, "err", err)
+		e.o.Observer.AuditFailed(ev.Action)
+	}
+	return err
 }
 
 func (e *Engine) event(actor, action string, op *state.Operation, result string, detail map[string]string) state.AuditEvent {

@@ -120,6 +120,9 @@ type Observer interface {
 	// Approved is called when an operation has all its approvals; latency is
 	// the time since approval was requested.
 	Approved(op *state.Operation, latency time.Duration)
+	// AuditFailed is called when an audit record (named by its action)
+	// could not be appended.
+	AuditFailed(action string)
 }
 
 type nopObserver struct{}
@@ -127,3 +130,4 @@ type nopObserver struct{}
 func (nopObserver) Input(string, string)                     {}
 func (nopObserver) OperationEnded(*state.Operation)          {}
 func (nopObserver) Approved(*state.Operation, time.Duration) {}
+func (nopObserver) AuditFailed(string)                       {}

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // images is the part of a machine config the sim acts on.

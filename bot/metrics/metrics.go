@@ -26,6 +26,7 @@ type Metrics struct {
 	pluginRestarts   *prometheus.CounterVec
 	chatEvents       *prometheus.CounterVec
 	alertSuggestions *prometheus.CounterVec
+	auditFailures    *prometheus.CounterVec
 }
 
 // New registers every collector, plus the Go runtime and process collectors.
@@ -59,8 +60,12 @@ func New() *Metrics {
 			Name: "talosbot_alert_suggestions_total",
 			Help: "Alertmanager notifications handled, by rule and outcome (posted, updated, resolved, unchanged, unmatched).",
 		}, []string{"rule", "outcome"}),
+		auditFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "talosbot_audit_append_failures_total",
+			Help: "Audit records that could not be appended, by action (e.g. refused): each is a gap in the audit trail, also logged as an error.",
+		}, []string{"action"}),
 	}
-	m.reg.MustRegister(m.operations, m.opDuration, m.approvalLatency, m.pluginRestarts, m.chatEvents, m.alertSuggestions,
+	m.reg.MustRegister(m.operations, m.opDuration, m.approvalLatency, m.pluginRestarts, m.chatEvents, m.alertSuggestions, m.auditFailures,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -110,6 +115,10 @@ func (m *Metrics) Approved(op *state.Operation, latency time.Duration) {
 
 // PluginRestarted counts a plugin restart (plugins/host Options.OnRestart).
 func (m *Metrics) PluginRestarted(plugin string) { m.pluginRestarts.WithLabelValues(plugin).Inc() }
+
+// AuditFailed counts an audit record that could not be appended. The action
+// label is one of the engine's fixed action names, so series stay bounded.
+func (m *Metrics) AuditFailed(action string) { m.auditFailures.WithLabelValues(action).Inc() }
 
 // AlertSuggestion counts an alert notification handled by the receiver.
 func (m *Metrics) AlertSuggestion(rule, outcome string) {

@@ -37,6 +37,7 @@ func TestMetricsExposeEngineEvents(t *testing.T) {
 	m.Input("ops", "action")
 	m.AlertSuggestion("etcd-no-leader", "posted")
 	m.AlertSuggestion("", "unmatched")
+	m.AuditFailed("refused")
 	out := scrape(t, m)
 	for _, want := range []string{
 		`talosbot_operations_total{command="upgrade talos",result="succeeded"} 1`,
@@ -49,6 +50,7 @@ func TestMetricsExposeEngineEvents(t *testing.T) {
 		`talosbot_chat_events_total{kind="action",platform="console"} 1`,
 		`talosbot_alert_suggestions_total{outcome="posted",rule="etcd-no-leader"} 1`,
 		`talosbot_alert_suggestions_total{outcome="unmatched",rule="none"} 1`,
+		`talosbot_audit_append_failures_total{action="refused"} 1`,
 		"go_goroutines",
 	} {
 		if !strings.Contains(out, want) {
