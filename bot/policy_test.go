@@ -113,6 +113,8 @@ clusters:
     nodes: [{name: cp-1, address: 127.0.0.2, role: controlplane, host: pve1}]
     credentials: {source: files, talosconfig: "file:%s"}
 policy:
+  staging:
+    operators: ["*"]
   production:
     approvers: [alice]
     allow_self_approval: true
@@ -224,8 +226,11 @@ clusters:
     nodes: [{name: cp-1, address: 127.0.0.2, role: controlplane, host: pve1}]
     credentials: {source: files, talosconfig: "file:%s"}
 policy:
+  staging:
+    operators: ["*"]
   production:
-    approval_commands: [probe]
+    operators: [alice]
+    no_approval_commands: [roll]
     approvers: [bob]
     maintenance_windows:
       - {days: [tue], start: "20:00", end: "23:00", timezone: Europe/Berlin}
