@@ -97,4 +97,3 @@ func newPluginHost(cfg *config.Config, log *slog.Logger, onRestart func(string))
 		},
 		OnRestart: onRestart})
 }
-
