@@ -27,19 +27,6 @@ var _ bot.Policy = (*Policy)(nil)
 
 func (p *Policy) env(name string) config.Policy { return p.cfg.Policy[name] }
 
-// expand resolves "group:NAME" entries into their members.
-func (p *Policy) expand(list []string) []string {
-	var out []string
-	for _, m := range list {
-		if g, ok := strings.CutPrefix(m, "group:"); ok {
-			out = append(out, p.cfg.Groups[g]...)
-			continue
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
 // Role is what a user may do in an environment.
 type Role string
 
@@ -50,31 +37,38 @@ const (
 	RoleNone     Role = "none"
 )
 
-// RoleOf returns the user's role in env. With no operators and no viewers
-// configured for env, everyone is an operator (a solo setup).
+// RoleOf returns the user's role in env. Only what is written grants a role:
+// a user named (directly or through a group) under operators or approvers is
+// an operator, under viewers a viewer, and "*" gives the role to everyone. An
+// empty or missing list gives it to no one, so a typo never widens access.
 func (p *Policy) RoleOf(env, user string) Role {
+	if user == "" {
+		return RoleNone
+	}
 	pol := p.env(env)
-	ops, viewers := p.expand(pol.Operators), p.expand(pol.Viewers)
+	ops, allOps := p.cfg.Members(pol.Operators)
+	approvers, _ := p.cfg.Members(pol.Approvers)
+	viewers, allViewers := p.cfg.Members(pol.Viewers)
 	switch {
-	case slices.Contains(ops, user), slices.Contains(p.expand(pol.Approvers), user) && len(ops) > 0:
+	case allOps, slices.Contains(ops, user), slices.Contains(approvers, user):
 		return RoleOperator
-	case slices.Contains(viewers, user):
+	case allViewers, slices.Contains(viewers, user):
 		return RoleViewer
-	case len(ops) == 0 && len(viewers) == 0:
-		return RoleOperator
 	}
 	return RoleNone
 }
 
 // Authorize refuses a request the user's role does not allow, a disruptive
 // request on a frozen cluster, and a production disruptive request outside
-// every maintenance window (unless --outside-window).
+// every maintenance window (unless --outside-window). Viewers may only run
+// read-only commands: a WRITE command (e.g. a snapshot, which applies
+// retention) needs an operator although it needs no approval.
 func (p *Policy) Authorize(_ context.Context, req bot.PolicyRequest) error {
 	env := req.Cluster.Environment
 	switch p.RoleOf(env, req.User) {
 	case RoleOperator:
 	case RoleViewer:
-		if req.Disruptive {
+		if req.Disruptive || req.Writes {
 			return fmt.Errorf("%s is a viewer in %s and may only read (health, status, audit); ask an operator to run %q", req.User, env, req.Command)
 		}
 		return nil
@@ -171,19 +165,15 @@ func (p *Policy) Promotion(op *state.Operation, last bot.StagingLookup, now time
 		op.Command, op.Target, maxAge, op.Command, op.Target, staging, bot.FlagSkipStaging)
 }
 
-// RequiredApprovals returns how many approvals op needs: by default every
-// disruptive command in production needs min_approvals, staging none.
+// RequiredApprovals returns how many approvals op needs: every disruptive
+// command in production needs min_approvals unless no_approval_commands
+// names it; in staging only those approval_commands names.
 func (p *Policy) RequiredApprovals(op *state.Operation) int {
 	if !op.Disruptive {
 		return 0
 	}
 	pol := p.env(op.Environment)
-	need := false
-	if pol.Approval != nil {
-		need = slices.Contains(*pol.Approval, op.Command)
-	} else {
-		need = op.Environment == config.EnvProduction
-	}
+	need := pol.NeedsApproval(op.Environment, op.Command)
 	if op.Args[bot.FlagOutsideWindow] == "true" || slices.Contains(op.Flags, bot.FlagSkipStaging) {
 		need = true // outside the window, or without staging, only with approval
 	}
@@ -201,7 +191,7 @@ func (p *Policy) RequiredApprovals(op *state.Operation) int {
 // their own request unless allow_self_approval is set.
 func (p *Policy) CanApprove(op *state.Operation, user string) error {
 	pol := p.env(op.Environment)
-	approvers := p.expand(pol.Approvers)
+	approvers, _ := p.cfg.Members(pol.Approvers)
 	if user == op.Requester && !pol.AllowSelfApproval {
 		return fmt.Errorf("%s requested %s and cannot approve it: another approver must (policy.%s.allow_self_approval is false)", user, op.ID, op.Environment)
 	}

@@ -18,7 +18,8 @@ const (
 	auditMaxLimit     = 100
 )
 
-// auditCommands are the audit-trail commands (/talos audit, /talos op).
+// auditCommands are the audit-trail commands (/talos audit, /talos audit
+// head, /talos op).
 func auditCommands() []botCommand {
 	ro := lifecyclev1.Effect_EFFECT_READ_ONLY
 	flag := func(name, desc string) *lifecyclev1.Arg {
@@ -41,6 +42,12 @@ func auditCommands() []botCommand {
 			Example: `/talos audit --cluster production --result failed --since 7d`}},
 			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
 				return e.auditQuery(ctx, from, inv)
+			}},
+		{CommandSpec{Command: &lifecyclev1.Command{Name: "audit head", Effect: ro,
+			Summary: "verify the audit chain and post its head (seq and hash) to pin outside the bot; check it later with `talosbot audit verify --expect-head HASH`",
+			Example: "/talos audit head"}},
+			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
+				return e.auditHead(ctx, from, inv)
 			}},
 		{CommandSpec{Command: &lifecyclev1.Command{Name: "op", Summary: "an operation's maintenance record: who, plan, snapshot, steps, validation", Effect: ro,
 			Args:    []*lifecyclev1.Arg{{Name: "id", Required: true, Description: "the operation id"}},
@@ -181,5 +188,37 @@ func (e *Engine) maintenanceRecord(ctx context.Context, from Origin, inv *Invoca
 		return err
 	}
 	e.o.Sink.Reply(ctx, from, auditview.MaintenanceRecord(op, recs, apps))
+	return nil
+}
+
+// auditHead verifies the chain and posts its head, for an operator to copy
+// somewhere the bot cannot write (a ticket, a password manager): a later
+// `talosbot audit verify --expect-head HASH` then detects a chain rewritten
+// or cut back as a whole, which the chain alone cannot show. The head
+// reveals nothing about the records, so any role in any cluster may ask.
+func (e *Engine) auditHead(ctx context.Context, from Origin, inv *Invocation) error {
+	var err error
+	for i := range e.o.Config.Clusters {
+		cl := &e.o.Config.Clusters[i]
+		if err = e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Now: e.now()}); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		e.refuse(ctx, from, "", inv, err)
+		return err
+	}
+	rep, err := e.o.Store.VerifyAudit(ctx)
+	if err != nil {
+		e.o.Sink.Reply(ctx, from, "⚠️ the audit chain does not verify, so there is no head to pin: "+err.Error())
+		return err
+	}
+	if rep.Records == 0 {
+		e.o.Sink.Reply(ctx, from, "the audit trail is empty: there is no head to pin yet")
+		return nil
+	}
+	e.o.Sink.Reply(ctx, from, fmt.Sprintf("🔗 Audit head: record %d of %d, sha256 `%s`\n"+
+		"Copy it somewhere the bot cannot write. Later, `talosbot audit verify --url URL --expect-head %s` fails if the chain was rewritten or cut back below this record.",
+		rep.HeadSeq, rep.Records, rep.Head, rep.Head))
 	return nil
 }

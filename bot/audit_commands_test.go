@@ -196,3 +196,27 @@ func TestOpShowsMaintenanceRecord(t *testing.T) {
 		t.Fatalf("mallory reads a production record: %v %s", err, reply)
 	}
 }
+
+// /talos audit head posts a head that `audit verify --expect-head` accepts,
+// only to users with a role, and only for a chain that verifies.
+func TestAuditHeadPostsAPinnableHead(t *testing.T) {
+	e := newEnv(t)
+	seedAudit(t, e, 3)
+	reply, err := auditReply(t, e, "carol", "/talos audit head")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := e.store.VerifyAudit(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(reply, fmt.Sprintf("record %d of %d, sha256 `%s`", rep.HeadSeq, rep.Records, rep.Head)) || !strings.Contains(reply, "--expect-head "+rep.Head) {
+		t.Fatalf("reply: %s (head %+v)", reply, rep)
+	}
+	if _, err := e.store.VerifyAuditWith(context.Background(), state.VerifyOptions{ExpectHead: rep.Head}); err != nil {
+		t.Fatalf("the posted head does not verify: %v", err)
+	}
+	if reply, err := auditReply(t, e, "mallory", "/talos audit head"); err == nil || !strings.Contains(reply, "mallory has no role") {
+		t.Fatalf("stranger: %v %s", err, reply)
+	}
+}

@@ -103,8 +103,11 @@ func (e *Engine) help(name string) string {
 	b.WriteString("talosbot commands:\n")
 	for _, s := range e.grammar.Specs() {
 		tag := ""
-		if s.GetEffect() == lifecyclev1.Effect_EFFECT_DISRUPTIVE && s.Plugin != "" {
+		switch {
+		case s.GetEffect() == lifecyclev1.Effect_EFFECT_DISRUPTIVE && s.Plugin != "":
 			tag = " ⚠️ disruptive"
+		case s.GetEffect() == lifecyclev1.Effect_EFFECT_WRITE:
+			tag = " ✏️ operators only (writes files)"
 		}
 		fmt.Fprintf(&b, "• `%s` — %s%s\n", Usage(s.Command), s.GetSummary(), tag)
 	}

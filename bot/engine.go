@@ -83,11 +83,11 @@ func New(ctx context.Context, o Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bot: read plugin manifests: %w", err)
 	}
-	specs := botCommandSpecs()
-	for _, m := range mans {
-		for _, c := range m.GetCommands() {
-			specs = append(specs, CommandSpec{Plugin: m.GetName(), Command: withPolicyFlags(c)})
-		}
+	specs := commandSpecs(mans)
+	// Fail closed on a policy naming a command no plugin serves (a typo
+	// there would otherwise silently drop an approval rule).
+	if errs := o.Config.CheckCommands(catalogue(specs)); len(errs) > 0 {
+		return nil, &config.Errors{List: errs}
 	}
 	base, stop := context.WithCancel(context.WithoutCancel(ctx))
 	return &Engine{
@@ -95,6 +95,36 @@ func New(ctx context.Context, o Options) (*Engine, error) {
 		running: map[string]context.CancelFunc{}, cancelled: map[string]bool{}, changed: make(chan struct{}),
 		base: base, stop: stop,
 	}, nil
+}
+
+func commandSpecs(mans []*lifecyclev1.Manifest) []CommandSpec {
+	specs := botCommandSpecs()
+	for _, m := range mans {
+		for _, c := range m.GetCommands() {
+			specs = append(specs, CommandSpec{Plugin: m.GetName(), Command: withPolicyFlags(c)})
+		}
+	}
+	return specs
+}
+
+func catalogue(specs []CommandSpec) []config.CommandInfo {
+	out := make([]config.CommandInfo, 0, len(specs))
+	for _, s := range specs {
+		out = append(out, config.CommandInfo{Name: s.Name, Operation: s.Plugin != "", Disruptive: s.GetEffect() == lifecyclev1.Effect_EFFECT_DISRUPTIVE,
+			Writes: s.GetEffect() == lifecyclev1.Effect_EFFECT_WRITE})
+	}
+	return out
+}
+
+// Catalogue reads every plugin's manifest and returns the whole command
+// catalogue (the bot's own commands first), for config.CheckCommands: New
+// checks the configuration against it, and so does `talosbot config check`.
+func Catalogue(ctx context.Context, plugins Plugins) ([]config.CommandInfo, error) {
+	mans, err := plugins.Manifests(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read plugin manifests: %w", err)
+	}
+	return catalogue(commandSpecs(mans)), nil
 }
 
 // Policy flags the engine adds to every disruptive plugin command. They
@@ -205,12 +235,13 @@ func (e *Engine) Submit(ctx context.Context, from Origin, text string) (string, 
 		return "", err
 	}
 	disruptive := inv.Spec.GetEffect() == lifecyclev1.Effect_EFFECT_DISRUPTIVE
+	writes := inv.Spec.GetEffect() == lifecyclev1.Effect_EFFECT_WRITE
 	frozen, err := e.freeze(ctx, cl.Name)
 	if err != nil {
 		e.o.Sink.Reply(ctx, from, "could not read the cluster's freeze state: "+err.Error())
 		return "", err
 	}
-	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: disruptive, Args: inv.Args, Now: e.now(), Frozen: frozen}); err != nil {
+	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: disruptive, Writes: writes, Args: inv.Args, Now: e.now(), Frozen: frozen}); err != nil {
 		e.refuse(ctx, from, cl.Name, inv, err)
 		return "", err
 	}

@@ -101,8 +101,12 @@ type PolicyRequest struct {
 	Cluster    *config.Cluster
 	Command    string
 	Disruptive bool
-	Args       map[string]string
-	Now        time.Time
+	// Writes marks a command that changes no cluster but writes or deletes
+	// files or state the bot keeps (EFFECT_WRITE, e.g. a snapshot and its
+	// retention): it needs the operator role, nothing more.
+	Writes bool
+	Args   map[string]string
+	Now    time.Time
 	// Frozen is the cluster's freeze, if any.
 	Frozen *Freeze
 	// Housekeeping marks commands that must work during a freeze and

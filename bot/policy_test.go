@@ -113,6 +113,8 @@ clusters:
     nodes: [{name: cp-1, address: 127.0.0.2, role: controlplane, host: pve1}]
     credentials: {source: files, talosconfig: "file:%s"}
 policy:
+  staging:
+    operators: ["*"]
   production:
     approvers: [alice]
     allow_self_approval: true
@@ -224,8 +226,11 @@ clusters:
     nodes: [{name: cp-1, address: 127.0.0.2, role: controlplane, host: pve1}]
     credentials: {source: files, talosconfig: "file:%s"}
 policy:
+  staging:
+    operators: ["*"]
   production:
-    approval_commands: [probe]
+    operators: [alice]
+    no_approval_commands: [roll]
     approvers: [bob]
     maintenance_windows:
       - {days: [tue], start: "20:00", end: "23:00", timezone: Europe/Berlin}
@@ -267,5 +272,38 @@ func TestRecoverFailsOperationsCaughtWhilePlanning(t *testing.T) {
 	}
 	if op := e.await("stuck", state.StateFailed); !strings.Contains(op.Error, "run the command again") {
 		t.Fatalf("op = %+v", op)
+	}
+}
+
+// A WRITE command (the snapshot's effect: files written and deleted, the
+// cluster untouched) is refused to viewers and audited; an operator runs it
+// with no approval, even in production and while the cluster is frozen.
+func TestViewerMayNotRunWriteCommand(t *testing.T) {
+	e := newEnv(t)
+	_, err := e.submit("carol", "prd", "/talos stash")
+	if err == nil || !strings.Contains(err.Error(), "carol is a viewer in production and may only read") {
+		t.Fatalf("viewer stash: %v", err)
+	}
+	recs, _ := e.store.QueryAudit(context.Background(), state.AuditQuery{Actor: "carol", Result: "refused"})
+	if len(recs) != 1 || recs[0].Command != "stash" {
+		t.Fatalf("refusal not audited: %+v", recs)
+	}
+	var ops []*state.Operation
+	_ = e.store.View(context.Background(), func(tx *state.Tx) error {
+		ops, err = tx.Operations(state.OpFilter{Cluster: "production"})
+		return err
+	})
+	if len(ops) != 0 {
+		t.Fatalf("a refused request became an operation: %+v", ops)
+	}
+	if _, err := e.submit("alice", "prd", `/talos freeze production "drill"`); err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.submit("alice", "prd", "/talos stash")
+	if err != nil {
+		t.Fatalf("operator stash: %v", err)
+	}
+	if op := e.await(id, state.StateSucceeded); op.Disruptive {
+		t.Fatalf("a WRITE operation is not disruptive: %+v", op)
 	}
 }

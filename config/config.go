@@ -7,10 +7,12 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -90,17 +92,23 @@ type Terraform struct {
 
 // Policy is the per-environment approval and safety policy.
 type Policy struct {
-	// Approval lists the commands that need approval; nil means the default
-	// (every disruptive command in production, none in staging).
-	Approval          *[]string `yaml:"approval_commands"`
-	Approvers         []string  `yaml:"approvers"`
-	MinApprovals      int       `yaml:"min_approvals"`
-	AllowSelfApproval bool      `yaml:"allow_self_approval"`
-	Expiry            Duration  `yaml:"expiry"`
-	Operators         []string  `yaml:"operators"`
-	Viewers           []string  `yaml:"viewers"`
-	PromotionMaxAge   Duration  `yaml:"promotion_max_age"`
-	Windows           []Window  `yaml:"maintenance_windows"`
+	// Approval lists the disruptive commands that need approval in staging
+	// ("*": all of them). In production every disruptive command needs
+	// approval whatever this says; see NoApproval.
+	Approval *[]string `yaml:"approval_commands"`
+	// NoApproval is the only way to let a disruptive production command run
+	// without approval: it names the command ("*": every command, for a solo
+	// setup). An empty or missing list exempts nothing, so a typo that
+	// empties it never widens access.
+	NoApproval        []string `yaml:"no_approval_commands"`
+	Approvers         []string `yaml:"approvers"`
+	MinApprovals      int      `yaml:"min_approvals"`
+	AllowSelfApproval bool     `yaml:"allow_self_approval"`
+	Expiry            Duration `yaml:"expiry"`
+	Operators         []string `yaml:"operators"`
+	Viewers           []string `yaml:"viewers"`
+	PromotionMaxAge   Duration `yaml:"promotion_max_age"`
+	Windows           []Window `yaml:"maintenance_windows"`
 }
 
 // Window is a maintenance window: weekdays, a time range and a timezone.
@@ -214,25 +222,46 @@ func Load(path string) (*Config, error) {
 	return Parse(data)
 }
 
-// Parse decodes, defaults and validates a configuration document.
+// Parse decodes, defaults and validates a configuration document. Every
+// problem is reported, each with its path: unknown keys (with the closest
+// valid key), values of the wrong type and failed validations.
 func Parse(data []byte) (*Config, error) {
-	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
-		return nil, &Errors{List: []FieldError{{Path: "(document)", Msg: yamlMessage(err)}}}
-	}
-	c.ApplyDefaults()
-	if errs := c.Validate(); len(errs) > 0 {
+	c, errs := Decode(data)
+	if len(errs) > 0 {
 		return nil, &Errors{List: errs}
 	}
-	return &c, nil
+	return c, nil
+}
+
+// Decode is Parse that also returns the (defaulted, possibly invalid)
+// configuration next to its problems, so that `config check` can run the
+// checks that need more than the document (the command catalogue) and list
+// their errors too. c is nil only when the document is not YAML at all.
+func Decode(data []byte) (c *Config, errs []FieldError) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, []FieldError{{Path: "(document)", Msg: yamlMessage(err)}}
+	}
+	c = &Config{}
+	if len(doc.Content) > 0 {
+		keyErrs, lines := checkKeys(&doc)
+		errs = append(errs, keyErrs...)
+		if err := doc.Decode(c); err != nil {
+			var te *yaml.TypeError
+			if !errors.As(err, &te) {
+				return nil, append(errs, FieldError{Path: "(document)", Msg: yamlMessage(err)})
+			}
+			errs = append(errs, decodeErrors(te.Errors, lines)...)
+		}
+	}
+	c.ApplyDefaults()
+	return c, append(errs, c.Validate()...)
 }
 
 func yamlMessage(err error) string {
 	var te *yaml.TypeError
 	if errors.As(err, &te) {
-		return fmt.Sprintf("%v", te.Errors)
+		return strings.Join(te.Errors, "; ")
 	}
 	return err.Error()
 }
@@ -370,11 +399,13 @@ type Duration time.Duration
 // D returns the value as a time.Duration.
 func (d Duration) D() time.Duration { return time.Duration(d) }
 
-// UnmarshalYAML accepts Go durations plus a "d" (day) suffix.
+// UnmarshalYAML accepts Go durations plus a "d" (day) suffix. A bad value is
+// returned as a *yaml.TypeError so that decoding goes on and every error in
+// the file is reported.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	v, err := ParseDuration(n.Value)
 	if err != nil {
-		return fmt.Errorf("line %d: %w", n.Line, err)
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
 	}
 	*d = Duration(v)
 	return nil
@@ -383,17 +414,41 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 // MarshalYAML writes the duration in Go syntax.
 func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
 
-// ParseDuration parses a Go duration or a whole number of days ("14d").
+// MaxDuration bounds every duration talosbot reads (config values, --since,
+// audit filters): ten years. Longer values are typos, and without a bound a
+// day count such as 213504d overflows time.Duration and wraps around to a few
+// minutes.
+const MaxDuration = 3650 * 24 * time.Hour
+
+// ParseDuration parses a Go duration or a whole number of days ("14d"). It
+// refuses negative values and values above MaxDuration.
 func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	tooLong := fmt.Errorf("%q is longer than the maximum of 3650d (ten years)", s)
 	if n := len(s); n > 1 && s[n-1] == 'd' {
-		var days int
-		if _, err := fmt.Sscanf(s[:n-1], "%d", &days); err == nil && fmt.Sprint(days) == s[:n-1] {
+		if days, err := strconv.ParseUint(s[:n-1], 10, 64); err == nil {
+			if days > uint64(MaxDuration/(24*time.Hour)) {
+				return 0, tooLong
+			}
 			return time.Duration(days) * 24 * time.Hour, nil
+		} else if errors.Is(err, strconv.ErrRange) {
+			return 0, tooLong
 		}
+	}
+	if strings.HasPrefix(s, "-") {
+		return 0, fmt.Errorf("%q is negative; durations are how long (e.g. 30s, 20m, 4h or 14d)", s)
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
+		if strings.Contains(err.Error(), "invalid duration") && durationRE.MatchString(s) {
+			return 0, tooLong // time.ParseDuration overflowed
+		}
 		return 0, fmt.Errorf("%q is not a duration (use e.g. 30s, 20m, 4h or 14d)", s)
+	}
+	if v > MaxDuration {
+		return 0, tooLong
 	}
 	return v, nil
 }
+
+var durationRE = regexp.MustCompile(`^(\d+(\.\d*)?(ns|us|µs|ms|s|m|h))+$`)

@@ -7,7 +7,8 @@ import (
 )
 
 // Ref is a reference to a secret: "env:NAME" or "file:/absolute/path".
-// Its String form is the reference itself, never the secret.
+// Its String form is the reference itself, never the secret. A file secret
+// loses one trailing newline (TrimFileSecret); an env secret is used as is.
 type Ref string
 
 // Empty reports whether no reference is set.
@@ -50,5 +51,19 @@ func (r Ref) Resolve() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("secret %s: %w", s, err)
 	}
-	return b, nil
+	return TrimFileSecret(b), nil
+}
+
+// TrimFileSecret drops one trailing newline ("\n" or "\r\n") from a file
+// secret: `echo TOKEN > file` and editors add one, and a token with a newline
+// is refused everywhere. Only one is dropped, so a secret that really ends in
+// whitespace can still be written (with an extra newline).
+func TrimFileSecret(b []byte) []byte {
+	if n := len(b); n > 0 && b[n-1] == '\n' {
+		b = b[:n-1]
+		if n := len(b); n > 0 && b[n-1] == '\r' {
+			b = b[:n-1]
+		}
+	}
+	return b
 }

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"crypto/ed25519"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
@@ -73,28 +75,7 @@ func (c *Config) Validate() []FieldError {
 		errs = append(errs, validateNodes(p, cl.Nodes)...)
 		errs = append(errs, validateCredentials(p+".credentials", cl.Credentials)...)
 	}
-	for env, pol := range c.Policy {
-		p := "policy." + env
-		if env != EnvStaging && env != EnvProduction {
-			add(p, "unknown environment %q (use staging or production)", env)
-		}
-		if pol.MinApprovals < 1 {
-			add(p+".min_approvals", "must be at least 1")
-		}
-		if pol.Expiry < 0 {
-			add(p+".expiry", "must be positive")
-		}
-		for j, w := range pol.Windows {
-			errs = append(errs, validateWindow(fmt.Sprintf("%s.maintenance_windows[%d]", p, j), w)...)
-		}
-		for j, a := range pol.Approvers {
-			if g, ok := strings.CutPrefix(a, "group:"); ok {
-				if _, exists := c.Groups[g]; !exists {
-					add(fmt.Sprintf("%s.approvers[%d]", p, j), "group %q is not defined under groups", g)
-				}
-			}
-		}
-	}
+	errs = append(errs, c.validatePolicy()...)
 	for i, r := range c.Releases.Talos {
 		if !releaseRE.MatchString(r) {
 			add(fmt.Sprintf("releases.talos[%d]", i), "%q is not a Talos release tag like v1.13.9", r)
@@ -130,6 +111,13 @@ func (c *Config) Validate() []FieldError {
 		}
 		if d.ApplicationID == "" {
 			add("chat.discord.application_id", "is required")
+		}
+		if d.PublicKey != "" {
+			// The same rule as the adapter's (discord.New), so that serve
+			// never refuses a key config check accepted.
+			if k, err := hex.DecodeString(d.PublicKey); err != nil || len(k) != ed25519.PublicKeySize {
+				add("chat.discord.public_key", "must be the application's 64-hex-digit Ed25519 public key (Developer Portal → General Information)")
+			}
 		}
 		if d.APIURL != "" && !validURL(d.APIURL) {
 			add("chat.discord.api_url", "%q is not an http(s) URL", d.APIURL)

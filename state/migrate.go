@@ -50,7 +50,12 @@ func migrate(tx *bolt.Tx, version int) error {
 		if err := createV1Buckets(tx); err != nil {
 			return err
 		}
-		return setSchema(tx, CurrentSchema)
+		if err := setSchema(tx, CurrentSchema); err != nil {
+			return err
+		}
+		// The head exists from the start (seq 0), so that a missing head
+		// always means it was deleted.
+		return writeHead(tx.Bucket(bMeta), auditHead{})
 	}
 	for _, m := range migrations() {
 		if m.from != version {

@@ -132,6 +132,21 @@ func (s *Store) prepare(allowOld bool) error {
 	}
 	if version == CurrentSchema {
 		s.schema = version
+		if !s.readOnly {
+			// Databases created before the head was written at creation
+			// have none until their first record: give them one.
+			var missing bool
+			_ = s.db.View(func(tx *bolt.Tx) error {
+				_, ok, _ := readHead(tx)
+				missing = !ok
+				return nil
+			})
+			if missing {
+				if err := s.db.Update(ensureHead); err != nil {
+					return fmt.Errorf("state database %s: %w", s.path, err)
+				}
+			}
+		}
 		return nil
 	}
 	if s.readOnly {
@@ -182,6 +197,25 @@ func (s *Store) Close() error {
 		return fmt.Errorf("close state database %s: %w", s.path, err)
 	}
 	return nil
+}
+
+// ensureHead gives a database that has no audit head and no records one at
+// seq 0 (databases created before the head was written at creation). A
+// database with records but no head is left alone: verify reports it.
+func ensureHead(tx *bolt.Tx) error {
+	if _, ok, err := readHead(tx); err != nil || ok {
+		return err
+	}
+	if a := tx.Bucket(bAudit); a != nil {
+		if k, _ := a.Cursor().First(); k != nil {
+			return nil
+		}
+	}
+	meta := tx.Bucket(bMeta)
+	if meta == nil {
+		return nil
+	}
+	return writeHead(meta, auditHead{})
 }
 
 // Backup writes a consistent copy of the database to path (created 0600,

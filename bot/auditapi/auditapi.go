@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -36,6 +37,7 @@ type Options struct {
 // Handler serves
 //
 //	GET /api/audit?cluster=&user=&op=&result=&action=&op_id=&since=&until=&limit=&before=&format=json|csv
+//	GET /api/audit/verify?expect_head=HASH
 //
 // newest first. since/until take a duration back ("7d") or a time. The
 // response carries X-Next-Before with the seq to pass as before= for the
@@ -89,7 +91,55 @@ func Handler(o Options) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = auditview.WriteJSON(w, recs)
 	})
+	mux.HandleFunc("GET "+VerifyPath, func(w http.ResponseWriter, r *http.Request) {
+		if !Authorized(r, o.Token) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="talosbot audit"`)
+			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token: send Authorization: Bearer <audit.token>")
+			return
+		}
+		for k := range r.URL.Query() {
+			if k != "expect_head" {
+				httpError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q; use expect_head", k))
+				return
+			}
+		}
+		expect := r.URL.Query().Get("expect_head")
+		if expect != "" {
+			if err := state.CheckHead(expect); err != nil {
+				httpError(w, http.StatusBadRequest, err.Error())
+				return
+			}
+		}
+		rep, err := o.Store.VerifyAuditWith(r.Context(), state.VerifyOptions{ExpectHead: expect})
+		out := VerifyResult{OK: err == nil, Records: rep.Records, HeadSeq: rep.HeadSeq, Head: rep.Head}
+		code := http.StatusOK
+		if err != nil {
+			out.Error = err.Error()
+			code = http.StatusInternalServerError
+			if errors.Is(err, state.ErrChainBroken) {
+				code = http.StatusConflict
+			}
+		}
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(out)
+	})
 	return mux
+}
+
+// VerifyPath verifies the running bot's audit chain in one consistent read
+// (GET, bearer token, optional expect_head=HASH). It answers 200 with a
+// VerifyResult for an intact chain, 409 for a broken one.
+const VerifyPath = "/api/audit/verify"
+
+// VerifyResult is the JSON body of GET /api/audit/verify.
+type VerifyResult struct {
+	OK      bool   `json:"ok"`
+	Records int    `json:"records"`
+	HeadSeq uint64 `json:"head_seq"`
+	Head    string `json:"head"`
+	Error   string `json:"error,omitempty"`
 }
 
 func known(k string) bool {

@@ -58,12 +58,14 @@ func newDemoToken(dir string) (string, error) {
 	return tok, nil
 }
 
-// mountAPIs adds /metrics, GET /api/audit and POST /api/alerts/alertmanager
+// mountAPIs adds /metrics, GET /api/audit, GET /api/audit/verify and POST /api/alerts/alertmanager
 // (each API only when its token is set) and starts the log pruner.
 func (a *app) mountAPIs(ctx context.Context, mux *http.ServeMux, adapter chat.Adapter, o appOptions) error {
 	mux.Handle("GET /metrics", a.metrics.Handler())
 	if o.auditToken != "" {
-		mux.Handle("GET /api/audit", auditapi.Handler(auditapi.Options{Store: a.store, Token: o.auditToken}))
+		h := auditapi.Handler(auditapi.Options{Store: a.store, Token: o.auditToken})
+		mux.Handle("GET /api/audit", h)
+		mux.Handle("GET "+auditapi.VerifyPath, h)
 	} else {
 		a.log.Info("audit API is off: set audit.token to serve GET /api/audit")
 	}

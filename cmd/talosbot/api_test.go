@@ -166,6 +166,7 @@ clusters:
     endpoints: [127.0.0.1]
     nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}]
     credentials: {source: files, talosconfig: "file:%[3]s"}
+policy: {staging: {operators: ["*"]}}
 chat:
   web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
 audit: {token: "file:%[1]s/audit-token", log_retention: 7d}

@@ -20,9 +20,7 @@ import (
 	"github.com/talosbot/talosbot/bot/chat/web"
 	"github.com/talosbot/talosbot/bot/metrics"
 	"github.com/talosbot/talosbot/config"
-	"github.com/talosbot/talosbot/plugins/builtin"
 	"github.com/talosbot/talosbot/plugins/host"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -129,24 +127,7 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		return nil, fmt.Errorf("open state: %w", err)
 	}
 	a := &app{cfg: cfg, log: log, store: st, metrics: metrics.New()}
-	exe, err := os.Executable()
-	if err != nil {
-		a.close()
-		return nil, fmt.Errorf("find own executable for built-in plugins: %w", err)
-	}
-	var ext []host.External
-	for _, p := range cfg.Plugins.External {
-		ext = append(ext, host.External{Name: p.Name, Path: p.Path, SHA256: p.SHA256})
-	}
-	a.plugins, err = host.New(host.Options{Executable: exe, BuiltIn: builtin.Names(), External: ext, RunTimeout: cfg.Timeouts.Run.D(), Logger: log, PassEnv: cfg.Plugins.PassEnv,
-		Describe: func(ctx context.Context, name string) (*lifecyclev1.Manifest, error) {
-			p, ok := builtin.New(name)
-			if !ok {
-				return nil, fmt.Errorf("no built-in plugin %q", name)
-			}
-			return p.Describe(ctx)
-		},
-		OnRestart: a.metrics.PluginRestarted})
+	a.plugins, err = newPluginHost(cfg, log, a.metrics.PluginRestarted)
 	if err != nil {
 		a.close()
 		return nil, err

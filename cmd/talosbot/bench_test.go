@@ -37,6 +37,7 @@ clusters:
     endpoints: [127.0.0.1]
     nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}]
     credentials: {source: files, talosconfig: "file:%s"}
+policy: {staging: {operators: ["*"]}}
 `, dir, i, addr, tc)), 0o600)
 		start := time.Now()
 		cmd := exec.Command(binPath, "serve", "--config", cfg)

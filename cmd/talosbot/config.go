@@ -1,11 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/config"
+	"github.com/talosbot/talosbot/plugins/builtin"
+	"github.com/talosbot/talosbot/plugins/host"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
 
 func newConfigCmd() *cobra.Command {
@@ -20,14 +27,27 @@ func newConfigCmd() *cobra.Command {
 		Long: `Validate a configuration file without starting anything. Every problem is listed
 with its location, e.g.
   clusters[1].nodes[2].address: "10.0.20" is not an IP address
-and the command exits 2. Secrets are never read or printed: only the form of
-their references (env:NAME, file:/path) is checked.`,
+  policy.production.operatrs: unknown key "operatrs"; did you mean "operators"?
+and the command exits 2. It runs every check serve runs before it starts,
+so serve never refuses a file config check accepted: keys, types, bounds
+(durations at most 3650d), groups, roles, chat keys, and every command name
+in the policy and alert rules against the command catalogue (the built-in
+plugins' manifests, and each external plugin's, which is checksum-verified
+and asked for its manifest exactly as serve does). Secrets are never read or
+printed: only the form of their references (env:NAME, file:/path) is checked.`,
 		Example: "  talosbot config check --config deploy/examples/talosbot.yaml",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := config.Load(path)
+			data, err := os.ReadFile(path)
 			if err != nil {
-				return &exitError{code: 2, err: err}
+				return &exitError{code: 2, err: fmt.Errorf("read config: %w", err)}
+			}
+			c, errs := config.Decode(data)
+			if c != nil {
+				errs = append(errs, checkCatalogue(cmd.Context(), c)...)
+			}
+			if len(errs) > 0 {
+				return &exitError{code: 2, err: &config.Errors{List: errs}}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: OK (%d clusters: %v)\n", path, len(c.Clusters), c.ClusterNames())
 			return nil
@@ -37,4 +57,43 @@ their references (env:NAME, file:/path) is checked.`,
 	_ = check.MarkFlagRequired("config")
 	cfg.AddCommand(check)
 	return cfg
+}
+
+// checkCatalogue reads the command catalogue the way serve does (built-in
+// manifests in-process, external plugins launched after their checksum is
+// verified) and checks the configuration's command names against it.
+func checkCatalogue(ctx context.Context, c *config.Config) []config.FieldError {
+	m, err := newPluginHost(c, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		return []config.FieldError{{Path: "plugins", Msg: err.Error()}}
+	}
+	defer m.Close()
+	cat, err := bot.Catalogue(ctx, m)
+	if err != nil {
+		return []config.FieldError{{Path: "plugins.external", Msg: err.Error()}}
+	}
+	return c.CheckCommands(cat)
+}
+
+// newPluginHost is the plugin host of serve and config check: the built-ins
+// (described in-process, started on first use) and the configured external
+// plugins.
+func newPluginHost(cfg *config.Config, log *slog.Logger, onRestart func(string)) (*host.Manager, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find own executable for built-in plugins: %w", err)
+	}
+	var ext []host.External
+	for _, p := range cfg.Plugins.External {
+		ext = append(ext, host.External{Name: p.Name, Path: p.Path, SHA256: p.SHA256})
+	}
+	return host.New(host.Options{Executable: exe, BuiltIn: builtin.Names(), External: ext, RunTimeout: cfg.Timeouts.Run.D(), Logger: log, PassEnv: cfg.Plugins.PassEnv,
+		Describe: func(ctx context.Context, name string) (*lifecyclev1.Manifest, error) {
+			p, ok := builtin.New(name)
+			if !ok {
+				return nil, fmt.Errorf("no built-in plugin %q", name)
+			}
+			return p.Describe(ctx)
+		},
+		OnRestart: onRestart})
 }

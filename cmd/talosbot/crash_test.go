@@ -53,6 +53,7 @@ clusters:
     declared: {schematic_id: %s}
 releases: {talos: [v1.12.6, v1.13.9]}
 timeouts: {gate: 20s, node: 60s}
+policy: {staging: {operators: ["*"]}}
 chat:
   web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
 `, dir, addr, strings.Join(endpoints, ", "), strings.Join(nodes, ", "), tc, sim.DefaultSchematic)), 0o600))

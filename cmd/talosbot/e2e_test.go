@@ -80,6 +80,7 @@ clusters:
     endpoints: [127.0.0.1]
     nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}]
     credentials: {source: files, talosconfig: "file:%s"}
+policy: {staging: {operators: ["*"]}}
 chat:
   web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
 plugins:

@@ -53,6 +53,7 @@ clusters:
     nodes: [%s]
     credentials: {source: files, talosconfig: "file:%s", kubeconfig: "file:%s"}
 timeouts: {gate: 20s, node: 60s}
+policy: {staging: {operators: ["*"]}}
 chat:
   web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
 `, dir, addr, strings.Join(endpoints, ", "), strings.Join(nodes, ", "), tc, kc)), 0o600))

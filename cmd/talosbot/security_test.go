@@ -88,6 +88,7 @@ clusters:
 releases:
   talos: [v1.12.6, v1.13.9]
 timeouts: {gate: 20s, node: 2m}
+policy: {staging: {operators: ["*"]}}
 chat:
   web: {enabled: true, token: env:SWEEP_CONSOLE}
   slack: {mode: socket, app_token: env:SWEEP_SLACK_APP, bot_token: env:SWEEP_SLACK_BOT, api_url: "%s"}

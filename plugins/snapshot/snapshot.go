@@ -36,9 +36,11 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
 		Name: Command,
 		Summary: "Take a verified etcd snapshot and store it off-cluster in snapshot_dir " +
-			"(read-only: reads etcd from a healthy control plane, does not disrupt the cluster)",
-		Args:    []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster to snapshot (default: the channel's cluster)"}},
-		Effect:  lifecyclev1.Effect_EFFECT_READ_ONLY,
+			"(does not disrupt the cluster, but writes the snapshot and applies retention: operators only)",
+		Args: []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster to snapshot (default: the channel's cluster)"}},
+		// WRITE, not READ_ONLY: the cluster is only read, but the run writes
+		// a file and deletes old ones (retention), so viewers may not run it.
+		Effect:  lifecyclev1.Effect_EFFECT_WRITE,
 		Example: "/talos snapshot production",
 	}}}, nil
 }

@@ -53,6 +53,7 @@ releases:
 timeouts:
   gate: 8s
   node: 30s
+policy: {staging: {operators: ["*"]}}
 chat:
   web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
 `, dir, addr, e.c.Nodes()[0].IP, strings.Join(nodes, "\n      - "), tc, sim.DefaultSchematic, from, target)), 0o600); err != nil {

@@ -26,6 +26,7 @@ func (p *plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 	ro, dis := lifecyclev1.Effect_EFFECT_READ_ONLY, lifecyclev1.Effect_EFFECT_DISRUPTIVE
 	return &lifecyclev1.Manifest{Name: p.name, Version: "test", Commands: []*lifecyclev1.Command{
 		{Name: "probe", Summary: "read-only probe", Effect: ro, Args: []*lifecyclev1.Arg{{Name: "cluster"}}},
+		{Name: "stash", Summary: "writes a file, leaves the cluster alone", Effect: lifecyclev1.Effect_EFFECT_WRITE, Args: []*lifecyclev1.Arg{{Name: "cluster"}}},
 		{Name: "roll", Summary: "disruptive roll", Effect: dis, Args: []*lifecyclev1.Arg{
 			{Name: "target", Required: true}, {Name: "cluster"},
 			{Name: "mode", Flag: true, Description: "ok, fail, crash or wait"},
@@ -37,6 +38,9 @@ func (p *plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 
 func (p *plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
 	a := req.GetArgs()
+	if req.GetCommand() == "stash" {
+		return &lifecyclev1.OperationPlan{Summary: "stash", Steps: []*lifecyclev1.Step{{Id: "w", Title: "write"}}, CanonicalInputs: []byte("stash")}, nil
+	}
 	if req.GetCommand() == "probe" {
 		return &lifecyclev1.OperationPlan{Summary: "probe", Steps: []*lifecyclev1.Step{{Id: "p", Title: "probe"}}, CanonicalInputs: []byte("probe")}, nil
 	}
@@ -57,6 +61,10 @@ func (p *plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*li
 
 func (p *plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
 	a := req.GetArgs()
+	if req.GetCommand() == "stash" {
+		_ = r.StepOK("w", "written")
+		return r.Result(&lifecyclev1.Result{Ok: true, Summary: "stashed"})
+	}
 	if req.GetCommand() == "probe" {
 		_ = r.StepOK("p", "all good")
 		return r.Result(&lifecyclev1.Result{Ok: true, Summary: "healthy", Lines: []string{"✅ etcd: leader agreed"}})

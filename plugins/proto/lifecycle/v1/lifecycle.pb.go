@@ -28,12 +28,22 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Effect is what a command changes; the host's policy is derived from it.
 type Effect int32
 
 const (
 	Effect_EFFECT_UNSPECIFIED Effect = 0
-	Effect_EFFECT_READ_ONLY   Effect = 1
-	Effect_EFFECT_DISRUPTIVE  Effect = 2
+	// READ_ONLY commands change nothing: viewers may run them.
+	Effect_EFFECT_READ_ONLY Effect = 1
+	// DISRUPTIVE commands change the cluster: operators only, one per cluster
+	// at a time, approval in production, refused while frozen or outside the
+	// maintenance windows.
+	Effect_EFFECT_DISRUPTIVE Effect = 2
+	// WRITE commands leave the cluster alone but write or delete files or
+	// state the bot keeps (e.g. an etcd snapshot and its retention): operators
+	// only, with no approval, lock, freeze or window check. A host that
+	// predates WRITE treats it as not disruptive.
+	Effect_EFFECT_WRITE Effect = 3
 )
 
 // Enum value maps for Effect.
@@ -42,11 +52,13 @@ var (
 		0: "EFFECT_UNSPECIFIED",
 		1: "EFFECT_READ_ONLY",
 		2: "EFFECT_DISRUPTIVE",
+		3: "EFFECT_WRITE",
 	}
 	Effect_value = map[string]int32{
 		"EFFECT_UNSPECIFIED": 0,
 		"EFFECT_READ_ONLY":   1,
 		"EFFECT_DISRUPTIVE":  2,
+		"EFFECT_WRITE":       3,
 	}
 )
 
@@ -1768,11 +1780,12 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x03log\x18\x03 \x01(\v2\x1e.talosbot.lifecycle.v1.LogLineH\x00R\x03log\x12=\n" +
 	"\bartifact\x18\x04 \x01(\v2\x1f.talosbot.lifecycle.v1.ArtifactH\x00R\bartifact\x127\n" +
 	"\x06result\x18\x05 \x01(\v2\x1d.talosbot.lifecycle.v1.ResultH\x00R\x06resultB\a\n" +
-	"\x05event*M\n" +
+	"\x05event*_\n" +
 	"\x06Effect\x12\x16\n" +
 	"\x12EFFECT_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10EFFECT_READ_ONLY\x10\x01\x12\x15\n" +
-	"\x11EFFECT_DISRUPTIVE\x10\x02*\x87\x01\n" +
+	"\x11EFFECT_DISRUPTIVE\x10\x02\x12\x10\n" +
+	"\fEFFECT_WRITE\x10\x03*\x87\x01\n" +
 	"\n" +
 	"StepStatus\x12\x1b\n" +
 	"\x17STEP_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
