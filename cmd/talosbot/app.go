@@ -54,7 +54,8 @@ func (a *app) chatAdapters(cfg *config.Config) (map[string]chat.Adapter, error) 
 		if err != nil {
 			return nil, fmt.Errorf("chat.slack.bot_token: %w", err)
 		}
-		o := slack.Options{BotToken: string(bot), Mode: slack.Mode(s.Mode), APIURL: s.APIURL, Logger: a.log}
+		// Replays: the store, so a restart inside the replay window forgets nothing.
+		o := slack.Options{BotToken: string(bot), Mode: slack.Mode(s.Mode), APIURL: s.APIURL, Logger: a.log, Replays: a.store}
 		if !s.AppToken.Empty() {
 			tok, err := s.AppToken.Resolve()
 			if err != nil {
@@ -79,7 +80,7 @@ func (a *app) chatAdapters(cfg *config.Config) (map[string]chat.Adapter, error) 
 		if err != nil {
 			return nil, fmt.Errorf("chat.discord.token: %w", err)
 		}
-		if a.discord, err = discord.New(discord.Options{Token: string(tok), ApplicationID: d.ApplicationID, PublicKey: d.PublicKey, GuildID: d.GuildID, APIURL: d.APIURL, Logger: a.log}); err != nil {
+		if a.discord, err = discord.New(discord.Options{Token: string(tok), ApplicationID: d.ApplicationID, PublicKey: d.PublicKey, GuildID: d.GuildID, APIURL: d.APIURL, Logger: a.log, Replays: a.store}); err != nil {
 			return nil, err
 		}
 		out[chat.PlatformDiscord] = a.discord

@@ -62,6 +62,12 @@ func (s *stubHandler) HandleCommand(ctx context.Context, c chat.Command) error {
 	return err
 }
 
+func (s *stubHandler) refused() []chat.Refusal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.refusals)
+}
+
 func (s *stubHandler) HandleRefusal(_ context.Context, r chat.Refusal) error {
 	s.note(func() { s.refusals = append(s.refusals, r) })
 	return nil
