@@ -398,3 +398,36 @@ func (e *Engine) HandleAction(ctx context.Context, a chat.Action) error {
 	e.o.Observer.Input(a.Channel, "action")
 	return e.Act(ctx, Origin{User: a.User, Channel: a.Channel}, a.ActionID)
 }
+
+// HandleRefusal implements chat.Handler: input an adapter refused (a replayed
+// signed request, a console token naming another user, a stale button) is
+// audited with the credential's user and answered where it came from. A
+// refused click is recorded exactly like a click the engine refuses itself.
+func (e *Engine) HandleRefusal(ctx context.Context, r chat.Refusal) error {
+	from := Origin{User: r.User, Channel: r.Channel}
+	action := "request refused"
+	if r.What == "action" {
+		action = "action refused"
+	}
+	detail := map[string]string{"what": r.What, "reason": r.Reason}
+	for k, v := range r.Detail {
+		if _, taken := detail[k]; !taken {
+			detail[k] = v
+		}
+	}
+	if r.Channel != "" {
+		detail["channel"] = r.Channel
+	}
+	actor := r.User
+	if actor == "" {
+		actor = "unknown"
+	}
+	ev := state.AuditEvent{Time: e.now(), Actor: actor, Action: action, Result: "refused", Detail: detail}
+	if err := e.o.Store.Update(ctx, func(tx *state.Tx) error { _, err := tx.Append(ev); return err }); err != nil {
+		return fmt.Errorf("audit refused %s: %w", r.What, err)
+	}
+	if r.Channel != "" {
+		e.o.Sink.Reply(ctx, from, "refused: "+r.Reason)
+	}
+	return &ActionError{Msg: r.Reason}
+}

@@ -50,7 +50,10 @@ func newConsoleEnv(t *testing.T, cfgText string) *consoleEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	console := web.New(web.Options{Channels: []string{"stg", "prd"}, Users: []string{"alice", "bob", "carol", "dave"}})
+	console, err := web.New(web.Options{Channels: []string{"stg", "prd"}, Open: true, Users: []string{"alice", "bob", "carol", "dave"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	eng, err := bot.New(context.Background(), bot.Options{Config: cfg, Store: st, Plugins: mgr, Credentials: bot.FileCredentials{},
 		Policy: approvals.New(cfg), Sink: bot.NewRenderer(console, nil, nil), Clock: clock.Now})
 	if err != nil {

@@ -167,10 +167,21 @@ type Discord struct {
 	APIURL string `yaml:"api_url,omitempty"`
 }
 
-// Web is the local console; in serve it is off unless enabled and needs a token.
+// Web is the local console; in serve it is off unless enabled, and each
+// user signs in with their own token, which alone says who they are.
 type Web struct {
-	Enabled bool `yaml:"enabled"`
-	Token   Ref  `yaml:"token"`
+	Enabled bool      `yaml:"enabled"`
+	Users   []WebUser `yaml:"users,omitempty"`
+	// Token was one console token shared by every user. It is refused:
+	// whoever held it could act as anyone.
+	Token Ref `yaml:"token,omitempty"`
+}
+
+// WebUser is one console user: the name policy knows them by (e.g. in
+// policy.*.operators) and a reference to their own token.
+type WebUser struct {
+	Name  string `yaml:"name"`
+	Token Ref    `yaml:"token"`
 }
 
 // Alerts configures the Alertmanager webhook receiver.

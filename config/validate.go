@@ -124,11 +124,8 @@ func (c *Config) Validate() []FieldError {
 		}
 		checkRefs(&errs, "chat.discord", map[string]Ref{"token": d.Token})
 	}
-	if w := c.Chat.Web; w != nil && w.Enabled {
-		if w.Token.Empty() {
-			add("chat.web.token", "is required when the console is enabled in serve (e.g. env:TALOSBOT_CONSOLE_TOKEN)")
-		}
-		checkRefs(&errs, "chat.web", map[string]Ref{"token": w.Token})
+	if w := c.Chat.Web; w != nil {
+		errs = append(errs, w.validate()...)
 	}
 	checkRefs(&errs, "alerts", map[string]Ref{"token": c.Alerts.Token})
 	checkRefs(&errs, "audit", map[string]Ref{"token": c.Audit.Token})
@@ -284,4 +281,45 @@ func validEndpoint(ep string) bool {
 		return true
 	}
 	return regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?$`).MatchString(host) && strings.Contains(host, ".")
+}
+
+// validate checks the console's users: each has a name and their own token
+// reference. A shared token (the old chat.web.token) is refused, since the
+// token is what says who is asking.
+func (w *Web) validate() []FieldError {
+	var errs []FieldError
+	add := func(path, format string, args ...any) {
+		errs = append(errs, FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+	}
+	if !w.Token.Empty() {
+		add("chat.web.token", "a console token shared by everyone lets whoever holds it act as any user; give each user their own: chat.web.users: [{name: alice, token: env:ALICE_CONSOLE_TOKEN}]")
+	}
+	if w.Enabled && len(w.Users) == 0 {
+		add("chat.web.users", "the console is enabled but has no users; list each with their own token: [{name: alice, token: env:ALICE_CONSOLE_TOKEN}]")
+	}
+	names, refs := map[string]bool{}, map[Ref]string{}
+	for i, u := range w.Users {
+		p := fmt.Sprintf("chat.web.users[%d]", i)
+		switch {
+		case u.Name == "":
+			add(p+".name", "is required (the user id policy lists, e.g. alice)")
+		case strings.ContainsAny(u.Name, " \t\n:"):
+			add(p+".name", "%q must not contain spaces or colons", u.Name)
+		case names[u.Name]:
+			add(p+".name", "%q is listed twice", u.Name)
+		}
+		names[u.Name] = true
+		switch {
+		case u.Token.Empty():
+			add(p+".token", "is required: each user's own token, by reference (e.g. env:ALICE_CONSOLE_TOKEN)")
+		case refs[u.Token] != "":
+			add(p+".token", "is the same reference as %s's; each user needs their own token", refs[u.Token])
+		default:
+			if msg := u.Token.Check(); msg != "" {
+				add(p+".token", "%s", msg)
+			}
+			refs[u.Token] = u.Name
+		}
+	}
+	return errs
 }

@@ -43,7 +43,9 @@
 //	approvals         prefix(op id) | user → Approval JSON
 //	locks             cluster → Lock JSON
 //	logs              op id (nested bucket) → seq → {"t","l"} JSON
-//	kv                name (nested bucket, e.g. "alerts") → key → bytes
+//	kv                name (nested bucket, e.g. "alerts") → key → bytes;
+//	                  kv/replay and kv/replay_by_time hold the replay
+//	                  window's seen request ids (dedupe.go)
 //
 // Open creates these in an empty file, migrates older layouts (see
 // migrate.go; v0 had no meta bucket and no indexes) in one transaction, and

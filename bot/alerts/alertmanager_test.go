@@ -292,7 +292,10 @@ alerts:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	console := web.New(web.Options{Channels: []string{"prd", "ops"}, Users: []string{"alice", "carol", "mallory"}})
+	console, err := web.New(web.Options{Channels: []string{"prd", "ops"}, Open: true, Users: []string{"alice", "carol", "mallory"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	eng, err := bot.New(ctx, bot.Options{Config: cfg, Store: st, Plugins: noPlugins{}, Credentials: bot.FileCredentials{},
 		Policy: approvals.New(cfg), Sink: bot.NewRenderer(console, nil, nil)})
 	if err != nil {

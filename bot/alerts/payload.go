@@ -60,7 +60,8 @@ func Decode(r io.Reader) (*Payload, error) {
 	dec := json.NewDecoder(io.LimitReader(r, MaxPayload+1))
 	var p Payload
 	if err := dec.Decode(&p); err != nil {
-		return nil, fmt.Errorf("%w: malformed JSON: %v", ErrPayload, err)
+		// %w twice: the handler tells an oversized body (413) from a bad one.
+		return nil, fmt.Errorf("%w: malformed JSON: %w", ErrPayload, err)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("%w: trailing data after the JSON object", ErrPayload)

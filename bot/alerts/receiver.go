@@ -116,6 +116,10 @@ func (r *Receiver) Handler() http.Handler {
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong credentials: configure the webhook's http_config with authorization (Bearer alerts.token) or basic_auth (password alerts.token)"})
 			return
 		}
+		if req.ContentLength > MaxPayload {
+			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("body of %d bytes is larger than %d; lower max_alerts in the webhook config", req.ContentLength, MaxPayload)})
+			return
+		}
 		p, err := Decode(http.MaxBytesReader(w, req.Body, MaxPayload))
 		if err != nil {
 			code := http.StatusBadRequest

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -486,5 +487,40 @@ func TestLostMessageIsPostedAgain(t *testing.T) {
 	_, _, msgs := f.chat.snapshot()
 	if ref != "r2" || status != "resolved" || !strings.Contains(msgs["r2"].Title, "RESOLVED") {
 		t.Fatalf("ref %q status %q msgs %v", ref, status, msgs)
+	}
+}
+
+// TestOversizedBodyGets413AndChangesNothing: a body over MaxPayload is
+// answered 413 (not 400), whether its Content-Length says so up front or it
+// arrives chunked, and nothing is posted, stored or audited.
+func TestOversizedBodyGets413AndChangesNothing(t *testing.T) {
+	f := newFixture(t, nil)
+	big := alert(alerts.StatusFiring, "alertname", "etcdNoLeader", "cluster", "production", "severity", "critical")
+	big.Annotations["description"] = strings.Repeat("x", alerts.MaxPayload)
+	body := payload("g-big", "firing", big)
+	for name, r := range map[string]io.Reader{
+		"with Content-Length": bytes.NewReader(body),
+		"chunked":             io.MultiReader(bytes.NewReader(body)), // hides the length
+	} {
+		req, _ := http.NewRequest("POST", f.srv.URL+alerts.Path, r)
+		bearer(token)(req)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(msg), "larger than") && !strings.Contains(string(msg), "too large") {
+			t.Errorf("%s: %d %s, want 413", name, resp.StatusCode, msg)
+		}
+	}
+	if posts, _, _ := f.chat.snapshot(); posts != 0 {
+		t.Fatalf("an oversized request posted %d messages", posts)
+	}
+	if n := kvCount(t, f.store); n != 0 {
+		t.Fatalf("an oversized request stored %d groups", n)
+	}
+	if n := auditCount(t, f.store); n != 0 {
+		t.Fatalf("an oversized request wrote %d audit records", n)
 	}
 }

@@ -59,6 +59,25 @@ type Adapter interface {
 type Handler interface {
 	HandleCommand(ctx context.Context, c Command) error
 	HandleAction(ctx context.Context, a Action) error
+	// HandleRefusal records input the adapter refused before it reached the
+	// bot (a replayed signed request, a console token naming another user, a
+	// stale button): the bot audits it and, when Channel is set, answers
+	// there. Nothing else happens.
+	HandleRefusal(ctx context.Context, r Refusal) error
+}
+
+// Refusal is input an adapter authenticated but refused.
+type Refusal struct {
+	// User is who the credential says sent it (a signed payload's user, the
+	// console token's owner), never a name the request merely claims.
+	User    string
+	Channel string
+	// What was refused, e.g. "replay", "identity", "action".
+	What   string
+	Reason string
+	// Detail is added to the audit record (e.g. the claimed user, the
+	// request id). No secrets.
+	Detail map[string]string
 }
 
 // Clock abstracts time for coalescing and tests.

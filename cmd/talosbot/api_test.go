@@ -168,7 +168,7 @@ clusters:
     credentials: {source: files, talosconfig: "file:%[3]s"}
 policy: {staging: {operators: ["*"]}}
 chat:
-  web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
+  web: {enabled: true, users: [{name: alice, token: env:TB_CONSOLE_TOKEN_ALICE}]}
 audit: {token: "file:%[1]s/audit-token", log_retention: 7d}
 alerts:
   token: "file:%[1]s/alert-token"
@@ -182,7 +182,7 @@ plugins:
 `, dir, addr, tc, plugin, sum)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Token: "console-secret-e2e"}
+	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Tokens: servetest.NewTokens(t, "alice")}
 	b.Start()
 	defer func() { _ = b.Cmd.Process.Signal(syscall.SIGTERM); _ = b.Cmd.Wait() }()
 	base := "http://" + addr

@@ -52,7 +52,8 @@ func (a *app) chatAdapters(cfg *config.Config) (map[string]chat.Adapter, error) 
 		if err != nil {
 			return nil, fmt.Errorf("chat.slack.bot_token: %w", err)
 		}
-		o := slack.Options{BotToken: string(bot), Mode: slack.Mode(s.Mode), APIURL: s.APIURL, Logger: a.log}
+		// Replays: the store, so a restart inside the replay window forgets nothing.
+		o := slack.Options{BotToken: string(bot), Mode: slack.Mode(s.Mode), APIURL: s.APIURL, Logger: a.log, Replays: a.store}
 		if !s.AppToken.Empty() {
 			tok, err := s.AppToken.Resolve()
 			if err != nil {
@@ -77,7 +78,7 @@ func (a *app) chatAdapters(cfg *config.Config) (map[string]chat.Adapter, error) 
 		if err != nil {
 			return nil, fmt.Errorf("chat.discord.token: %w", err)
 		}
-		if a.discord, err = discord.New(discord.Options{Token: string(tok), ApplicationID: d.ApplicationID, PublicKey: d.PublicKey, GuildID: d.GuildID, APIURL: d.APIURL, Logger: a.log}); err != nil {
+		if a.discord, err = discord.New(discord.Options{Token: string(tok), ApplicationID: d.ApplicationID, PublicKey: d.PublicKey, GuildID: d.GuildID, APIURL: d.APIURL, Logger: a.log, Replays: a.store}); err != nil {
 			return nil, err
 		}
 		out[chat.PlatformDiscord] = a.discord
@@ -96,13 +97,14 @@ func (a *app) runAdapter(ctx context.Context, name string, run func(context.Cont
 }
 
 type appOptions struct {
-	consoleToken string   // "" with console enabled means an open console (demo only)
-	consoleOn    bool     // serve the web console
-	channels     []string // console channels
-	users        []string // console users (demo)
-	userLabels   map[string]string
-	creds        bot.CredentialSource
-	extraRoutes  func(mux *http.ServeMux)
+	consoleTokens map[string]string // console user → their own token (serve)
+	consoleOpen   bool              // the demo's open console: the body names one of users
+	consoleOn     bool              // serve the web console
+	channels      []string          // console channels
+	users         []string          // console users (demo)
+	userLabels    map[string]string
+	creds         bot.CredentialSource
+	extraRoutes   func(mux *http.ServeMux)
 	// APIs (api.go): each is off while its token is empty.
 	auditToken     string
 	alertsToken    string
@@ -132,7 +134,16 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		a.close()
 		return nil, err
 	}
-	a.console = web.New(web.Options{Channels: o.channels, Token: o.consoleToken, Users: o.users, UserLabels: o.userLabels})
+	// The console exists only when it is served: with it off, a plain
+	// channel name is an error that says to enable chat.web.
+	var plain chat.Adapter
+	if o.consoleOn {
+		if a.console, err = web.New(web.Options{Channels: o.channels, Tokens: o.consoleTokens, Open: o.consoleOpen, Users: o.users, UserLabels: o.userLabels}); err != nil {
+			a.close()
+			return nil, fmt.Errorf("chat.web: %w", err)
+		}
+		plain = a.console
+	}
 	platforms, err := a.chatAdapters(cfg)
 	if err != nil {
 		a.close()
@@ -142,7 +153,7 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	if creds == nil {
 		creds = bot.SourceCredentials{Config: cfg}
 	}
-	chatMux := chat.NewMux(a.console, platforms)
+	chatMux := chat.NewMux(plain, platforms)
 	a.engine, err = bot.New(ctx, bot.Options{
 		Config: cfg, Store: st, Plugins: a.plugins, Credentials: creds, Policy: approvals.New(cfg),
 		Sink: bot.NewRenderer(chatMux, nil, log), Logger: log, Observer: a.metrics,
@@ -160,7 +171,9 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	for _, id := range ids {
 		log.Warn("operation was interrupted by a restart; resume or abandon it", "op", id)
 	}
-	a.console.SetHandler(a.engine)
+	if a.console != nil {
+		a.console.SetHandler(a.engine)
+	}
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	a.stopAdapters = cancelRun
 	if a.slack != nil {

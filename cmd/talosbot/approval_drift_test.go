@@ -57,9 +57,9 @@ policy:
   production: {approvers: [bob, dave], operators: [alice, bob, dave]}
 releases: {talos: [v1.12.6, v1.13.9]}
 chat:
-  web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
+  web: {enabled: true, users: [{name: alice, token: env:TB_CONSOLE_TOKEN_ALICE}, {name: bob, token: env:TB_CONSOLE_TOKEN_BOB}, {name: dave, token: env:TB_CONSOLE_TOKEN_DAVE}]}
 `, dir, addr, strings.Join(endpoints, ", "), strings.Join(nodes, ", "), tc, sim.DefaultSchematic)), 0o600))
-	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Token: "drift-console-token"}
+	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Tokens: servetest.NewTokens(t, "alice", "bob", "dave")}
 	b.Start()
 	t.Cleanup(func() { _ = b.Cmd.Process.Signal(syscall.SIGTERM); _ = b.Cmd.Wait() })
 

@@ -55,10 +55,10 @@ releases: {talos: [v1.12.6, v1.13.9]}
 timeouts: {gate: 20s, node: 60s}
 policy: {staging: {operators: ["*"]}}
 chat:
-  web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
+  web: {enabled: true, users: [{name: alice, token: env:TB_CONSOLE_TOKEN_ALICE}]}
 `, dir, addr, strings.Join(endpoints, ", "), strings.Join(nodes, ", "), tc, sim.DefaultSchematic)), 0o600))
 
-	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Token: "crash-console-token"}
+	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Tokens: servetest.NewTokens(t, "alice")}
 	opState := func(id string) string {
 		for _, m := range b.Messages("ops") {
 			if id != "" && m.Field("Operation") == id {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -33,6 +35,9 @@ func runDemo(ctx context.Context, out io.Writer, listen, dataDir string) error {
 		dataDir = d
 	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return err
+	}
+	if err := loopbackOnly(listen); err != nil {
 		return err
 	}
 	_, kubeErr := testenv.KubeAPIServerPath()
@@ -88,7 +93,7 @@ func runDemo(ctx context.Context, out io.Writer, listen, dataDir string) error {
 	if err != nil {
 		return err
 	}
-	a, err := startApp(ctx, cfg, appOptions{consoleOn: true, channels: []string{"ops"}, users: demoUsers(),
+	a, err := startApp(ctx, cfg, appOptions{consoleOn: true, consoleOpen: true, channels: []string{"ops"}, users: demoUsers(),
 		userLabels: map[string]string{"alice": "operator", "bob": "approver", "carol": "viewer"},
 		auditToken: token, alertsToken: token, alertsFallback: "ops"})
 	if err != nil {
@@ -119,6 +124,22 @@ Press Ctrl-C to stop; everything lives under %s.
 	<-ctx.Done()
 	fmt.Fprintln(out, "stopping the demo")
 	return nil
+}
+
+// loopbackOnly refuses a demo listen address other people can reach: the
+// demo's console has no tokens and lets whoever opens it pick any user.
+func loopbackOnly(listen string) error {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q is not host:port (e.g. 127.0.0.1:8080): %w", listen, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("--listen %q: the demo console has no tokens and lets anyone act as any user, so it listens on loopback only (127.0.0.1, ::1, localhost); for a shared console run talosbot serve with chat.web.users", listen)
 }
 
 func demoConfig(dataDir, listen string) *config.Config {

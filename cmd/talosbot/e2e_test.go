@@ -82,13 +82,13 @@ clusters:
     credentials: {source: files, talosconfig: "file:%s"}
 policy: {staging: {operators: ["*"]}}
 chat:
-  web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
+  web: {enabled: true, users: [{name: alice, token: env:TB_CONSOLE_TOKEN_ALICE}]}
 plugins:
   external: [{name: eng, path: %s, sha256: %s}]
 `, dir, addr, tc, plugin, sum)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Token: "console-secret-e2e"}
+	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Tokens: servetest.NewTokens(t, "alice")}
 	b.Start()
 	if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos roll v2 staging --mode wait"}); code != 202 {
 		t.Fatalf("command: HTTP %d", code)
@@ -161,7 +161,7 @@ plugins:
 	if _, err := st.VerifyAudit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(b.Stderr.String(), b.Token) {
+	if strings.Contains(b.Stderr.String(), b.Tokens["alice"]) {
 		t.Fatal("the console token reached the log")
 	}
 }

@@ -55,9 +55,9 @@ clusters:
 timeouts: {gate: 20s, node: 60s}
 policy: {staging: {operators: ["*"]}}
 chat:
-  web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
+  web: {enabled: true, users: [{name: alice, token: env:TB_CONSOLE_TOKEN_ALICE}]}
 `, dir, addr, strings.Join(endpoints, ", "), strings.Join(nodes, ", "), tc, kc)), 0o600))
-	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Token: "k8s-crash-token"}
+	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Tokens: servetest.NewTokens(t, "alice")}
 	b.Start()
 	if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos upgrade k8s 1.36.3 staging"}); code != 202 {
 		t.Fatalf("HTTP %d", code)

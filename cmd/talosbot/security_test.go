@@ -90,7 +90,7 @@ releases:
 timeouts: {gate: 20s, node: 2m}
 policy: {staging: {operators: ["*"]}}
 chat:
-  web: {enabled: true, token: env:SWEEP_CONSOLE}
+  web: {enabled: true, users: [{name: alice, token: env:SWEEP_CONSOLE}]}
   slack: {mode: socket, app_token: env:SWEEP_SLACK_APP, bot_token: env:SWEEP_SLACK_BOT, api_url: "%s"}
   discord: {token: env:SWEEP_DISCORD, application_id: "%s", api_url: "%s"}
 alerts: {token: env:SWEEP_ALERTS}
@@ -104,7 +104,7 @@ audit: {token: env:SWEEP_AUDIT}
 	logFile, err := os.Create(logPath)
 	must(t, err)
 	defer logFile.Close()
-	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Token: consoleTok}
+	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Tokens: map[string]string{"alice": consoleTok}}
 	b.Cmd = exec.Command(b.Bin, "serve", "--config", cfg)
 	b.Stderr = &bytes.Buffer{}
 	b.Cmd.Stderr = io.MultiWriter(b.Stderr, logFile)

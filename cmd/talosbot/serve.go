@@ -45,11 +45,15 @@ pruned hourly; the audit trail itself is kept forever.`,
 func serve(ctx context.Context, cfg *config.Config) error {
 	o := appOptions{}
 	if w := cfg.Chat.Web; w != nil && w.Enabled {
-		tok, err := w.Token.Resolve()
-		if err != nil {
-			return fmt.Errorf("chat.web.token: %w", err)
+		// Each console user has their own token; the token says who asks.
+		o.consoleOn, o.consoleTokens = true, map[string]string{}
+		for i, u := range w.Users {
+			tok, err := u.Token.Resolve()
+			if err != nil {
+				return fmt.Errorf("chat.web.users[%d].token (%s): %w", i, u.Name, err)
+			}
+			o.consoleTokens[u.Name] = string(tok)
 		}
-		o.consoleOn, o.consoleToken = true, string(tok)
 		for _, cl := range cfg.Clusters {
 			for _, ch := range cl.Channels {
 				// Platform-qualified channels (slack:…, discord:…) belong to their adapters.

@@ -5,13 +5,17 @@ package servetest
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -48,18 +52,57 @@ func FreeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
+// NewTokens returns a fresh random console token for each user.
+func NewTokens(t testing.TB, users ...string) map[string]string {
+	t.Helper()
+	tokens := map[string]string{}
+	for _, u := range users {
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			t.Fatal(err)
+		}
+		tokens[u] = u + "-console-" + hex.EncodeToString(b[:])
+	}
+	return tokens
+}
+
+// ConsoleUsers returns the chat.web line of a serve config whose console
+// users each sign in with their own token (named as $TB_CONSOLE_TOKEN_<USER>,
+// which Bot.Start sets from Bot.Tokens), and fresh tokens for them.
+func ConsoleUsers(t testing.TB, users ...string) (yaml string, tokens map[string]string) {
+	t.Helper()
+	var entries []string
+	for _, u := range users {
+		entries = append(entries, fmt.Sprintf("{name: %s, token: env:%s}", u, TokenEnv(u)))
+	}
+	return "  web: {enabled: true, users: [" + strings.Join(entries, ", ") + "]}\n", NewTokens(t, users...)
+}
+
+// TokenEnv is the environment variable that holds user's console token.
+func TokenEnv(user string) string { return "TB_CONSOLE_TOKEN_" + strings.ToUpper(user) }
+
 // Bot is one `talosbot serve --config Config` process whose console listens
-// on Addr with bearer Token (passed as $TB_CONSOLE_TOKEN).
+// on Addr; each console user has their own token in Tokens.
 type Bot struct {
 	T      testing.TB
 	Bin    string
 	Config string
 	Addr   string
-	Token  string
+	// Tokens maps each console user to their token (from ConsoleUsers).
+	Tokens map[string]string
 	// Env is added to the process environment.
 	Env    []string
 	Cmd    *exec.Cmd
 	Stderr *bytes.Buffer
+}
+
+// TokenEnv returns the environment that passes Tokens to the process.
+func (b *Bot) TokenEnv() []string {
+	var env []string
+	for u, tok := range b.Tokens {
+		env = append(env, TokenEnv(u)+"="+tok)
+	}
+	return env
 }
 
 // Start runs the process and waits until /readyz answers.
@@ -68,7 +111,7 @@ func (b *Bot) Start() {
 	b.Cmd = exec.Command(b.Bin, "serve", "--config", b.Config)
 	b.Stderr = &bytes.Buffer{}
 	b.Cmd.Stderr = b.Stderr
-	b.Cmd.Env = append(append(os.Environ(), "TB_CONSOLE_TOKEN="+b.Token), b.Env...)
+	b.Cmd.Env = append(append(os.Environ(), b.TokenEnv()...), b.Env...)
 	if err := b.Cmd.Start(); err != nil {
 		b.T.Fatal(err)
 	}
@@ -104,18 +147,44 @@ func (b *Bot) WaitForWithin(what string, d time.Duration, cond func() bool) {
 	}
 }
 
-// Post sends a JSON body with the bearer token and returns the status code.
-func (b *Bot) Post(path string, body any) int {
+// tokenFor returns user's token, or for "" the first user's (by name).
+func (b *Bot) tokenFor(user string) string {
+	if tok, ok := b.Tokens[user]; ok || user != "" {
+		return tok
+	}
+	names := make([]string, 0, len(b.Tokens))
+	for u := range b.Tokens {
+		names = append(names, u)
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return ""
+	}
+	return b.Tokens[names[0]]
+}
+
+// Post sends a JSON body with the token of the user the body names (its
+// "user" key) and returns the status code.
+func (b *Bot) Post(path string, body map[string]string) int {
+	b.T.Helper()
+	code, _ := b.PostAs(b.tokenFor(body["user"]), path, body)
+	return code
+}
+
+// PostAs sends a JSON body with this bearer token and returns the status
+// code and the response body.
+func (b *Bot) PostAs(token, path string, body any) (int, string) {
 	b.T.Helper()
 	raw, _ := json.Marshal(body)
 	req, _ := http.NewRequest("POST", "http://"+b.Addr+path, bytes.NewReader(raw))
-	req.Header.Set("Authorization", "Bearer "+b.Token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		b.T.Fatal(err)
 	}
-	resp.Body.Close()
-	return resp.StatusCode
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(out)
 }
 
 // Command types text as user in channel; anything but 202 fails the test.
@@ -161,7 +230,7 @@ func (m Message) Button(label string) string {
 // Messages reads the channel (nil while the bot does not answer).
 func (b *Bot) Messages(channel string) []Message {
 	req, _ := http.NewRequest("GET", "http://"+b.Addr+"/api/console/messages?channel="+channel, nil)
-	req.Header.Set("Authorization", "Bearer "+b.Token)
+	req.Header.Set("Authorization", "Bearer "+b.tokenFor(""))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil

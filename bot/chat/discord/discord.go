@@ -45,6 +45,11 @@ type Options struct {
 	Logger  *slog.Logger
 	// HTTPClient is the base client for REST; APIURL rewriting wraps it.
 	HTTPClient *http.Client
+	// Clock drives the HTTP endpoint's replay window; default time.Now.
+	Clock func() time.Time
+	// Replays remembers interaction ids seen by the HTTP endpoint (the bot
+	// passes its store, so a restart does not forget); default in memory.
+	Replays chat.Replays
 }
 
 // Adapter is the Discord chat adapter.
@@ -70,6 +75,12 @@ func New(o Options) (*Adapter, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Replays == nil {
+		o.Replays = &chat.MemoryReplays{}
 	}
 	var pub ed25519.PublicKey
 	if o.PublicKey != "" {

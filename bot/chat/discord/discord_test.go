@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -31,6 +32,7 @@ type stubHandler struct {
 	mu       sync.Mutex
 	commands []chat.Command
 	actions  []chat.Action
+	refusals []chat.Refusal
 	refs     []string
 	errs     []error
 	changed  chan struct{}
@@ -59,6 +61,11 @@ func (s *stubHandler) HandleCommand(ctx context.Context, c chat.Command) error {
 	})
 	s.note(func() { s.refs = append(s.refs, ref); s.errs = append(s.errs, err) })
 	return err
+}
+
+func (s *stubHandler) HandleRefusal(_ context.Context, r chat.Refusal) error {
+	s.note(func() { s.refusals = append(s.refusals, r) })
+	return nil
 }
 
 func (s *stubHandler) HandleAction(ctx context.Context, a chat.Action) error {
@@ -94,6 +101,12 @@ func (s *stubHandler) waitFor(t *testing.T, ctx context.Context, what string, pr
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}
+}
+
+func (s *stubHandler) refused() []chat.Refusal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.refusals)
 }
 
 func (s *stubHandler) snapshot() ([]chat.Command, []chat.Action, []error) {
@@ -411,7 +424,8 @@ func TestHTTPInteractionsEd25519(t *testing.T) {
 	priv := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32))
 	other := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{9}, 32))
 	h := newStub()
-	a, err := discord.New(discord.Options{Token: token, APIURL: fake.URL(), PublicKey: hex.EncodeToString(priv.Public().(ed25519.PublicKey)), Handler: h})
+	a, err := discord.New(discord.Options{Token: token, APIURL: fake.URL(), PublicKey: hex.EncodeToString(priv.Public().(ed25519.PublicKey)), Handler: h,
+		Clock: func() time.Time { return time.Unix(1700000030, 0) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +487,7 @@ func TestHTTPInteractionsEd25519(t *testing.T) {
 	if w := serve(signed(priv, ts, []byte(`{"type":2,"data":`))); w.Code != 400 {
 		t.Errorf("malformed: %d %s", w.Code, w.Body)
 	}
-	if w := serve(signed(priv, ts, []byte(`{"type":2,"channel_id":"1","member":{"user":{"id":"2"}},"data":{"name":"talos"}}`))); w.Code != 200 || !strings.Contains(w.Body.String(), `"flags":64`) {
+	if w := serve(signed(priv, ts, []byte(`{"id":"77","type":2,"channel_id":"1","member":{"user":{"id":"2"}},"data":{"name":"talos"}}`))); w.Code != 200 || !strings.Contains(w.Body.String(), `"flags":64`) {
 		t.Errorf("no option: %d %s", w.Code, w.Body)
 	}
 
@@ -483,6 +497,81 @@ func TestHTTPInteractionsEd25519(t *testing.T) {
 	nokey.HTTPHandler().ServeHTTP(w, signed(priv, ts, body))
 	if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "public_key") {
 		t.Errorf("no key: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestHTTPInteractionsReplayRefused: a signed interaction runs once. Sent
+// again (same id) it is refused; a new id stamped more than 5 minutes from
+// now, either way, is refused too. Each refusal is handed to the bot once per
+// id, with the signed user and channel, and nothing runs. The replay state is
+// the one passed in (the bot's store), so a new adapter on the same state (a
+// restart) still refuses.
+func TestHTTPInteractionsReplayRefused(t *testing.T) {
+	fake, err := discordfake.Start(discordfake.Options{Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	priv := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32))
+	now := time.Unix(1800000000, 0)
+	replays := &chat.MemoryReplays{}
+	h := newStub()
+	newAdapter := func() *discord.Adapter {
+		a, err := discord.New(discord.Options{Token: token, APIURL: fake.URL(), PublicKey: hex.EncodeToString(priv.Public().(ed25519.PublicKey)),
+			Handler: h, Clock: func() time.Time { return now }, Replays: replays})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.adapter = a
+		return a
+	}
+	a := newAdapter()
+	serve := func(a *discord.Adapter, r *http.Request) *httptest.ResponseRecorder {
+		w := httptest.NewRecorder()
+		a.HTTPHandler().ServeHTTP(w, r)
+		a.Wait()
+		return w
+	}
+	stamp := func(d time.Duration) string { return strconv.FormatInt(now.Add(d).Unix(), 10) }
+	_, payload := fake.SlashCommandPayload("500000000000000001", "600000000000000001", "unfreeze production")
+	body, _ := json.Marshal(payload)
+
+	if w := serve(a, signed(priv, stamp(-time.Minute), body)); w.Code != 200 {
+		t.Fatalf("first delivery: %d %s", w.Code, w.Body)
+	}
+	for i := range 3 {
+		if w := serve(a, signed(priv, stamp(-time.Minute), body)); w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "replay") {
+			t.Fatalf("replay %d: %d %s", i, w.Code, w.Body)
+		}
+	}
+	if w := serve(newAdapter(), signed(priv, stamp(-time.Minute), body)); w.Code != http.StatusUnauthorized {
+		t.Fatalf("replay after a restart: %d %s", w.Code, w.Body)
+	}
+	rs := h.refused()
+	if len(rs) != 1 || rs[0].What != "replay" || rs[0].User != "500000000000000001" || rs[0].Channel != "discord:600000000000000001" || rs[0].Detail["interaction_id"] == "" {
+		t.Fatalf("refusals %+v, want one for the replayed id", rs)
+	}
+
+	// Stale or future timestamps, on new ids, signed correctly.
+	for _, d := range []time.Duration{-6 * time.Minute, 6 * time.Minute, -time.Hour} {
+		_, p := fake.SlashCommandPayload("500000000000000001", "600000000000000001", "unfreeze production")
+		b, _ := json.Marshal(p)
+		if w := serve(a, signed(priv, stamp(d), b)); w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "replay window") {
+			t.Fatalf("timestamp %s from now: %d %s", d, w.Code, w.Body)
+		}
+	}
+	if rs := h.refused(); len(rs) != 4 || !strings.Contains(rs[1].Reason, "window") {
+		t.Fatalf("refusals %+v", rs)
+	}
+	// Inside the window, a new id runs.
+	_, p := fake.SlashCommandPayload("500000000000000001", "600000000000000001", "status production")
+	b, _ := json.Marshal(p)
+	if w := serve(a, signed(priv, stamp(4*time.Minute), b)); w.Code != 200 {
+		t.Fatalf("fresh request: %d %s", w.Code, w.Body)
+	}
+	cmds, _, _ := h.snapshot()
+	if len(cmds) != 2 || cmds[0].Text != "unfreeze production" || cmds[1].Text != "status production" {
+		t.Fatalf("ran %+v, want the first delivery and the fresh one only", cmds)
 	}
 }
 

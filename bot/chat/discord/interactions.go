@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bwmarrin/discordgo"
 
@@ -185,6 +187,10 @@ func (a *Adapter) run(ctx context.Context, i *discordgo.Interaction, in input) {
 // delivery of interactions (set it as the Interactions Endpoint URL). Every
 // request must carry a valid Ed25519 signature over timestamp+body
 // (X-Signature-Ed25519, X-Signature-Timestamp); otherwise 401 and nothing runs.
+// A signed request is also refused (401, audited once per id, answered in its
+// channel) when its timestamp is more than chat.ReplayWindow from now in
+// either direction, or when its interaction id was already handled within
+// chat.ReplayMemory: a captured request cannot be sent again.
 func (a *Adapter) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /discord/interactions", a.serveInteraction)
@@ -218,6 +224,68 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	}
 }
 
+// fresh refuses a signed interaction that is stale or was seen before, and
+// answers it itself (false). PINGs are checked for age only: Discord sends
+// them to validate the endpoint and they run nothing.
+func (a *Adapter) fresh(w http.ResponseWriter, r *http.Request, i *discordgo.Interaction) bool {
+	now := a.o.Clock()
+	ts, err := strconv.ParseInt(r.Header.Get("X-Signature-Timestamp"), 10, 64)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "X-Signature-Timestamp is not a unix time"})
+		return false
+	}
+	if d := now.Sub(time.Unix(ts, 0)); d > chat.ReplayWindow || d < -chat.ReplayWindow {
+		a.refuseReplay(r.Context(), i, now, fmt.Sprintf("a Discord request stamped %s from now (window ±%s) was refused: a replay, or a clock that is off", d.Truncate(time.Second), chat.ReplayWindow))
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "request timestamp outside the replay window"})
+		return false
+	}
+	if i.Type == discordgo.InteractionPing {
+		return true
+	}
+	if i.ID == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "interaction has no id"})
+		return false
+	}
+	first, err := a.o.Replays.FirstSeen(r.Context(), "discord:interaction:"+i.ID, now, chat.ReplayMemory)
+	if err != nil {
+		// Fail closed: without the replay state nothing signed may run.
+		a.log.Error("discord: replay check failed; refusing the interaction", "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "cannot check for replays right now; retry"})
+		return false
+	}
+	if !first {
+		a.refuseReplay(r.Context(), i, now, "interaction "+i.ID+" was already handled; a replayed Discord request was refused")
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "interaction already handled (replay)"})
+		return false
+	}
+	return true
+}
+
+// refuseReplay audits a refused replay through the handler, at most once per
+// interaction id per window, so replaying one captured request many times
+// cannot flood the audit trail.
+func (a *Adapter) refuseReplay(ctx context.Context, i *discordgo.Interaction, now time.Time, reason string) {
+	a.log.Warn("discord: refused replayed or stale interaction", "id", i.ID, "reason", reason)
+	h := a.handler()
+	if h == nil || i.ID == "" {
+		return
+	}
+	if first, err := a.o.Replays.FirstSeen(ctx, "discord:refused:"+i.ID, now, chat.ReplayMemory); err != nil || !first {
+		return
+	}
+	var user, channel string
+	if i.Member != nil && i.Member.User != nil {
+		user = i.Member.User.ID
+	} else if i.User != nil {
+		user = i.User.ID
+	}
+	if i.ChannelID != "" {
+		channel = chat.QualifyChannel(chat.PlatformDiscord, i.ChannelID)
+	}
+	_ = h.HandleRefusal(context.WithoutCancel(ctx), chat.Refusal{User: user, Channel: channel, What: "replay", Reason: reason,
+		Detail: map[string]string{"via": "discord", "interaction_id": i.ID}})
+}
+
 func (a *Adapter) serveInteraction(w http.ResponseWriter, r *http.Request) {
 	if a.pub == nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "discord interactions endpoint needs chat.discord.public_key"})
@@ -236,6 +304,9 @@ func (a *Adapter) serveInteraction(w http.ResponseWriter, r *http.Request) {
 	i, err := decodeInteraction(body)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	if !a.fresh(w, r, i) {
 		return
 	}
 	in, err := inputOf(i)

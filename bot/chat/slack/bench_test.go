@@ -16,6 +16,7 @@ type countHandler struct{ wg *sync.WaitGroup }
 
 func (c countHandler) HandleCommand(context.Context, chat.Command) error { c.wg.Done(); return nil }
 func (c countHandler) HandleAction(context.Context, chat.Action) error   { return nil }
+func (c countHandler) HandleRefusal(context.Context, chat.Refusal) error { return nil }
 
 // BenchmarkSocketModeAck200 sends 200 concurrent slash commands through the
 // fake Socket Mode server per iteration and reports the ack latency (time

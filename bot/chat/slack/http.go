@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 )
 
 // ReplayWindow is how far a signed request's timestamp may be from now.
-const ReplayWindow = 5 * time.Minute
+const ReplayWindow = chat.ReplayWindow
 
 // HTTPHandler serves Slack's HTTP delivery (mode: http):
 //
@@ -26,7 +27,11 @@ const ReplayWindow = 5 * time.Minute
 //	POST /slack/commands       the /talos slash command
 //
 // Every request must carry a valid v0 signature within ReplayWindow;
-// otherwise it gets 401 and nothing runs. The 200 is written before any work.
+// otherwise it gets 401 and nothing runs. A signed request seen before
+// (the same signature within chat.ReplayMemory) is a replay: 401, audited once,
+// nothing runs. Slack's own retries (X-Slack-Retry-Num, freshly signed) carry
+// an event_id or trigger_id already handled: they get 200 and run nothing
+// twice. The 200 is written before any work.
 func (a *Adapter) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /slack/events", a.signed(a.serveEvents))
@@ -68,13 +73,97 @@ func (a *Adapter) signed(next func(w http.ResponseWriter, r *http.Request, body 
 			writeErr(w, http.StatusRequestEntityTooLarge, "request body too large or unreadable")
 			return
 		}
-		if err := VerifySignature(a.o.SigningSecret, r.Header, body, a.o.Clock()); err != nil {
+		now := a.o.Clock()
+		if err := VerifySignature(a.o.SigningSecret, r.Header, body, now); err != nil {
 			a.log.Warn("slack: refused unsigned or stale request", "path", r.URL.Path, "err", err)
 			writeErr(w, http.StatusUnauthorized, "invalid Slack request signature")
 			return
 		}
+		// The signature covers timestamp and body, so it names this exact
+		// request; a second arrival is a replay, never a Slack retry (those
+		// are signed afresh).
+		sum := sha256.Sum256([]byte(r.Header.Get("X-Slack-Signature")))
+		key := "slack:request:" + hex.EncodeToString(sum[:])
+		first, err := a.o.Replays.FirstSeen(r.Context(), key, now, chat.ReplayMemory)
+		if err != nil {
+			a.log.Error("slack: replay check failed; refusing the request", "err", err)
+			writeErr(w, http.StatusServiceUnavailable, "cannot check for replays right now; retry")
+			return
+		}
+		if !first {
+			a.refuseReplay(r, body, key, now)
+			writeErr(w, http.StatusUnauthorized, "request already seen (replay)")
+			return
+		}
 		next(w, r, body)
 	}
+}
+
+// refuseReplay audits a replayed signed request through the handler, once
+// per request per window, with the user and channel its signed body names.
+func (a *Adapter) refuseReplay(r *http.Request, body []byte, key string, now time.Time) {
+	a.log.Warn("slack: refused a replayed request", "path", r.URL.Path)
+	h := a.handler()
+	if h == nil {
+		return
+	}
+	if first, err := a.o.Replays.FirstSeen(r.Context(), key+":refused", now, chat.ReplayMemory); err != nil || !first {
+		return
+	}
+	var user, channel string
+	switch r.URL.Path {
+	case "/slack/commands":
+		if c, err := decodeSlashForm(body); err == nil {
+			user, channel = c.User, c.Channel
+		}
+	case "/slack/interactivity":
+		if acts, err := decodeInteractionForm(body); err == nil && len(acts) > 0 {
+			user, channel = acts[0].User, acts[0].Channel
+		}
+	case "/slack/events":
+		if d, err := decodeEvent(body, a.botUserID()); err == nil && d.Command != nil {
+			user, channel = d.Command.User, d.Command.Channel
+		}
+	}
+	_ = h.HandleRefusal(context.WithoutCancel(r.Context()), chat.Refusal{User: user, Channel: channel, What: "replay",
+		Reason: "a replayed Slack request was refused (it was already handled)", Detail: map[string]string{"via": "slack", "path": r.URL.Path}})
+}
+
+// handledBefore reports whether Slack already delivered this event or
+// trigger (a retry, X-Slack-Retry-Num): it is acknowledged and not run again.
+// Fails closed: when the replay state cannot be read it counts as handled.
+func (a *Adapter) handledBefore(r *http.Request, id string) bool {
+	if id == "" {
+		return false
+	}
+	first, err := a.o.Replays.FirstSeen(r.Context(), "slack:"+id, a.o.Clock(), chat.ReplayMemory)
+	if err != nil {
+		a.log.Error("slack: replay check failed; not running the request", "err", err)
+		return true
+	}
+	if !first {
+		a.log.Info("slack: already handled; acknowledged without running it again", "id", id, "retry", r.Header.Get("X-Slack-Retry-Num"))
+	}
+	return !first
+}
+
+// triggerID reads trigger_id from a form body, or from the form's JSON
+// payload field (interactivity).
+func triggerID(body []byte) string {
+	v, err := url.ParseQuery(string(body))
+	if err != nil {
+		return ""
+	}
+	if id := v.Get("trigger_id"); id != "" {
+		return id
+	}
+	var p struct {
+		TriggerID string `json:"trigger_id"`
+	}
+	if json.Unmarshal([]byte(v.Get("payload")), &p) == nil {
+		return p.TriggerID
+	}
+	return ""
 }
 
 func writeErr(w http.ResponseWriter, code int, msg string) {
@@ -109,7 +198,7 @@ func (a *Adapter) serveEvents(w http.ResponseWriter, r *http.Request, body []byt
 		return
 	}
 	ackHTTP(w, nil)
-	if !a.seen.firstTime("evt:"+d.EventID) || d.Command == nil {
+	if (d.EventID != "" && a.handledBefore(r, "event:"+d.EventID)) || d.Command == nil {
 		return
 	}
 	cmd := *d.Command
@@ -123,6 +212,9 @@ func (a *Adapter) serveInteractivity(w http.ResponseWriter, r *http.Request, bod
 		return
 	}
 	ackHTTP(w, nil)
+	if tid := triggerID(body); tid != "" && a.handledBefore(r, "trigger:"+tid) {
+		return
+	}
 	a.dispatchActions(r.Context(), acts)
 }
 
@@ -133,5 +225,8 @@ func (a *Adapter) serveCommands(w http.ResponseWriter, r *http.Request, body []b
 		return
 	}
 	ackHTTP(w, nil)
+	if tid := triggerID(body); tid != "" && a.handledBefore(r, "trigger:"+tid) {
+		return
+	}
 	a.dispatch(r.Context(), "slash command", func(ctx context.Context, h chat.Handler) error { return h.HandleCommand(ctx, cmd) })
 }

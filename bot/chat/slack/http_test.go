@@ -135,10 +135,20 @@ func TestHTTPModeEventsAndInteractivity(t *testing.T) {
 		t.Fatalf("url_verification: %d %s", w.Code, w.Body)
 	}
 	mention := `{"type":"event_callback","event_id":"Ev9","event":{"type":"app_mention","user":"U1","text":"<@U0BOT> health staging","channel":"C9"}}`
-	for range 2 { // Slack retries with the same event_id
-		if w := post("/slack/events", mention); w.Code != 200 {
-			t.Fatalf("event: %d %s", w.Code, w.Body)
-		}
+	if w := post("/slack/events", mention); w.Code != 200 {
+		t.Fatalf("event: %d %s", w.Code, w.Body)
+	}
+	// Slack retries with the same event_id, signed afresh: 200, not run twice.
+	retryTS := strconv.FormatInt(now.Unix()+1, 10)
+	retry := httptest.NewRequest(http.MethodPost, "/slack/events", strings.NewReader(mention))
+	retry.Header.Set("X-Slack-Request-Timestamp", retryTS)
+	retry.Header.Set("X-Slack-Signature", sign("s3cret", retryTS, mention))
+	retry.Header.Set("X-Slack-Retry-Num", "1")
+	retry.Header.Set("X-Slack-Retry-Reason", "http_timeout")
+	rw := httptest.NewRecorder()
+	srv.ServeHTTP(rw, retry)
+	if rw.Code != 200 {
+		t.Fatalf("event retry: %d %s", rw.Code, rw.Body)
 	}
 	payload := `{"type":"block_actions","user":{"id":"U2"},"channel":{"id":"C9"},"container":{"message_ts":"1.2"},"actions":[{"action_id":"tok-x","block_id":"b","value":"tok-x","type":"button"}]}`
 	if w := post("/slack/interactivity", "payload="+url.QueryEscape(payload)); w.Code != 200 {
@@ -165,4 +175,69 @@ func TestHTTPModeEventsAndInteractivity(t *testing.T) {
 		t.Fatalf("actions %+v", acts)
 	}
 	_ = context.Background
+}
+
+// TestHTTPModeReplayRefusedRetryAnsweredOnce: a captured signed request sent
+// again inside the timestamp window is a replay: 401, handed to the bot as a
+// refusal once (with the signed user and channel), and nothing runs again.
+// A Slack retry of a slash command (same trigger_id, new signature, with
+// X-Slack-Retry-Num) gets 200 and does not run twice. The replay state is the
+// one passed in (the bot's store): a new adapter on it (a restart) still
+// refuses.
+func TestHTTPModeReplayRefusedRetryAnsweredOnce(t *testing.T) {
+	h := newStub()
+	now := time.Unix(1700000000, 0)
+	replays := &chat.MemoryReplays{}
+	newAdapter := func() *slack.Adapter {
+		a, err := slack.New(slack.Options{Mode: slack.ModeHTTP, BotToken: botToken, SigningSecret: "s3cret", Handler: h,
+			Clock: func() time.Time { return now }, Replays: replays})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a := newAdapter()
+	send := func(a *slack.Adapter, ts int64, body string, retry string) *httptest.ResponseRecorder {
+		tsText := strconv.FormatInt(ts, 10)
+		r := httptest.NewRequest(http.MethodPost, "/slack/commands", strings.NewReader(body))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		r.Header.Set("X-Slack-Request-Timestamp", tsText)
+		r.Header.Set("X-Slack-Signature", sign("s3cret", tsText, body))
+		if retry != "" {
+			r.Header.Set("X-Slack-Retry-Num", retry)
+		}
+		w := httptest.NewRecorder()
+		a.HTTPHandler().ServeHTTP(w, r)
+		a.Wait()
+		return w
+	}
+	unfreeze := "command=%2Ftalos&text=unfreeze+production&user_id=U1&channel_id=C9&trigger_id=111.222.abc"
+	if w := send(a, now.Unix()-60, unfreeze, ""); w.Code != 200 {
+		t.Fatalf("first delivery: %d %s", w.Code, w.Body)
+	}
+	for i := range 2 {
+		if w := send(a, now.Unix()-60, unfreeze, ""); w.Code != http.StatusUnauthorized || !strings.Contains(w.Body.String(), "replay") {
+			t.Fatalf("replay %d: %d %s", i, w.Code, w.Body)
+		}
+	}
+	// The retry header is not signed: adding it to a replay changes nothing.
+	if w := send(newAdapter(), now.Unix()-60, unfreeze, "1"); w.Code != http.StatusUnauthorized {
+		t.Fatalf("replay after a restart, with a retry header: %d %s", w.Code, w.Body)
+	}
+	// A real retry is signed afresh: acknowledged, not run again.
+	if w := send(a, now.Unix(), unfreeze, "1"); w.Code != 200 {
+		t.Fatalf("retry: %d %s", w.Code, w.Body)
+	}
+	// Outside the 5-minute window the signature check itself refuses.
+	if w := send(a, now.Unix()-6*60, strings.Replace(unfreeze, "111.222", "333.444", 1), ""); w.Code != http.StatusUnauthorized {
+		t.Fatalf("stale: %d %s", w.Code, w.Body)
+	}
+	cmds, _, _ := h.snapshot()
+	if len(cmds) != 1 || cmds[0].Text != "unfreeze production" {
+		t.Fatalf("ran %+v, want the first delivery only", cmds)
+	}
+	rs := h.refused()
+	if len(rs) != 1 || rs[0].What != "replay" || rs[0].User != "U1" || rs[0].Channel != "slack:C9" {
+		t.Fatalf("refusals %+v, want one, U1's in slack:C9", rs)
+	}
 }

@@ -50,8 +50,12 @@ type Options struct {
 	// Handler receives commands and clicks; SetHandler may set it later.
 	Handler chat.Handler
 	// Clock drives the signature replay window and the dedupe window.
-	Clock  func() time.Time
-	Logger *slog.Logger
+	Clock func() time.Time
+	// Replays remembers HTTP-mode request signatures and event/trigger ids
+	// (the bot passes its store, so a restart inside the window does not
+	// forget); default in memory.
+	Replays chat.Replays
+	Logger  *slog.Logger
 	// HTTPClient for the Web API; defaults to a client with a 30 s timeout.
 	HTTPClient *http.Client
 }
@@ -93,6 +97,9 @@ func New(o Options) (*Adapter, error) {
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now
+	}
+	if o.Replays == nil {
+		o.Replays = &chat.MemoryReplays{}
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -30,6 +30,7 @@ type stubHandler struct {
 	mu       sync.Mutex
 	commands []chat.Command
 	actions  []chat.Action
+	refusals []chat.Refusal
 	refs     []string
 	errs     []error
 	changed  chan struct{}
@@ -59,6 +60,17 @@ func (s *stubHandler) HandleCommand(ctx context.Context, c chat.Command) error {
 	})
 	s.note(func() { s.refs = append(s.refs, ref); s.errs = append(s.errs, err) })
 	return err
+}
+
+func (s *stubHandler) refused() []chat.Refusal {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.refusals)
+}
+
+func (s *stubHandler) HandleRefusal(_ context.Context, r chat.Refusal) error {
+	s.note(func() { s.refusals = append(s.refusals, r) })
+	return nil
 }
 
 func (s *stubHandler) HandleAction(ctx context.Context, a chat.Action) error {

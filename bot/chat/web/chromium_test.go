@@ -30,20 +30,10 @@ func chromiumPath(t *testing.T) string {
 	return ""
 }
 
-// TestConsoleInChromium drives the real page in headless Chromium: load it
-// with the token in the URL fragment, run /talos health staging from the
-// command box, see the live result (and its thread reply) arrive over SSE,
-// switch to bob and click the button.
-func TestConsoleInChromium(t *testing.T) {
+// startBrowser starts headless Chromium for one test.
+func startBrowser(t *testing.T, ctx context.Context) context.Context {
+	t.Helper()
 	exe := chromiumPath(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-
-	c := newConsole("s3cret-token")
-	stub := newStub(c)
-	srv := httptest.NewServer(c.Handler())
-	defer srv.Close()
-
 	alloc, cancelAlloc := chromedp.NewExecAllocator(ctx,
 		chromedp.ExecPath(exe),
 		chromedp.Headless,
@@ -56,21 +46,40 @@ func TestConsoleInChromium(t *testing.T) {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(t.TempDir()),
 	)
-	defer cancelAlloc()
+	t.Cleanup(cancelAlloc)
 	browser, cancelBrowser := chromedp.NewContext(alloc)
-	defer cancelBrowser()
+	t.Cleanup(cancelBrowser)
+	return browser
+}
 
-	css := func(s string) chromedp.CSS { return chromedp.CSS(s) }
-	text := func(sel string) string {
-		t.Helper()
-		v, err := chromedp.Run(browser, chromedp.Text(css(sel)))
-		if err != nil {
-			t.Fatalf("read %s: %v", sel, err)
-		}
-		return v
+func css(s string) chromedp.CSS { return chromedp.CSS(s) }
+
+func pageText(t *testing.T, browser context.Context, sel string) string {
+	t.Helper()
+	v, err := chromedp.Run(browser, chromedp.Text(css(sel)))
+	if err != nil {
+		t.Fatalf("read %s: %v", sel, err)
 	}
+	return v
+}
+
+// TestConsoleInChromium drives the real page in headless Chromium in serve
+// mode: load it with alice's token in the URL fragment, see no user picker,
+// run /talos health staging from the command box, see the live result (and
+// its thread reply) arrive over SSE; sign out, paste bob's token into the
+// sign-in form and click the button as bob.
+func TestConsoleInChromium(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	browser := startBrowser(t, ctx)
+
+	c := newConsole(t, false)
+	stub := newStub(c)
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+
 	if err := chromedp.Do(browser,
-		chromedp.Navigate(srv.URL+"/#token=s3cret-token"),
+		chromedp.Navigate(srv.URL+"/#token="+aliceTok),
 		chromedp.WaitVisible(css(`#live.on`)), // SSE stream open
 	); err != nil {
 		t.Fatalf("chromium: load: %v", err)
@@ -79,9 +88,15 @@ func TestConsoleInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	firstUser, err := chromedp.Run(browser, chromedp.Value(css(`#user`)))
+	if hash != "" {
+		t.Errorf("token left in the address bar: %q", hash)
+	}
+	pickerHidden, err := chromedp.Run(browser, chromedp.Evaluate[bool](`document.getElementById("picker").hidden`))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if who := pageText(t, browser, `#whoami`); who != "alice" || !pickerHidden {
+		t.Fatalf("signed in as %q, picker hidden %v; want alice and no picker", who, pickerHidden)
 	}
 	if err := chromedp.Do(browser,
 		chromedp.SendKeys(css(`#cmd`), "/talos health staging"),
@@ -91,29 +106,85 @@ func TestConsoleInChromium(t *testing.T) {
 	); err != nil {
 		t.Fatalf("chromium: run command: %v", err)
 	}
-	title := text(`#messages > .msg > .body > .title`)
-	reply := text(`#messages > .msg > .replies > .msg .text`)
-	if hash != "" {
-		t.Errorf("token left in the address bar: %q", hash)
-	}
-	if firstUser != "alice" || !strings.Contains(title, "/talos health staging") || !strings.Contains(reply, "etcd") {
-		t.Fatalf("user %q, title %q, reply %q", firstUser, title, reply)
+	title := pageText(t, browser, `#messages > .msg > .body > .title`)
+	reply := pageText(t, browser, `#messages > .msg > .replies > .msg .text`)
+	if !strings.Contains(title, "/talos health staging") || !strings.Contains(reply, "etcd") {
+		t.Fatalf("title %q, reply %q", title, reply)
 	}
 	stub.waitFor(t, ctx, "command", func() bool { return len(stub.commands) == 1 })
 	if want := (chat.Command{User: "alice", Channel: "ops", Text: "/talos health staging"}); stub.commands[0] != want {
 		t.Fatalf("command %+v", stub.commands[0])
 	}
 
+	// Sign out; a wrong token is refused on the page; bob's is accepted.
 	if err := chromedp.Do(browser,
-		chromedp.SetValue(css(`#user`), "bob"),
-		chromedp.Click(css(`#messages .msg button[data-action="act-rerun"]`)),
+		chromedp.Click(css(`#signout`)),
+		chromedp.WaitVisible(css(`#signin`)),
+		chromedp.SendKeys(css(`#token`), "not-a-real-console-token"),
+		chromedp.Click(css(`#signin-btn`)),
 	); err != nil {
+		t.Fatalf("chromium: sign out: %v", err)
+	}
+	errText, err := chromedp.Run(browser, chromedp.Poll[string](`document.getElementById("error").textContent || false`, chromedp.WithPollingTimeout(20*time.Second)))
+	if err != nil || !strings.Contains(errText, "not accepted") {
+		t.Fatalf("wrong token: error shown %q, %v", errText, err)
+	}
+	if err := chromedp.Do(browser,
+		chromedp.SendKeys(css(`#token`), bobTok),
+		chromedp.Click(css(`#signin-btn`)),
+		chromedp.WaitVisible(css(`#signedin`)),
+		chromedp.WaitVisible(css(`#messages .msg button[data-action="act-rerun"]`)),
+	); err != nil {
+		t.Fatalf("chromium: sign in as bob: %v", err)
+	}
+	if who := pageText(t, browser, `#whoami`); who != "bob" {
+		t.Fatalf("signed in as %q, want bob", who)
+	}
+	if err := chromedp.Do(browser, chromedp.Click(css(`#messages .msg button[data-action="act-rerun"]`))); err != nil {
 		t.Fatalf("chromium: %v", err)
 	}
 	stub.waitFor(t, ctx, "click", func() bool { return len(stub.actions) == 1 })
 	a := stub.actions[0]
 	if a.User != "bob" || a.ActionID != "act-rerun" || a.Channel != "ops" || a.MessageRef == "" {
 		t.Fatalf("click arrived as %+v, want bob's", a)
+	}
+}
+
+// TestDemoConsoleInChromium: the demo's open console shows the user picker;
+// switching to bob makes the click bob's, and a user not in the list is
+// refused with the error shown on the page.
+func TestDemoConsoleInChromium(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	browser := startBrowser(t, ctx)
+	c := newConsole(t, true)
+	stub := newStub(c)
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+
+	if err := chromedp.Do(browser,
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(css(`#live.on`)),
+		chromedp.WaitVisible(css(`#picker`)),
+	); err != nil {
+		t.Fatalf("chromium: load: %v", err)
+	}
+	firstUser, err := chromedp.Run(browser, chromedp.Value(css(`#user`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(browser,
+		chromedp.SendKeys(css(`#cmd`), "/talos health staging"),
+		chromedp.Click(css(`#send`)),
+		chromedp.WaitVisible(css(`#messages .msg button[data-action="act-rerun"]`)),
+		chromedp.SetValue(css(`#user`), "bob"),
+		chromedp.Click(css(`#messages .msg button[data-action="act-rerun"]`)),
+	); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	stub.waitFor(t, ctx, "click", func() bool { return len(stub.actions) == 1 })
+	if firstUser != "alice" || stub.commands[0].User != "alice" || stub.actions[0].User != "bob" {
+		t.Fatalf("picker %q, command %+v, click %+v", firstUser, stub.commands[0], stub.actions[0])
 	}
 
 	// A refused request shows its error on the page.

@@ -1,7 +1,8 @@
 // Package web is the local web console: a chat adapter whose "platform" is an
 // in-memory channel log served over a JSON API (and SSE for live updates).
 // It is the embedded default for the demo and for scripts and tests; in serve
-// it is off unless enabled, and then every request needs the bearer token.
+// it is off unless enabled, and then every API request needs a user's own
+// bearer token, which alone says who the user is.
 package web
 
 import (
@@ -9,6 +10,7 @@ import (
 	"crypto/subtle"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -37,12 +39,19 @@ type Message struct {
 type Options struct {
 	// Channels the console serves; commands elsewhere get 400.
 	Channels []string
-	// Token, when set, is required as "Authorization: Bearer TOKEN".
-	Token string
-	// Users, when set, restricts who may act (the demo's alice, bob, carol)
-	// and fills the page's user switcher.
+	// Tokens gives each console user their own token (user → token), sent
+	// as "Authorization: Bearer TOKEN". The token that authenticates a
+	// request says who sent it; a body naming another user is refused (403)
+	// and audited. This is how serve runs the console.
+	Tokens map[string]string
+	// Open runs the console without credentials: the request body names the
+	// user, who must be one of Users, and the page shows a user picker. Only
+	// for the demo, which listens on loopback. Exactly one of Tokens and
+	// Open must be set.
+	Open bool
+	// Users are the open console's users (the demo's alice, bob, carol).
 	Users []string
-	// UserLabels optionally describe users in the switcher ("operator").
+	// UserLabels optionally describe users in the picker ("operator").
 	UserLabels map[string]string
 	Clock      func() time.Time
 	// KeepAlive is the interval of SSE comment lines that keep idle streams
@@ -63,15 +72,40 @@ type Console struct {
 	changed chan struct{}
 }
 
-// New returns a console. Call SetHandler before serving.
-func New(o Options) *Console {
+// MinTokenLen is the shortest console token accepted.
+const MinTokenLen = 16
+
+// New returns a console. Call SetHandler before serving. It refuses options
+// that would let a request choose its own identity: no tokens and not
+// explicitly open, a short or empty token, or one token shared by two users.
+func New(o Options) (*Console, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
 	if o.KeepAlive <= 0 {
 		o.KeepAlive = 20 * time.Second
 	}
-	return &Console{o: o, msgs: map[string]*Message{}, changed: make(chan struct{})}
+	switch {
+	case o.Open && len(o.Tokens) > 0:
+		return nil, errors.New("web console: either per-user tokens or the open demo console, not both")
+	case o.Open && len(o.Users) == 0:
+		return nil, errors.New("web console: the open (demo) console needs its list of users")
+	case !o.Open && len(o.Tokens) == 0:
+		return nil, errors.New("web console: no users; give each user their own token (chat.web.users: [{name: alice, token: env:ALICE_CONSOLE_TOKEN}])")
+	}
+	owner := map[string]string{}
+	for user, tok := range o.Tokens {
+		switch {
+		case user == "" || strings.ContainsAny(user, " \t\n"):
+			return nil, fmt.Errorf("web console: user name %q is empty or has spaces", user)
+		case len(tok) < MinTokenLen:
+			return nil, fmt.Errorf("web console: the token of %s is shorter than %d characters; generate one with `openssl rand -hex 24`", user, MinTokenLen)
+		case owner[tok] != "":
+			return nil, fmt.Errorf("web console: %s and %s have the same token, so it cannot say who is asking; give each user their own", min(owner[tok], user), max(owner[tok], user))
+		}
+		owner[tok] = user
+	}
+	return &Console{o: o, msgs: map[string]*Message{}, changed: make(chan struct{})}, nil
 }
 
 // SetHandler connects the console to the bot.
@@ -152,14 +186,17 @@ var page []byte
 // Handler returns the console page and its HTTP API:
 //
 //	GET  / and /console → the page (static; it holds no data, so no token)
-//	POST /api/console/commands {"user","channel","text"} → 202 | 400 {"error"}
-//	POST /api/console/actions  {"user","message_id","action_id"} → 202 | 4xx {"error"}
+//	POST /api/console/commands {"user"?,"channel","text"} → 202 | 400 | 403 | 413 {"error"}
+//	POST /api/console/actions  {"user"?,"message_id","action_id","channel"?} → 202 | 4xx {"error"}
 //	GET  /api/console/messages?channel=C[&after=CURSOR] → {"messages":[…],"cursor"}
 //	GET  /api/console/stream?channel=C[&after=CURSOR] → text/event-stream
-//	GET  /api/console/info → {"users":[{"id","label"}],"channels":[…]}
+//	GET  /api/console/info → {"mode","user"?,"users":[{"id","label"}],"channels":[…]}
 //
-// With Options.Token set, every /api/ request needs "Authorization: Bearer
-// TOKEN" (or ?token=TOKEN, which EventSource needs since it cannot set headers).
+// With Options.Tokens, every /api/ request needs "Authorization: Bearer
+// TOKEN" (or ?token=TOKEN, which EventSource needs since it cannot set
+// headers), and the token names the user: "user" in a body may be omitted,
+// and naming anyone else is refused (403), audited and answered in the
+// channel.
 func (c *Console) Handler() http.Handler {
 	api := http.NewServeMux()
 	api.HandleFunc("POST /api/console/commands", c.postCommand)
@@ -184,33 +221,84 @@ func servePage(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(page)
 }
 
-func (c *Console) getInfo(w http.ResponseWriter, _ *http.Request) {
+func (c *Console) getInfo(w http.ResponseWriter, r *http.Request) {
 	type user struct {
 		ID    string `json:"id"`
 		Label string `json:"label,omitempty"`
 	}
+	out := map[string]any{"channels": nonNil(c.o.Channels)}
 	users := []user{}
-	for _, u := range c.o.Users {
-		users = append(users, user{ID: u, Label: c.o.UserLabels[u]})
+	if me, ok := r.Context().Value(identityKey{}).(string); ok {
+		// A token user sees only themself: the page shows no picker.
+		out["mode"], out["user"] = "token", me
+		users = append(users, user{ID: me, Label: c.o.UserLabels[me]})
+	} else {
+		out["mode"] = "open"
+		for _, u := range c.o.Users {
+			users = append(users, user{ID: u, Label: c.o.UserLabels[u]})
+		}
 	}
+	out["users"] = users
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]any{"users": users, "channels": nonNil(c.o.Channels)})
+	_ = json.NewEncoder(w).Encode(out)
 }
 
+// identityKey carries the authenticated user in a request's context.
+type identityKey struct{}
+
+// auth authenticates /api/ requests. With tokens, the matching token's owner
+// is the request's identity; every token is compared (in constant time), so
+// the time taken does not say which user's token came close.
 func (c *Console) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c.o.Token != "" {
-			got := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if got == "" {
-				got = r.URL.Query().Get("token") // EventSource cannot set headers
-			}
-			if subtle.ConstantTimeCompare([]byte(got), []byte(c.o.Token)) != 1 {
-				writeErr(w, http.StatusUnauthorized, "missing or wrong console token (Authorization: Bearer TOKEN)")
-				return
+		if c.o.Open {
+			next.ServeHTTP(w, r)
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || got == "" {
+			got = r.URL.Query().Get("token") // EventSource cannot set headers
+		}
+		var who string
+		for user, tok := range c.o.Tokens {
+			if subtle.ConstantTimeCompare([]byte(got), []byte(tok)) == 1 {
+				who = user
 			}
 		}
-		next.ServeHTTP(w, r)
+		if got == "" || who == "" {
+			writeErr(w, http.StatusUnauthorized, "missing or wrong console token (Authorization: Bearer YOUR_TOKEN; each user has their own, from chat.web.users)")
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, who)))
 	})
+}
+
+// identify returns who sent r: the token's owner, or in the open console the
+// user the body names. A token holder naming someone else is refused (403),
+// audited through the handler and answered in channel (when it is bound).
+func (c *Console) identify(w http.ResponseWriter, r *http.Request, claimed, channel string) (string, bool) {
+	me, ok := r.Context().Value(identityKey{}).(string)
+	if !ok {
+		if !c.knownUser(claimed) {
+			writeErr(w, http.StatusBadRequest, fmt.Sprintf("unknown user %q; users: %s", claimed, strings.Join(c.o.Users, ", ")))
+			return "", false
+		}
+		return claimed, true
+	}
+	if claimed == "" || claimed == me {
+		return me, true
+	}
+	reason := fmt.Sprintf("the console token of %s cannot act as %q; each user signs in with their own token", me, clip(claimed))
+	if !c.knownChannel(channel) {
+		channel = ""
+	}
+	if h := c.getHandler(); h != nil {
+		// Synchronous: the audit record exists when the 403 is sent.
+		_ = h.HandleRefusal(context.WithoutCancel(r.Context()), chat.Refusal{User: me, Channel: channel, What: "identity", Reason: reason,
+			Detail: map[string]string{"claimed_user": clip(claimed), "via": "console", "path": r.URL.Path}})
+	}
+	writeErr(w, http.StatusForbidden, reason)
+	return "", false
 }
 
 func writeErr(w http.ResponseWriter, code int, msg string) {
@@ -220,9 +308,6 @@ func writeErr(w http.ResponseWriter, code int, msg string) {
 }
 
 func (c *Console) knownUser(u string) bool {
-	if len(c.o.Users) == 0 {
-		return u != ""
-	}
 	for _, k := range c.o.Users {
 		if k == u {
 			return true
@@ -240,25 +325,47 @@ func (c *Console) knownChannel(ch string) bool {
 	return false
 }
 
-func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 64<<10))
+// clip bounds a caller-chosen string before it goes into the audit trail.
+func clip(s string) string {
+	if len(s) > 64 {
+		return strings.ToValidUTF8(s[:64], "") + "…"
+	}
+	return s
+}
+
+// MaxBody bounds a console request body; larger ones get 413.
+const MaxBody = 64 << 10
+
+// decode reads a JSON body; it answers 400 or 413 itself and reports false.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if r.ContentLength > MaxBody {
+		writeErr(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body of %d bytes is larger than %d", r.ContentLength, MaxBody))
+		return false
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("malformed JSON body: %w", err)
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeErr(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", MaxBody))
+			return false
+		}
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("malformed JSON body: %v", err))
+		return false
 	}
-	return nil
+	return true
 }
 
 func (c *Console) postCommand(w http.ResponseWriter, r *http.Request) {
 	var in struct{ User, Channel, Text string }
-	if err := decode(r, &in); err != nil {
-		writeErr(w, http.StatusBadRequest, err.Error())
+	if !decode(w, r, &in) {
+		return
+	}
+	user, ok := c.identify(w, r, in.User, in.Channel)
+	if !ok {
 		return
 	}
 	switch {
-	case !c.knownUser(in.User):
-		writeErr(w, http.StatusBadRequest, fmt.Sprintf("unknown user %q; users: %s", in.User, strings.Join(c.o.Users, ", ")))
-		return
 	case !c.knownChannel(in.Channel):
 		writeErr(w, http.StatusBadRequest, fmt.Sprintf("channel %q is not bound to talosbot; channels: %s", in.Channel, strings.Join(c.o.Channels, ", ")))
 		return
@@ -272,7 +379,7 @@ func (c *Console) postCommand(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Acknowledge first, work after: the handler runs detached from the request.
-	cmd := chat.Command{User: in.User, Channel: in.Channel, Text: in.Text}
+	cmd := chat.Command{User: user, Channel: in.Channel, Text: in.Text}
 	go func() { _ = h.HandleCommand(context.WithoutCancel(r.Context()), cmd) }()
 	w.WriteHeader(http.StatusAccepted)
 }
@@ -282,13 +389,20 @@ func (c *Console) postAction(w http.ResponseWriter, r *http.Request) {
 		User      string `json:"user"`
 		MessageID string `json:"message_id"`
 		ActionID  string `json:"action_id"`
+		// Channel is where the page shows the message; a click on a message
+		// that no longer exists is answered there.
+		Channel string `json:"channel"`
 	}
-	if err := decode(r, &in); err != nil {
-		writeErr(w, http.StatusBadRequest, err.Error())
+	if !decode(w, r, &in) {
 		return
 	}
-	if !c.knownUser(in.User) {
-		writeErr(w, http.StatusBadRequest, fmt.Sprintf("unknown user %q", in.User))
+	c.mu.Lock()
+	if m, ok := c.msgs[in.MessageID]; ok {
+		in.Channel = m.Channel
+	}
+	c.mu.Unlock()
+	user, ok := c.identify(w, r, in.User, in.Channel)
+	if !ok {
 		return
 	}
 	c.mu.Lock()
@@ -304,20 +418,26 @@ func (c *Console) postAction(w http.ResponseWriter, r *http.Request) {
 		channel = msg.Channel
 	}
 	c.mu.Unlock()
-	if !ok {
-		writeErr(w, http.StatusNotFound, fmt.Sprintf("no message %q", in.MessageID))
-		return
-	}
-	if !found {
-		writeErr(w, http.StatusNotFound, fmt.Sprintf("message %s has no button %q (it may have been replaced; reload)", in.MessageID, in.ActionID))
-		return
-	}
 	h := c.getHandler()
 	if h == nil {
 		writeErr(w, http.StatusServiceUnavailable, "the console is not connected to the bot yet; retry in a moment")
 		return
 	}
-	act := chat.Action{User: in.User, Channel: channel, MessageRef: in.MessageID, ActionID: in.ActionID}
+	if !ok || !found {
+		// A forged or stale button: answered in the channel and audited, as
+		// the engine does for Slack and Discord clicks, and the API says so.
+		msg := fmt.Sprintf("no message %q", in.MessageID)
+		if ok {
+			msg = fmt.Sprintf("message %s has no button %q (it may have been replaced; reload)", in.MessageID, in.ActionID)
+		} else if c.knownChannel(in.Channel) {
+			channel = in.Channel
+		}
+		_ = h.HandleRefusal(context.WithoutCancel(r.Context()), chat.Refusal{User: user, Channel: channel, What: "action",
+			Reason: "this button is unknown or no longer valid; run the command again", Detail: map[string]string{"via": "console", "message_id": clip(in.MessageID)}})
+		writeErr(w, http.StatusNotFound, msg)
+		return
+	}
+	act := chat.Action{User: user, Channel: channel, MessageRef: in.MessageID, ActionID: in.ActionID}
 	go func() { _ = h.HandleAction(context.WithoutCancel(r.Context()), act) }()
 	w.WriteHeader(http.StatusAccepted)
 }

@@ -25,6 +25,7 @@ type stubHandler struct {
 	mu       sync.Mutex
 	commands []chat.Command
 	actions  []chat.Action
+	refusals []chat.Refusal
 	changed  chan struct{}
 }
 
@@ -68,6 +69,11 @@ func (s *stubHandler) HandleAction(_ context.Context, a chat.Action) error {
 	return nil
 }
 
+func (s *stubHandler) HandleRefusal(_ context.Context, r chat.Refusal) error {
+	s.note(func() { s.refusals = append(s.refusals, r) })
+	return nil
+}
+
 func (s *stubHandler) waitFor(t *testing.T, ctx context.Context, what string, pred func() bool) {
 	t.Helper()
 	for {
@@ -85,10 +91,29 @@ func (s *stubHandler) waitFor(t *testing.T, ctx context.Context, what string, pr
 	}
 }
 
-func newConsole(token string) *web.Console {
-	return web.New(web.Options{Channels: []string{"ops", "lab"}, Users: []string{"alice", "bob", "carol"},
-		UserLabels: map[string]string{"alice": "operator", "bob": "approver", "carol": "viewer"}, Token: token,
-		Clock: func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }})
+// Each user's console token.
+const (
+	aliceTok = "alice-console-token-0001"
+	bobTok   = "bob-console-token-000002"
+)
+
+// newConsole is the serve console (per-user tokens), or with open the demo's
+// (a user picker, no tokens).
+func newConsole(t *testing.T, open bool) *web.Console {
+	t.Helper()
+	o := web.Options{Channels: []string{"ops", "lab"},
+		UserLabels: map[string]string{"alice": "operator", "bob": "approver", "carol": "viewer"},
+		Clock:      func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }}
+	if open {
+		o.Open, o.Users = true, []string{"alice", "bob", "carol"}
+	} else {
+		o.Tokens = map[string]string{"alice": aliceTok, "bob": bobTok}
+	}
+	c, err := web.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func call(t *testing.T, h http.Handler, method, path, token, body string) (int, string) {
@@ -105,7 +130,7 @@ func call(t *testing.T, h http.Handler, method, path, token, body string) (int, 
 func TestConsoleAPI(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c := newConsole("tok")
+	c := newConsole(t, false)
 	stub := newStub(c)
 	h := c.Handler()
 
@@ -117,37 +142,48 @@ func TestConsoleAPI(t *testing.T) {
 	if code, _ := call(t, h, "GET", "/nope", "", ""); code != 404 {
 		t.Fatalf("GET /nope: %d", code)
 	}
-	if code, body := call(t, h, "GET", "/api/console/info", "", ""); code != 401 || !strings.Contains(body, "Bearer") {
-		t.Fatalf("info without token: %d %s", code, body)
+	for _, tok := range []string{"", "wrong-token-wrong-token", aliceTok[:len(aliceTok)-1]} {
+		if code, body := call(t, h, "GET", "/api/console/info", tok, ""); code != 401 || !strings.Contains(body, "Bearer") {
+			t.Fatalf("info with token %q: %d %s", tok, code, body)
+		}
 	}
-	if code, _ := call(t, h, "GET", "/api/console/info?token=tok", "", ""); code != 200 {
+	if code, _ := call(t, h, "GET", "/api/console/info?token="+aliceTok, "", ""); code != 200 {
 		t.Fatalf("info with ?token: %d", code)
 	}
-	code, body := call(t, h, "GET", "/api/console/info", "tok", "")
-	if code != 200 || !strings.Contains(body, `{"id":"bob","label":"approver"}`) || !strings.Contains(body, `"channels":["ops","lab"]`) {
+	// The token says who you are: the page gets no picker.
+	code, body := call(t, h, "GET", "/api/console/info", bobTok, "")
+	if code != 200 || !strings.Contains(body, `"mode":"token"`) || !strings.Contains(body, `"user":"bob"`) ||
+		!strings.Contains(body, `"users":[{"id":"bob","label":"approver"}]`) || !strings.Contains(body, `"channels":["ops","lab"]`) {
 		t.Fatalf("info: %d %s", code, body)
 	}
 
-	for _, c := range []struct{ body, want string }{
-		{`{"user":"mallory","channel":"ops","text":"status"}`, `unknown user \"mallory\"`},
-		{`{"user":"alice","channel":"random","text":"status"}`, "not bound to talosbot"},
-		{`{"user":"alice","channel":"ops","text":"  "}`, "text is empty"},
-		{`{"user":"alice",`, "malformed JSON"},
-		{`{"user":"alice","channel":"ops","text":"x","extra":1}`, "malformed JSON"},
+	for _, c := range []struct {
+		body, want string
+		code       int
+	}{
+		{`{"channel":"random","text":"status"}`, "not bound to talosbot", 400},
+		{`{"channel":"ops","text":"  "}`, "text is empty", 400},
+		{`{"user":"alice",`, "malformed JSON", 400},
+		{`{"channel":"ops","text":"x","extra":1}`, "malformed JSON", 400},
+		{`{"channel":"ops","text":"` + strings.Repeat("x", web.MaxBody) + `"}`, "larger than", 413},
 	} {
-		if code, body := call(t, h, "POST", "/api/console/commands", "tok", c.body); code != 400 || !strings.Contains(body, c.want) {
-			t.Errorf("%s: %d %s, want 400 %q", c.body, code, body, c.want)
+		if code, body := call(t, h, "POST", "/api/console/commands", aliceTok, c.body); code != c.code || !strings.Contains(body, c.want) {
+			t.Errorf("%.80s: %d %s, want %d %q", c.body, code, body, c.code, c.want)
 		}
 	}
-	if code, body := call(t, h, "POST", "/api/console/commands", "tok", `{"user":"alice","channel":"ops","text":"/talos health staging"}`); code != 202 {
+	// No user in the body: the token's. Naming yourself is the same.
+	if code, body := call(t, h, "POST", "/api/console/commands", aliceTok, `{"channel":"ops","text":"/talos health staging"}`); code != 202 {
 		t.Fatalf("command: %d %s", code, body)
 	}
-	stub.waitFor(t, ctx, "command", func() bool { return len(stub.commands) == 1 })
+	if code, body := call(t, h, "POST", "/api/console/commands", bobTok, `{"user":"bob","channel":"lab","text":"/talos status"}`); code != 202 {
+		t.Fatalf("command: %d %s", code, body)
+	}
+	stub.waitFor(t, ctx, "commands", func() bool { return len(stub.commands) == 2 })
 	var page struct {
 		Messages []web.Message `json:"messages"`
 		Cursor   string        `json:"cursor"`
 	}
-	_, body = call(t, h, "GET", "/api/console/messages?channel=ops", "tok", "")
+	_, body = call(t, h, "GET", "/api/console/messages?channel=ops", aliceTok, "")
 	if err := json.Unmarshal([]byte(body), &page); err != nil || len(page.Messages) != 2 {
 		t.Fatalf("messages: %v %s", err, body)
 	}
@@ -158,43 +194,140 @@ func TestConsoleAPI(t *testing.T) {
 	if !strings.Contains(body, `"buttons":[{"action_id":"act-rerun","label":"Run again","style":"primary"}]`) || !strings.Contains(body, `"updated_at":"2026-01-02T03:04:05Z"`) {
 		t.Fatalf("message JSON shape: %s", body)
 	}
-	if _, body := call(t, h, "GET", "/api/console/messages?channel=ops&after="+page.Cursor, "tok", ""); !strings.Contains(body, `"messages":[]`) {
+	if _, body := call(t, h, "GET", "/api/console/messages?channel=ops&after="+page.Cursor, aliceTok, ""); !strings.Contains(body, `"messages":[]`) {
 		t.Fatalf("after cursor: %s", body)
 	}
-	if code, _ := call(t, h, "GET", "/api/console/messages?channel=ops&after=x", "tok", ""); code != 400 {
+	if code, _ := call(t, h, "GET", "/api/console/messages?channel=ops&after=x", aliceTok, ""); code != 400 {
 		t.Fatalf("bad cursor: %d", code)
 	}
-	if code, _ := call(t, h, "GET", "/api/console/messages?channel=elsewhere", "tok", ""); code != 400 {
+	if code, _ := call(t, h, "GET", "/api/console/messages?channel=elsewhere", aliceTok, ""); code != 400 {
 		t.Fatalf("unbound channel: %d", code)
 	}
-
-	for _, c := range []struct {
-		body string
-		code int
-	}{
-		{`{"user":"bob","message_id":"m404","action_id":"act-rerun"}`, 404},
-		{`{"user":"bob","message_id":"` + parent.ID + `","action_id":"forged"}`, 404},
-		{`{"user":"eve","message_id":"` + parent.ID + `","action_id":"act-rerun"}`, 400},
-		{`[]`, 400},
-	} {
-		if code, body := call(t, h, "POST", "/api/console/actions", "tok", c.body); code != c.code || !strings.Contains(body, `"error"`) {
-			t.Errorf("%s: %d %s, want %d", c.body, code, body, c.code)
-		}
+	if code, body := call(t, h, "POST", "/api/console/actions", bobTok, `[]`); code != 400 || !strings.Contains(body, `"error"`) {
+		t.Errorf("[]: %d %s", code, body)
 	}
-	if code, body := call(t, h, "POST", "/api/console/actions", "tok", `{"user":"bob","message_id":"`+parent.ID+`","action_id":"act-rerun"}`); code != 202 {
+	if code, body := call(t, h, "POST", "/api/console/actions", bobTok, `{"message_id":"`+parent.ID+`","action_id":"act-rerun"}`); code != 202 {
 		t.Fatalf("action: %d %s", code, body)
 	}
 	stub.waitFor(t, ctx, "action", func() bool { return len(stub.actions) == 1 })
 	if want := (chat.Action{User: "bob", Channel: "ops", MessageRef: parent.ID, ActionID: "act-rerun"}); stub.actions[0] != want {
 		t.Fatalf("action %+v", stub.actions[0])
 	}
-	if !slices.Equal(stub.commands, []chat.Command{{User: "alice", Channel: "ops", Text: "/talos health staging"}}) {
+	if !slices.Equal(stub.commands, []chat.Command{{User: "alice", Channel: "ops", Text: "/talos health staging"}, {User: "bob", Channel: "lab", Text: "/talos status"}}) &&
+		!slices.Equal(stub.commands, []chat.Command{{User: "bob", Channel: "lab", Text: "/talos status"}, {User: "alice", Channel: "ops", Text: "/talos health staging"}}) {
 		t.Fatalf("commands %+v", stub.commands)
+	}
+	if len(stub.refusals) != 0 {
+		t.Fatalf("refusals %+v", stub.refusals)
+	}
+}
+
+// TestConsoleTokenNamingAnotherUserIsRefused: the body cannot choose who you
+// are. Naming another user (known or not) is 403, handed to the bot as a
+// refusal with the token's owner as the actor, and runs nothing.
+func TestConsoleTokenNamingAnotherUserIsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := newConsole(t, false)
+	stub := newStub(c)
+	h := c.Handler()
+	parent, _ := c.Post(ctx, "ops", "", chat.Message{Text: "approve?", Buttons: []chat.Button{{ActionID: "act-approve", Label: "Approve"}}})
+
+	for _, req := range []struct{ path, body, channel string }{
+		{"/api/console/commands", `{"user":"bob","channel":"ops","text":"/talos upgrade talos v1.13.9 production"}`, "ops"},
+		{"/api/console/commands", `{"user":"mallory","channel":"nowhere","text":"/talos status"}`, ""},
+		{"/api/console/actions", `{"user":"bob","message_id":"` + parent + `","action_id":"act-approve"}`, "ops"},
+	} {
+		code, body := call(t, h, "POST", req.path, aliceTok, req.body)
+		if code != 403 || !strings.Contains(body, "console token of alice cannot act as") {
+			t.Fatalf("%s %s: %d %s, want 403", req.path, req.body, code, body)
+		}
+		// Synchronous: recorded before the answer.
+		r := stub.refusals[len(stub.refusals)-1]
+		if r.User != "alice" || r.What != "identity" || r.Channel != req.channel || r.Detail["claimed_user"] == "" || r.Detail["claimed_user"] == "alice" {
+			t.Fatalf("refusal %+v", r)
+		}
+	}
+	if len(stub.commands)+len(stub.actions) != 0 {
+		t.Fatalf("a refused request ran: %+v %+v", stub.commands, stub.actions)
+	}
+}
+
+// TestConsoleForgedActionAnswered: a forged or stale button is answered in
+// the channel and audited through the bot, as on Slack and Discord, and the
+// API still says 404.
+func TestConsoleForgedActionAnswered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := newConsole(t, false)
+	stub := newStub(c)
+	h := c.Handler()
+	parent, _ := c.Post(ctx, "lab", "", chat.Message{Text: "x", Buttons: []chat.Button{{ActionID: "act-real", Label: "Real"}}})
+	for _, req := range []struct{ body, channel, want string }{
+		{`{"message_id":"` + parent + `","action_id":"forged"}`, "lab", "has no button"},
+		{`{"message_id":"m404","action_id":"act-real","channel":"ops"}`, "ops", "no message"},
+		{`{"message_id":"m404","action_id":"act-real","channel":"nowhere"}`, "", "no message"},
+	} {
+		code, body := call(t, h, "POST", "/api/console/actions", bobTok, req.body)
+		if code != 404 || !strings.Contains(body, req.want) {
+			t.Fatalf("%s: %d %s", req.body, code, body)
+		}
+		r := stub.refusals[len(stub.refusals)-1]
+		if r.User != "bob" || r.What != "action" || r.Channel != req.channel || !strings.Contains(r.Reason, "no longer valid") {
+			t.Fatalf("refusal %+v, want bob in %q", r, req.channel)
+		}
+	}
+	if len(stub.actions) != 0 {
+		t.Fatalf("forged clicks ran: %+v", stub.actions)
+	}
+}
+
+// TestConsoleOpenDemo: the demo's console has no tokens; the body names one
+// of its users, chosen in the page's picker.
+func TestConsoleOpenDemo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := newConsole(t, true)
+	stub := newStub(c)
+	h := c.Handler()
+	if code, body := call(t, h, "GET", "/api/console/info", "", ""); code != 200 || !strings.Contains(body, `"mode":"open"`) || !strings.Contains(body, `{"id":"bob","label":"approver"}`) {
+		t.Fatalf("info: %d %s", code, body)
+	}
+	for _, body := range []string{`{"user":"mallory","channel":"ops","text":"status"}`, `{"channel":"ops","text":"status"}`} {
+		if code, out := call(t, h, "POST", "/api/console/commands", "", body); code != 400 || !strings.Contains(out, "unknown user") {
+			t.Errorf("%s: %d %s", body, code, out)
+		}
+	}
+	if code, body := call(t, h, "POST", "/api/console/commands", "", `{"user":"carol","channel":"ops","text":"/talos status"}`); code != 202 {
+		t.Fatalf("command: %d %s", code, body)
+	}
+	stub.waitFor(t, ctx, "command", func() bool { return len(stub.commands) == 1 })
+	if stub.commands[0].User != "carol" {
+		t.Fatalf("command %+v", stub.commands[0])
+	}
+}
+
+func TestNewRefusesConsolesWithoutIdentity(t *testing.T) {
+	for name, o := range map[string]web.Options{
+		"nothing":        {Channels: []string{"ops"}},
+		"users only":     {Channels: []string{"ops"}, Users: []string{"alice"}},
+		"open, no users": {Open: true},
+		"both":           {Open: true, Users: []string{"alice"}, Tokens: map[string]string{"alice": aliceTok}},
+		"short token":    {Tokens: map[string]string{"alice": "short"}},
+		"empty token":    {Tokens: map[string]string{"alice": ""}},
+		"shared token":   {Tokens: map[string]string{"alice": aliceTok, "bob": aliceTok}},
+		"blank user":     {Tokens: map[string]string{"": aliceTok}},
+	} {
+		if _, err := web.New(o); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if strings.Contains(err.Error(), aliceTok) {
+			t.Errorf("%s: the error shows the token: %v", name, err)
+		}
 	}
 }
 
 func TestConsoleWithoutHandler(t *testing.T) {
-	c := newConsole("")
+	c := newConsole(t, true)
 	if code, body := call(t, c.Handler(), "POST", "/api/console/commands", "", `{"user":"alice","channel":"ops","text":"status"}`); code != 503 || !strings.Contains(body, "not connected") {
 		t.Fatalf("%d %s", code, body)
 	}
@@ -224,14 +357,14 @@ func readEvent(t *testing.T, r *bufio.Reader) (id string, m web.Message) {
 func TestConsoleStreamLiveAndResume(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c := newConsole("tok")
+	c := newConsole(t, false)
 	srv := httptest.NewServer(c.Handler())
 	defer srv.Close()
 	first, _ := c.Post(ctx, "ops", "", chat.Message{Text: "one"})
 	_, _ = c.Post(ctx, "lab", "", chat.Message{Text: "other channel"})
 
 	open := func(header string) (*bufio.Reader, func()) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/console/stream?channel=ops&token=tok", nil)
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/console/stream?channel=ops&token="+aliceTok, nil)
 		if header != "" {
 			req.Header.Set("Last-Event-ID", header)
 		}
