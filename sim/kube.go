@@ -304,3 +304,53 @@ func (k *kubeSide) allReady(ctx context.Context, nodes []*node) error {
 
 	return nil
 }
+
+// KubeBackend is a Kubernetes API server started by Options.KubeOnEtcd.
+type KubeBackend struct {
+	// Client talks to it: the sim writes Node objects and mirror pods through it.
+	Client kubernetes.Interface
+	// Kubeconfig is what the Kubeconfig RPC serves (a secret).
+	Kubeconfig []byte
+	// Stop stops the server; the sim's Close calls it before stopping etcd. Nil: nothing to stop.
+	Stop func()
+}
+
+// startKubeOnEtcd runs Options.KubeOnEtcd against the control planes' etcd members. On Talos
+// each control plane runs its own kube-apiserver against its local member only
+// (internal/app/machined/pkg/controllers/k8s/control_plane.go: EtcdServers
+// https://127.0.0.1:2379); the sim runs one apiserver for the cluster, so it gets every member.
+func (c *Cluster) startKubeOnEtcd(ctx context.Context) error {
+	if c.opts.KubeOnEtcd == nil {
+		return nil
+	}
+
+	var servers []string
+
+	for _, m := range c.etcd.Members() {
+		servers = append(servers, m.ClientURL())
+	}
+
+	kb, err := c.opts.KubeOnEtcd(ctx, servers)
+	if err != nil {
+		return fmt.Errorf("start kube-apiserver on the sim's etcd: %w", err)
+	}
+
+	if kb.Client == nil {
+		if kb.Stop != nil {
+			kb.Stop()
+		}
+
+		return errors.New("sim: Options.KubeOnEtcd returned no Client")
+	}
+
+	c.kubeStop = kb.Stop
+	c.opts.Kube = kb.Client
+
+	if len(c.opts.Kubeconfig) == 0 {
+		c.opts.Kubeconfig = kb.Kubeconfig
+	}
+
+	c.kube = &kubeSide{client: kb.Client, hostLabel: c.opts.HostLabel, drainTimeout: c.opts.DrainTimeout, log: c.log}
+
+	return nil
+}

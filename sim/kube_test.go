@@ -4,17 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/talosbot/talosbot/internal/testenv"
 	"github.com/talosbot/talosbot/sim"
@@ -227,5 +230,85 @@ func BenchmarkStartWithKube(b *testing.B) {
 		if err := c.Close(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestKubeStoresIntoSimEtcd: with Options.KubeOnEtcd the kube-apiserver stores into the control
+// planes' etcd members, so the Node objects the sim registers are /registry keys in that cluster
+// (and so in its snapshots), as on a Talos control plane.
+func TestKubeStoresIntoSimEtcd(t *testing.T) {
+	startKube := testenv.KubeStarter(t)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+
+	var kube *testenv.Kube
+
+	c, err := sim.Start(ctx, sim.Options{
+		Dir: t.TempDir(), ControlPlanes: 3, Workers: 1,
+		KubeOnEtcd: func(ctx context.Context, servers []string) (sim.KubeBackend, error) {
+			if len(servers) != 3 {
+				return sim.KubeBackend{}, fmt.Errorf("want the 3 control planes' client URLs, got %v", servers)
+			}
+
+			k, err := startKube(ctx, servers)
+			if err != nil {
+				return sim.KubeBackend{}, err
+			}
+
+			kube = k
+
+			return sim.KubeBackend{Client: k.Client, Kubeconfig: k.Kubeconfig, Stop: k.Stop}, nil
+		},
+	})
+	if err != nil {
+		t.Fatalf("start sim: %v", err)
+	}
+
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("close sim: %v", err)
+		}
+	})
+
+	nodes, err := kube.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nodes.Items) != 4 {
+		t.Fatalf("nodes registered through the apiserver: %v (err %v), want 4", len(nodes.Items), err)
+	}
+
+	ec, err := c.Etcd().Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ec.Close()
+
+	// kube-apiserver keeps Nodes under /registry/minions/<name>.
+	resp, err := ec.Get(ctx, "/registry/minions/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatalf("read the sim's etcd: %v", err)
+	}
+
+	if len(resp.Kvs) != 4 {
+		t.Fatalf("the sim's etcd holds %d Node keys under /registry/minions/, want 4", len(resp.Kvs))
+	}
+
+	// The apiserver is the sim's to stop: after Close it no longer answers.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := kube.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+		t.Fatal("kube-apiserver still answers after the sim closed")
+	}
+}
+
+// TestKubeOnEtcdRefusesBoth: Kube and KubeOnEtcd are two ways to give the sim a Kubernetes side.
+func TestKubeOnEtcdRefusesBoth(t *testing.T) {
+	_, err := sim.Start(t.Context(), sim.Options{
+		ControlPlanes: 1, Kube: fake.NewClientset(),
+		KubeOnEtcd: func(context.Context, []string) (sim.KubeBackend, error) { return sim.KubeBackend{}, nil },
+	})
+	if err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Fatalf("Start with Kube and KubeOnEtcd: %v, want a refusal", err)
 	}
 }

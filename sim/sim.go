@@ -76,6 +76,11 @@ type Options struct {
 	RebootDelay time.Duration
 	// Kube, when set, is the Kubernetes side: Node objects, Ready flips, cordon and drain.
 	Kube kubernetes.Interface
+	// KubeOnEtcd, instead of Kube, starts the Kubernetes side once the control planes' etcd
+	// is up, given the members' client URLs, so that the kube-apiserver stores into the
+	// sim's etcd as it does on a Talos control plane (snapshots hold /registry keys).
+	// Close stops it (KubeBackend.Stop) before it stops etcd. See KubeBackend.
+	KubeOnEtcd func(ctx context.Context, etcdServers []string) (KubeBackend, error)
 	// Kubeconfig is returned by the Kubeconfig RPC (wrapped in .tar.gz as Talos does).
 	// Empty: a placeholder kubeconfig pointing at cp-1:6443.
 	Kubeconfig []byte
@@ -125,6 +130,9 @@ type Cluster struct {
 	byIP   map[string]*node
 
 	talosconfig []byte
+
+	// kubeStop stops a kube-apiserver started by Options.KubeOnEtcd.
+	kubeStop func()
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -206,6 +214,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("start etcd (%d members): %w", len(specs), err)
 	}
 
+	if err = c.startKubeOnEtcd(ctx); err != nil {
+		return nil, err
+	}
+
 	for _, n := range c.nodes {
 		if err = n.startBackend(); err != nil {
 			return nil, err
@@ -250,6 +262,10 @@ func withDefaults(o Options) (Options, error) {
 
 	if o.ControlPlanes+o.Workers > 250 {
 		return o, errors.New("sim: at most 250 nodes fit a /24 loopback block")
+	}
+
+	if o.Kube != nil && o.KubeOnEtcd != nil {
+		return o, errors.New("sim: set Options.Kube or Options.KubeOnEtcd, not both")
 	}
 
 	if o.Name == "" {
@@ -498,6 +514,10 @@ func (c *Cluster) Close() error {
 		}
 
 		c.wg.Wait()
+
+		if c.kubeStop != nil {
+			c.kubeStop()
+		}
 
 		if c.etcd != nil {
 			if err := c.etcd.Close(); err != nil {

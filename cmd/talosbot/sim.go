@@ -82,9 +82,9 @@ type simCluster struct {
 }
 
 func (c *simCluster) close() {
-	_ = c.sim.Close()
+	_ = c.sim.Close() // also stops the kube-apiserver it started
 	if c.kube != nil {
-		c.kube.Stop()
+		c.kube.Stop() // idempotent
 	}
 	// Client configurations are secrets: they must not outlive the cluster.
 	_ = os.Remove(filepath.Join(c.dir, "talosconfig"))
@@ -106,27 +106,29 @@ func startSimCluster(ctx context.Context, o simOptions) (*simCluster, error) {
 		// With a kube-apiserver the sim plays the kubelet: static pods follow the config.
 		StaticPods: o.kube}
 	if o.kube {
-		kctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		k, err := testenv.StartKubeProcess(kctx, o.dir)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("start kube-apiserver (run `make tools` first): %w", err)
-		}
-		c.kube = k
-		so.Kube, so.Kubeconfig = k.Client, k.Kubeconfig
-		if err := writeSecretFile(filepath.Join(o.dir, "kubeconfig"), k.Kubeconfig); err != nil {
-			k.Stop()
-			return nil, err
+		// The apiserver stores into the control planes' etcd, as on Talos; the sim stops it.
+		so.KubeOnEtcd = func(ctx context.Context, etcdServers []string) (sim.KubeBackend, error) {
+			kctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			k, err := testenv.StartKubeProcessWith(kctx, o.dir, testenv.KubeOptions{EtcdServers: etcdServers})
+			if err != nil {
+				return sim.KubeBackend{}, fmt.Errorf("start kube-apiserver (run `make tools` first): %w", err)
+			}
+			c.kube = k
+			return sim.KubeBackend{Client: k.Client, Kubeconfig: k.Kubeconfig, Stop: k.Stop}, nil
 		}
 	}
 	s, err := sim.Start(ctx, so)
 	if err != nil {
-		if c.kube != nil {
-			c.kube.Stop()
-		}
 		return nil, fmt.Errorf("start simulator: %w", err)
 	}
 	c.sim = s
+	if c.kube != nil {
+		if err := writeSecretFile(filepath.Join(o.dir, "kubeconfig"), c.kube.Kubeconfig); err != nil {
+			c.close()
+			return nil, err
+		}
+	}
 	if err := writeSecretFile(filepath.Join(o.dir, "talosconfig"), s.Talosconfig()); err != nil {
 		c.close()
 		return nil, err

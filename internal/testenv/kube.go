@@ -29,7 +29,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// Kube is a running kube-apiserver backed by an embedded etcd.
+// Kube is a running kube-apiserver backed by an embedded etcd, or by the etcd
+// cluster given in KubeOptions.EtcdServers.
 type Kube struct {
 	Client     kubernetes.Interface
 	Dynamic    dynamic.Interface
@@ -38,7 +39,8 @@ type Kube struct {
 	// token. It is a secret: never log it or write it outside a 0600 file
 	// in a private temp dir.
 	Kubeconfig []byte
-	// Stop kills the apiserver's process group, stops etcd and removes the
+	// Stop kills the apiserver's process group, stops its embedded etcd (not
+	// a cluster given in KubeOptions.EtcdServers) and removes the
 	// working directory. It is safe to call more than once.
 	Stop func()
 }
@@ -53,16 +55,31 @@ const (
 	portAttempts = 3
 )
 
+// KubeOptions change how StartKubeWith and StartKubeProcessWith run the apiserver.
+type KubeOptions struct {
+	// EtcdServers, when set, are the client URLs of an etcd cluster the
+	// apiserver stores into (the simulator's control-plane members, so that
+	// their snapshots hold real /registry keys); no embedded etcd is started
+	// and Stop leaves that cluster alone. Empty: a private embedded etcd.
+	EtcdServers []string
+}
+
 // StartKube starts etcd and kube-apiserver for a test, installs the Flux
 // CRDs and the flux-system namespace, and registers cleanup with t.Cleanup.
 // Without a kube-apiserver binary it skips (or fails in CI, see Require).
 func StartKube(t testing.TB) *Kube {
 	t.Helper()
+	return StartKubeWith(t, KubeOptions{})
+}
+
+// StartKubeWith is StartKube with options.
+func StartKubeWith(t testing.TB, o KubeOptions) *Kube {
+	t.Helper()
 	bin, err := KubeAPIServerPath()
 	Require(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	k, err := startKube(ctx, t.TempDir(), bin)
+	k, err := startKube(ctx, t.TempDir(), bin, o)
 	if err != nil {
 		t.Fatalf("start kube-apiserver: %v", err)
 	}
@@ -70,10 +87,45 @@ func StartKube(t testing.TB) *Kube {
 	return k
 }
 
+// KubeStarter is for a kube-apiserver that must start later, on an etcd
+// cluster that does not exist yet (the simulator's, through
+// sim.Options.KubeOnEtcd). It looks for the binary now, skipping or failing
+// t as Require does, and returns a function that starts the apiserver
+// storing into etcdServers; t's cleanup stops it. The function returns
+// errors instead of failing t, as it runs inside the caller's start-up.
+func KubeStarter(t testing.TB) func(ctx context.Context, etcdServers []string) (*Kube, error) {
+	t.Helper()
+	bin, err := KubeAPIServerPath()
+	Require(t, err)
+	dir := t.TempDir()
+	return func(ctx context.Context, etcdServers []string) (*Kube, error) {
+		if len(etcdServers) == 0 {
+			return nil, errors.New("testenv: KubeStarter needs at least one etcd server")
+		}
+		work, err := os.MkdirTemp(dir, "kube-")
+		if err != nil {
+			return nil, fmt.Errorf("create kube work dir: %w", err)
+		}
+		ctx, cancel := context.WithTimeout(ctx, startTimeout)
+		defer cancel()
+		k, err := startKube(ctx, work, bin, KubeOptions{EtcdServers: etcdServers})
+		if err != nil {
+			return nil, fmt.Errorf("start kube-apiserver on %v: %w", etcdServers, err)
+		}
+		t.Cleanup(k.Stop)
+		return k, nil
+	}
+}
+
 // StartKubeProcess is StartKube for callers without a testing.TB (the demo).
 // Files go to a new private directory under dir (os.TempDir() if empty),
 // which Stop removes. ctx bounds start-up only; the caller must call Stop.
 func StartKubeProcess(ctx context.Context, dir string) (*Kube, error) {
+	return StartKubeProcessWith(ctx, dir, KubeOptions{})
+}
+
+// StartKubeProcessWith is StartKubeProcess with options.
+func StartKubeProcessWith(ctx context.Context, dir string, o KubeOptions) (*Kube, error) {
 	bin, err := KubeAPIServerPath()
 	if err != nil {
 		return nil, err
@@ -82,7 +134,7 @@ func StartKubeProcess(ctx context.Context, dir string) (*Kube, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create kube work dir: %w", err)
 	}
-	k, err := startKube(ctx, work, bin)
+	k, err := startKube(ctx, work, bin, o)
 	if err != nil {
 		_ = os.RemoveAll(work)
 		return nil, err
@@ -96,17 +148,22 @@ func StartKubeProcess(ctx context.Context, dir string) (*Kube, error) {
 }
 
 // startKube does the work in dir, which the caller owns.
-func startKube(ctx context.Context, dir, bin string) (_ *Kube, err error) {
+func startKube(ctx context.Context, dir, bin string, o KubeOptions) (_ *Kube, err error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("restrict %s: %w", dir, err)
 	}
-	etcd, etcdURL, err := startEtcd(ctx, filepath.Join(dir, "etcd"))
-	if err != nil {
-		return nil, err
+	etcdURL := strings.Join(o.EtcdServers, ",")
+	stopEtcd := func() {}
+	if len(o.EtcdServers) == 0 {
+		etcd, u, err := startEtcd(ctx, filepath.Join(dir, "etcd"))
+		if err != nil {
+			return nil, err
+		}
+		etcdURL, stopEtcd = u, etcd.Close
 	}
 	defer func() {
 		if err != nil {
-			etcd.Close()
+			stopEtcd()
 		}
 	}()
 
@@ -120,7 +177,7 @@ func startKube(ctx context.Context, dir, bin string) (_ *Kube, err error) {
 		if err == nil {
 			k.Stop = sync.OnceFunc(func() {
 				proc.stop()
-				etcd.Close()
+				stopEtcd()
 			})
 			return k, nil
 		}

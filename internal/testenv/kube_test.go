@@ -262,7 +262,7 @@ func BenchmarkStartKube(b *testing.B) {
 	Require(b, err)
 	for b.Loop() {
 		ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-		k, err := startKube(ctx, b.TempDir(), bin)
+		k, err := startKube(ctx, b.TempDir(), bin, KubeOptions{})
 		cancel()
 		if err != nil {
 			b.Fatal(err)
