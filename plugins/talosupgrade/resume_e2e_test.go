@@ -55,11 +55,11 @@ timeouts:
   node: 30s
 policy: {staging: {operators: ["*"]}}
 chat:
-  web: {enabled: true, token: env:TB_CONSOLE_TOKEN}
+  web: {enabled: true, users: [{name: alice, token: env:TB_CONSOLE_TOKEN_ALICE}]}
 `, dir, addr, e.c.Nodes()[0].IP, strings.Join(nodes, "\n      - "), tc, sim.DefaultSchematic, from, target)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b := &servetest.Bot{T: t, Bin: bin, Config: cfg, Addr: addr, Token: "console-secret-resume"}
+	b := &servetest.Bot{T: t, Bin: bin, Config: cfg, Addr: addr, Tokens: servetest.NewTokens(t, "alice")}
 	b.Start()
 	t.Cleanup(func() {
 		if b.Cmd.ProcessState == nil {
@@ -134,7 +134,7 @@ chat:
 			t.Fatalf("final message lacks %q: %s", want, final.Text)
 		}
 	}
-	if strings.Contains(b.Stderr.String(), b.Token) {
+	if strings.Contains(b.Stderr.String(), b.Tokens["alice"]) {
 		t.Fatal("the console token reached the log")
 	}
 }
