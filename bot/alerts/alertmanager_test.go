@@ -269,7 +269,7 @@ clusters:
     nodes: [{name: cp-1, address: 127.0.0.2, role: controlplane, host: pve1}]
     credentials: {source: files, talosconfig: "file:%[1]s/tc"}
 policy:
-  production: {operators: [alice], viewers: [carol]}
+  production: {operators: [alice], viewers: [carol], approvers: [bob]}
   staging: {operators: [alice]}
 alerts:
   rules:
