@@ -370,6 +370,10 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 			return nil, err
 		}
 	}
+	backups, err := e.backupSettings(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
 	return &lifecyclev1.OperationRequest{
 		OperationId: op.ID, Command: op.Command, Args: pluginArgs(op.Args), Cluster: pc, Requester: op.Requester,
 		Credentials: &lifecyclev1.Credentials{Talosconfig: creds.Talosconfig, Kubeconfig: creds.Kubeconfig},
@@ -377,7 +381,7 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 			SnapshotDir: c.SnapshotDir, GateTimeoutMs: c.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: c.Timeouts.Node.D().Milliseconds(),
 			KnownTalosReleases: c.Releases.Talos, RefuseNonLatestPatch: c.Releases.RefuseNonLatestPatch,
 			SnapshotKeep: int32(c.Snapshots.Keep), SnapshotMaxAgeSeconds: int64(c.Snapshots.MaxAge.D().Seconds()),
-			Extra: extra,
+			Extra: extra, Backups: backups,
 		},
 	}, nil
 }

@@ -614,3 +614,40 @@ func TestCredentialsReadOncePerPhase(t *testing.T) {
 		t.Fatalf("credentials read %d times for one operation, want 2 (plan; re-plan + run)", n)
 	}
 }
+
+// The host tells plugins which snapshots operation records still name
+// (plugins never read the store): a disruptive operation's artifact is
+// protected until the operation ended more than snapshots.soak ago.
+func TestProtectedSnapshotsUntilSoak(t *testing.T) {
+	e := newEnv(t)
+	id, err := e.submit("alice", "stg", "/talos roll v2 --artifact staging/20261130T115900Z-cp-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateSucceeded)
+	out := filepath.Join(t.TempDir(), "protected")
+	probe := func() string {
+		t.Helper()
+		pid, err := e.submit("alice", "stg", "/talos probe --protected "+out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.await(pid, state.StateSucceeded)
+		b, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if got := probe(); got != "staging/20261130T115900Z-cp-1" {
+		t.Fatalf("protected = %q, want the roll's snapshot", got)
+	}
+	e.clock.Add(6 * 24 * time.Hour)
+	if got := probe(); got != "staging/20261130T115900Z-cp-1" {
+		t.Fatalf("after 6 days protected = %q, want it still protected (soak 7d)", got)
+	}
+	e.clock.Add(2 * 24 * time.Hour)
+	if got := probe(); got != "" {
+		t.Fatalf("after 8 days protected = %q, want nothing (soak over)", got)
+	}
+}

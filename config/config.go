@@ -132,12 +132,6 @@ type Timeouts struct {
 	Run  Duration `yaml:"run"`
 }
 
-// SnapshotRetention keeps the newest Keep snapshots, or those younger than MaxAge.
-type SnapshotRetention struct {
-	Keep   int      `yaml:"keep"`
-	MaxAge Duration `yaml:"max_age"`
-}
-
 // Chat configures the chat adapters.
 type Chat struct {
 	Slack   *Slack   `yaml:"slack"`
@@ -285,7 +279,6 @@ const (
 	DefaultRunTimeout      = 4 * time.Hour
 	DefaultExpiry          = 30 * time.Minute
 	DefaultPromotionMaxAge = 14 * 24 * time.Hour
-	DefaultSnapshotKeep    = 10
 	DefaultClusterLabel    = "cluster"
 )
 
@@ -309,9 +302,7 @@ func (c *Config) ApplyDefaults() {
 	if c.Timeouts.Run == 0 {
 		c.Timeouts.Run = Duration(DefaultRunTimeout)
 	}
-	if c.Snapshots.Keep == 0 && c.Snapshots.MaxAge == 0 {
-		c.Snapshots.Keep = DefaultSnapshotKeep
-	}
+	c.Snapshots.applyDefaults()
 	if c.Alerts.ClusterLabel == "" {
 		c.Alerts.ClusterLabel = DefaultClusterLabel
 	}

@@ -84,9 +84,7 @@ func (c *Config) Validate() []FieldError {
 	if c.Timeouts.Gate <= 0 || c.Timeouts.Node <= 0 || c.Timeouts.Run <= 0 {
 		add("timeouts", "gate, node and run timeouts must be positive")
 	}
-	if c.Snapshots.Keep < 0 {
-		add("snapshots.keep", "must not be negative")
-	}
+	errs = append(errs, c.Snapshots.validate(c)...)
 	if s := c.Chat.Slack; s != nil {
 		if s.Mode != "" && s.Mode != "socket" && s.Mode != "http" {
 			add("chat.slack.mode", "%q must be socket or http", s.Mode)

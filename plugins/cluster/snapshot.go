@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/talosbot/talosbot/internal/retention"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
 
@@ -56,10 +56,12 @@ const snapshotTrailer = sha256.Size
 type SnapshotOptions struct {
 	// Dir is settings.snapshot_dir; snapshots go to Dir/<cluster>/.
 	Dir string
-	// Keep keeps the newest N snapshots of the cluster (0: no count limit).
-	Keep int
-	// MaxAge removes snapshots older than this (0: no age limit).
-	MaxAge time.Duration
+	// Retention is the local retention policy (zero: keep everything).
+	Retention retention.Policy
+	// Protected holds snapshot ids that an operation record names within the
+	// soak period: retention never deletes them (the host computes them;
+	// plugins never read the store).
+	Protected map[string]bool
 	// Now is the clock for names and retention (default time.Now).
 	Now func() time.Time
 	// FreeSpace reports the bytes available in a directory (default statfs).
@@ -68,13 +70,29 @@ type SnapshotOptions struct {
 	Step func(id, detail string, err error)
 }
 
-// SnapshotOptionsFrom reads the host settings.
+// SnapshotOptionsFrom reads the host settings. Settings.backups.local wins
+// over the older snapshot_keep/snapshot_max_age_seconds fields.
 func SnapshotOptionsFrom(s *lifecyclev1.Settings) SnapshotOptions {
-	return SnapshotOptions{
-		Dir:    s.GetSnapshotDir(),
-		Keep:   int(s.GetSnapshotKeep()),
-		MaxAge: time.Duration(s.GetSnapshotMaxAgeSeconds()) * time.Second,
+	o := SnapshotOptions{
+		Dir: s.GetSnapshotDir(),
+		Retention: retention.Policy{Keep: int(s.GetSnapshotKeep()),
+			MaxAge: time.Duration(s.GetSnapshotMaxAgeSeconds()) * time.Second},
+		Protected: map[string]bool{},
 	}
+	b := s.GetBackups()
+	if l := b.GetLocal(); l != nil {
+		o.Retention = PolicyFrom(l)
+	}
+	for _, id := range b.GetProtectedSnapshots() {
+		o.Protected[id] = true
+	}
+	return o
+}
+
+// PolicyFrom converts the wire retention message.
+func PolicyFrom(r *lifecyclev1.Retention) retention.Policy {
+	return retention.Policy{Keep: int(r.GetKeep()), MaxAge: time.Duration(r.GetMaxAgeSeconds()) * time.Second,
+		Hourly: int(r.GetHourly()), Daily: int(r.GetDaily()), Weekly: int(r.GetWeekly()), Monthly: int(r.GetMonthly())}
 }
 
 func (o SnapshotOptions) withDefaults() SnapshotOptions {
@@ -164,7 +182,7 @@ func TakeSnapshot(ctx context.Context, c *Clients, inv Inventory, opts SnapshotO
 	opts.Step(StepSnapshotWrite, fmt.Sprintf("%s, %s, revision %d, %d keys, sha256 %s", snap.Path, humanBytes(uint64(snap.Size)),
 		snap.Revision, snap.TotalKeys, snap.SHA256[:12]), nil)
 
-	snap.Removed, err = ApplyRetention(dir, opts.Keep, opts.MaxAge, opts.Now(), snap.Path)
+	snap.Removed, err = ApplyRetention(dir, inv.Name, opts.Retention, opts.Now(), opts.Protected)
 	opts.Step(StepSnapshotRetention, fmt.Sprintf("removed %d old snapshot(s)", len(snap.Removed)), err)
 	if err != nil {
 		// The new snapshot is good; a failed clean-up must not hide it.
@@ -441,55 +459,56 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
-var snapshotName = regexp.MustCompile(`^(\d{8}T\d{6}Z)-[A-Za-z0-9._-]+\.db$`)
+var snapshotName = regexp.MustCompile(`^((\d{8}T\d{6}Z)-[A-Za-z0-9._-]+)\.db$`)
 
-// ApplyRetention deletes snapshots in dir beyond the newest keep, or older
-// than maxAge (either limit 0: unused), by the timestamp in their names.
-// protect (the snapshot just written) is never removed. Other files are left
-// alone.
-func ApplyRetention(dir string, keep int, maxAge time.Duration, now time.Time, protect string) ([]string, error) {
-	if keep <= 0 && maxAge <= 0 {
-		return nil, nil
-	}
+// LocalSnapshots lists the finished snapshots in dir (the snapshots of
+// cluster) as retention items; part files and other files are ignored.
+func LocalSnapshots(dir, cluster string) (map[string]string, []retention.Item, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", dir, err)
+		return nil, nil, fmt.Errorf("read %s: %w", dir, err)
 	}
-	type snap struct {
-		path string
-		at   time.Time
-	}
-	var snaps []snap
+	paths := map[string]string{}
+	var items []retention.Item
 	for _, e := range entries {
 		m := snapshotName.FindStringSubmatch(e.Name())
 		if m == nil || !e.Type().IsRegular() {
 			continue
 		}
-		at, err := time.Parse(TimestampLayout, m[1])
+		at, err := time.Parse(TimestampLayout, m[2])
 		if err != nil {
 			continue
 		}
-		snaps = append(snaps, snap{filepath.Join(dir, e.Name()), at})
+		id := cluster + "/" + m[1]
+		paths[id] = filepath.Join(dir, e.Name())
+		items = append(items, retention.Item{ID: id, At: at})
 	}
-	sort.Slice(snaps, func(i, j int) bool {
-		if !snaps[i].at.Equal(snaps[j].at) {
-			return snaps[i].at.After(snaps[j].at)
-		}
-		return snaps[i].path > snaps[j].path
-	})
+	return paths, items, nil
+}
+
+// ApplyRetention deletes the snapshots of cluster in dir that policy does
+// not keep, judged by the timestamps in their names. It never deletes the
+// newest snapshot (the one just verified) nor a protected id. Other files
+// are left alone.
+func ApplyRetention(dir, cluster string, policy retention.Policy, now time.Time, protected map[string]bool) ([]string, error) {
+	if policy.Empty() {
+		return nil, nil
+	}
+	paths, items, err := LocalSnapshots(dir, cluster)
+	if err != nil {
+		return nil, err
+	}
 	var removed []string
 	var errs []error
-	for i, s := range snaps {
-		tooMany := keep > 0 && i >= keep
-		tooOld := maxAge > 0 && now.Sub(s.at) > maxAge
-		if s.path == protect || !(tooMany || tooOld) {
+	for _, d := range retention.Select(items, policy, now, protected) {
+		if !d.Delete {
 			continue
 		}
-		if err := os.Remove(s.path); err != nil {
+		if err := os.Remove(paths[d.ID]); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		removed = append(removed, s.path)
+		removed = append(removed, paths[d.ID])
 	}
 	return removed, errors.Join(errs...)
 }

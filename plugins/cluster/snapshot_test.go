@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/talosbot/talosbot/internal/retention"
 )
 
 func TestTrailerWriterAnyChunking(t *testing.T) {
@@ -129,7 +131,7 @@ func TestApplyRetention(t *testing.T) {
 	}
 	t.Run("keep newest 2", func(t *testing.T) {
 		dir := setup(t)
-		rm, err := ApplyRetention(dir, 2, 0, now, "")
+		rm, err := ApplyRetention(dir, "c", retention.Policy{Keep: 2}, now, nil)
 		if err != nil || len(rm) != 2 {
 			t.Fatalf("removed %v, %v", rm, err)
 		}
@@ -137,22 +139,22 @@ func TestApplyRetention(t *testing.T) {
 	})
 	t.Run("max age 7 days", func(t *testing.T) {
 		dir := setup(t)
-		if _, err := ApplyRetention(dir, 0, 7*24*time.Hour, now, ""); err != nil {
+		if _, err := ApplyRetention(dir, "c", retention.Policy{MaxAge: 7 * 24 * time.Hour}, now, nil); err != nil {
 			t.Fatal(err)
 		}
 		assertOnly(t, dir, "20260305T000000Z-cp-2.db", "20260309T000000Z-cp-1.db", "20260309T120000Z-cp-3.db", "20260309T130000Z-cp-1.db.part", "notes.txt")
 	})
 	t.Run("protected snapshot survives", func(t *testing.T) {
 		dir := setup(t)
-		protect := filepath.Join(dir, "20260301T000000Z-cp-1.db")
-		if _, err := ApplyRetention(dir, 1, 0, now, protect); err != nil {
+		protect := map[string]bool{"c/20260301T000000Z-cp-1": true}
+		if _, err := ApplyRetention(dir, "c", retention.Policy{Keep: 1}, now, protect); err != nil {
 			t.Fatal(err)
 		}
 		assertOnly(t, dir, "20260301T000000Z-cp-1.db", "20260309T120000Z-cp-3.db", "20260309T130000Z-cp-1.db.part", "notes.txt")
 	})
 	t.Run("no limits removes nothing", func(t *testing.T) {
 		dir := setup(t)
-		if rm, _ := ApplyRetention(dir, 0, 0, now, ""); len(rm) != 0 {
+		if rm, _ := ApplyRetention(dir, "c", retention.Policy{}, now, nil); len(rm) != 0 {
 			t.Fatalf("removed %v", rm)
 		}
 	})

@@ -62,27 +62,15 @@ func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*life
 	}
 	plan := &lifecyclev1.OperationPlan{
 		Summary: fmt.Sprintf("etcd snapshot of %s into %s/%s, keep %s (read-only: no disruption)",
-			inv.Name, opts.Dir, inv.Name, retention(opts)),
+			inv.Name, opts.Dir, inv.Name, opts.Retention),
 		Target: inv.Name,
 	}
 	for _, s := range cluster.SnapshotSteps() {
 		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: s[0], Title: s[1], Kind: "snapshot"})
 	}
-	plan.CanonicalInputs = []byte(fmt.Sprintf("snapshot cluster=%s dir=%s keep=%d max_age=%s controlplanes=%v",
-		inv.Name, opts.Dir, opts.Keep, opts.MaxAge, cluster.EtcdTargets(inv)))
+	plan.CanonicalInputs = []byte(fmt.Sprintf("snapshot cluster=%s dir=%s retention=%s controlplanes=%v",
+		inv.Name, opts.Dir, opts.Retention, cluster.EtcdTargets(inv)))
 	return plan, nil
-}
-
-func retention(o cluster.SnapshotOptions) string {
-	switch {
-	case o.Keep > 0 && o.MaxAge > 0:
-		return fmt.Sprintf("the newest %d, none older than %s", o.Keep, o.MaxAge)
-	case o.Keep > 0:
-		return fmt.Sprintf("the newest %d", o.Keep)
-	case o.MaxAge > 0:
-		return "none older than " + o.MaxAge.String()
-	}
-	return "all (no retention configured)"
 }
 
 // Run takes the snapshot and reports it as an artifact.

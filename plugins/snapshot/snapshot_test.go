@@ -224,3 +224,35 @@ func TestPlanRefusesWithoutSnapshotDir(t *testing.T) {
 		t.Fatalf("want an R12 refusal naming snapshot_dir, got %v", plan)
 	}
 }
+
+// Issue 16: retention never deletes a snapshot that an operation record
+// names (the host passes those ids), nor the newest one, however many runs.
+func TestRecordNamedSnapshotSurvivesManyRuns(t *testing.T) {
+	c := startSim(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	p := &Plugin{now: fixedClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+	var named, newest string
+	for i := range 8 {
+		req := request(c, dir, 1)
+		req.Settings.Backups = &lifecyclev1.Backups{Local: &lifecyclev1.Retention{Keep: 1}}
+		if named != "" {
+			req.Settings.Backups.ProtectedSnapshots = []string{named}
+		}
+		rec, err := sdktest.Run(ctx, p, req, nil)
+		if err != nil || !rec.FinalResult().GetOk() {
+			t.Fatalf("run %d: %v %v", i, err, rec.FinalResult())
+		}
+		a := rec.Artifacts()[0]
+		if i == 0 {
+			named = a.GetId()
+		}
+		newest = a.GetLocation()
+	}
+	got, _ := filepath.Glob(filepath.Join(dir, "staging", "*"))
+	want := []string{filepath.Join(dir, "staging", strings.TrimPrefix(named, "staging/")+".db"), newest}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("after 8 runs with keep=1: %v, want the record-named one and the newest %v", got, want)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
@@ -25,12 +26,14 @@ func main() {
 func (p *plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 	ro, dis := lifecyclev1.Effect_EFFECT_READ_ONLY, lifecyclev1.Effect_EFFECT_DISRUPTIVE
 	return &lifecyclev1.Manifest{Name: p.name, Version: "test", Commands: []*lifecyclev1.Command{
-		{Name: "probe", Summary: "read-only probe", Effect: ro, Args: []*lifecyclev1.Arg{{Name: "cluster"}}},
+		{Name: "probe", Summary: "read-only probe", Effect: ro, Args: []*lifecyclev1.Arg{{Name: "cluster"},
+			{Name: "protected", Flag: true, Description: "write the protected snapshot ids the host sent to this file"}}},
 		{Name: "stash", Summary: "writes a file, leaves the cluster alone", Effect: lifecyclev1.Effect_EFFECT_WRITE, Args: []*lifecyclev1.Arg{{Name: "cluster"}}},
 		{Name: "roll", Summary: "disruptive roll", Effect: dis, Args: []*lifecyclev1.Arg{
 			{Name: "target", Required: true}, {Name: "cluster"},
 			{Name: "mode", Flag: true, Description: "ok, fail, crash or wait"},
 			{Name: "marker", Flag: true}, {Name: "drift", Flag: true},
+			{Name: "artifact", Flag: true, Description: "report an artifact with this id"},
 			{Name: "dry-run", Flag: true, Boolean: true},
 		}},
 	}}, nil
@@ -66,6 +69,9 @@ func (p *plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		return r.Result(&lifecyclev1.Result{Ok: true, Summary: "stashed"})
 	}
 	if req.GetCommand() == "probe" {
+		if f := a["protected"]; f != "" {
+			_ = os.WriteFile(f, []byte(strings.Join(req.GetSettings().GetBackups().GetProtectedSnapshots(), ",")), 0o600)
+		}
 		_ = r.StepOK("p", "all good")
 		return r.Result(&lifecyclev1.Result{Ok: true, Summary: "healthy", Lines: []string{"✅ etcd: leader agreed"}})
 	}
@@ -84,6 +90,9 @@ func (p *plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		_ = r.StepFailed("s1", "node did not come back")
 		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "roll failed", Error: "cp-1 timed out",
 			SuggestedActions: []*lifecyclev1.SuggestedAction{{Label: "Rollback node cp-1", Command: "/talos probe staging"}}})
+	}
+	if id := a["artifact"]; id != "" {
+		_ = r.Artifact(&lifecyclev1.Artifact{Id: id, Name: "etcd snapshot"})
 	}
 	_ = r.StepOK("s1", "done")
 	_ = r.StepOK("s2", "done")

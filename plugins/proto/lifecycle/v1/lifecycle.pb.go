@@ -597,9 +597,17 @@ func (x *Cluster) GetDeclared() map[string]string {
 
 // Credentials are held in memory for one call only: never logged, never persisted.
 type Credentials struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Talosconfig   []byte                 `protobuf:"bytes,1,opt,name=talosconfig,proto3" json:"talosconfig,omitempty"`
-	Kubeconfig    []byte                 `protobuf:"bytes,2,opt,name=kubeconfig,proto3" json:"kubeconfig,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Talosconfig []byte                 `protobuf:"bytes,1,opt,name=talosconfig,proto3" json:"talosconfig,omitempty"`
+	Kubeconfig  []byte                 `protobuf:"bytes,2,opt,name=kubeconfig,proto3" json:"kubeconfig,omitempty"`
+	// offsite_* are the S3 credentials of Settings.backups.offsite, resolved by
+	// the host from their references for this call only.
+	OffsiteAccessKeyId     []byte `protobuf:"bytes,3,opt,name=offsite_access_key_id,json=offsiteAccessKeyId,proto3" json:"offsite_access_key_id,omitempty"`
+	OffsiteSecretAccessKey []byte `protobuf:"bytes,4,opt,name=offsite_secret_access_key,json=offsiteSecretAccessKey,proto3" json:"offsite_secret_access_key,omitempty"`
+	// age_identity decrypts encrypted snapshots. The host sends it only to
+	// operations that read a snapshot back (restore drill), never to one that
+	// takes a snapshot.
+	AgeIdentity   []byte `protobuf:"bytes,5,opt,name=age_identity,json=ageIdentity,proto3" json:"age_identity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -648,6 +656,27 @@ func (x *Credentials) GetKubeconfig() []byte {
 	return nil
 }
 
+func (x *Credentials) GetOffsiteAccessKeyId() []byte {
+	if x != nil {
+		return x.OffsiteAccessKeyId
+	}
+	return nil
+}
+
+func (x *Credentials) GetOffsiteSecretAccessKey() []byte {
+	if x != nil {
+		return x.OffsiteSecretAccessKey
+	}
+	return nil
+}
+
+func (x *Credentials) GetAgeIdentity() []byte {
+	if x != nil {
+		return x.AgeIdentity
+	}
+	return nil
+}
+
 type Settings struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	SnapshotDir           string                 `protobuf:"bytes,1,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
@@ -658,8 +687,11 @@ type Settings struct {
 	SnapshotMaxAgeSeconds int64                  `protobuf:"varint,6,opt,name=snapshot_max_age_seconds,json=snapshotMaxAgeSeconds,proto3" json:"snapshot_max_age_seconds,omitempty"`
 	RefuseNonLatestPatch  bool                   `protobuf:"varint,7,opt,name=refuse_non_latest_patch,json=refuseNonLatestPatch,proto3" json:"refuse_non_latest_patch,omitempty"`
 	Extra                 map[string]string      `protobuf:"bytes,8,rep,name=extra,proto3" json:"extra,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// backups extends snapshot_dir/snapshot_keep/snapshot_max_age_seconds;
+	// plugins that predate it keep working with those fields.
+	Backups       *Backups `protobuf:"bytes,9,opt,name=backups,proto3" json:"backups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Settings) Reset() {
@@ -748,6 +780,266 @@ func (x *Settings) GetExtra() map[string]string {
 	return nil
 }
 
+func (x *Settings) GetBackups() *Backups {
+	if x != nil {
+		return x.Backups
+	}
+	return nil
+}
+
+// Backups is what the host knows about snapshots beyond where they go. The
+// plugin never reads the store, so the host tells it which snapshots the
+// operation records still need.
+type Backups struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// protected_snapshots are snapshot ids ("<cluster>/<name>") that an
+	// operation record names and whose operation is younger than the soak
+	// period (or still open). Retention never deletes them.
+	ProtectedSnapshots []string `protobuf:"bytes,1,rep,name=protected_snapshots,json=protectedSnapshots,proto3" json:"protected_snapshots,omitempty"`
+	// local is retention in snapshot_dir; when unset snapshot_keep and
+	// snapshot_max_age_seconds apply.
+	Local *Retention `protobuf:"bytes,2,opt,name=local,proto3" json:"local,omitempty"`
+	// offsite_retention is retention in the off-site bucket, applied separately.
+	OffsiteRetention *Retention `protobuf:"bytes,3,opt,name=offsite_retention,json=offsiteRetention,proto3" json:"offsite_retention,omitempty"`
+	// age_recipients (public keys, "age1...") turn on encryption at rest.
+	AgeRecipients []string `protobuf:"bytes,4,rep,name=age_recipients,json=ageRecipients,proto3" json:"age_recipients,omitempty"`
+	// offsite, when set, copies every snapshot to S3-compatible storage.
+	Offsite       *Offsite `protobuf:"bytes,5,opt,name=offsite,proto3" json:"offsite,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Backups) Reset() {
+	*x = Backups{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Backups) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Backups) ProtoMessage() {}
+
+func (x *Backups) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Backups.ProtoReflect.Descriptor instead.
+func (*Backups) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Backups) GetProtectedSnapshots() []string {
+	if x != nil {
+		return x.ProtectedSnapshots
+	}
+	return nil
+}
+
+func (x *Backups) GetLocal() *Retention {
+	if x != nil {
+		return x.Local
+	}
+	return nil
+}
+
+func (x *Backups) GetOffsiteRetention() *Retention {
+	if x != nil {
+		return x.OffsiteRetention
+	}
+	return nil
+}
+
+func (x *Backups) GetAgeRecipients() []string {
+	if x != nil {
+		return x.AgeRecipients
+	}
+	return nil
+}
+
+func (x *Backups) GetOffsite() *Offsite {
+	if x != nil {
+		return x.Offsite
+	}
+	return nil
+}
+
+// Retention keeps every snapshot that any rule keeps; a snapshot no rule
+// keeps is deleted. All zero: keep everything.
+type Retention struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keep          int32                  `protobuf:"varint,1,opt,name=keep,proto3" json:"keep,omitempty"`
+	MaxAgeSeconds int64                  `protobuf:"varint,2,opt,name=max_age_seconds,json=maxAgeSeconds,proto3" json:"max_age_seconds,omitempty"`
+	Hourly        int32                  `protobuf:"varint,3,opt,name=hourly,proto3" json:"hourly,omitempty"`
+	Daily         int32                  `protobuf:"varint,4,opt,name=daily,proto3" json:"daily,omitempty"`
+	Weekly        int32                  `protobuf:"varint,5,opt,name=weekly,proto3" json:"weekly,omitempty"`
+	Monthly       int32                  `protobuf:"varint,6,opt,name=monthly,proto3" json:"monthly,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Retention) Reset() {
+	*x = Retention{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Retention) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Retention) ProtoMessage() {}
+
+func (x *Retention) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Retention.ProtoReflect.Descriptor instead.
+func (*Retention) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Retention) GetKeep() int32 {
+	if x != nil {
+		return x.Keep
+	}
+	return 0
+}
+
+func (x *Retention) GetMaxAgeSeconds() int64 {
+	if x != nil {
+		return x.MaxAgeSeconds
+	}
+	return 0
+}
+
+func (x *Retention) GetHourly() int32 {
+	if x != nil {
+		return x.Hourly
+	}
+	return 0
+}
+
+func (x *Retention) GetDaily() int32 {
+	if x != nil {
+		return x.Daily
+	}
+	return 0
+}
+
+func (x *Retention) GetWeekly() int32 {
+	if x != nil {
+		return x.Weekly
+	}
+	return 0
+}
+
+func (x *Retention) GetMonthly() int32 {
+	if x != nil {
+		return x.Monthly
+	}
+	return 0
+}
+
+// Offsite is an S3-compatible bucket. Credentials travel in Credentials.
+type Offsite struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// endpoint is host[:port], e.g. s3.eu-central-003.backblazeb2.com.
+	Endpoint string `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	Bucket   string `protobuf:"bytes,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// prefix is prepended to "<cluster>/<name>" object keys.
+	Prefix string `protobuf:"bytes,3,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	Region string `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
+	// insecure uses plain http (a loopback test server only).
+	Insecure      bool `protobuf:"varint,5,opt,name=insecure,proto3" json:"insecure,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Offsite) Reset() {
+	*x = Offsite{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Offsite) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Offsite) ProtoMessage() {}
+
+func (x *Offsite) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Offsite.ProtoReflect.Descriptor instead.
+func (*Offsite) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Offsite) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *Offsite) GetBucket() string {
+	if x != nil {
+		return x.Bucket
+	}
+	return ""
+}
+
+func (x *Offsite) GetPrefix() string {
+	if x != nil {
+		return x.Prefix
+	}
+	return ""
+}
+
+func (x *Offsite) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *Offsite) GetInsecure() bool {
+	if x != nil {
+		return x.Insecure
+	}
+	return false
+}
+
 type OperationRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	OperationId string                 `protobuf:"bytes,1,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
@@ -765,7 +1057,7 @@ type OperationRequest struct {
 
 func (x *OperationRequest) Reset() {
 	*x = OperationRequest{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +1069,7 @@ func (x *OperationRequest) String() string {
 func (*OperationRequest) ProtoMessage() {}
 
 func (x *OperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +1082,7 @@ func (x *OperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRequest.ProtoReflect.Descriptor instead.
 func (*OperationRequest) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{8}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OperationRequest) GetOperationId() string {
@@ -858,7 +1150,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +1162,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +1175,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{9}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Step) GetId() string {
@@ -948,7 +1240,7 @@ type Precondition struct {
 
 func (x *Precondition) Reset() {
 	*x = Precondition{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1252,7 @@ func (x *Precondition) String() string {
 func (*Precondition) ProtoMessage() {}
 
 func (x *Precondition) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1265,7 @@ func (x *Precondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Precondition.ProtoReflect.Descriptor instead.
 func (*Precondition) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{10}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Precondition) GetName() string {
@@ -1016,7 +1308,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1320,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1333,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{11}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Refusal) GetRule() string {
@@ -1083,7 +1375,7 @@ type OperationPlan struct {
 
 func (x *OperationPlan) Reset() {
 	*x = OperationPlan{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1387,7 @@ func (x *OperationPlan) String() string {
 func (*OperationPlan) ProtoMessage() {}
 
 func (x *OperationPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1400,7 @@ func (x *OperationPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationPlan.ProtoReflect.Descriptor instead.
 func (*OperationPlan) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{12}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OperationPlan) GetSummary() string {
@@ -1174,7 +1466,7 @@ type StepEvent struct {
 
 func (x *StepEvent) Reset() {
 	*x = StepEvent{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1478,7 @@ func (x *StepEvent) String() string {
 func (*StepEvent) ProtoMessage() {}
 
 func (x *StepEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1491,7 @@ func (x *StepEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepEvent.ProtoReflect.Descriptor instead.
 func (*StepEvent) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{13}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StepEvent) GetStepId() string {
@@ -1255,7 +1547,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1559,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1572,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{14}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LogLine) GetLevel() string {
@@ -1318,7 +1610,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1622,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1635,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{15}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Artifact) GetId() string {
@@ -1399,7 +1691,7 @@ type SuggestedAction struct {
 
 func (x *SuggestedAction) Reset() {
 	*x = SuggestedAction{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1703,7 @@ func (x *SuggestedAction) String() string {
 func (*SuggestedAction) ProtoMessage() {}
 
 func (x *SuggestedAction) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1716,7 @@ func (x *SuggestedAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuggestedAction.ProtoReflect.Descriptor instead.
 func (*SuggestedAction) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{16}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SuggestedAction) GetLabel() string {
@@ -1456,7 +1748,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1760,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1773,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{17}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Result) GetOk() bool {
@@ -1542,7 +1834,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1846,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1859,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{18}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Progress) GetUnixNano() int64 {
@@ -1689,12 +1981,15 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\bdeclared\x18\x05 \x03(\v2,.talosbot.lifecycle.v1.Cluster.DeclaredEntryR\bdeclared\x1a;\n" +
 	"\rDeclaredEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"O\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\x01\n" +
 	"\vCredentials\x12 \n" +
 	"\vtalosconfig\x18\x01 \x01(\fR\vtalosconfig\x12\x1e\n" +
 	"\n" +
 	"kubeconfig\x18\x02 \x01(\fR\n" +
-	"kubeconfig\"\xc0\x03\n" +
+	"kubeconfig\x121\n" +
+	"\x15offsite_access_key_id\x18\x03 \x01(\fR\x12offsiteAccessKeyId\x129\n" +
+	"\x19offsite_secret_access_key\x18\x04 \x01(\fR\x16offsiteSecretAccessKey\x12!\n" +
+	"\fage_identity\x18\x05 \x01(\fR\vageIdentity\"\xfa\x03\n" +
 	"\bSettings\x12!\n" +
 	"\fsnapshot_dir\x18\x01 \x01(\tR\vsnapshotDir\x12&\n" +
 	"\x0fgate_timeout_ms\x18\x02 \x01(\x03R\rgateTimeoutMs\x12&\n" +
@@ -1703,11 +1998,31 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\rsnapshot_keep\x18\x05 \x01(\x05R\fsnapshotKeep\x127\n" +
 	"\x18snapshot_max_age_seconds\x18\x06 \x01(\x03R\x15snapshotMaxAgeSeconds\x125\n" +
 	"\x17refuse_non_latest_patch\x18\a \x01(\bR\x14refuseNonLatestPatch\x12@\n" +
-	"\x05extra\x18\b \x03(\v2*.talosbot.lifecycle.v1.Settings.ExtraEntryR\x05extra\x1a8\n" +
+	"\x05extra\x18\b \x03(\v2*.talosbot.lifecycle.v1.Settings.ExtraEntryR\x05extra\x128\n" +
+	"\abackups\x18\t \x01(\v2\x1e.talosbot.lifecycle.v1.BackupsR\abackups\x1a8\n" +
 	"\n" +
 	"ExtraEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaa\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa2\x02\n" +
+	"\aBackups\x12/\n" +
+	"\x13protected_snapshots\x18\x01 \x03(\tR\x12protectedSnapshots\x126\n" +
+	"\x05local\x18\x02 \x01(\v2 .talosbot.lifecycle.v1.RetentionR\x05local\x12M\n" +
+	"\x11offsite_retention\x18\x03 \x01(\v2 .talosbot.lifecycle.v1.RetentionR\x10offsiteRetention\x12%\n" +
+	"\x0eage_recipients\x18\x04 \x03(\tR\rageRecipients\x128\n" +
+	"\aoffsite\x18\x05 \x01(\v2\x1e.talosbot.lifecycle.v1.OffsiteR\aoffsite\"\xa7\x01\n" +
+	"\tRetention\x12\x12\n" +
+	"\x04keep\x18\x01 \x01(\x05R\x04keep\x12&\n" +
+	"\x0fmax_age_seconds\x18\x02 \x01(\x03R\rmaxAgeSeconds\x12\x16\n" +
+	"\x06hourly\x18\x03 \x01(\x05R\x06hourly\x12\x14\n" +
+	"\x05daily\x18\x04 \x01(\x05R\x05daily\x12\x16\n" +
+	"\x06weekly\x18\x05 \x01(\x05R\x06weekly\x12\x18\n" +
+	"\amonthly\x18\x06 \x01(\x05R\amonthly\"\x89\x01\n" +
+	"\aOffsite\x12\x1a\n" +
+	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x16\n" +
+	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x16\n" +
+	"\x06prefix\x18\x03 \x01(\tR\x06prefix\x12\x16\n" +
+	"\x06region\x18\x04 \x01(\tR\x06region\x12\x1a\n" +
+	"\binsecure\x18\x05 \x01(\bR\binsecure\"\xaa\x03\n" +
 	"\x10OperationRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12E\n" +
@@ -1811,7 +2126,7 @@ func file_lifecycle_v1_lifecycle_proto_rawDescGZIP() []byte {
 }
 
 var file_lifecycle_v1_lifecycle_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
 	(Effect)(0),              // 0: talosbot.lifecycle.v1.Effect
 	(StepStatus)(0),          // 1: talosbot.lifecycle.v1.StepStatus
@@ -1823,53 +2138,60 @@ var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
 	(*Cluster)(nil),          // 7: talosbot.lifecycle.v1.Cluster
 	(*Credentials)(nil),      // 8: talosbot.lifecycle.v1.Credentials
 	(*Settings)(nil),         // 9: talosbot.lifecycle.v1.Settings
-	(*OperationRequest)(nil), // 10: talosbot.lifecycle.v1.OperationRequest
-	(*Step)(nil),             // 11: talosbot.lifecycle.v1.Step
-	(*Precondition)(nil),     // 12: talosbot.lifecycle.v1.Precondition
-	(*Refusal)(nil),          // 13: talosbot.lifecycle.v1.Refusal
-	(*OperationPlan)(nil),    // 14: talosbot.lifecycle.v1.OperationPlan
-	(*StepEvent)(nil),        // 15: talosbot.lifecycle.v1.StepEvent
-	(*LogLine)(nil),          // 16: talosbot.lifecycle.v1.LogLine
-	(*Artifact)(nil),         // 17: talosbot.lifecycle.v1.Artifact
-	(*SuggestedAction)(nil),  // 18: talosbot.lifecycle.v1.SuggestedAction
-	(*Result)(nil),           // 19: talosbot.lifecycle.v1.Result
-	(*Progress)(nil),         // 20: talosbot.lifecycle.v1.Progress
-	nil,                      // 21: talosbot.lifecycle.v1.Cluster.DeclaredEntry
-	nil,                      // 22: talosbot.lifecycle.v1.Settings.ExtraEntry
-	nil,                      // 23: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	(*Backups)(nil),          // 10: talosbot.lifecycle.v1.Backups
+	(*Retention)(nil),        // 11: talosbot.lifecycle.v1.Retention
+	(*Offsite)(nil),          // 12: talosbot.lifecycle.v1.Offsite
+	(*OperationRequest)(nil), // 13: talosbot.lifecycle.v1.OperationRequest
+	(*Step)(nil),             // 14: talosbot.lifecycle.v1.Step
+	(*Precondition)(nil),     // 15: talosbot.lifecycle.v1.Precondition
+	(*Refusal)(nil),          // 16: talosbot.lifecycle.v1.Refusal
+	(*OperationPlan)(nil),    // 17: talosbot.lifecycle.v1.OperationPlan
+	(*StepEvent)(nil),        // 18: talosbot.lifecycle.v1.StepEvent
+	(*LogLine)(nil),          // 19: talosbot.lifecycle.v1.LogLine
+	(*Artifact)(nil),         // 20: talosbot.lifecycle.v1.Artifact
+	(*SuggestedAction)(nil),  // 21: talosbot.lifecycle.v1.SuggestedAction
+	(*Result)(nil),           // 22: talosbot.lifecycle.v1.Result
+	(*Progress)(nil),         // 23: talosbot.lifecycle.v1.Progress
+	nil,                      // 24: talosbot.lifecycle.v1.Cluster.DeclaredEntry
+	nil,                      // 25: talosbot.lifecycle.v1.Settings.ExtraEntry
+	nil,                      // 26: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
 }
 var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
 	3,  // 0: talosbot.lifecycle.v1.Command.args:type_name -> talosbot.lifecycle.v1.Arg
 	0,  // 1: talosbot.lifecycle.v1.Command.effect:type_name -> talosbot.lifecycle.v1.Effect
 	4,  // 2: talosbot.lifecycle.v1.Manifest.commands:type_name -> talosbot.lifecycle.v1.Command
 	6,  // 3: talosbot.lifecycle.v1.Cluster.nodes:type_name -> talosbot.lifecycle.v1.Node
-	21, // 4: talosbot.lifecycle.v1.Cluster.declared:type_name -> talosbot.lifecycle.v1.Cluster.DeclaredEntry
-	22, // 5: talosbot.lifecycle.v1.Settings.extra:type_name -> talosbot.lifecycle.v1.Settings.ExtraEntry
-	23, // 6: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
-	7,  // 7: talosbot.lifecycle.v1.OperationRequest.cluster:type_name -> talosbot.lifecycle.v1.Cluster
-	8,  // 8: talosbot.lifecycle.v1.OperationRequest.credentials:type_name -> talosbot.lifecycle.v1.Credentials
-	9,  // 9: talosbot.lifecycle.v1.OperationRequest.settings:type_name -> talosbot.lifecycle.v1.Settings
-	11, // 10: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
-	12, // 11: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
-	13, // 12: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	1,  // 13: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
-	18, // 14: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
-	13, // 15: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	15, // 16: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
-	16, // 17: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
-	17, // 18: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
-	19, // 19: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
-	2,  // 20: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
-	10, // 21: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
-	10, // 22: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
-	5,  // 23: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
-	14, // 24: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
-	20, // 25: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
-	23, // [23:26] is the sub-list for method output_type
-	20, // [20:23] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	24, // 4: talosbot.lifecycle.v1.Cluster.declared:type_name -> talosbot.lifecycle.v1.Cluster.DeclaredEntry
+	25, // 5: talosbot.lifecycle.v1.Settings.extra:type_name -> talosbot.lifecycle.v1.Settings.ExtraEntry
+	10, // 6: talosbot.lifecycle.v1.Settings.backups:type_name -> talosbot.lifecycle.v1.Backups
+	11, // 7: talosbot.lifecycle.v1.Backups.local:type_name -> talosbot.lifecycle.v1.Retention
+	11, // 8: talosbot.lifecycle.v1.Backups.offsite_retention:type_name -> talosbot.lifecycle.v1.Retention
+	12, // 9: talosbot.lifecycle.v1.Backups.offsite:type_name -> talosbot.lifecycle.v1.Offsite
+	26, // 10: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	7,  // 11: talosbot.lifecycle.v1.OperationRequest.cluster:type_name -> talosbot.lifecycle.v1.Cluster
+	8,  // 12: talosbot.lifecycle.v1.OperationRequest.credentials:type_name -> talosbot.lifecycle.v1.Credentials
+	9,  // 13: talosbot.lifecycle.v1.OperationRequest.settings:type_name -> talosbot.lifecycle.v1.Settings
+	14, // 14: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
+	15, // 15: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
+	16, // 16: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	1,  // 17: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
+	21, // 18: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
+	16, // 19: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	18, // 20: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
+	19, // 21: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
+	20, // 22: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
+	22, // 23: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
+	2,  // 24: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
+	13, // 25: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
+	13, // 26: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
+	5,  // 27: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
+	17, // 28: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
+	23, // 29: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
+	27, // [27:30] is the sub-list for method output_type
+	24, // [24:27] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_lifecycle_v1_lifecycle_proto_init() }
@@ -1877,7 +2199,7 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 	if File_lifecycle_v1_lifecycle_proto != nil {
 		return
 	}
-	file_lifecycle_v1_lifecycle_proto_msgTypes[18].OneofWrappers = []any{
+	file_lifecycle_v1_lifecycle_proto_msgTypes[21].OneofWrappers = []any{
 		(*Progress_Step)(nil),
 		(*Progress_Log)(nil),
 		(*Progress_Artifact)(nil),
@@ -1889,7 +2211,7 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifecycle_v1_lifecycle_proto_rawDesc), len(file_lifecycle_v1_lifecycle_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,69 @@
+package bot
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/talosbot/talosbot/config"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/state"
+)
+
+// backupSettings is what a plugin needs to know about backups beyond
+// snapshot_dir: the retention policies, encryption recipients, the off-site
+// target, and, because plugins never read the store, the artifact ids that
+// operation records of cl still name (docs/BACKUPS.md).
+func (e *Engine) backupSettings(ctx context.Context, cl *config.Cluster) (*lifecyclev1.Backups, error) {
+	s := e.o.Config.Snapshots
+	b := &lifecyclev1.Backups{Local: retentionMsg(s.Retention)}
+	var err error
+	if b.ProtectedSnapshots, err = e.protectedArtifacts(ctx, cl.Name, s.Soak.D()); err != nil {
+		return nil, err
+	}
+	if enc := s.Encryption; enc != nil {
+		b.AgeRecipients = append([]string(nil), enc.Recipients...)
+	}
+	if o := s.Offsite; o != nil {
+		b.Offsite = &lifecyclev1.Offsite{Endpoint: o.Endpoint, Bucket: o.Bucket, Prefix: o.Prefix, Region: o.Region, Insecure: o.Insecure}
+		b.OffsiteRetention = retentionMsg(o.Retention)
+	}
+	return b, nil
+}
+
+func retentionMsg(r config.Retention) *lifecyclev1.Retention {
+	return &lifecyclev1.Retention{Keep: int32(r.Keep), MaxAgeSeconds: int64(r.MaxAge.D().Seconds()),
+		Hourly: int32(r.Hourly), Daily: int32(r.Daily), Weekly: int32(r.Weekly), Monthly: int32(r.Monthly)}
+}
+
+// protectedArtifacts lists the artifact ids ("<cluster>/...") named by the
+// records of disruptive operations on cluster that have not ended, or ended
+// less than soak ago. Those records are the maintenance records whose
+// rollback depends on the snapshot taken before them; a plain snapshot
+// operation's own record does not protect its output, or retention could
+// never thin out a schedule within the soak period.
+func (e *Engine) protectedArtifacts(ctx context.Context, cluster string, soak time.Duration) ([]string, error) {
+	now := e.now()
+	var ids []string
+	err := e.o.Store.View(ctx, func(tx *state.Tx) error {
+		ops, err := tx.Operations(state.OpFilter{Cluster: cluster})
+		if err != nil {
+			return err
+		}
+		for _, o := range ops {
+			if !o.Disruptive || len(o.Artifacts) == 0 {
+				continue
+			}
+			if o.State.Terminal() && !o.EndedAt.IsZero() && now.Sub(o.EndedAt) > soak {
+				continue
+			}
+			for _, a := range o.Artifacts {
+				if strings.HasPrefix(a.ID, cluster+"/") {
+					ids = append(ids, a.ID)
+				}
+			}
+		}
+		return nil
+	})
+	return ids, err
+}
