@@ -300,7 +300,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 	e := newEnv(t)
 	for _, tc := range []struct{ text, want string }{
 		{"/talos frobnicate", `unknown command "frobnicate". Commands: abandon, `},
-		{"/talos roll v2 staging --speed 3", `unknown flag --speed for "roll" (flags: --drift, --dry-run, --marker, --mode, --outside-window, --skip-staging)`},
+		{"/talos roll v2 staging --speed 3", `unknown flag --speed for "roll" (flags: --artifact, --drift, --dry-run, --marker, --mode, --outside-window, --skip-staging)`},
 		{"/talos roll v2 staging --mode", "flag --mode needs a value"},
 		{"/talos roll", "missing <target>"},
 		{"/talos roll v2 nowhere", `unknown cluster "nowhere"; clusters: staging, production`},
