@@ -42,11 +42,13 @@ func goals() []goal {
 		{Figure: "Health gate, 3 nodes, 20 ms RPC latency", Bench: "cluster/BenchmarkGate/nodes=3", Metric: "ns/op", Op: "<=", Value: 30000, Unit: "ms", Anchor: "gate timeout 30 s", Scale: 1e-6},
 		{Figure: "Health gate, 30 nodes, 20 ms RPC latency", Bench: "cluster/BenchmarkGate/nodes=30", Metric: "ns/op", Op: "<=", Value: 30000, Unit: "ms", Anchor: "gate timeout 30 s", Scale: 1e-6},
 		{Figure: "Health gate wall time ratio 30/3 nodes", Bench: "cluster/BenchmarkGate/nodes=30", Ratio: "cluster/BenchmarkGate/nodes=3", Metric: "ns/op", Op: "<=", Value: 1.5, Unit: "×", Anchor: "issue 4: ≤ 1.5", Scale: 1},
-		{Figure: "512 MiB snapshot throughput / cat", Bench: "cluster/BenchmarkSnapshotWrite/size=512MiB/plugin", Ratio: "cluster/BenchmarkSnapshotWrite/size=512MiB/cat", Metric: "MB/s", Op: ">=", Value: 0.8, Unit: "×", Anchor: "issue 4: ≥ 0.8 of cat (the plugin also fsyncs and re-reads the file for etcdutl's status)", Scale: 1},
-		{Figure: "512 MiB snapshot throughput / (cat + fsync)", Bench: "cluster/BenchmarkSnapshotWrite/size=512MiB/plugin", Ratio: "cluster/BenchmarkSnapshotWrite/size=512MiB/cat+fsync", Metric: "MB/s", Op: ">=", Value: 0.8, Unit: "×", Anchor: "like-for-like durability", Scale: 1},
+		{Figure: "512 MiB snapshot throughput / cat", Bench: "cluster/BenchmarkSnapshotWrite/size=512MiB/plugin", Ratio: "cluster/BenchmarkSnapshotWrite/size=512MiB/cat", Metric: "MB/s", Op: ">=", Value: 0.8, Unit: "×", Anchor: "issue 4: ≥ 0.8 of cat (the plugin also hashes and fsyncs)", Scale: 1},
+		{Figure: "512 MiB snapshot throughput / (cat + fsync)", Bench: "cluster/BenchmarkSnapshotWrite/size=512MiB/plugin", Ratio: "cluster/BenchmarkSnapshotWrite/size=512MiB/cat+fsync", Metric: "MB/s", Op: ">=", Value: 0.9, Unit: "×", Anchor: "issue 19: ≥ 0.9 × cat+fsync, one-pass verification", Scale: 1},
+		{Figure: "512 MiB encrypted snapshot throughput / (cat + fsync)", Bench: "cluster/BenchmarkSnapshotWrite/size=512MiB/plugin-age", Ratio: "cluster/BenchmarkSnapshotWrite/size=512MiB/cat+fsync", Metric: "MB/s", Op: ">=", Value: 0.5, Unit: "×", Anchor: "issue 19: age at rest (informative)", Scale: 1},
 		{Figure: "Snapshot anonymous memory growth, 64 MiB", Bench: "cluster/BenchmarkSnapshotWrite/size=64MiB/plugin", Metric: "anon-growth-MiB", Op: "<=", Value: 64, Unit: "MiB", Anchor: "issue 4: < 64 MiB", Scale: 1},
 		{Figure: "Snapshot anonymous memory growth, 512 MiB", Bench: "cluster/BenchmarkSnapshotWrite/size=512MiB/plugin", Metric: "anon-growth-MiB", Op: "<=", Value: 64, Unit: "MiB", Anchor: "issue 4: < 64 MiB and flat", Scale: 1},
-		{Figure: "Snapshot peak RSS (VmHWM, incl. mapped page cache), 512 MiB", Bench: "cluster/BenchmarkSnapshotWrite/size=512MiB/plugin", Metric: "peak-rss-MiB", Op: "<=", Value: 64, Unit: "MiB", Anchor: "issue 4: < 64 MiB (etcdutl maps the file to verify it)", Scale: 1},
+		{Figure: "Snapshot peak RSS (VmHWM of a process that only writes it), 64 MiB", Bench: "cluster/BenchmarkSnapshotWrite/size=64MiB/plugin", Metric: "peak-rss-MiB", Op: "<=", Value: 64, Unit: "MiB", Anchor: "issue 19: < 64 MiB", Scale: 1},
+		{Figure: "Snapshot peak RSS (VmHWM of a process that only writes it), 512 MiB", Bench: "cluster/BenchmarkSnapshotWrite/size=512MiB/plugin", Metric: "peak-rss-MiB", Op: "<=", Value: 64, Unit: "MiB", Anchor: "issue 19: < 64 MiB, flat in size", Scale: 1},
 		{Figure: "Slack ack p99, 200 concurrent slash commands", Bench: "slack/BenchmarkSocketModeAck200", Metric: "ack-p99-ms", Op: "<=", Value: 10, Unit: "ms", Anchor: "issue 7: < 10 ms; Slack's limit is 3 s", Scale: 1},
 		{Figure: "Sim start, 3 CP + 2 workers (no Kubernetes)", Bench: "sim/BenchmarkStart", Metric: "ns/op", Op: "<=", Value: 10, Unit: "s", Anchor: "issue 3", Scale: 1e-9},
 		{Figure: "Sim start with Node registration (apiserver running)", Bench: "sim/BenchmarkStartWithKube", Metric: "ns/op", Op: "<=", Value: 10, Unit: "s", Anchor: "issue 3: sim + apiserver < 10 s together", Scale: 1e-9},
@@ -164,13 +166,13 @@ func notes() string {
 	return `
 ## Notes on the misses
 
-- **Snapshot throughput vs cat.** The plugin streams the snapshot to a .part file while hashing
-  it, fsyncs, then verifies it with etcdutl's snapshot status (which reads the whole file again as
-  a bbolt database) before renaming it into place. cat does none of that. Skipping the
-  verification would meet the figure and break R12, so it stays; the write itself is at cat's speed.
-- **Snapshot peak RSS.** VmHWM counts the page cache of the file that etcdutl maps while it
-  verifies; it is reclaimable file-backed memory. The heap the plugin allocates (anonymous
-  growth) stays flat at 64 and 512 MiB, well under 64 MiB.
+- **Snapshot throughput vs cat.** Verification is one pass (issue 19): the plugin hashes the
+  stream while writing it, checks etcd's sha256 trailer and the size, starts writeback as it goes
+  (sync_file_range), fsyncs and renames; it never reads the file back (a real etcd opening it is
+  the restore drill's check). What remains above cat+fsync is sha256 itself, on a second core.
+  On a loaded 2-core machine the ratio drops, because cat needs one core and the plugin two.
+- **Snapshot peak RSS.** Measured in a fresh process of the test binary that writes one snapshot
+  and nothing else; most of it is the binary's own mapped text. It does not grow with the size.
 - **Bot idle memory.** About 8 MiB of it is the bot's own (anonymous) memory — Go heap of ~6 MiB
   in use. The rest is the resident part of the single 120 MB binary (bot, plugins, simulator with
   embedded etcd, client-go, machinery): file-backed pages the kernel can drop and share. Meeting

@@ -13,18 +13,17 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
+	"filippo.io/age"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/talosbot/talosbot/internal/retention"
+	"github.com/talosbot/talosbot/internal/seal"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
 
@@ -41,7 +40,7 @@ func SnapshotSteps() [][2]string {
 	return [][2]string{
 		{StepSnapshotSource, "pick a healthy control plane"},
 		{StepSnapshotSpace, "check free space"},
-		{StepSnapshotWrite, "stream, fsync and verify the snapshot"},
+		{StepSnapshotWrite, "stream, hash, fsync and verify the snapshot"},
 		{StepSnapshotRetention, "apply retention"},
 	}
 }
@@ -58,6 +57,8 @@ type SnapshotOptions struct {
 	Dir string
 	// Retention is the local retention policy (zero: keep everything).
 	Retention retention.Policy
+	// Recipients (age public keys), when set, encrypt the snapshot at rest.
+	Recipients []string
 	// Protected holds snapshot ids that an operation record names within the
 	// soak period: retention never deletes them (the host computes them;
 	// plugins never read the store).
@@ -86,6 +87,7 @@ func SnapshotOptionsFrom(s *lifecyclev1.Settings) SnapshotOptions {
 	for _, id := range b.GetProtectedSnapshots() {
 		o.Protected[id] = true
 	}
+	o.Recipients = b.GetAgeRecipients()
 	return o
 }
 
@@ -114,21 +116,31 @@ type Snapshot struct {
 	ID   string
 	Path string
 	Node string
-	Size int64
-	// SHA256 is the hex digest of the whole file.
-	SHA256    string
-	Revision  int64
-	TotalKeys int
-	// Hash is etcdutl's content hash of the database.
-	Hash    uint32
-	Version string
+	// Size and SHA256 are those of the etcd snapshot itself (what
+	// `etcdutl snapshot restore` reads), whether or not it is encrypted.
+	Size   int64
+	SHA256 string
+	// Encrypted: the file is age-encrypted; StoredSize and StoredSHA256 are
+	// the file's own (equal to Size and SHA256 when not encrypted).
+	Encrypted    bool
+	StoredSize   int64
+	StoredSHA256 string
 	// Removed lists files deleted by retention.
+	Removed []string
+	// Offsite is the off-site copy, when one was made and read back.
+	Offsite *OffsiteCopy
+}
+
+// OffsiteCopy is an object whose checksum the server reported back equal
+// to the local file's.
+type OffsiteCopy struct {
+	URL     string
 	Removed []string
 }
 
 // Artifact is the snapshot as a progress artifact.
 func (s *Snapshot) Artifact() *lifecyclev1.Artifact {
-	return &lifecyclev1.Artifact{Id: s.ID, Name: "etcd snapshot", Sha256: s.SHA256, Size: s.Size, Location: s.Path, Revision: s.Revision}
+	return &lifecyclev1.Artifact{Id: s.ID, Name: "etcd snapshot", Sha256: s.SHA256, Size: s.Size, Location: s.Path}
 }
 
 var safeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
@@ -147,6 +159,10 @@ func TakeSnapshot(ctx context.Context, c *Clients, inv Inventory, opts SnapshotO
 		return nil, fmt.Errorf("cluster name %q cannot be used as a directory name; use letters, digits, '.', '_' or '-'", inv.Name)
 	}
 	dir := filepath.Join(opts.Dir, inv.Name)
+	recipients, err := seal.Recipients(opts.Recipients)
+	if err != nil {
+		return nil, err
+	}
 
 	src, dbSize, err := PickSnapshotSource(ctx, c, inv)
 	opts.Step(StepSnapshotSource, fmt.Sprintf("%s (etcd db %s)", src.Name, humanBytes(uint64(dbSize))), err)
@@ -172,15 +188,15 @@ func TakeSnapshot(ctx context.Context, c *Clients, inv Inventory, opts SnapshotO
 		return nil, err
 	}
 	base := opts.Now().UTC().Format(TimestampLayout) + "-" + src.Name
-	snap, err := WriteVerified(ctx, &streamReader{s: stream}, dir, base)
+	snap, err := WriteVerified(ctx, &streamReader{s: stream}, dir, base, recipients...)
 	if err != nil {
 		err = fmt.Errorf("snapshot from %s: %w", src.Name, err)
 		opts.Step(StepSnapshotWrite, "", err)
 		return nil, err
 	}
 	snap.ID, snap.Node = inv.Name+"/"+base, src.Name
-	opts.Step(StepSnapshotWrite, fmt.Sprintf("%s, %s, revision %d, %d keys, sha256 %s", snap.Path, humanBytes(uint64(snap.Size)),
-		snap.Revision, snap.TotalKeys, snap.SHA256[:12]), nil)
+	opts.Step(StepSnapshotWrite, fmt.Sprintf("%s, %s, sha256 %s, trailer verified%s", snap.Path, humanBytes(uint64(snap.Size)),
+		snap.SHA256[:12], map[bool]string{true: ", age-encrypted", false: ""}[snap.Encrypted]), nil)
 
 	snap.Removed, err = ApplyRetention(dir, inv.Name, opts.Retention, opts.Now(), opts.Protected)
 	opts.Step(StepSnapshotRetention, fmt.Sprintf("removed %d old snapshot(s)", len(snap.Removed)), err)
@@ -280,12 +296,19 @@ func (r *streamReader) Read(p []byte) (int, error) {
 // snapshot size.
 const copyBufferSize = 1 << 20
 
-// WriteVerified streams src to dir/base.db.part, fsyncs it, verifies it
-// (size % 512 == 32, the sha256 trailer, etcdutl status: revision, keys,
-// hash and bolt integrity), renames it to dir/base.db and fsyncs dir. On any
-// failure the part file is removed and nothing is left behind.
-func WriteVerified(ctx context.Context, src io.Reader, dir, base string) (_ *Snapshot, err error) {
+// WriteVerified streams src to dir/base.db.part in one pass: it hashes the
+// stream while writing it, checks that the stream ends in the 32-byte
+// sha256 trailer etcd appends (size % 512 == 32 and the trailer equals the
+// hash of everything before it), fsyncs, renames the part file to
+// dir/base.db and fsyncs dir. The file is never read back: that a real etcd
+// opens it is the restore drill's check. With recipients the bytes are
+// age-encrypted on the way to disk (dir/base.db.age): no plaintext byte is
+// written. On any failure the part file is removed.
+func WriteVerified(ctx context.Context, src io.Reader, dir, base string, recipients ...age.Recipient) (_ *Snapshot, err error) {
 	final := filepath.Join(dir, base+".db")
+	if len(recipients) > 0 {
+		final += seal.Ext
+	}
 	part := final + ".part"
 	f, err := os.OpenFile(part, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -298,31 +321,34 @@ func WriteVerified(ctx context.Context, src io.Reader, dir, base string) (_ *Sna
 		}
 	}()
 
+	var dst io.Writer = newWriteback(f)
+	var stored *countingHash // ciphertext digest, when it differs from the stream's
+	var enc io.WriteCloser
+	if len(recipients) > 0 {
+		stored = &countingHash{h: sha256.New()}
+		if enc, err = seal.Encrypt(io.MultiWriter(dst, stored), recipients); err != nil {
+			return nil, err
+		}
+		dst = enc
+	}
 	tw := &trailerWriter{h: sha256.New()}
-	if err = pipelinedCopy(&ctxReader{ctx: ctx, r: src}, f, tw); err != nil {
+	if err = pipelinedCopy(&ctxReader{ctx: ctx, r: src}, dst, tw); err != nil {
 		return nil, fmt.Errorf("write %s: %w", part, err)
 	}
 	prefixSum, fileSum := tw.sums()
-
 	if tw.size%512 != snapshotTrailer {
 		return nil, fmt.Errorf("snapshot is %d bytes: not a complete etcd snapshot (size %% 512 must be 32, the sha256 trailer); it was probably cut short, take it again", tw.size)
 	}
 	if !bytes.Equal(prefixSum, tw.tail[:]) {
 		return nil, errors.New("snapshot sha256 trailer does not match its contents: the data was corrupted in transit, take it again")
 	}
-
-	// fsync and the bolt walk are independent (the walk reads the page
-	// cache), so they overlap: the write path runs close to disk speed.
-	var syncErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { syncErr = f.Sync() })
-	st, statusErr := snapshot.NewV3(zap.NewNop()).Status(part)
-	wg.Wait()
-	if syncErr != nil {
-		return nil, fmt.Errorf("fsync %s: %w", part, syncErr)
+	if enc != nil {
+		if err = enc.Close(); err != nil {
+			return nil, fmt.Errorf("finish age encryption of %s: %w", part, err)
+		}
 	}
-	if statusErr != nil {
-		return nil, fmt.Errorf("etcdutl snapshot status of %s failed, the snapshot is not usable: %w", part, statusErr)
+	if err = f.Sync(); err != nil {
+		return nil, fmt.Errorf("fsync %s: %w", part, err)
 	}
 	if err = f.Close(); err != nil {
 		return nil, fmt.Errorf("close %s: %w", part, err)
@@ -333,8 +359,23 @@ func WriteVerified(ctx context.Context, src io.Reader, dir, base string) (_ *Sna
 	if err = syncDir(dir); err != nil {
 		return nil, err
 	}
-	return &Snapshot{Path: final, Size: tw.size, SHA256: hex.EncodeToString(fileSum), Revision: st.Revision,
-		TotalKeys: st.TotalKey, Hash: st.Hash, Version: st.Version}, nil
+	snap := &Snapshot{Path: final, Size: tw.size, SHA256: hex.EncodeToString(fileSum), StoredSize: tw.size}
+	snap.StoredSHA256 = snap.SHA256
+	if stored != nil {
+		snap.Encrypted, snap.StoredSize, snap.StoredSHA256 = true, stored.n, hex.EncodeToString(stored.h.Sum(nil))
+	}
+	return snap, nil
+}
+
+// countingHash hashes and counts what is written to it.
+type countingHash struct {
+	h hash.Hash
+	n int64
+}
+
+func (c *countingHash) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	return c.h.Write(p)
 }
 
 func syncDir(dir string) error {
@@ -459,7 +500,7 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
-var snapshotName = regexp.MustCompile(`^((\d{8}T\d{6}Z)-[A-Za-z0-9._-]+)\.db$`)
+var snapshotName = regexp.MustCompile(`^((\d{8}T\d{6}Z)-[A-Za-z0-9._-]+?)\.db(\.age)?$`)
 
 // LocalSnapshots lists the finished snapshots in dir (the snapshots of
 // cluster) as retention items; part files and other files are ignored.

