@@ -2,6 +2,7 @@ package bot
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -66,4 +67,23 @@ func (e *Engine) protectedArtifacts(ctx context.Context, cluster string, soak ti
 		return nil
 	})
 	return ids, err
+}
+
+// backupCredentials adds the off-site credentials to the credentials of an
+// operation whose command takes a snapshot (manifest needs_snapshot), and
+// to no other: a health check never holds the bucket's keys.
+func (e *Engine) backupCredentials(op *state.Operation, c *lifecyclev1.Credentials) error {
+	o := e.o.Config.Snapshots.Offsite
+	spec, ok := e.grammar.Lookup(op.Command)
+	if o == nil || !ok || !spec.GetNeedsSnapshot() {
+		return nil
+	}
+	var err error
+	if c.OffsiteAccessKeyId, err = o.AccessKeyID.Resolve(); err != nil {
+		return fmt.Errorf("snapshots.offsite.access_key_id: %w", err)
+	}
+	if c.OffsiteSecretAccessKey, err = o.SecretAccessKey.Resolve(); err != nil {
+		return fmt.Errorf("snapshots.offsite.secret_access_key: %w", err)
+	}
+	return nil
 }

@@ -374,9 +374,13 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 	if err != nil {
 		return nil, err
 	}
+	pcreds := &lifecyclev1.Credentials{Talosconfig: creds.Talosconfig, Kubeconfig: creds.Kubeconfig}
+	if err := e.backupCredentials(op, pcreds); err != nil {
+		return nil, err
+	}
 	return &lifecyclev1.OperationRequest{
 		OperationId: op.ID, Command: op.Command, Args: pluginArgs(op.Args), Cluster: pc, Requester: op.Requester,
-		Credentials: &lifecyclev1.Credentials{Talosconfig: creds.Talosconfig, Kubeconfig: creds.Kubeconfig},
+		Credentials: pcreds,
 		Settings: &lifecyclev1.Settings{
 			SnapshotDir: c.SnapshotDir, GateTimeoutMs: c.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: c.Timeouts.Node.D().Milliseconds(),
 			KnownTalosReleases: c.Releases.Talos, RefuseNonLatestPatch: c.Releases.RefuseNonLatestPatch,

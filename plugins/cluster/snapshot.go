@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/emptypb"
 
+	"github.com/talosbot/talosbot/internal/offsite"
 	"github.com/talosbot/talosbot/internal/retention"
 	"github.com/talosbot/talosbot/internal/seal"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
@@ -32,6 +33,7 @@ const (
 	StepSnapshotSource    = "snapshot-source"
 	StepSnapshotSpace     = "snapshot-space"
 	StepSnapshotWrite     = "snapshot-write"
+	StepSnapshotOffsite   = "snapshot-offsite"
 	StepSnapshotRetention = "snapshot-retention"
 )
 
@@ -41,6 +43,7 @@ func SnapshotSteps() [][2]string {
 		{StepSnapshotSource, "pick a healthy control plane"},
 		{StepSnapshotSpace, "check free space"},
 		{StepSnapshotWrite, "stream, hash, fsync and verify the snapshot"},
+		{StepSnapshotOffsite, "copy off-site and read its checksum back"},
 		{StepSnapshotRetention, "apply retention"},
 	}
 }
@@ -59,6 +62,10 @@ type SnapshotOptions struct {
 	Retention retention.Policy
 	// Recipients (age public keys), when set, encrypt the snapshot at rest.
 	Recipients []string
+	// Offsite, when set, is where every snapshot is copied (R12's
+	// "copied off-cluster"); OffsiteRetention applies there separately.
+	Offsite          *offsite.Config
+	OffsiteRetention retention.Policy
 	// Protected holds snapshot ids that an operation record names within the
 	// soak period: retention never deletes them (the host computes them;
 	// plugins never read the store).
@@ -88,6 +95,20 @@ func SnapshotOptionsFrom(s *lifecyclev1.Settings) SnapshotOptions {
 		o.Protected[id] = true
 	}
 	o.Recipients = b.GetAgeRecipients()
+	return o
+}
+
+// SnapshotOptionsFor reads the host settings and, for the off-site copy,
+// the S3 credentials the host resolved for this call.
+func SnapshotOptionsFor(req *lifecyclev1.OperationRequest) SnapshotOptions {
+	o := SnapshotOptionsFrom(req.GetSettings())
+	b := req.GetSettings().GetBackups()
+	if t := b.GetOffsite(); t != nil {
+		c := req.GetCredentials()
+		o.Offsite = &offsite.Config{Endpoint: t.GetEndpoint(), Bucket: t.GetBucket(), Prefix: t.GetPrefix(), Region: t.GetRegion(),
+			Insecure: t.GetInsecure(), AccessKeyID: string(c.GetOffsiteAccessKeyId()), SecretAccessKey: string(c.GetOffsiteSecretAccessKey())}
+		o.OffsiteRetention = PolicyFrom(b.GetOffsiteRetention())
+	}
 	return o
 }
 
@@ -198,8 +219,43 @@ func TakeSnapshot(ctx context.Context, c *Clients, inv Inventory, opts SnapshotO
 	opts.Step(StepSnapshotWrite, fmt.Sprintf("%s, %s, sha256 %s, trailer verified%s", snap.Path, humanBytes(uint64(snap.Size)),
 		snap.SHA256[:12], map[bool]string{true: ", age-encrypted", false: ""}[snap.Encrypted]), nil)
 
+	var store *offsite.Store
+	if opts.Offsite == nil {
+		opts.Step(StepSnapshotOffsite, "skipped: no off-site storage configured (snapshots.offsite); the copy is on the bot's disk only", nil)
+	} else {
+		store, err = offsite.New(*opts.Offsite)
+		var key string
+		if err == nil {
+			key = store.Key(inv.Name, filepath.Base(snap.Path))
+			err = store.Put(ctx, key, snap.Path, snap.StoredSHA256)
+		}
+		if err != nil {
+			// R12 is not met: fail, keep the verified local copy, and skip
+			// retention so nothing older goes either.
+			err = fmt.Errorf("off-site copy failed, so the snapshot is not off-cluster (R12): %w. The verified local copy is kept at %s; "+
+				"fix snapshots.offsite (endpoint, bucket, credentials) or the storage, then run the command again", err, snap.Path)
+			opts.Step(StepSnapshotOffsite, "", err)
+			return nil, err
+		}
+		snap.Offsite = &OffsiteCopy{URL: store.URL(key)}
+		opts.Step(StepSnapshotOffsite, store.URL(key)+": the server's checksum read back and matched", nil)
+	}
+
+	var errs []error
 	snap.Removed, err = ApplyRetention(dir, inv.Name, opts.Retention, opts.Now(), opts.Protected)
-	opts.Step(StepSnapshotRetention, fmt.Sprintf("removed %d old snapshot(s)", len(snap.Removed)), err)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("local retention: %w", err))
+	}
+	detail = fmt.Sprintf("removed %d old local snapshot(s), keeping %s", len(snap.Removed), opts.Retention)
+	if store != nil {
+		snap.Offsite.Removed, err = store.ApplyRetention(ctx, inv.Name, opts.OffsiteRetention, opts.Now(), opts.Protected)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("off-site retention: %w", err))
+		}
+		detail += fmt.Sprintf("; %d off-site, keeping %s", len(snap.Offsite.Removed), opts.OffsiteRetention)
+	}
+	err = errors.Join(errs...)
+	opts.Step(StepSnapshotRetention, detail, err)
 	if err != nil {
 		// The new snapshot is good; a failed clean-up must not hide it.
 		return snap, fmt.Errorf("retention: %w", err)

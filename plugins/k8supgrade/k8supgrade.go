@@ -170,7 +170,7 @@ func (ru *run) execute(ctx context.Context, req *lifecyclev1.OperationRequest, n
 	inv := a.inv
 
 	// R20: snapshot, then gate, before anything changes.
-	sopts := cluster.SnapshotOptionsFrom(req.GetSettings())
+	sopts := cluster.SnapshotOptionsFor(req)
 	sopts.Now = now
 	sopts.Step = func(id, detail string, err error) {
 		if err != nil {

@@ -40,8 +40,10 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 		Args: []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster to snapshot (default: the channel's cluster)"}},
 		// WRITE, not READ_ONLY: the cluster is only read, but the run writes
 		// a file and deletes old ones (retention), so viewers may not run it.
-		Effect:  lifecyclev1.Effect_EFFECT_WRITE,
-		Example: "/talos snapshot production",
+		Effect: lifecyclev1.Effect_EFFECT_WRITE,
+		// It takes a snapshot: the host sends it the off-site credentials.
+		NeedsSnapshot: true,
+		Example:       "/talos snapshot production",
 	}}}, nil
 }
 
@@ -85,7 +87,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 	defer clients.Close()
 
-	opts := cluster.SnapshotOptionsFrom(req.GetSettings())
+	opts := cluster.SnapshotOptionsFor(req)
 	opts.Now, opts.FreeSpace = p.now, p.freeSpace
 	opts.Step = func(id, detail string, err error) {
 		if err != nil {
@@ -109,8 +111,16 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	if snap.Encrypted {
 		lines = append(lines, "🔒 age-encrypted at rest: no plaintext copy on disk")
 	}
+	if snap.Offsite != nil {
+		lines = append(lines, "☁️ off-site: "+snap.Offsite.URL+" (checksum read back)")
+	}
 	for _, rm := range snap.Removed {
 		lines = append(lines, "🗑️ retention removed "+rm)
+	}
+	if snap.Offsite != nil {
+		for _, rm := range snap.Offsite.Removed {
+			lines = append(lines, "🗑️ off-site retention removed "+rm)
+		}
 	}
 	res := &lifecyclev1.Result{Ok: true, Summary: "etcd snapshot " + snap.ID + " stored and verified", Lines: lines}
 	if err != nil {

@@ -378,7 +378,7 @@ func (x *run) execute(ctx context.Context) error {
 			&cluster.RuleError{Rule: ref.GetRule(), Reason: ref.GetReason(), Fix: ref.GetFix()})
 	}
 	// 1. Verified snapshot, off-cluster (R12).
-	opts := cluster.SnapshotOptionsFrom(x.req.GetSettings())
+	opts := cluster.SnapshotOptionsFor(x.req)
 	opts.Now, opts.FreeSpace = x.p.now, x.p.freeSpace
 	opts.Step = func(id, detail string, err error) {
 		if err != nil {

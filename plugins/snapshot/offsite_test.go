@@ -1,0 +1,119 @@
+package snapshot
+
+import (
+	"context"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/talosbot/talosbot/internal/offsite"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+)
+
+// startS3 runs gofakes3 on loopback with bucket "snaps".
+func startS3(t *testing.T) string {
+	t.Helper()
+	be := s3mem.New()
+	if err := be.CreateBucket("snaps"); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gofakes3.New(be).Server())
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	return u.Host
+}
+
+func withOffsite(req *lifecyclev1.OperationRequest, endpoint string, keep int32, protected ...string) {
+	req.Settings.Backups = &lifecyclev1.Backups{
+		Local:              &lifecyclev1.Retention{Keep: 1},
+		OffsiteRetention:   &lifecyclev1.Retention{Keep: keep},
+		Offsite:            &lifecyclev1.Offsite{Endpoint: endpoint, Bucket: "snaps", Prefix: "tb/", Region: "us-east-1", Insecure: true},
+		ProtectedSnapshots: protected,
+	}
+	req.Credentials.OffsiteAccessKeyId, req.Credentials.OffsiteSecretAccessKey = []byte("key"), []byte("secret")
+}
+
+func TestOffsiteCopyAndRetention(t *testing.T) {
+	c := startSim(t, 1)
+	endpoint := startS3(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	p := &Plugin{now: fixedClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+	var named, newest string
+	for i := range 4 {
+		req := request(c, dir, 0)
+		if i == 0 {
+			withOffsite(req, endpoint, 1)
+		} else {
+			withOffsite(req, endpoint, 1, named)
+		}
+		rec, err := sdktest.Run(ctx, p, req, nil)
+		if err != nil || !rec.FinalResult().GetOk() {
+			t.Fatalf("run %d: %v %v", i, err, rec.FinalResult())
+		}
+		if i == 0 {
+			named = rec.Artifacts()[0].GetId()
+		}
+		newest = rec.Artifacts()[0].GetId()
+		if !strings.Contains(strings.Join(rec.FinalResult().GetLines(), "\n"), "☁️ off-site: s3://snaps/tb/staging/") {
+			t.Fatalf("run %d: no off-site line in %v", i, rec.FinalResult().GetLines())
+		}
+	}
+	st, err := offsite.New(offsite.Config{Endpoint: endpoint, Bucket: "snaps", Prefix: "tb/", Region: "us-east-1", Insecure: true, AccessKeyID: "k", SecretAccessKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := st.List(ctx, "staging")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Off-site keep=1 keeps the newest; the record-named first one stays too.
+	if len(objs) != 2 || objs[0].ID != named || objs[1].ID != newest {
+		t.Fatalf("off-site holds %+v, want %s and the newest", objs, named)
+	}
+	for _, o := range objs {
+		if err := st.Verify(ctx, o.Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestFailedUploadFailsAndKeepsLocalCopy(t *testing.T) {
+	c := startSim(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	req := request(c, dir, 0)
+	withOffsite(req, "127.0.0.1:1", 1) // nothing listens there
+	rec, _ := sdktest.Run(ctx, New(), req, nil)
+	res := rec.FinalResult()
+	if res.GetOk() || !strings.Contains(res.GetError(), "off-site copy failed, so the snapshot is not off-cluster (R12)") ||
+		!strings.Contains(res.GetError(), "run the command again") {
+		t.Fatalf("want a failed result that names R12 and the next step, got %v", res)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "staging", "*.db"))
+	if len(files) != 1 || !strings.Contains(res.GetError(), "kept at "+files[0]) {
+		t.Fatalf("local copy %v not kept or not named in %q", files, res.GetError())
+	}
+	if _, err := os.Stat(files[0]); err != nil {
+		t.Fatal(err)
+	}
+	var failed bool
+	for _, s := range rec.Steps() {
+		if s.GetStepId() == "snapshot-offsite" && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_FAILED {
+			failed = true
+		}
+	}
+	if !failed {
+		t.Fatalf("snapshot-offsite step not failed: %v", rec.Steps())
+	}
+}
