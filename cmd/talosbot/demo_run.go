@@ -25,6 +25,9 @@ import (
 func demoUsers() []string { return []string{"alice", "bob", "carol"} }
 
 func runDemo(ctx context.Context, out io.Writer, listen, dataDir string) error {
+	if err := loopbackOnly(listen); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if dataDir == "" {
@@ -35,9 +38,6 @@ func runDemo(ctx context.Context, out io.Writer, listen, dataDir string) error {
 		dataDir = d
 	}
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return err
-	}
-	if err := loopbackOnly(listen); err != nil {
 		return err
 	}
 	_, kubeErr := testenv.KubeAPIServerPath()

@@ -131,13 +131,17 @@ func filter(rs []discordfake.Record, pred func(discordfake.Record) bool) []disco
 	return out
 }
 
-func startGateway(t *testing.T, h *stubHandler) (*discordfake.Server, *discord.Adapter, context.Context) {
+func startGateway(t *testing.T, h *stubHandler, replays ...chat.Replays) (*discordfake.Server, *discord.Adapter, context.Context) {
 	t.Helper()
 	fake, err := discordfake.Start(discordfake.Options{Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := discord.New(discord.Options{Token: token, APIURL: fake.URL(), GuildID: "300000000000000001", Handler: h})
+	o := discord.Options{Token: token, APIURL: fake.URL(), GuildID: "300000000000000001", Handler: h}
+	if len(replays) > 0 {
+		o.Replays = replays[0]
+	}
+	a, err := discord.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,6 +341,53 @@ func TestGatewayMalformedInteractionsAnsweredNotRun(t *testing.T) {
 	a.Wait()
 	if cmds, acts, _ := h.snapshot(); len(cmds) != 1 || len(acts) != 0 || cmds[0].Text != "status" {
 		t.Fatalf("handler saw %+v %+v", cmds, acts)
+	}
+}
+
+// seenLog is a Replays that reports every answer, so a test can wait until
+// the adapter has decided about each delivery.
+type seenLog struct {
+	chat.MemoryReplays
+	answers chan bool
+}
+
+func (l *seenLog) FirstSeen(ctx context.Context, key string, now time.Time, window time.Duration) (bool, error) {
+	first, err := l.MemoryReplays.FirstSeen(ctx, key, now, window)
+	l.answers <- first
+	return first, err
+}
+
+// TestGatewayRedeliveryRunsOnce: the same interaction delivered twice over
+// the gateway (a resumed session) is acknowledged and run once.
+func TestGatewayRedeliveryRunsOnce(t *testing.T) {
+	h := newStub()
+	log := &seenLog{answers: make(chan bool, 2)}
+	fake, a, ctx := startGateway(t, h, log)
+	in, p := fake.SlashCommandPayload("500000000000000001", "600000000000000001", "status")
+	for range 2 {
+		if err := fake.Dispatch(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var firsts int
+	for range 2 {
+		select {
+		case first := <-log.answers:
+			if first {
+				firsts++
+			}
+		case <-ctx.Done():
+			t.Fatal("the adapter did not check both deliveries")
+		}
+	}
+	h.waitFor(t, ctx, "the command", func() bool { return len(h.commands) >= 1 })
+	a.Wait()
+	cmds, _, _ := h.snapshot()
+	if firsts != 1 || len(cmds) != 1 {
+		t.Fatalf("%d deliveries new, handler saw %+v; want one run", firsts, cmds)
+	}
+	if n := len(filter(fake.Records(), rest("POST", "/interactions/"+in.ID+"/"))); n != 1 {
+		t.Fatalf("%d acknowledgements of the redelivered interaction, want 1", n)
 	}
 }
 

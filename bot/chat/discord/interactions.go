@@ -144,6 +144,14 @@ func (a *Adapter) onGatewayInteraction(ctx context.Context, i *discordgo.Interac
 	if in.kind == inputIgnore || in.kind == inputPing {
 		return
 	}
+	// The gateway is authenticated, but a resumed session may deliver an
+	// interaction again; ids share the HTTP endpoint's replay state.
+	if i.ID != "" {
+		if first, err := a.o.Replays.FirstSeen(ctx, "discord:interaction:"+i.ID, a.o.Clock(), chat.ReplayMemory); err != nil || !first {
+			a.log.Warn("discord: interaction already handled or replay state unavailable; not running it again", "id", i.ID, "err", err)
+			return
+		}
+	}
 	if err := a.s.InteractionRespond(i, ackResponse(in), discordgo.WithContext(ctx)); err != nil {
 		// The user sees "interaction failed"; running anyway would surprise them.
 		a.log.Warn("discord: acknowledge interaction failed; not running it", "err", err)

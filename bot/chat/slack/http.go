@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/talosbot/talosbot/bot/chat"
@@ -133,8 +134,8 @@ func (a *Adapter) refuseReplay(r *http.Request, body []byte, key string, now tim
 // trigger (a retry, X-Slack-Retry-Num): it is acknowledged and not run again.
 // Fails closed: when the replay state cannot be read it counts as handled.
 func (a *Adapter) handledBefore(r *http.Request, id string) bool {
-	if id == "" {
-		return false
+	if strings.HasSuffix(id, ":") {
+		return false // no id to go by; the signature check still refuses exact replays
 	}
 	first, err := a.o.Replays.FirstSeen(r.Context(), "slack:"+id, a.o.Clock(), chat.ReplayMemory)
 	if err != nil {
@@ -197,8 +198,10 @@ func (a *Adapter) serveEvents(w http.ResponseWriter, r *http.Request, body []byt
 		ackHTTP(w, map[string]string{"challenge": d.Challenge})
 		return
 	}
+	// Decided before the ack, so the 200 of a retry means it did not run.
+	again := d.EventID != "" && a.handledBefore(r, "event:"+d.EventID)
 	ackHTTP(w, nil)
-	if (d.EventID != "" && a.handledBefore(r, "event:"+d.EventID)) || d.Command == nil {
+	if again || d.Command == nil {
 		return
 	}
 	cmd := *d.Command
@@ -211,8 +214,9 @@ func (a *Adapter) serveInteractivity(w http.ResponseWriter, r *http.Request, bod
 		writeErr(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	again := a.handledBefore(r, "trigger:"+triggerID(body))
 	ackHTTP(w, nil)
-	if tid := triggerID(body); tid != "" && a.handledBefore(r, "trigger:"+tid) {
+	if again {
 		return
 	}
 	a.dispatchActions(r.Context(), acts)
@@ -224,8 +228,9 @@ func (a *Adapter) serveCommands(w http.ResponseWriter, r *http.Request, body []b
 		writeErr(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	again := a.handledBefore(r, "trigger:"+triggerID(body))
 	ackHTTP(w, nil)
-	if tid := triggerID(body); tid != "" && a.handledBefore(r, "trigger:"+tid) {
+	if again {
 		return
 	}
 	a.dispatch(r.Context(), "slash command", func(ctx context.Context, h chat.Handler) error { return h.HandleCommand(ctx, cmd) })

@@ -71,12 +71,11 @@ func pageText(t *testing.T, browser context.Context, sel string) string {
 func TestConsoleInChromium(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	browser := startBrowser(t, ctx)
-
 	c := newConsole(t, false)
 	stub := newStub(c)
 	srv := httptest.NewServer(c.Handler())
-	defer srv.Close()
+	t.Cleanup(srv.Close) // after the browser is gone: its event stream holds a request open
+	browser := startBrowser(t, ctx)
 
 	if err := chromedp.Do(browser,
 		chromedp.Navigate(srv.URL+"/#token="+aliceTok),
@@ -156,11 +155,11 @@ func TestConsoleInChromium(t *testing.T) {
 func TestDemoConsoleInChromium(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	browser := startBrowser(t, ctx)
 	c := newConsole(t, true)
 	stub := newStub(c)
 	srv := httptest.NewServer(c.Handler())
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	browser := startBrowser(t, ctx)
 
 	if err := chromedp.Do(browser,
 		chromedp.Navigate(srv.URL+"/"),

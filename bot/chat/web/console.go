@@ -12,7 +12,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -252,6 +255,22 @@ type identityKey struct{}
 func (c *Console) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c.o.Open {
+			// With no credential, a page on another site could make the
+			// user's browser drive the demo (cross-site POSTs need no
+			// preflight; a rebound DNS name makes them same-origin). Browsers
+			// say where a request comes from: refuse other origins and any
+			// Host but loopback. (With tokens this cannot happen: other sites
+			// cannot read the token, and a proxy may rewrite Host.)
+			if o := r.Header.Get("Origin"); o != "" {
+				if u, err := url.Parse(o); err != nil || u.Host != r.Host {
+					writeErr(w, http.StatusForbidden, "cross-origin request refused: open the console from its own address")
+					return
+				}
+			}
+			if !loopbackHost(r.Host) {
+				writeErr(w, http.StatusForbidden, "the open demo console answers on loopback addresses only (127.0.0.1, ::1, localhost)")
+				return
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -271,6 +290,19 @@ func (c *Console) auth(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, who)))
 	})
+}
+
+// loopbackHost reports whether a Host header names a loopback address.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // identify returns who sent r: the token's owner, or in the open console the

@@ -119,6 +119,7 @@ func newConsole(t *testing.T, open bool) *web.Console {
 func call(t *testing.T, h http.Handler, method, path, token, body string) (int, string) {
 	t.Helper()
 	r := httptest.NewRequest(method, path, strings.NewReader(body))
+	r.Host = "127.0.0.1:8080" // as the browser on the demo's loopback address sends it
 	if token != "" {
 		r.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -304,6 +305,50 @@ func TestConsoleOpenDemo(t *testing.T) {
 	stub.waitFor(t, ctx, "command", func() bool { return len(stub.commands) == 1 })
 	if stub.commands[0].User != "carol" {
 		t.Fatalf("command %+v", stub.commands[0])
+	}
+}
+
+// TestDemoConsoleRefusesOtherSites: with no credential, a page on another
+// site cannot drive the demo console through the user's browser: a foreign
+// Origin is refused, and so is any Host but loopback (no DNS rebinding). The
+// token console does not look at either (a reverse proxy may rewrite Host;
+// other sites cannot read the token).
+func TestDemoConsoleRefusesOtherSites(t *testing.T) {
+	for _, open := range []bool{true, false} {
+		c := newConsole(t, open)
+		_ = newStub(c)
+		do := func(host, origin string) int {
+			r := httptest.NewRequest("POST", "/api/console/commands", strings.NewReader(`{"user":"alice","channel":"ops","text":"/talos status"}`))
+			r.Host = host
+			if origin != "" {
+				r.Header.Set("Origin", origin)
+			}
+			if !open {
+				r.Header.Set("Authorization", "Bearer "+aliceTok)
+			}
+			w := httptest.NewRecorder()
+			c.Handler().ServeHTTP(w, r)
+			return w.Code
+		}
+		refused := 403
+		if !open {
+			refused = 202
+		}
+		for _, c := range []struct {
+			host, origin string
+			want         int
+		}{
+			{"127.0.0.1:8080", "https://evil.example", refused},
+			{"evil.example:8080", "", refused},
+			{"evil.example:8080", "http://evil.example:8080", refused},
+			{"127.0.0.1:8080", "http://127.0.0.1:8080", 202},
+			{"localhost:8080", "http://localhost:8080", 202},
+			{"[::1]:8080", "", 202}, // curl sends no Origin
+		} {
+			if code := do(c.host, c.origin); code != c.want {
+				t.Errorf("open=%v Host %s Origin %q: %d, want %d", open, c.host, c.origin, code, c.want)
+			}
+		}
 	}
 }
 

@@ -1,0 +1,423 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/bot/alerts"
+	"github.com/talosbot/talosbot/bot/chat/discord/discordfake"
+	"github.com/talosbot/talosbot/bot/chat/slack/slackfake"
+	"github.com/talosbot/talosbot/internal/servetest"
+	"github.com/talosbot/talosbot/sim"
+	"github.com/talosbot/talosbot/state"
+)
+
+// TestServeTrustRegressions attacks a real `talosbot serve` through its HTTP
+// endpoints, with only what a user has, one subtest per case of issue 16
+// ("who is asking, whether it was asked before"). Each asserts the refusal,
+// its audit record, and that nothing changed.
+func TestServeTrustRegressions(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	c, err := sim.Start(ctx, sim.Options{Dir: filepath.Join(dir, "sim"), Name: "production", ControlPlanes: 1, Workers: 1, RebootDelay: 300 * time.Millisecond})
+	must(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	tc := filepath.Join(dir, "talosconfig")
+	must(t, os.WriteFile(tc, c.Talosconfig(), 0o600))
+	var nodes, endpoints []string
+	for _, n := range c.Nodes() {
+		nodes = append(nodes, fmt.Sprintf("{name: %s, address: %s, role: %s, host: %s, platform: nocloud, installer_class: default}", n.Name, n.IP, n.Role, n.Host))
+		if n.Role == sim.RoleControlPlane {
+			endpoints = append(endpoints, n.IP)
+		}
+	}
+	const (
+		discordTok  = "TRUST.discord-bot-token.1f2e"
+		discordUser = "500000000000000001" // an operator on Discord
+		discordChan = "600000000000000001"
+		alertsTok   = "trust-alerts-token-77aa"
+		auditTok    = "trust-audit-token-88bb"
+		slackBot    = "xoxb-TRUST-slack-bot-3c4d"
+		slackSecret = "trust-slack-signing-secret-9e0f"
+		slackUser   = "U0SLACKOP" // an operator on Slack
+		slackChan   = "C0TRUST"
+	)
+	sf, err := slackfake.Start(slackfake.Options{BotToken: slackBot})
+	must(t, err)
+	t.Cleanup(sf.Close)
+	df, err := discordfake.Start(discordfake.Options{Token: discordTok})
+	must(t, err)
+	t.Cleanup(df.Close)
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	must(t, err)
+
+	web, tokens := servetest.ConsoleUsers(t, "alice", "bob", "dave")
+	addr := servetest.FreeAddr(t)
+	dataDir := filepath.Join(dir, "data")
+	cfg := filepath.Join(dir, "talosbot.yaml")
+	must(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
+data_dir: %s
+listen: %s
+clusters:
+  - name: production
+    environment: production
+    channels: [ops, discord:%s, slack:%s]
+    endpoints: [%s]
+    nodes: [%s]
+    credentials: {source: files, talosconfig: "file:%s"}
+    declared: {schematic_id: %s}
+policy:
+  production: {approvers: [bob, dave], operators: [alice, bob, dave, "%s", %s]}
+releases: {talos: [v1.12.6, v1.13.9]}
+chat:
+%s  discord: {token: env:TB_DISCORD, application_id: "%s", public_key: %s, api_url: "%s"}
+  slack: {mode: http, bot_token: env:TB_SLACK_BOT, signing_secret: env:TB_SLACK_SIGNING, api_url: "%s"}
+alerts: {token: env:TB_ALERTS}
+audit: {token: env:TB_AUDIT}
+`, dataDir, addr, discordChan, slackChan, strings.Join(endpoints, ", "), strings.Join(nodes, ", "), tc, sim.DefaultSchematic, discordUser, slackUser,
+		web, df.ApplicationID(), hex.EncodeToString(pub), df.URL(), sf.APIURL())), 0o600))
+	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Tokens: tokens,
+		Env: []string{"TB_DISCORD=" + discordTok, "TB_ALERTS=" + alertsTok, "TB_AUDIT=" + auditTok, "TB_SLACK_BOT=" + slackBot, "TB_SLACK_SIGNING=" + slackSecret}}
+	b.Start()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = b.Cmd.Process.Signal(syscall.SIGTERM)
+			_ = b.Cmd.Wait()
+		}
+	})
+
+	// audit reads records through the audit API (newest first).
+	audit := func(query string) []state.AuditRecord {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+"/api/audit?limit=1000&"+query, nil)
+		req.Header.Set("Authorization", "Bearer "+auditTok)
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		defer resp.Body.Close()
+		var recs []state.AuditRecord
+		if resp.StatusCode != 200 {
+			raw, _ := io.ReadAll(resp.Body)
+			t.Fatalf("audit API %s: %d %s", query, resp.StatusCode, raw)
+		}
+		must(t, json.NewDecoder(resp.Body).Decode(&recs))
+		return recs
+	}
+	count := func(recs []state.AuditRecord, pred func(state.AuditRecord) bool) int {
+		n := 0
+		for _, r := range recs {
+			if pred(r) {
+				n++
+			}
+		}
+		return n
+	}
+	say := func(user, text, answer string) {
+		t.Helper()
+		b.Command(user, "ops", text)
+		b.WaitFor(answer, func() bool {
+			return b.HasMessage("ops", func(m servetest.Message) bool { return strings.Contains(m.Text, answer) })
+		})
+	}
+
+	// Why 2: one console token holder was everyone. Now alice's token names
+	// alice only: naming bob or dave in the body is refused, and approvals
+	// sent that way do not count.
+	t.Run("console token naming another user", func(t *testing.T) {
+		b.T = t
+		code, body := b.PostAs(tokens["alice"], "/api/console/commands",
+			map[string]string{"user": "bob", "channel": "ops", "text": "/talos upgrade talos v1.13.9 production --skip-staging"})
+		if code != http.StatusForbidden || !strings.Contains(body, "cannot act as") {
+			t.Fatalf("alice's token as bob: %d %s, want 403", code, body)
+		}
+		b.Command("alice", "ops", "/talos upgrade talos v1.13.9 production --skip-staging")
+		var approval servetest.Message
+		b.WaitFor("the approval request", func() bool {
+			for _, m := range b.Messages("ops") {
+				if m.Field("State") == "awaiting_approval" {
+					approval = m
+					return true
+				}
+			}
+			return false
+		})
+		for _, as := range []string{"bob", "dave"} {
+			code, body := b.PostAs(tokens["alice"], "/api/console/actions",
+				map[string]string{"user": as, "message_id": approval.ID, "action_id": approval.Button("Approve")})
+			if code != http.StatusForbidden {
+				t.Fatalf("alice approving as %s: %d %s, want 403", as, code, body)
+			}
+		}
+		refused := audit("user=alice&result=refused")
+		if n := count(refused, func(r state.AuditRecord) bool {
+			return r.Action == "request refused" && r.Detail["what"] == "identity" && r.Detail["claimed_user"] != "" && r.Detail["claimed_user"] != "alice"
+		}); n != 3 {
+			t.Fatalf("identity refusals audited for alice: %d, want 3: %+v", n, refused)
+		}
+		if n := count(audit("action=approval"), func(state.AuditRecord) bool { return true }); n != 0 {
+			t.Fatalf("%d approvals recorded from body-named users", n)
+		}
+		b.WaitFor("the refusal answered in ops", func() bool {
+			return b.HasMessage("ops", func(m servetest.Message) bool {
+				return strings.Contains(m.Text, "console token of alice cannot act as")
+			})
+		})
+		// bob's own token approves: it counts once, 1 of 2. Still waiting.
+		if code := b.Post("/api/console/actions", map[string]string{"user": "bob", "message_id": approval.ID, "action_id": approval.Button("Approve")}); code != 202 {
+			t.Fatalf("bob approves: %d", code)
+		}
+		b.WaitFor("bob's approval to count as 1/2", func() bool {
+			return b.HasMessage("ops", func(m servetest.Message) bool { return strings.Contains(m.Text, "approved by bob (1/2)") })
+		})
+		for _, m := range b.Messages("ops") {
+			if m.ID == approval.ID && m.Field("State") != "awaiting_approval" {
+				t.Fatalf("the upgrade moved on to %s with one real approval", m.Field("State"))
+			}
+		}
+		if got := c.Calls("cp-1", "Upgrade") + c.Calls("worker-1", "Upgrade"); got != 0 {
+			t.Fatalf("the cluster was upgraded (%d calls)", got)
+		}
+		// Clear it away for the next cases.
+		if code := b.Post("/api/console/actions", map[string]string{"user": "alice", "message_id": approval.ID, "action_id": approval.Button("Cancel")}); code != 202 {
+			t.Fatalf("cancel: %d", code)
+		}
+		if st := b.AwaitEnd("ops", approval.Field("Operation"), time.Minute); st != "cancelled" {
+			t.Fatalf("the upgrade ended %s, want cancelled", st)
+		}
+	})
+
+	// Slack HTTP mode: a captured signed request sent again inside the
+	// 5-minute window is refused and audited; Slack's own retry (signed
+	// afresh, X-Slack-Retry-Num) is answered 200 without running twice.
+	t.Run("slack replay and retry", func(t *testing.T) {
+		b.T = t
+		sendSlack := func(ts time.Time, body, retry string) (int, string) {
+			t.Helper()
+			stamp := strconv.FormatInt(ts.Unix(), 10)
+			mac := hmac.New(sha256.New, []byte(slackSecret))
+			mac.Write([]byte("v0:" + stamp + ":" + body))
+			req, _ := http.NewRequest("POST", "http://"+addr+"/slack/commands", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			req.Header.Set("X-Slack-Request-Timestamp", stamp)
+			req.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(mac.Sum(nil)))
+			if retry != "" {
+				req.Header.Set("X-Slack-Retry-Num", retry)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			must(t, err)
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(raw)
+		}
+		form := url.Values{"command": {"/talos"}, "text": {`freeze production "slack drill"`}, "user_id": {slackUser},
+			"channel_id": {slackChan}, "trigger_id": {"4242.1717.trust"}}.Encode()
+		captured := time.Now()
+		if code, body := sendSlack(captured, form, ""); code != 200 {
+			t.Fatalf("the real freeze: %d %s", code, body)
+		}
+		b.WaitFor("the Slack freeze", func() bool {
+			return count(audit("action=frozen&user="+slackUser), func(state.AuditRecord) bool { return true }) == 1
+		})
+		if code, body := sendSlack(captured, form, ""); code != http.StatusUnauthorized || !strings.Contains(body, "replay") {
+			t.Fatalf("replayed freeze: %d %s, want 401", code, body)
+		}
+		if code, body := sendSlack(captured.Add(2*time.Second), form, "1"); code != 200 { // signed afresh: a new timestamp
+			t.Fatalf("Slack's retry: %d %s, want 200", code, body)
+		}
+		if code, _ := sendSlack(time.Now().Add(-6*time.Minute), strings.Replace(form, "4242", "4343", 1), ""); code != http.StatusUnauthorized {
+			t.Fatalf("stale request: %d, want 401", code)
+		}
+		recs := audit("action=request%20refused&user=" + slackUser)
+		if len(recs) != 1 || recs[0].Detail["what"] != "replay" || recs[0].Detail["via"] != "slack" {
+			t.Fatalf("slack replay refusals: %+v, want one", recs)
+		}
+		// How many times it ran is checked in the database at the end.
+	})
+
+	// Why 3: a captured Discord request could be replayed forever. Now a
+	// replayed `unfreeze production`, sent after someone froze production
+	// again, is refused and production stays frozen; so is a request signed
+	// with a timestamp more than 5 minutes old.
+	t.Run("discord replay", func(t *testing.T) {
+		b.T = t
+		sendDiscord := func(ts time.Time, body []byte) (int, string) {
+			t.Helper()
+			stamp := strconv.FormatInt(ts.Unix(), 10)
+			req, _ := http.NewRequest("POST", "http://"+addr+"/discord/interactions", bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("X-Signature-Timestamp", stamp)
+			req.Header.Set("X-Signature-Ed25519", hex.EncodeToString(ed25519.Sign(priv, append([]byte(stamp), body...))))
+			resp, err := http.DefaultClient.Do(req)
+			must(t, err)
+			defer resp.Body.Close()
+			raw, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(raw)
+		}
+		say("alice", `/talos freeze production "maintenance"`, "production is frozen")
+		_, p := df.SlashCommandPayload(discordUser, discordChan, "unfreeze production")
+		captured, _ := json.Marshal(p)
+		capturedAt := time.Now()
+		if code, body := sendDiscord(capturedAt, captured); code != 200 {
+			t.Fatalf("the real unfreeze: %d %s", code, body)
+		}
+		b.WaitFor("the Discord unfreeze", func() bool {
+			return count(audit("action=unfrozen"), func(state.AuditRecord) bool { return true }) == 1
+		})
+		say("alice", `/talos freeze production "incident"`, "Reason: incident")
+
+		code, body := sendDiscord(capturedAt, captured)
+		if code != http.StatusUnauthorized || !strings.Contains(body, "replay") {
+			t.Fatalf("replayed unfreeze: %d %s, want 401", code, body)
+		}
+		_, p = df.SlashCommandPayload(discordUser, discordChan, "unfreeze production")
+		stale, _ := json.Marshal(p)
+		if code, body := sendDiscord(time.Now().Add(-10*time.Minute), stale); code != http.StatusUnauthorized {
+			t.Fatalf("stale unfreeze: %d %s, want 401", code, body)
+		}
+		replays := audit("action=" + "request%20refused")
+		if n := count(replays, func(r state.AuditRecord) bool {
+			return r.Detail["what"] == "replay" && r.Actor == discordUser && r.Detail["via"] == "discord"
+		}); n != 2 {
+			t.Fatalf("replay refusals audited: %d, want 2: %+v", n, replays)
+		}
+		if n := count(audit("action=unfrozen"), func(state.AuditRecord) bool { return true }); n != 1 {
+			t.Fatalf("production was unfrozen %d times, want once (the real request)", n)
+		}
+		// The refusal is answered in the Discord channel.
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, err := df.WaitFor(wctx, func(rs []discordfake.Record) bool {
+			for _, r := range rs {
+				if r.Kind == "rest" && r.Method == "POST" && strings.Contains(r.Path, "/channels/"+discordChan+"/messages") && bytes.Contains(r.Body, []byte("replay")) {
+					return true
+				}
+			}
+			return false
+		})
+		must(t, err)
+	})
+
+	// Why 6: a forged console button got a bare 404, no answer, no record.
+	t.Run("forged console button", func(t *testing.T) {
+		b.T = t
+		msgs := b.Messages("ops")
+		target := msgs[len(msgs)-1]
+		before := len(audit("action=" + "action%20refused"))
+		code, body := b.PostAs(tokens["dave"], "/api/console/actions", map[string]string{"message_id": target.ID, "action_id": "aFORGEDTOKEN"})
+		if code != http.StatusNotFound {
+			t.Fatalf("forged button: %d %s, want 404", code, body)
+		}
+		b.WaitFor("the forged click answered in ops", func() bool {
+			return b.HasMessage("ops", func(m servetest.Message) bool {
+				return strings.Contains(m.Text, "refused: this button is unknown or no longer valid")
+			})
+		})
+		recs := audit("action=" + "action%20refused")
+		if len(recs) != before+1 || recs[0].Actor != "dave" || recs[0].Result != "refused" {
+			t.Fatalf("forged click audit: %d records (was %d), newest %+v", len(recs), before, recs)
+		}
+	})
+
+	// Why 6: an oversized alert body got 400. Now 413, and nothing is posted
+	// or recorded.
+	t.Run("oversized alert", func(t *testing.T) {
+		b.T = t
+		msgsBefore, recsBefore := len(b.Messages("ops")), len(audit(""))
+		big := fmt.Sprintf(`{"version":"4","groupKey":"{}:{alertname=\"etcdNoLeader\"}","status":"firing","receiver":"talosbot","commonLabels":{"alertname":"etcdNoLeader","cluster":"production"},"alerts":[{"status":"firing","labels":{"alertname":"etcdNoLeader","cluster":"production"},"annotations":{"description":"%s"},"startsAt":"2026-11-30T12:00:00Z"}]}`,
+			strings.Repeat("x", alerts.MaxPayload))
+		req, _ := http.NewRequest("POST", "http://"+addr+alerts.Path, strings.NewReader(big))
+		req.Header.Set("Authorization", "Bearer "+alertsTok)
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("oversized alert: %d %s, want 413", resp.StatusCode, raw)
+		}
+		if n := len(b.Messages("ops")); n != msgsBefore {
+			t.Fatalf("an oversized alert posted %d messages", n-msgsBefore)
+		}
+		if n := len(audit("")); n != recsBefore {
+			t.Fatalf("an oversized alert wrote %d audit records", n-recsBefore)
+		}
+	})
+
+	// Nothing changed: after the bot stops, production is still frozen
+	// (by alice, for the incident), read from the database itself.
+	b.T = t
+	must(t, b.Cmd.Process.Signal(syscall.SIGTERM))
+	_ = b.Cmd.Wait()
+	stopped = true
+	st, err := state.Open(filepath.Join(dataDir, "talosbot.db"), state.Options{ReadOnly: true})
+	must(t, err)
+	defer st.Close()
+	frozenBySlack, err := st.QueryAudit(ctx, state.AuditQuery{Action: "frozen", Actor: slackUser})
+	must(t, err)
+	if len(frozenBySlack) != 1 {
+		t.Fatalf("the Slack freeze ran %d times, want once (replay refused, retry not run)", len(frozenBySlack))
+	}
+	must(t, st.View(ctx, func(tx *state.Tx) error {
+		raw, err := tx.GetKV("freezes", "production")
+		if err != nil {
+			return fmt.Errorf("production is not frozen after the replay: %w", err)
+		}
+		if !bytes.Contains(raw, []byte("incident")) {
+			return fmt.Errorf("production's freeze is %s, want alice's incident freeze", raw)
+		}
+		return nil
+	}))
+}
+
+// TestDemoConsoleIsLoopbackOnly: the demo's console has no tokens and a user
+// picker, so it refuses to listen anywhere but loopback, before starting
+// anything.
+func TestDemoConsoleIsLoopbackOnly(t *testing.T) {
+	for _, ok := range []string{"127.0.0.1:8080", "[::1]:8080", "localhost:0", "127.0.0.2:9"} {
+		if err := loopbackOnly(ok); err != nil {
+			t.Errorf("%s refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"0.0.0.0:8080", ":8080", "[::]:8080", "10.0.0.5:8080", "talosbot.internal:8080", "8080"} {
+		if err := loopbackOnly(bad); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+	dataDir := filepath.Join(t.TempDir(), "demo")
+	out, code := run(t, "demo", "--listen", "0.0.0.0:0", "--data-dir", dataDir)
+	if code == 0 || !strings.Contains(out, "loopback only") || !strings.Contains(out, "chat.web.users") {
+		t.Fatalf("demo on 0.0.0.0: exit %d\n%s", code, out)
+	}
+	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+		t.Fatalf("the refused demo created its data dir (%v)", err)
+	}
+}
+
+// TestConfigCheckRefusesSharedConsoleToken: the old single chat.web.token
+// (whoever held it was anyone) fails config check with the fix in the
+// message, so serve never starts with it.
+func TestConfigCheckRefusesSharedConsoleToken(t *testing.T) {
+	raw := mustRead(t, "../../deploy/examples/talosbot.yaml")
+	cfg := filepath.Join(t.TempDir(), "talosbot.yaml")
+	must(t, os.WriteFile(cfg, bytes.Replace(raw, []byte("\nchat:\n"), []byte("\nchat:\n  web: {enabled: true, token: env:TB_SHARED_CONSOLE}\n"), 1), 0o600))
+	out, code := run(t, "config", "check", "--config", cfg)
+	if code == 0 || !strings.Contains(out, "chat.web.token: a console token shared by everyone") || !strings.Contains(out, "chat.web.users: [{name: alice, token: env:ALICE_CONSOLE_TOKEN}]") {
+		t.Fatalf("shared console token: exit %d\n%s", code, out)
+	}
+}
