@@ -1,17 +1,28 @@
 package sim_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/controller/generic"
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/etcd"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	"github.com/siderolabs/talos/pkg/machinery/resources/network"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
+	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -94,4 +105,297 @@ func TestStateFileBeforeV112(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), "type: controlplane") {
 		t.Fatalf("read on v1.11: %v\n%s", err, b)
 	}
+}
+
+// get reads one typed resource from a node.
+func get[T generic.ResourceWithRD](ctx context.Context, t *testing.T, cli *client.Client, ip string, id resource.ID) T {
+	t.Helper()
+
+	r, err := safe.StateGetByID[T](client.WithNode(ctx, ip), cli.COSI, id)
+	if err != nil {
+		t.Fatalf("get %T %s on %s: %v", r, id, ip, err)
+	}
+
+	return r
+}
+
+func machineStatus(ctx context.Context, cli *client.Client, ip string) (*runtime.MachineStatus, error) {
+	return safe.StateGetByID[*runtime.MachineStatus](client.WithNode(ctx, ip), cli.COSI, runtime.MachineStatusID)
+}
+
+// waitReady waits until the node's MachineStatus is running and ready.
+func waitReady(ctx context.Context, t *testing.T, cli *client.Client, ip string) {
+	t.Helper()
+
+	eventually(t, 30*time.Second, ip+" running and ready", func() error {
+		ms, err := machineStatus(ctx, cli, ip)
+		if err != nil {
+			return err
+		}
+
+		if spec := ms.TypedSpec(); spec.Stage != runtime.MachineStageRunning || !spec.Status.Ready {
+			return fmt.Errorf("stage %s ready %v unmet %v", spec.Stage, spec.Status.Ready, spec.Status.UnmetConditions)
+		}
+
+		return nil
+	})
+}
+
+func unmet(ms *runtime.MachineStatus) string {
+	var out []string
+
+	for _, c := range ms.TypedSpec().Status.UnmetConditions {
+		out = append(out, c.Name+": "+c.Reason)
+	}
+
+	return strings.Join(out, "; ")
+}
+
+func TestResourcesFollowLifecycle(t *testing.T) {
+	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 200 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+
+	cp1, cp2, cp3, worker := nodeIP(t, c, "cp-1"), nodeIP(t, c, "cp-2"), nodeIP(t, c, "cp-3"), nodeIP(t, c, "worker-1")
+
+	t.Run("boot", func(t *testing.T) {
+		for _, n := range c.Nodes() {
+			waitReady(ctx, t, cli, n.IP)
+
+			if got := get[*k8s.Nodename](ctx, t, cli, n.IP, k8s.NodenameID).TypedSpec().Nodename; got != n.Name {
+				t.Fatalf("%s nodename %q", n.Name, got)
+			}
+
+			if got := get[*network.HostnameStatus](ctx, t, cli, n.IP, network.HostnameID).TypedSpec().Hostname; got != n.Name {
+				t.Fatalf("%s hostname %q", n.Name, got)
+			}
+		}
+
+		members, err := safe.StateListAll[*cluster.Member](client.WithNode(ctx, worker), cli.COSI)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if members.Len() != 4 {
+			t.Fatalf("members %d, want 4", members.Len())
+		}
+
+		cps := 0
+
+		for m := range members.All() {
+			if m.TypedSpec().ControlPlane != nil {
+				cps++
+			}
+		}
+
+		if cps != 3 {
+			t.Fatalf("control-plane members %d, want 3", cps)
+		}
+
+		// The local etcd member id is the real member's.
+		etcdID := get[*etcd.Member](ctx, t, cli, cp1, etcd.LocalMemberID).TypedSpec().MemberID
+		if want := etcd.FormatMemberID(c.Etcd().Member("cp-1").ID()); etcdID != want {
+			t.Fatalf("etcd member id %s, want %s", etcdID, want)
+		}
+
+		if _, err := safe.StateGetByID[*etcd.Member](client.WithNode(ctx, worker), cli.COSI, etcd.LocalMemberID); !state.IsNotFoundError(err) {
+			t.Fatalf("worker etcd member: %v, want not found", err)
+		}
+
+		// Control planes carry the bootstrap manifests settings pkg/cluster/check reads.
+		bm := get[*k8s.BootstrapManifestsConfig](ctx, t, cli, cp1, k8s.BootstrapManifestsConfigID)
+		if bm.TypedSpec().CNIName != "flannel" || bm.TypedSpec().DNSServiceIP != "10.96.0.10" {
+			t.Fatalf("bootstrap manifests %+v", bm.TypedSpec())
+		}
+	})
+
+	t.Run("apply config", func(t *testing.T) {
+		cfg := machineConfig(ctx, t, cli, worker)
+		newCfg := bytes.ReplaceAll(cfg, []byte("kubelet:"+sim.DefaultKubernetesVersion), []byte("kubelet:v1.36.0"))
+
+		if _, err := cli.ApplyConfiguration(client.WithNode(ctx, worker), &machineapi.ApplyConfigurationRequest{Data: newCfg, Mode: machineapi.ApplyConfigurationRequest_NO_REBOOT}); err != nil {
+			t.Fatal(err)
+		}
+
+		for _, id := range []resource.ID{config.ActiveID, config.PersistentID} {
+			mc := get[*config.MachineConfig](ctx, t, cli, worker, id)
+			if img := mc.Config().Machine().Kubelet().Image(); img != "ghcr.io/siderolabs/kubelet:v1.36.0" {
+				t.Fatalf("%s kubelet image %s", id, img)
+			}
+
+			if v := mc.Metadata().Version().String(); v != "2" {
+				t.Fatalf("%s version %s, want 2 (updated once)", id, v)
+			}
+		}
+	})
+
+	t.Run("faults", func(t *testing.T) {
+		if err := c.Inject(ctx, "worker-1", sim.Fault{UnhealthyService: "kubelet"}); err != nil {
+			t.Fatal(err)
+		}
+
+		ms, err := machineStatus(ctx, cli, worker)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		if ms.TypedSpec().Status.Ready || !strings.Contains(unmet(ms), "services: kubelet not healthy") || !strings.Contains(unmet(ms), "nodeReady") {
+			t.Fatalf("unhealthy kubelet: ready %v, unmet %q", ms.TypedSpec().Status.Ready, unmet(ms))
+		}
+
+		if err = c.Clear(ctx, "worker-1"); err != nil {
+			t.Fatal(err)
+		}
+
+		waitReady(ctx, t, cli, worker)
+
+		if err = c.Inject(ctx, "cp-3", sim.Fault{EtcdStopped: true}); err != nil {
+			t.Fatal(err)
+		}
+
+		if ms, err = machineStatus(ctx, cli, cp3); err != nil {
+			t.Fatal(err)
+		}
+
+		if ms.TypedSpec().Status.Ready || !strings.Contains(unmet(ms), "etcd not running") {
+			t.Fatalf("stopped etcd: ready %v, unmet %q", ms.TypedSpec().Status.Ready, unmet(ms))
+		}
+
+		if _, err = safe.StateGetByID[*v1alpha1.Service](client.WithNode(ctx, cp3), cli.COSI, "etcd"); !state.IsNotFoundError(err) {
+			t.Fatalf("etcd service resource of a stopped etcd: %v, want not found", err)
+		}
+
+		if _, err = safe.StateGetByID[*etcd.Member](client.WithNode(ctx, cp3), cli.COSI, etcd.LocalMemberID); !state.IsNotFoundError(err) {
+			t.Fatalf("etcd member of a stopped etcd: %v, want not found", err)
+		}
+
+		if err = c.Clear(ctx, "cp-3"); err != nil {
+			t.Fatal(err)
+		}
+
+		waitReady(ctx, t, cli, cp3)
+	})
+
+	t.Run("failed upgrade stays in the upgrading stage", func(t *testing.T) {
+		if err := c.Inject(ctx, "worker-1", sim.Fault{ImagePullFailure: true}); err != nil {
+			t.Fatal(err)
+		}
+
+		if _, err := cli.Upgrade(client.WithNode(ctx, worker), upgradeImage, false, false); err != nil {
+			t.Fatal(err)
+		}
+
+		// MachineStatusController leaves the stage at upgrading when the sequence stops
+		// with an error; only a boot sequence's end sets running.
+		eventually(t, 30*time.Second, "worker-1 upgrading", func() error {
+			ms, err := machineStatus(ctx, cli, worker)
+			if err == nil && ms.TypedSpec().Stage != runtime.MachineStageUpgrading {
+				err = fmt.Errorf("stage %s", ms.TypedSpec().Stage)
+			}
+
+			return err
+		})
+
+		if err := c.Clear(ctx, "worker-1"); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("upgrade, reboot and rollback", func(t *testing.T) {
+		id := get[*cluster.Identity](ctx, t, cli, cp2, cluster.LocalIdentity).TypedSpec().NodeID
+
+		watch := make(chan state.Event, 64)
+		if err := cli.COSI.Watch(client.WithNode(ctx, cp2), runtime.NewMachineStatus().Metadata(), watch); err != nil {
+			t.Fatal(err)
+		}
+
+		if _, err := cli.Upgrade(client.WithNode(ctx, cp2), upgradeImage, false, false); err != nil {
+			t.Fatal(err)
+		}
+
+		eventually(t, 30*time.Second, "cp-2 Version resource at v1.13.9", func() error {
+			v, err := safe.StateGetByID[*runtime.Version](client.WithNode(ctx, cp2), cli.COSI, "version")
+			if err == nil && v.TypedSpec().Version != "v1.13.9" {
+				err = errors.New("still " + v.TypedSpec().Version)
+			}
+
+			return err
+		})
+
+		waitReady(ctx, t, cli, cp2)
+
+		// The watch of the old boot started with the running machine; it ended when the node
+		// went down for the upgrade.
+		first := <-watch
+		if ms, ok := first.Resource.(*runtime.MachineStatus); !ok || ms.TypedSpec().Stage != runtime.MachineStageRunning {
+			t.Fatalf("first watch event %+v, want the running MachineStatus", first)
+		}
+
+		// A new boot has a new in-memory state (versions start again), the same identity and
+		// the new install image in its config.
+		v := get[*runtime.Version](ctx, t, cli, cp2, "version")
+		if v.Metadata().Version().String() != "1" {
+			t.Fatalf("Version resource version %s after reboot, want 1", v.Metadata().Version())
+		}
+
+		if got := get[*cluster.Identity](ctx, t, cli, cp2, cluster.LocalIdentity).TypedSpec().NodeID; got != id {
+			t.Fatalf("identity changed across reboot: %s → %s", id, got)
+		}
+
+		if img := get[*config.MachineConfig](ctx, t, cli, cp2, config.ActiveID).Config().Machine().Install().Image(); img != upgradeImage {
+			t.Fatalf("install image %s", img)
+		}
+
+		members, err := safe.StateListAll[*cluster.Member](client.WithNode(ctx, cp1), cli.COSI)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		for m := range members.All() {
+			want := "Talos (" + sim.DefaultTalosVersion + ")"
+			if m.Metadata().ID() == "cp-2" {
+				want = "Talos (v1.13.9)"
+			}
+
+			if m.TypedSpec().OperatingSystem != want {
+				t.Fatalf("member %s os %q, want %q", m.Metadata().ID(), m.TypedSpec().OperatingSystem, want)
+			}
+		}
+
+		if err := cli.Rollback(client.WithNode(ctx, cp2)); err != nil {
+			t.Fatal(err)
+		}
+
+		eventually(t, 30*time.Second, "cp-2 rolled back", func() error {
+			v, err := safe.StateGetByID[*runtime.Version](client.WithNode(ctx, cp2), cli.COSI, "version")
+			if err == nil && v.TypedSpec().Version != sim.DefaultTalosVersion {
+				err = errors.New("still " + v.TypedSpec().Version)
+			}
+
+			return err
+		})
+
+		waitReady(ctx, t, cli, cp2)
+	})
+
+	t.Run("reset", func(t *testing.T) {
+		if err := cli.Reset(client.WithNode(ctx, worker), true, false); err != nil {
+			t.Fatal(err)
+		}
+
+		eventually(t, 30*time.Second, "worker-1 leaves the members", func() error {
+			members, err := safe.StateListAll[*cluster.Member](client.WithNode(ctx, cp1), cli.COSI)
+			if err != nil {
+				return err
+			}
+
+			for m := range members.All() {
+				if m.Metadata().ID() == "worker-1" {
+					return errors.New("still a member")
+				}
+			}
+
+			return nil
+		})
+	})
 }

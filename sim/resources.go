@@ -21,6 +21,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
+	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/etcd"
@@ -60,11 +61,13 @@ func cosiNamespaces() []struct{ name, description string } {
 // would pretend the node has none.
 func cosiResourceTypes() []meta.ResourceWithRD {
 	return []meta.ResourceWithRD{
+		&block.VolumeStatus{},
 		&cluster.Identity{},
 		&cluster.Member{},
 		&config.MachineConfig{},
 		&config.MachineType{},
 		&etcd.Member{},
+		&k8s.BootstrapManifestsConfig{},
 		&k8s.Nodename{},
 		&k8s.NodeStatus{},
 		&k8s.StaticPodStatus{},
@@ -72,6 +75,7 @@ func cosiResourceTypes() []meta.ResourceWithRD {
 		&network.HostnameStatus{},
 		&network.NodeAddress{},
 		&network.Status{},
+		&runtime.Diagnostic{},
 		&runtime.MachineStatus{},
 		&runtime.Version{},
 		&timeres.Status{},
@@ -132,12 +136,21 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 
 	// config.MachineConfig: machined's runtime stores the applied config under both ids
 	// (internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_runtime.go SetConfig/SetPersistedConfig).
-	if cfg, err := cache.get(raw); err == nil {
+	cfg, err := cache.get(raw)
+	if err == nil {
 		add("", config.NewMachineConfigWithID(cfg, config.ActiveID))
 		add("", config.NewMachineConfigWithID(cfg, config.PersistentID))
+
+		if n.info.Role == RoleControlPlane {
+			if bm := bootstrapManifests(cfg); bm != nil {
+				add("k8s.ControlPlaneBootstrapManifestsController", bm)
+			}
+		}
 	} else {
 		n.c.log.Warn("machine config does not load", "node", n.info.Name, "err", err)
 	}
+
+	add("block.VolumeManagerController", ephemeralVolume())
 
 	mt := config.NewMachineType()
 	mt.SetMachineType(n.machineType())
@@ -195,6 +208,66 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 	add("runtime.MachineStatusController", n.machineStatus(services, pods, nodeStatus))
 
 	return out
+}
+
+// bootstrapManifests follows k8s.ControlPlaneBootstrapManifestsController (control planes):
+// the settings of the manifests Talos renders at bootstrap, from the machine config.
+func bootstrapManifests(cfg talosconfig.Provider) *k8s.BootstrapManifestsConfig {
+	cl := cfg.Cluster()
+	if cl == nil {
+		return nil
+	}
+
+	r := k8s.NewBootstrapManifestsConfig()
+	spec := r.TypedSpec()
+
+	if ep := cl.Endpoint(); ep != nil {
+		spec.Server = ep.String()
+	}
+
+	spec.ClusterDomain = cl.Network().DNSDomain()
+	spec.PodCIDRs = cl.Network().PodCIDRs()
+	spec.ProxyEnabled = cl.Proxy().Enabled()
+	spec.ProxyImage = cl.Proxy().Image()
+	spec.CoreDNSEnabled = cl.CoreDNS().Enabled()
+	spec.CoreDNSImage = cl.CoreDNS().Image()
+	spec.CNIName = cl.Network().CNI().Name()
+	spec.FlannelEnabled = spec.CNIName == "flannel"
+
+	if ips, err := cl.Network().DNSServiceIPs(); err == nil {
+		for _, ip := range ips {
+			switch {
+			case ip.Is4() && spec.DNSServiceIP == "":
+				spec.DNSServiceIP = ip.String()
+			case ip.Is6() && spec.DNSServiceIPv6 == "":
+				spec.DNSServiceIPv6 = ip.String()
+			}
+		}
+	}
+
+	return r
+}
+
+// ephemeralSize is the sim's EPHEMERAL partition size (a 100 GiB system disk).
+const ephemeralSize = 96 << 30
+
+// ephemeralVolume follows block.VolumeManagerController for the EPHEMERAL volume, the one
+// pkg/cluster/check's disk size check reads.
+func ephemeralVolume() *block.VolumeStatus {
+	r := block.NewVolumeStatus(block.NamespaceName, "EPHEMERAL")
+	*r.TypedSpec() = block.VolumeStatusSpec{
+		Phase:          block.VolumePhaseReady,
+		Type:           block.VolumeTypePartition,
+		Location:       "/dev/sda6",
+		MountLocation:  "/dev/sda6",
+		PartitionIndex: 6,
+		ParentLocation: "/dev/sda",
+		Size:           ephemeralSize,
+		PrettySize:     "96 GiB",
+		Filesystem:     block.FilesystemTypeXFS,
+	}
+
+	return r
 }
 
 // addressResources follows network.AddressStatusController and network.NodeAddressController:
