@@ -25,7 +25,10 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/talosbot/talosbot/internal/testenv"
 	"github.com/talosbot/talosbot/sim"
 )
 
@@ -398,4 +401,94 @@ func TestResourcesFollowLifecycle(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// TestResourcesWithKubernetes: with a kube-apiserver, StaticPodStatus mirrors the control
+// plane's static pods and NodeStatus the Node, and both feed MachineStatus readiness.
+func TestResourcesWithKubernetes(t *testing.T) {
+	kube := testenv.StartKube(t)
+	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, Kube: kube.Client, StaticPods: true, StaticPodReadyDelay: 50 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	cp1, worker := nodeIP(t, c, "cp-1"), nodeIP(t, c, "worker-1")
+
+	waitReady(ctx, t, cli, cp1)
+	waitReady(ctx, t, cli, worker)
+
+	pods, err := safe.StateListAll[*k8s.StaticPodStatus](client.WithNode(ctx, cp1), cli.COSI)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var ids []string
+	for p := range pods.All() {
+		ids = append(ids, p.Metadata().ID())
+	}
+
+	if want := "kube-system/kube-apiserver-cp-1,kube-system/kube-controller-manager-cp-1,kube-system/kube-scheduler-cp-1"; strings.Join(ids, ",") != want {
+		t.Fatalf("static pod statuses %v, want %s", ids, want)
+	}
+
+	if pods, err = safe.StateListAll[*k8s.StaticPodStatus](client.WithNode(ctx, worker), cli.COSI); err != nil || pods.Len() != 0 {
+		t.Fatalf("worker static pod statuses: %d, %v", pods.Len(), err)
+	}
+
+	// A static pod that does not become Ready after a config change keeps the node not ready.
+	if err = c.Inject(ctx, "cp-1", sim.Fault{StaticPodNotReady: sim.ComponentScheduler}); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := machineConfig(ctx, t, cli, cp1)
+	newCfg := bytes.ReplaceAll(cfg, []byte("kube-scheduler:"+sim.DefaultKubernetesVersion), []byte("kube-scheduler:v1.36.3"))
+
+	if _, err = cli.ApplyConfiguration(client.WithNode(ctx, cp1), &machineapi.ApplyConfigurationRequest{Data: newCfg, Mode: machineapi.ApplyConfigurationRequest_NO_REBOOT}); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, 30*time.Second, "cp-1 not ready for its scheduler", func() error {
+		ms, err := machineStatus(ctx, cli, cp1)
+		if err == nil && !strings.Contains(unmet(ms), "staticPods: kube-system/kube-scheduler-cp-1 not ready") {
+			err = fmt.Errorf("ready %v unmet %q", ms.TypedSpec().Status.Ready, unmet(ms))
+		}
+
+		return err
+	})
+
+	if err = c.Clear(ctx, "cp-1"); err != nil {
+		t.Fatal(err)
+	}
+
+	waitReady(ctx, t, cli, cp1)
+
+	// NodeStatus is the Node as the apiserver has it: a Node marked NotReady makes the node
+	// not ready.
+	ns := get[*k8s.NodeStatus](ctx, t, cli, worker, "worker-1")
+	if !ns.TypedSpec().NodeReady || ns.TypedSpec().Labels["kubernetes.io/hostname"] != "worker-1" {
+		t.Fatalf("worker NodeStatus %+v", ns.TypedSpec())
+	}
+
+	node, err := kube.Client.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for i := range node.Status.Conditions {
+		if node.Status.Conditions[i].Type == corev1.NodeReady {
+			node.Status.Conditions[i].Status = corev1.ConditionFalse
+		}
+	}
+
+	if _, err = kube.Client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	ms, err := machineStatus(ctx, cli, worker)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if ms.TypedSpec().Status.Ready || !strings.Contains(unmet(ms), `nodeReady: node "worker-1" is not ready`) {
+		t.Fatalf("NotReady Node: ready %v unmet %q", ms.TypedSpec().Status.Ready, unmet(ms))
+	}
 }
