@@ -67,7 +67,6 @@ func cosiResourceTypes() []meta.ResourceWithRD {
 		&config.MachineConfig{},
 		&config.MachineType{},
 		&etcd.Member{},
-		&k8s.BootstrapManifestsConfig{},
 		&k8s.Nodename{},
 		&k8s.NodeStatus{},
 		&k8s.StaticPodStatus{},
@@ -140,12 +139,6 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 	if err == nil {
 		add("", config.NewMachineConfigWithID(cfg, config.ActiveID))
 		add("", config.NewMachineConfigWithID(cfg, config.PersistentID))
-
-		if n.info.Role == RoleControlPlane {
-			if bm := bootstrapManifests(cfg); bm != nil {
-				add("k8s.ControlPlaneBootstrapManifestsController", bm)
-			}
-		}
 	} else {
 		n.c.log.Warn("machine config does not load", "node", n.info.Name, "err", err)
 	}
@@ -208,44 +201,6 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 	add("runtime.MachineStatusController", n.machineStatus(services, pods, nodeStatus))
 
 	return out
-}
-
-// bootstrapManifests follows k8s.ControlPlaneBootstrapManifestsController (control planes):
-// the settings of the manifests Talos renders at bootstrap, from the machine config.
-func bootstrapManifests(cfg talosconfig.Provider) *k8s.BootstrapManifestsConfig {
-	cl := cfg.Cluster()
-	if cl == nil {
-		return nil
-	}
-
-	r := k8s.NewBootstrapManifestsConfig()
-	spec := r.TypedSpec()
-
-	if ep := cl.Endpoint(); ep != nil {
-		spec.Server = ep.String()
-	}
-
-	spec.ClusterDomain = cl.Network().DNSDomain()
-	spec.PodCIDRs = cl.Network().PodCIDRs()
-	spec.ProxyEnabled = cl.Proxy().Enabled()
-	spec.ProxyImage = cl.Proxy().Image()
-	spec.CoreDNSEnabled = cl.CoreDNS().Enabled()
-	spec.CoreDNSImage = cl.CoreDNS().Image()
-	spec.CNIName = cl.Network().CNI().Name()
-	spec.FlannelEnabled = spec.CNIName == "flannel"
-
-	if ips, err := cl.Network().DNSServiceIPs(); err == nil {
-		for _, ip := range ips {
-			switch {
-			case ip.Is4() && spec.DNSServiceIP == "":
-				spec.DNSServiceIP = ip.String()
-			case ip.Is6() && spec.DNSServiceIPv6 == "":
-				spec.DNSServiceIPv6 = ip.String()
-			}
-		}
-	}
-
-	return r
 }
 
 // ephemeralSize is the sim's EPHEMERAL partition size (a 100 GiB system disk).
