@@ -16,6 +16,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/state/impl/namespaced"
 	"github.com/cosi-project/runtime/pkg/state/protobuf/server"
 	"github.com/cosi-project/runtime/pkg/state/registry"
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -245,9 +246,27 @@ func (s *cosiState) watchStarted(ctx context.Context) {
 	}()
 }
 
+// tick refreshes the resources on every runtime event of the node (so a watcher sees a
+// sequence's stages as they happen) and every cosiWatchTick (for etcd, Kubernetes and faults).
 func (s *cosiState) tick(ctx context.Context, stop <-chan struct{}) {
 	t := time.NewTicker(cosiWatchTick)
 	defer t.Stop()
+
+	_, events, cancel, err := s.n.events.subscribe(&machineapi.EventsRequest{})
+	if err != nil {
+		events = nil
+	} else {
+		defer cancel()
+	}
+
+	refresh := func() {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+
+		if _, err := s.current(rctx); err != nil {
+			s.n.c.log.Warn("refresh resources", "node", s.n.info.Name, "err", err)
+		}
+	}
 
 	for {
 		select {
@@ -255,12 +274,16 @@ func (s *cosiState) tick(ctx context.Context, stop <-chan struct{}) {
 			return
 		case <-stop:
 			return
-		case <-t.C:
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			if _, err := s.current(rctx); err != nil {
-				s.n.c.log.Warn("refresh resources", "node", s.n.info.Name, "err", err)
+		case _, ok := <-events:
+			if !ok {
+				events = nil // the node went down: its watchers are cut off too
+
+				continue
 			}
-			cancel()
+
+			refresh()
+		case <-t.C:
+			refresh()
 		}
 	}
 }

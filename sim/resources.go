@@ -21,6 +21,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/machine"
 	"github.com/siderolabs/talos/pkg/machinery/nethelpers"
+	"github.com/siderolabs/talos/pkg/machinery/resources/block"
 	"github.com/siderolabs/talos/pkg/machinery/resources/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"github.com/siderolabs/talos/pkg/machinery/resources/etcd"
@@ -60,6 +61,7 @@ func cosiNamespaces() []struct{ name, description string } {
 // would pretend the node has none.
 func cosiResourceTypes() []meta.ResourceWithRD {
 	return []meta.ResourceWithRD{
+		&block.VolumeStatus{},
 		&cluster.Identity{},
 		&cluster.Member{},
 		&config.MachineConfig{},
@@ -72,6 +74,7 @@ func cosiResourceTypes() []meta.ResourceWithRD {
 		&network.HostnameStatus{},
 		&network.NodeAddress{},
 		&network.Status{},
+		&runtime.Diagnostic{},
 		&runtime.MachineStatus{},
 		&runtime.Version{},
 		&timeres.Status{},
@@ -132,12 +135,15 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 
 	// config.MachineConfig: machined's runtime stores the applied config under both ids
 	// (internal/app/machined/pkg/runtime/v1alpha1/v1alpha1_runtime.go SetConfig/SetPersistedConfig).
-	if cfg, err := cache.get(raw); err == nil {
+	cfg, err := cache.get(raw)
+	if err == nil {
 		add("", config.NewMachineConfigWithID(cfg, config.ActiveID))
 		add("", config.NewMachineConfigWithID(cfg, config.PersistentID))
 	} else {
 		n.c.log.Warn("machine config does not load", "node", n.info.Name, "err", err)
 	}
+
+	add("block.VolumeManagerController", ephemeralVolume())
 
 	mt := config.NewMachineType()
 	mt.SetMachineType(n.machineType())
@@ -195,6 +201,28 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 	add("runtime.MachineStatusController", n.machineStatus(services, pods, nodeStatus))
 
 	return out
+}
+
+// ephemeralSize is the sim's EPHEMERAL partition size (a 100 GiB system disk).
+const ephemeralSize = 96 << 30
+
+// ephemeralVolume follows block.VolumeManagerController for the EPHEMERAL volume, the one
+// pkg/cluster/check's disk size check reads.
+func ephemeralVolume() *block.VolumeStatus {
+	r := block.NewVolumeStatus(block.NamespaceName, "EPHEMERAL")
+	*r.TypedSpec() = block.VolumeStatusSpec{
+		Phase:          block.VolumePhaseReady,
+		Type:           block.VolumeTypePartition,
+		Location:       "/dev/sda6",
+		MountLocation:  "/dev/sda6",
+		PartitionIndex: 6,
+		ParentLocation: "/dev/sda",
+		Size:           ephemeralSize,
+		PrettySize:     "96 GiB",
+		Filesystem:     block.FilesystemTypeXFS,
+	}
+
+	return r
 }
 
 // addressResources follows network.AddressStatusController and network.NodeAddressController:

@@ -110,7 +110,19 @@ func TestTalosctlResources(t *testing.T) {
 	out = tc.mustRun(t, "-n", cp1, "get", "etcdmembers")
 	mustContain(t, "get etcdmembers", out, "EtcdMember   local")
 
-	out, err := tc.run(t, "-n", worker, "read", "/system/state/config.yaml")
+	// talosctl queries node by node (the API is one-to-one only).
+	out = tc.mustRun(t, "-n", cp1+","+worker, "get", "machinetype")
+	mustContain(t, "get machinetype on two nodes", out, cp1+"   config      MachineType", worker+"   config      MachineType", "controlplane", "worker")
+
+	// A type the sim does not serve fails as on a node without it.
+	out, err := tc.run(t, "-n", cp1, "get", "disks")
+	if err == nil {
+		t.Fatalf("get disks succeeded:\n%s", out)
+	}
+
+	mustContain(t, "get disks", out, `resource "disks" is not registered`)
+
+	out, err = tc.run(t, "-n", worker, "read", "/system/state/config.yaml")
 	if err == nil {
 		t.Fatalf("read /system/state/config.yaml succeeded on v1.13.9:\n%s", out)
 	}
