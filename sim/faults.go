@@ -150,8 +150,7 @@ func (c *Cluster) Inject(ctx context.Context, nodeName string, f Fault) error {
 	case f.Unreachable && !old.Unreachable:
 		n.stopFront()
 	case !f.Unreachable && old.Unreachable && running:
-		n.serveFront(nil)
-		c.peersReconnect(n.info.IP)
+		n.serveFront()
 	}
 
 	if m := n.member(); m != nil {
@@ -229,7 +228,7 @@ func (c *Cluster) breakQuorum(n *node) error {
 			break
 		}
 
-		if m.Name() == n.info.Name || !m.Running() {
+		if m.Name() == n.info.EtcdMember || !m.Running() {
 			continue
 		}
 

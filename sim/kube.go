@@ -46,7 +46,7 @@ func readyCondition(ready bool, reason, msg string, now time.Time) corev1.NodeCo
 // register creates (or refreshes) the Node object of a sim node, Ready.
 func (k *kubeSide) register(ctx context.Context, info NodeInfo, kubeletVersion, talosVersion string) error {
 	labels := map[string]string{
-		"kubernetes.io/hostname": info.Name,
+		"kubernetes.io/hostname": info.NodeName,
 		"kubernetes.io/os":       "linux",
 		"kubernetes.io/arch":     "amd64",
 		k.hostLabel:              info.Host,
@@ -60,14 +60,14 @@ func (k *kubeSide) register(ctx context.Context, info NodeInfo, kubeletVersion, 
 	}
 
 	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: info.Name, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: info.NodeName, Labels: labels},
 		Spec:       corev1.NodeSpec{Taints: taints},
 	}
 
 	_, err := k.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cur, gerr := k.client.CoreV1().Nodes().Get(ctx, info.Name, metav1.GetOptions{})
+			cur, gerr := k.client.CoreV1().Nodes().Get(ctx, info.NodeName, metav1.GetOptions{})
 			if gerr != nil {
 				return gerr
 			}
@@ -80,7 +80,6 @@ func (k *kubeSide) register(ctx context.Context, info NodeInfo, kubeletVersion, 
 				cur.Labels[key] = v
 			}
 
-			cur.Spec.Unschedulable = false
 			_, uerr := k.client.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
 
 			return uerr
@@ -88,14 +87,14 @@ func (k *kubeSide) register(ctx context.Context, info NodeInfo, kubeletVersion, 
 	}
 
 	if err != nil {
-		return fmt.Errorf("kube: register node %s: %w", info.Name, err)
+		return fmt.Errorf("kube: register node %s: %w", info.NodeName, err)
 	}
 
-	return k.updateStatus(ctx, info.Name, func(st *corev1.NodeStatus) {
+	return k.updateStatus(ctx, info.NodeName, func(st *corev1.NodeStatus) {
 		st.Conditions = []corev1.NodeCondition{readyCondition(true, "KubeletReady", "kubelet is posting ready status", time.Now())}
 		st.Addresses = []corev1.NodeAddress{
 			{Type: corev1.NodeInternalIP, Address: info.IP},
-			{Type: corev1.NodeHostName, Address: info.Name},
+			{Type: corev1.NodeHostName, Address: info.Hostname},
 		}
 		st.NodeInfo.KubeletVersion = kubeletVersion
 		st.NodeInfo.KubeProxyVersion = kubeletVersion //nolint:staticcheck // still shown by kubectl
@@ -148,18 +147,59 @@ func (k *kubeSide) setVersions(ctx context.Context, name, kubeletVersion, talosV
 }
 
 // booted is what happens on the Kubernetes side when a node finishes booting: versions
-// refreshed, Ready, and uncordoned (Talos's uncordonNode boot task).
+// refreshed and Ready. Uncordoning is uncordonOwned's.
 func (k *kubeSide) booted(ctx context.Context, name, kubeletVersion, talosVersion string) error {
 	err := k.setVersions(ctx, name, kubeletVersion, talosVersion)
 	if err == nil {
 		err = k.setReady(ctx, name, true, "KubeletReady", "kubelet is posting ready status")
 	}
 
-	if err == nil {
-		err = k.uncordon(ctx, name)
-	}
-
 	return err
+}
+
+// cordonedAnnotation marks nodes Talos cordoned (constants.AnnotationCordonedKey).
+const cordonedAnnotation = "talos.dev/cordoned"
+
+// cordonOwned is NodeApplyController.ApplyCordoned cordoning: a schedulable node becomes
+// unschedulable and carries Talos's annotation; an already cordoned node is left as it is.
+func (k *kubeSide) cordonOwned(ctx context.Context, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := k.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil || cur.Spec.Unschedulable {
+			return err
+		}
+
+		cur.Spec.Unschedulable = true
+		if cur.Annotations == nil {
+			cur.Annotations = map[string]string{}
+		}
+
+		cur.Annotations[cordonedAnnotation] = "true"
+		_, err = k.client.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
+
+		return err
+	})
+}
+
+// uncordonOwned is ApplyCordoned uncordoning: only a node carrying Talos's annotation is
+// uncordoned (and loses it); a node cordoned by anyone else stays cordoned.
+func (k *kubeSide) uncordonOwned(ctx context.Context, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := k.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil || !cur.Spec.Unschedulable {
+			return err
+		}
+
+		if _, owned := cur.Annotations[cordonedAnnotation]; !owned {
+			return nil
+		}
+
+		cur.Spec.Unschedulable = false
+		delete(cur.Annotations, cordonedAnnotation)
+		_, err = k.client.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
+
+		return err
+	})
 }
 
 func (k *kubeSide) setUnschedulable(ctx context.Context, name string, v bool) error {
@@ -180,15 +220,11 @@ func (k *kubeSide) setUnschedulable(ctx context.Context, name string, v bool) er
 	})
 }
 
-func (k *kubeSide) uncordon(ctx context.Context, name string) error {
-	return k.setUnschedulable(ctx, name, false)
-}
-
 // cordonAndDrain is Talos's server-side cordon + drain: mark unschedulable, then evict every
 // pod on the node through the eviction API (so PodDisruptionBudgets apply), skipping
 // DaemonSet and mirror pods, retrying refused evictions until DrainTimeout.
 func (k *kubeSide) cordonAndDrain(ctx context.Context, name string) error {
-	if err := k.setUnschedulable(ctx, name, true); err != nil {
+	if err := k.cordonOwned(ctx, name); err != nil {
 		return fmt.Errorf("cordon %s: %w", name, err)
 	}
 
@@ -280,9 +316,9 @@ func (k *kubeSide) allReady(ctx context.Context, nodes []*node) error {
 			continue
 		}
 
-		kn, err := k.client.CoreV1().Nodes().Get(ctx, n.info.Name, metav1.GetOptions{})
+		kn, err := k.client.CoreV1().Nodes().Get(ctx, n.info.NodeName, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("get node %s: %w", n.info.Name, err)
+			return fmt.Errorf("get node %s: %w", n.info.NodeName, err)
 		}
 
 		ready := false
@@ -294,7 +330,7 @@ func (k *kubeSide) allReady(ctx context.Context, nodes []*node) error {
 		}
 
 		if !ready {
-			notReady = append(notReady, n.info.Name)
+			notReady = append(notReady, n.info.NodeName)
 		}
 	}
 

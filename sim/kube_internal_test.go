@@ -16,7 +16,7 @@ func TestKubeSideFake(t *testing.T) {
 	kc := fake.NewClientset()
 	k := &kubeSide{client: kc, hostLabel: DefaultHostLabel, drainTimeout: time.Second, log: slog.New(slog.DiscardHandler)}
 
-	info := NodeInfo{Name: "worker-1", IP: "127.1.2.3", Role: RoleWorker, Host: "pve2"}
+	info := NodeInfo{Name: "worker-1", Hostname: "worker-1", NodeName: "worker-1", IP: "127.1.2.3", Role: RoleWorker, Host: "pve2"}
 	if err := k.register(ctx, info, "v1.35.2", "v1.12.6"); err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +77,11 @@ func TestKubeSideFake(t *testing.T) {
 	}
 
 	if err := k.booted(ctx, "worker-1", "v1.36.0", "v1.13.9"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The drain cordoned it with Talos's annotation, so the booted node is uncordoned.
+	if err := k.uncordonOwned(ctx, "worker-1"); err != nil {
 		t.Fatal(err)
 	}
 

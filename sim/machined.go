@@ -20,6 +20,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 
+	"go.etcd.io/etcd/client/v3/concurrency"
+
 	"github.com/talosbot/talosbot/sim/etcdsim"
 )
 
@@ -55,29 +57,86 @@ func (s *machined) Version(context.Context, *emptypb.Empty) (*machineapi.Version
 }
 
 func (s *machined) Hostname(context.Context, *emptypb.Empty) (*machineapi.HostnameResponse, error) {
-	return &machineapi.HostnameResponse{Messages: []*machineapi.Hostname{{Hostname: s.n.info.Name}}}, nil
+	return &machineapi.HostnameResponse{Messages: []*machineapi.Hostname{{Hostname: s.n.info.Hostname}}}, nil
 }
 
 func (s *machined) ServiceList(ctx context.Context, _ *emptypb.Empty) (*machineapi.ServiceListResponse, error) {
 	return &machineapi.ServiceListResponse{Messages: []*machineapi.ServiceList{{Services: s.n.serviceStates(ctx)}}}, nil
 }
 
-// etcdMember returns the node's running etcd member, or the error Talos gives.
-func (s *machined) etcdMember(api string) (*etcdsim.Member, error) {
+// etcdMember returns the node's own etcd member, as machined's local client
+// (etcd.NewLocalClient) reaches it. The etcd client waits for a connection (WaitForReady), so
+// while the member is stopped the call waits until the member is back or the caller's deadline.
+func (s *machined) etcdMember(ctx context.Context, api string) (*etcdsim.Member, error) {
 	if s.n.info.Role != RoleControlPlane {
 		return nil, status.Errorf(codes.Unimplemented, "%s is only available on control plane nodes", api)
 	}
 
 	m := s.n.member()
-	if m == nil || s.n.leftEtcd() || m.Removed() {
-		return nil, status.Errorf(codes.FailedPrecondition, "%s: etcd is not a member of the cluster on this node (it left or was removed)", api)
+	if m == nil {
+		return nil, status.Errorf(codes.Unimplemented, "%s is only available on control plane nodes", api)
 	}
 
-	if !m.Running() {
-		return nil, status.Errorf(codes.Unavailable, "%s: failed to dial etcd: etcd service is not running on this node", api)
+	if err := waitRunning(ctx, func() bool { return m.Running() && !m.Removed() }); err != nil {
+		return nil, fmt.Errorf("%s: %w", api, err)
 	}
 
 	return m, nil
+}
+
+// clusterMember is a running member reached through every control plane's endpoint, as
+// etcd.NewClientFromControlPlaneIPs does: the local member being down does not matter while
+// another one answers; with none running the call waits until the caller's deadline.
+func (s *machined) clusterMember(ctx context.Context, api string) (*etcdsim.Member, error) {
+	if s.n.info.Role != RoleControlPlane {
+		return nil, status.Errorf(codes.Unimplemented, "%s is only available on control plane nodes", api)
+	}
+
+	var found *etcdsim.Member
+
+	err := waitRunning(ctx, func() bool {
+		if m := s.n.member(); m != nil && m.Running() && !m.Removed() {
+			found = m
+
+			return true
+		}
+
+		for _, m := range s.n.c.etcd.Members() {
+			if m.Running() && !m.Removed() {
+				found = m
+
+				return true
+			}
+		}
+
+		return false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", api, err)
+	}
+
+	return found, nil
+}
+
+// waitRunning polls ok until it holds or ctx ends (a gRPC client waiting for its connection).
+func waitRunning(ctx context.Context, ok func() bool) error {
+	if ok() {
+		return nil
+	}
+
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			if ok() {
+				return nil
+			}
+		}
+	}
 }
 
 func etcdErr(api string, err error) error {
@@ -94,7 +153,7 @@ func etcdErr(api string, err error) error {
 }
 
 func (s *machined) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machineapi.EtcdStatusResponse, error) {
-	m, err := s.etcdMember("etcd status")
+	m, err := s.etcdMember(ctx, "etcd status")
 	if err != nil {
 		return nil, err
 	}
@@ -121,8 +180,13 @@ func (s *machined) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machineap
 	}}}, nil
 }
 
-func (s *machined) EtcdMemberList(ctx context.Context, _ *machineapi.EtcdMemberListRequest) (*machineapi.EtcdMemberListResponse, error) {
-	m, err := s.etcdMember("etcd member list")
+func (s *machined) EtcdMemberList(ctx context.Context, req *machineapi.EtcdMemberListRequest) (*machineapi.EtcdMemberListResponse, error) {
+	get := s.clusterMember
+	if req.QueryLocal {
+		get = s.etcdMember
+	}
+
+	m, err := get(ctx, "member list")
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +213,7 @@ func (s *machined) EtcdMemberList(ctx context.Context, _ *machineapi.EtcdMemberL
 }
 
 func (s *machined) EtcdLeaveCluster(ctx context.Context, _ *machineapi.EtcdLeaveClusterRequest) (*machineapi.EtcdLeaveClusterResponse, error) {
-	m, err := s.etcdMember("etcd leave")
+	m, err := s.etcdMember(ctx, "etcd leave")
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +230,7 @@ func (s *machined) EtcdLeaveCluster(ctx context.Context, _ *machineapi.EtcdLeave
 }
 
 func (s *machined) EtcdRemoveMemberByID(ctx context.Context, req *machineapi.EtcdRemoveMemberByIDRequest) (*machineapi.EtcdRemoveMemberByIDResponse, error) {
-	m, err := s.etcdMember("etcd remove member")
+	m, err := s.clusterMember(ctx, "etcd remove member")
 	if err != nil {
 		return nil, err
 	}
@@ -205,7 +269,7 @@ func (s *machined) EtcdRemoveMemberByID(ctx context.Context, req *machineapi.Etc
 }
 
 func (s *machined) EtcdForfeitLeadership(ctx context.Context, _ *machineapi.EtcdForfeitLeadershipRequest) (*machineapi.EtcdForfeitLeadershipResponse, error) {
-	m, err := s.etcdMember("etcd forfeit leadership")
+	m, err := s.etcdMember(ctx, "etcd forfeit leadership")
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +301,7 @@ func (s *machined) EtcdForfeitLeadership(ctx context.Context, _ *machineapi.Etcd
 }
 
 func (s *machined) EtcdAlarmList(ctx context.Context, _ *emptypb.Empty) (*machineapi.EtcdAlarmListResponse, error) {
-	m, err := s.etcdMember("etcd alarm list")
+	m, err := s.etcdMember(ctx, "etcd alarm list")
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +323,7 @@ func (s *machined) EtcdAlarmList(ctx context.Context, _ *emptypb.Empty) (*machin
 }
 
 func (s *machined) EtcdSnapshot(_ *machineapi.EtcdSnapshotRequest, srv grpc.ServerStreamingServer[common.Data]) error {
-	m, err := s.etcdMember("etcd snapshot")
+	m, err := s.etcdMember(srv.Context(), "etcd snapshot")
 	if err != nil {
 		return err
 	}
@@ -294,20 +358,13 @@ func streamReader(srv grpc.ServerStreamingServer[common.Data], r io.Reader) erro
 	}
 }
 
-// etcdUpgradeCheck is Talos's server-side ValidateForUpgrade, run on control planes unless forced.
-func (s *machined) etcdUpgradeCheck(ctx context.Context, preserve bool) error {
-	m := s.n.member()
-	if m == nil || !m.Running() {
-		return errors.New("failed to create etcd client: etcd is not running on this node")
-	}
-
+// etcdUpgradeCheck is etcd.Client.ValidateForUpgrade (internal/pkg/etcd/etcd.go): no
+// single-member refusal (removed in v1.8); two members refuse; every member must be started and
+// answer a quorum read within QuorumCheckTimeout (a stopped member makes the call wait that long).
+func (s *machined) etcdUpgradeCheck(ctx context.Context, m *etcdsim.Member) error {
 	ml, err := m.MemberList(ctx)
 	if err != nil {
 		return err
-	}
-
-	if !preserve && len(ml.Members) == 1 {
-		return errors.New("only 1 etcd member found; assuming this is not an HA setup and refusing to upgrade; if this is a single-node cluster, use --preserve to upgrade")
 	}
 
 	if len(ml.Members) == 2 {
@@ -319,20 +376,16 @@ func (s *machined) etcdUpgradeCheck(ctx context.Context, preserve bool) error {
 			return fmt.Errorf("etcd member %016x is not started, all members must be running to perform an upgrade", pm.ID)
 		}
 
-		var target *etcdsim.Member
+		target := s.n.c.etcd.MemberByID(pm.ID)
 
-		for _, o := range s.n.c.etcd.Members() {
-			if o.ID() == pm.ID {
-				target = o
-			}
-		}
+		hctx, cancel := context.WithTimeout(ctx, quorumCheckTimeout)
+		herr := waitRunning(hctx, func() bool { return target != nil && target.Running() })
 
-		herr := errors.New("member is not reachable")
-		if target != nil && target.Running() {
-			hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if herr == nil {
 			herr = target.Healthy(hctx)
-			cancel()
 		}
+
+		cancel()
 
 		if herr != nil {
 			return fmt.Errorf("etcd member %016x is not healthy; all members must be healthy to perform an upgrade: %w", pm.ID, herr)
@@ -342,55 +395,104 @@ func (s *machined) etcdUpgradeCheck(ctx context.Context, preserve bool) error {
 	return nil
 }
 
-// Upgrade is the legacy (MachineService) upgrade: etcd check, ack, then the upgrade sequence
-// (cordon + drain, install, reboot) in the background.
+// quorumCheckTimeout is etcd.QuorumCheckTimeout.
+const quorumCheckTimeout = 15 * time.Second
+
+// Upgrade is the legacy MachineService.Upgrade (v1alpha1_server.go): pull and validate the
+// installer first (a bad image is the RPC's error); on control planes, unless force or preserve,
+// take the cluster-wide upgrade mutex and run ValidateForUpgrade; then acknowledge and run the
+// upgrade (or stageUpgrade) sequence in the background.
 func (s *machined) Upgrade(ctx context.Context, req *machineapi.UpgradeRequest) (*machineapi.UpgradeResponse, error) {
-	if _, err := versionFromImage(req.Image); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+	actor := newUUID()
+
+	if _, err := s.n.pull(nsSystem, req.Image); err != nil {
+		return nil, fmt.Errorf("error validating installer image %q: %w", req.Image, err)
 	}
 
-	if s.n.info.Role == RoleControlPlane && !req.Force {
-		if err := s.etcdUpgradeCheck(ctx, req.Preserve); err != nil {
+	if s.n.info.Role == RoleControlPlane && !req.Force && !req.Preserve {
+		m, err := s.clusterMember(ctx, "upgrade")
+		if err != nil {
+			return nil, fmt.Errorf("failed to create etcd client: %w", err)
+		}
+
+		unlock, err := s.n.c.tryLockUpgradeMutex(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("failed to acquire upgrade mutex: %w", err)
+		}
+
+		err = s.etcdUpgradeCheck(ctx, m)
+
+		// Talos unlocks when the handler returns; the sim's sequence can reach its reboot at
+		// once, so unlock before it starts (the mutex only guards the checks).
+		unlock()
+
+		if err != nil {
 			return nil, fmt.Errorf("error validating etcd for upgrade: %w", err)
 		}
 	}
 
-	if err := s.n.begin(); err != nil {
-		return nil, err
-	}
-
-	actor := newUUID()
+	kexec := req.RebootMode == machineapi.UpgradeRequest_DEFAULT
 
 	if req.Stage {
+		// The image goes into META; the next boot installs it.
 		s.n.mu.Lock()
-		s.n.stagedImage = req.Image
+		s.n.nextImage = req.Image
 		s.n.mu.Unlock()
-		s.n.end()
 
-		return &machineapi.UpgradeResponse{Messages: []*machineapi.Upgrade{{Ack: "Upgrade request received", ActorId: actor}}}, nil
+		s.n.startSequence(sequenceRequest{actor: actor, sequence: seqStageUpgrade, image: req.Image, kexec: kexec})
+	} else {
+		s.n.startSequence(sequenceRequest{actor: actor, sequence: seqUpgrade, image: req.Image, kexec: kexec})
 	}
-
-	s.n.c.goBackground(func(ctx context.Context) {
-		s.n.runReboot(ctx, rebootPlan{actor: actor, sequence: "upgrade", image: req.Image, drain: true})
-	})
 
 	return &machineapi.UpgradeResponse{Messages: []*machineapi.Upgrade{{Ack: "Upgrade request received", ActorId: actor}}}, nil
 }
 
-func (s *machined) Reboot(_ context.Context, _ *machineapi.RebootRequest) (*machineapi.RebootResponse, error) {
-	if err := s.n.begin(); err != nil {
+// tryLockUpgradeMutex is v1alpha1_server.go's: an etcd concurrency mutex on
+// constants.EtcdTalosEtcdUpgradeMutex with a 60 s session, held for the pre-upgrade checks.
+func (c *Cluster) tryLockUpgradeMutex(ctx context.Context) (func(), error) {
+	cli, err := c.etcd.Client(ctx)
+	if err != nil {
 		return nil, err
 	}
 
+	sess, err := concurrency.NewSession(cli, concurrency.WithContext(ctx), concurrency.WithTTL(60))
+	if err != nil {
+		_ = cli.Close()
+
+		return nil, fmt.Errorf("error establishing etcd concurrency session: %w", err)
+	}
+
+	mu := concurrency.NewMutex(sess, "talos:v1:etcdUpgradeMutex")
+
+	if err = mu.TryLock(ctx); err != nil {
+		_ = sess.Close()
+		_ = cli.Close()
+
+		return nil, fmt.Errorf("error trying to lock etcd upgrade mutex: %w", err)
+	}
+
+	return func() {
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+
+		_ = mu.Unlock(uctx)
+		_ = sess.Close()
+		_ = cli.Close()
+	}, nil
+}
+
+// Reboot acknowledges and runs the reboot sequence in the background; a LOCKED refusal is an
+// event, not the RPC's error.
+func (s *machined) Reboot(_ context.Context, req *machineapi.RebootRequest) (*machineapi.RebootResponse, error) {
 	actor := newUUID()
 
-	s.n.c.goBackground(func(ctx context.Context) {
-		s.n.runReboot(ctx, rebootPlan{actor: actor, sequence: "reboot"})
-	})
+	s.n.startSequence(sequenceRequest{actor: actor, sequence: seqReboot, force: req.Mode == machineapi.RebootRequest_FORCE})
 
 	return &machineapi.RebootResponse{Messages: []*machineapi.Reboot{{ActorId: actor}}}, nil
 }
 
+// Rollback reverts the bootloader to the previous entry, then reboots with takeover (and, as in
+// Talos, without an actor id).
 func (s *machined) Rollback(_ context.Context, _ *machineapi.RollbackRequest) (*machineapi.RollbackResponse, error) {
 	s.n.mu.Lock()
 	prev := s.n.prevVersion
@@ -400,27 +502,20 @@ func (s *machined) Rollback(_ context.Context, _ *machineapi.RollbackRequest) (*
 		return nil, status.Error(codes.FailedPrecondition, "cannot rollback: no previous Talos version is installed on this node")
 	}
 
-	if err := s.n.begin(); err != nil {
-		return nil, err
-	}
-
-	s.n.c.goBackground(func(ctx context.Context) {
-		s.n.runReboot(ctx, rebootPlan{actor: newUUID(), sequence: "reboot", rollback: true})
-	})
+	s.n.startSequence(sequenceRequest{sequence: seqReboot, takeover: true, rollback: true})
 
 	return &machineapi.RollbackResponse{Messages: []*machineapi.Rollback{{}}}, nil
 }
 
+// Reset acknowledges and runs the reset sequence in the background.
 func (s *machined) Reset(_ context.Context, req *machineapi.ResetRequest) (*machineapi.ResetResponse, error) {
-	if err := s.n.begin(); err != nil {
-		return nil, err
+	if len(req.GetUserDisksToWipe()) > 0 && req.Mode == machineapi.ResetRequest_SYSTEM_DISK {
+		return nil, errors.New("reset failed: invalid input, wipe mode SYSTEM_DISK doesn't support UserDisksToWipe parameter")
 	}
 
 	actor := newUUID()
 
-	s.n.c.goBackground(func(ctx context.Context) {
-		s.n.runReset(ctx, actor, req.Graceful)
-	})
+	s.n.startSequence(sequenceRequest{actor: actor, sequence: seqReset, graceful: req.Graceful, reboot: req.Reboot})
 
 	return &machineapi.ResetResponse{Messages: []*machineapi.Reset{{ActorId: actor}}}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ import (
 	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	storageapi "github.com/siderolabs/talos/pkg/machinery/api/storage"
 
 	"github.com/talosbot/talosbot/sim/etcdsim"
 )
@@ -78,7 +80,7 @@ type node struct {
 	c    *Cluster
 	info NodeInfo
 
-	pendingLis net.Listener
+	gate *gate
 
 	backend   *grpc.Server
 	bufLis    *bufconn.Listener
@@ -93,17 +95,23 @@ type node struct {
 	callMu sync.Mutex
 	calls  map[string]int
 
+	logs *nodeLogs
+
 	mu          sync.Mutex
 	front       *grpc.Server
 	state       string
-	busy        bool
+	seq         seqLock
+	stage       machineapi.MachineStatusEvent_MachineStage
 	version     string
 	prevVersion string
 	bootID      string
+	bootedAt    time.Time
 	img         images
 	config      []byte
-	stagedImage string
-	pulled      map[string]bool
+	nextImage   string                     // installed (or staged) image the next boot switches to
+	pulled      map[string]map[string]bool // containerd namespace → image refs pulled
+	installing  bool                       // LifecycleService's own install/upgrade mutex
+	wiped       bool
 	fault       Fault
 	etcdLeft    bool
 	returnCh    chan struct{} // closed to release a node held down by NeverReturn
@@ -123,8 +131,10 @@ func newNode(c *Cluster, info NodeInfo) *node {
 		state:   stateRunning,
 		version: c.opts.TalosVersion,
 		bootID:  newUUID(),
-		pulled:  map[string]bool{},
+		pulled:  map[string]map[string]bool{},
 	}
+	n.bootedAt = c.now()
+	n.logs = newNodeLogs(c.now)
 	n.img = defaultImages(installerImage(info.Schematic, c.opts.TalosVersion), c.opts.KubernetesVersion)
 	n.renderConfig()
 
@@ -189,7 +199,7 @@ func (n *node) member() *etcdsim.Member {
 		return nil
 	}
 
-	return n.c.etcd.Member(n.info.Name)
+	return n.c.etcd.Member(n.info.EtcdMember)
 }
 
 func (n *node) currentFault() Fault {
@@ -214,6 +224,7 @@ func (n *node) startBackend() error {
 	machineapi.RegisterLifecycleServiceServer(n.backend, &lifecycleService{n: n})
 	clusterapi.RegisterClusterServiceServer(n.backend, &clusterService{n: n})
 	n.registerCOSI(n.backend)
+	storageapi.RegisterStorageServiceServer(n.backend, &storageService{n: n})
 
 	go func() { _ = n.backend.Serve(n.bufLis) }()
 
@@ -284,34 +295,18 @@ func (n *node) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Strea
 	return handler(srv, ss)
 }
 
-// serveFront starts the node's apid on lis (or binds its address again when lis is nil).
-func (n *node) serveFront(lis net.Listener) {
+// serveFront starts the node's apid on its gate: from now on connections are answered.
+func (n *node) serveFront() {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 
-	n.serveFrontLocked(lis)
-}
-
-func (n *node) serveFrontLocked(lis net.Listener) {
 	if n.front != nil {
 		return
 	}
 
-	if lis == nil {
-		var err error
-
-		lis, err = net.Listen("tcp", net.JoinHostPort(n.info.IP, fmt.Sprint(apidPort)))
-		if err != nil {
-			n.c.log.Error("node listener", "node", n.info.Name, "err", err)
-
-			return
-		}
-	}
-
-	tlsCfg, err := n.c.pki.serverTLS(n.info.Name, net.ParseIP(n.info.IP))
+	tlsCfg, err := n.c.pki.serverTLS(n.info.Hostname, net.ParseIP(n.info.IP))
 	if err != nil {
 		n.c.log.Error("node TLS", "node", n.info.Name, "err", err)
-		_ = lis.Close()
 
 		return
 	}
@@ -323,11 +318,14 @@ func (n *node) serveFrontLocked(lis net.Listener) {
 	)
 	n.front = srv
 
+	lis := n.gate.open()
+
 	go func() { _ = srv.Serve(lis) }()
 }
 
-// stopFront closes the node's listener and connections. Unary calls in flight get their reply
-// out first (a node acks an upgrade before it reboots); streams such as Events are cut.
+// stopFront makes the node unreachable: open connections are closed and new ones get no
+// answer. Unary calls in flight get their reply out first (a node acks an upgrade before it
+// reboots); streams such as Events are cut.
 func (n *node) stopFront() {
 	n.mu.Lock()
 	srv := n.front
@@ -338,6 +336,7 @@ func (n *node) stopFront() {
 		return
 	}
 
+	n.gate.shut()
 	n.inflight.wait(2 * time.Second)
 
 	done := make(chan struct{})
@@ -368,8 +367,8 @@ func (n *node) shutdown() {
 
 	n.stopFront()
 
-	if n.pendingLis != nil {
-		_ = n.pendingLis.Close()
+	if n.gate != nil {
+		n.gate.close()
 	}
 
 	n.connMu.Lock()
@@ -389,21 +388,9 @@ func (n *node) shutdown() {
 	n.events.reset()
 }
 
-// emit publishes a runtime event on the node.
-func (n *node) emitSeq(actor, seq string, action machineapi.SequenceEvent_Action, errMsg string) {
-	ev := &machineapi.SequenceEvent{Sequence: seq, Action: action}
-	if errMsg != "" {
-		ev.Error = &common.Error{Code: common.Code_FATAL, Message: errMsg}
-	}
-
-	n.events.publish(actor, ev)
-}
-
-func (n *node) emitTask(actor, task string, action machineapi.TaskEvent_Action) {
-	n.events.publish(actor, &machineapi.TaskEvent{Task: task, Action: action})
-}
-
-func (n *node) emitStage(actor string, stage machineapi.MachineStatusEvent_MachineStage, ready bool) {
+// emitStage publishes a MachineStatusEvent. machined's MachineStatusPublisher controller
+// publishes them, so they carry no actor id.
+func (n *node) emitStage(stage machineapi.MachineStatusEvent_MachineStage, ready bool) {
 	st := &machineapi.MachineStatusEvent_MachineStatus{Ready: ready}
 	if !ready && stage == machineapi.MachineStatusEvent_BOOTING {
 		st.UnmetConditions = []*machineapi.MachineStatusEvent_MachineStatus_UnmetCondition{
@@ -411,138 +398,261 @@ func (n *node) emitStage(actor string, stage machineapi.MachineStatusEvent_Machi
 		}
 	}
 
-	n.events.publish(actor, &machineapi.MachineStatusEvent{Stage: stage, Status: st})
+	n.mu.Lock()
+	n.stage = stage
+	n.mu.Unlock()
+
+	n.events.publish("", &machineapi.MachineStatusEvent{Stage: stage, Status: st})
 }
 
-// publishBoot emits the events of a boot sequence (the node just came up).
-func (n *node) publishBoot(note string) {
-	n.emitStage("", machineapi.MachineStatusEvent_BOOTING, false)
-	n.emitSeq("", "boot", machineapi.SequenceEvent_START, "")
+// runBoot runs the boot sequence (the node just came up). note, when set, is the bootloader's
+// fallback message, published as a boot SequenceEvent error.
+func (n *node) runBoot(ctx context.Context, note string) {
+	n.emitStage(machineapi.MachineStatusEvent_BOOTING, false)
 
 	if note != "" {
-		n.emitSeq("", "boot", machineapi.SequenceEvent_NOOP, note)
+		n.events.publish("", &machineapi.SequenceEvent{Sequence: seqBoot, Action: machineapi.SequenceEvent_NOOP,
+			Error: &common.Error{Code: common.Code_FATAL, Message: note}})
 	}
 
-	for _, task := range []string{"startAllServices", "labelNodeAsControlPlane", "uncordonNode"} {
-		if task == "labelNodeAsControlPlane" && n.info.Role != RoleControlPlane {
-			continue
-		}
+	if err := n.runSequence(ctx, "", seqBoot, false, machineapi.MachineStatusEvent_BOOTING, bootPhases); err != nil {
+		n.c.log.Warn("boot sequence", "node", n.info.Name, "err", err)
 
-		n.emitTask("", task, machineapi.TaskEvent_START)
-		n.emitTask("", task, machineapi.TaskEvent_STOP)
+		return
 	}
 
-	n.emitSeq("", "boot", machineapi.SequenceEvent_STOP, "")
-	n.emitStage("", machineapi.MachineStatusEvent_RUNNING, true)
+	n.emitStage(machineapi.MachineStatusEvent_RUNNING, true)
 }
 
-// begin marks a sequence as running; Talos refuses a second one while the first holds the lock.
-func (n *node) begin() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-
-	if n.state != stateRunning {
-		return status.Errorf(codes.Unavailable, "node %s is %s", n.info.Name, n.state)
-	}
-
-	if n.busy {
-		return status.Error(codes.FailedPrecondition, "locked: another sequence (upgrade, reboot, reset) is running on this node; wait for it to finish")
-	}
-
-	n.busy = true
-
-	return nil
-}
-
-func (n *node) end() {
-	n.mu.Lock()
-	n.busy = false
-	n.mu.Unlock()
-}
-
-type rebootPlan struct {
+// sequenceRequest is what Upgrade, Reboot, Rollback and Reset hand to the background sequence.
+type sequenceRequest struct {
 	actor    string
-	sequence string // "upgrade", "reboot"
-	image    string // target installer image (upgrade) or ""
+	sequence string // seqUpgrade, seqStageUpgrade, seqReboot, seqReset
+	takeover bool   // runtime.WithTakeover (Rollback)
+	image    string // upgrade: the installer image
 	rollback bool
-	drain    bool // legacy upgrade: cordon and drain server-side
+	force    bool // reboot mode FORCE: only the reboot phase
+	kexec    bool // upgrade reboot mode DEFAULT
+	graceful bool // reset
+	reboot   bool // reset: reboot afterwards instead of staying down
 }
 
-// runReboot is the background half of Upgrade, Reboot and Rollback.
-func (n *node) runReboot(ctx context.Context, p rebootPlan) {
-	defer n.end()
+// startSequence runs a sequence in the background, as machined's API handlers do after they
+// acknowledged the request.
+func (n *node) startSequence(req sequenceRequest) {
+	n.c.goBackground(func(ctx context.Context) { n.sequence(ctx, req) })
+}
 
-	stage := machineapi.MachineStatusEvent_REBOOTING
-	if p.sequence == "upgrade" {
-		stage = machineapi.MachineStatusEvent_UPGRADING
-	}
+func (n *node) sequence(ctx context.Context, req sequenceRequest) {
+	var (
+		phases func() []phase
+		stage  machineapi.MachineStatusEvent_MachineStage
+	)
 
-	n.emitSeq(p.actor, p.sequence, machineapi.SequenceEvent_START, "")
-	n.emitStage(p.actor, stage, false)
-
-	fail := func(msg string) {
-		n.emitSeq(p.actor, p.sequence, machineapi.SequenceEvent_STOP, msg)
-		n.emitStage(p.actor, machineapi.MachineStatusEvent_RUNNING, true)
-		n.c.log.Warn("sequence failed", "node", n.info.Name, "sequence", p.sequence, "err", msg)
-	}
-
-	if p.sequence == "upgrade" {
-		if p.drain && n.c.kube != nil {
-			n.emitTask(p.actor, "cordonAndDrainNode", machineapi.TaskEvent_START)
-
-			if err := n.c.kube.cordonAndDrain(ctx, n.info.Name); err != nil {
-				_ = n.c.kube.uncordon(ctx, n.info.Name)
-				fail(fmt.Sprintf("task cordonAndDrainNode failed: %v", err))
-
-				return
+	switch req.sequence {
+	case seqUpgrade:
+		phases, stage = func() []phase { return n.upgradePhases(req) }, machineapi.MachineStatusEvent_UPGRADING
+	case seqStageUpgrade:
+		phases, stage = func() []phase {
+			return slices.Concat([]phase{ph("cleanup", noop("stopAllPods")), ph("dbus", noop("stopDBus"))},
+				stopAllPhases(req.kexec), []phase{n.rebootPhase()})
+		}, machineapi.MachineStatusEvent_UPGRADING
+	case seqReset:
+		phases, stage = func() []phase { return n.resetPhases(req) }, machineapi.MachineStatusEvent_RESETTING
+	default:
+		phases, stage = func() []phase {
+			if req.force {
+				return []phase{n.rebootPhase()}
 			}
 
-			n.emitTask(p.actor, "cordonAndDrainNode", machineapi.TaskEvent_STOP)
-		}
+			return slices.Concat([]phase{ph("cleanup", noop("stopAllPods")), ph("dbus", noop("stopDBus"))},
+				stopAllPhases(true), []phase{n.rebootPhase()})
+		}, machineapi.MachineStatusEvent_REBOOTING
+	}
 
-		n.emitTask(p.actor, "upgrade", machineapi.TaskEvent_START)
+	err := n.runSequence(ctx, req.actor, req.sequence, req.takeover, stage, phases)
 
-		if n.currentFault().ImagePullFailure {
-			if p.drain && n.c.kube != nil {
-				_ = n.c.kube.uncordon(ctx, n.info.Name)
-			}
-
-			fail(pullError(p.image).Error())
+	switch {
+	case errors.Is(err, errReboot):
+		if req.sequence == seqReset && !req.reboot {
+			n.mu.Lock()
+			n.state = stateReset
+			n.mu.Unlock()
 
 			return
 		}
 
-		n.emitTask(p.actor, "upgrade", machineapi.TaskEvent_STOP)
+		n.reboot(ctx, req)
+	case errors.Is(err, errLocked), errors.Is(err, context.Canceled), err == nil:
+		// LOCKED and CANCELED are not fatal for machined.
+		if err == nil && n.c.kube != nil {
+			n.uncordonIfOwned(ctx)
+		}
+	default:
+		// machined treats any other sequence error as fatal: it reverts the bootloader and
+		// reboots after a 10 s countdown (internal/app/machined/main.go, handle).
+		n.c.log.Warn("sequence failed; node reboots", "node", n.info.Name, "sequence", req.sequence, "err", err)
+
+		t := time.NewTimer(fatalRebootDelay)
+		defer t.Stop()
+
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+
+		n.events.publish(req.actor, &machineapi.RestartEvent{Cmd: 0x1234567})
+		n.goDown(ctx)
+		n.reboot(ctx, sequenceRequest{})
 	}
+}
 
-	n.emitTask(p.actor, "stopAllServices", machineapi.TaskEvent_START)
-	n.emitTask(p.actor, "stopAllServices", machineapi.TaskEvent_STOP)
-	n.emitSeq(p.actor, p.sequence, machineapi.SequenceEvent_STOP, "")
-	n.emitStage(p.actor, machineapi.MachineStatusEvent_REBOOTING, false)
+// fatalRebootDelay is machined's countdown before it reboots after a fatal sequence error.
+const fatalRebootDelay = 10 * time.Second
 
-	n.goDown(ctx)
-
+// reboot is the time the node is down and the boot into whatever the sequence installed.
+func (n *node) reboot(ctx context.Context, req sequenceRequest) {
 	if !n.waitReturn(ctx) {
 		return
 	}
 
-	note := n.switchVersion(p)
+	note := n.switchVersion(req)
 	n.comeUp(ctx, note)
 }
 
-func pullError(image string) error {
-	return status.Errorf(codes.Unknown, "error pulling image %q: failed to resolve reference %q: unexpected status from HEAD request: 503 Service Unavailable (simulated image pull failure)", image, image)
+// rebootPhase is the "reboot" phase: the Reboot task publishes a RestartEvent and the node goes down.
+func (n *node) rebootPhase() phase {
+	return ph("reboot", task{name: "reboot", run: func(ctx context.Context) error {
+		n.events.publish(actorFrom(ctx), &machineapi.RestartEvent{Cmd: 0x1234567})
+		n.goDown(context.WithoutCancel(ctx))
+
+		return errReboot
+	}})
+}
+
+type actorKey struct{}
+
+func actorFrom(ctx context.Context) string {
+	a, _ := ctx.Value(actorKey{}).(string)
+
+	return a
+}
+
+// upgradePhases is Sequencer.Upgrade (metal mode).
+func (n *node) upgradePhases(req sequenceRequest) []phase {
+	out := []phase{}
+
+	if n.c.kube != nil {
+		out = append(out, ph("drain", task{name: "cordonAndDrainNode", run: func(ctx context.Context) error {
+			return n.c.kube.cordonAndDrain(ctx, n.info.NodeName)
+		}}))
+	}
+
+	out = append(out, ph("cleanup", noop("stopAllPods")), ph("dbus", noop("stopDBus")),
+		ph("stopServices", noop("stopServicesForUpgrade")), ph("unmount", noop("unmountPodMounts")),
+		ph("unmountBind", noop("unmountSystemDiskBindMounts")), ph("unmountSystem", noop("unmountEphemeralPartition")),
+		ph("volumeFinalize", noop("teardownLifecycle")),
+		ph("upgrade", task{name: "upgrade", run: func(context.Context) error {
+			// The installer writes the new image to the inactive boot entry.
+			n.mu.Lock()
+			n.nextImage = req.image
+			n.mu.Unlock()
+
+			return nil
+		}}),
+		ph("meta", noop("reloadMeta")))
+
+	if req.kexec {
+		out = append(out, ph("kexec", noop("kexecPrepare")))
+	}
+
+	return append(out, ph("stopEverything", noop("stopAllServices")), n.rebootPhase())
+}
+
+// resetPhases is Sequencer.Reset (metal mode, system disk wiped).
+func (n *node) resetPhases(req sequenceRequest) []phase {
+	out := []phase{}
+
+	if req.graceful && n.c.kube != nil {
+		out = append(out, ph("drain", task{name: "cordonAndDrainNode", run: func(ctx context.Context) error {
+			// taskErrorHandler(logError, …): a failed drain is logged, not fatal.
+			if err := n.c.kube.cordonAndDrain(ctx, n.info.NodeName); err != nil {
+				n.c.log.Warn("reset: drain", "node", n.info.Name, "err", err)
+			}
+
+			return nil
+		}}))
+	}
+
+	if req.graceful {
+		out = append(out, ph("cleanup", noop("removeAllPods")))
+	} else {
+		out = append(out, ph("cleanup", noop("stopAllPods")))
+	}
+
+	out = append(out, ph("dbus", noop("stopDBus")))
+
+	if req.graceful && n.info.Role == RoleControlPlane {
+		out = append(out, ph("leave", task{name: "leaveEtcd", run: n.leaveEtcdTask}))
+	}
+
+	out = append(out, ph("preReset", noop("sendResetSignal")))
+	out = append(out, stopAllPhases(false)...)
+	out = append(out, ph("forceCleanup", noop("forceCleanup")), ph("reset", task{name: "resetSystemDisk", run: func(context.Context) error {
+		n.mu.Lock()
+		n.wiped = true
+		n.mu.Unlock()
+
+		return nil
+	}}))
+
+	if req.reboot {
+		return append(out, n.rebootPhase())
+	}
+
+	return append(out, ph("shutdown", task{name: "shutdown", run: func(ctx context.Context) error {
+		n.goDown(context.WithoutCancel(ctx))
+
+		return errReboot
+	}}))
+}
+
+// leaveEtcdTask is LeaveEtcd: the member removes itself (retrying while the cluster is unhealthy).
+func (n *node) leaveEtcdTask(ctx context.Context) error {
+	m := n.member()
+	if m == nil || n.leftEtcd() {
+		return nil
+	}
+
+	if err := m.Leave(ctx); err != nil && !errors.Is(err, etcdsim.ErrRemoved) {
+		return fmt.Errorf("failed to leave cluster: %w", err)
+	}
+
+	n.mu.Lock()
+	n.etcdLeft = true
+	n.mu.Unlock()
+
+	return nil
+}
+
+// uncordonIfOwned is NodeApplyController.ApplyCordoned for a running node: only a node Talos
+// cordoned (annotation talos.dev/cordoned) is uncordoned.
+func (n *node) uncordonIfOwned(ctx context.Context) {
+	if err := n.c.kube.uncordonOwned(ctx, n.info.NodeName); err != nil {
+		n.c.log.Warn("kube: uncordon", "node", n.info.Name, "err", err)
+	}
 }
 
 // goDown is the shutdown half of a reboot: Kubernetes NotReady, etcd member stopped,
-// listener closed, in-memory events gone.
+// API unreachable, in-memory events gone.
 func (n *node) goDown(ctx context.Context) {
 	n.mu.Lock()
 	n.state = stateRebooting
 	n.mu.Unlock()
 
 	if n.c.kube != nil {
-		if err := n.c.kube.setReady(ctx, n.info.Name, false, "KubeletNotReady", "node is rebooting"); err != nil {
+		if err := n.c.kube.setReady(ctx, n.info.NodeName, false, "KubeletNotReady", "node is rebooting"); err != nil {
 			n.c.log.Warn("kube: mark node not ready", "node", n.info.Name, "err", err)
 		}
 	}
@@ -555,6 +665,7 @@ func (n *node) goDown(ctx context.Context) {
 
 	n.stopFront()
 	n.events.reset()
+	n.logs.reset()
 }
 
 // waitReturn waits out the reboot delay (plus SlowReboot) and holds the node down while a
@@ -594,29 +705,26 @@ func (n *node) waitReturn(ctx context.Context) bool {
 	}
 }
 
-// switchVersion applies what the reboot changes: a staged or requested upgrade, a rollback,
+// switchVersion applies what the reboot changes: an installed or staged upgrade, a rollback,
 // or (with BootFailure) the A/B fallback to the old version. It returns a note for the events.
-func (n *node) switchVersion(p rebootPlan) string {
+func (n *node) switchVersion(req sequenceRequest) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 
 	n.bootID = newUUID()
+	n.bootedAt = n.c.now()
 
-	image := p.image
-	if image == "" && n.stagedImage != "" {
-		image = n.stagedImage
-	}
-
-	n.stagedImage = ""
+	image := n.nextImage
+	n.nextImage = ""
 
 	switch {
-	case p.rollback:
+	case req.rollback:
 		n.version, n.prevVersion = n.prevVersion, n.version
 		n.img.Install = installerImage(n.info.Schematic, n.version)
 	case image != "":
-		target, err := versionFromImage(image)
-		if err != nil {
-			return err.Error()
+		target, ok := n.c.images.version(image)
+		if !ok {
+			return fmt.Sprintf("installer image %q has no Talos version the sim knows", image)
 		}
 
 		if n.fault.BootFailure {
@@ -651,18 +759,21 @@ func (n *node) comeUp(ctx context.Context, note string) {
 	unreachable := n.fault.Unreachable
 	n.mu.Unlock()
 
-	if !unreachable {
-		n.serveFront(nil)
-		n.c.peersReconnect(n.info.IP)
-	}
+	n.logs.booted(n)
 
-	n.publishBoot(note)
+	if !unreachable {
+		n.serveFront()
+	}
 
 	if n.c.kube != nil {
-		if err := n.c.kube.booted(ctx, n.info.Name, n.kubeletVersion(), n.talosVersion()); err != nil {
+		if err := n.c.kube.booted(ctx, n.info.NodeName, n.kubeletVersion(), n.talosVersion()); err != nil {
 			n.c.log.Warn("kube: node ready", "node", n.info.Name, "err", err)
 		}
+
+		n.uncordonIfOwned(ctx)
 	}
+
+	n.runBoot(ctx, note)
 
 	n.c.log.Info("node booted", "node", n.info.Name, "version", n.talosVersion())
 }
@@ -672,65 +783,6 @@ func (n *node) leftEtcd() bool {
 	defer n.mu.Unlock()
 
 	return n.etcdLeft
-}
-
-// peersReconnect skips the other apids' reconnect backoff to ip: they would find the node
-// again within their (short) backoff anyway; this keeps "up" the same moment on every node.
-func (c *Cluster) peersReconnect(ip string) {
-	for _, o := range c.nodes {
-		o.connMu.Lock()
-		if conn, ok := o.remotes[ip]; ok {
-			conn.ResetConnectBackoff()
-		}
-		o.connMu.Unlock()
-	}
-}
-
-// runReset is the background half of Reset: graceful leaves etcd; the node then stays down
-// (wiped, as if powered off or waiting in maintenance mode).
-func (n *node) runReset(ctx context.Context, actor string, graceful bool) {
-	defer n.end()
-
-	n.emitSeq(actor, "reset", machineapi.SequenceEvent_START, "")
-	n.emitStage(actor, machineapi.MachineStatusEvent_RESETTING, false)
-
-	if graceful {
-		if n.c.kube != nil {
-			n.emitTask(actor, "cordonAndDrainNode", machineapi.TaskEvent_START)
-
-			if err := n.c.kube.cordonAndDrain(ctx, n.info.Name); err != nil {
-				n.c.log.Warn("reset: drain", "node", n.info.Name, "err", err)
-			}
-
-			n.emitTask(actor, "cordonAndDrainNode", machineapi.TaskEvent_STOP)
-		}
-
-		if m := n.member(); m != nil && !n.leftEtcd() {
-			n.emitTask(actor, "leaveEtcd", machineapi.TaskEvent_START)
-
-			if err := m.Leave(ctx); err != nil && !errors.Is(err, etcdsim.ErrRemoved) {
-				n.emitSeq(actor, "reset", machineapi.SequenceEvent_STOP, fmt.Sprintf("task leaveEtcd failed: %v", err))
-				n.emitStage(actor, machineapi.MachineStatusEvent_RUNNING, true)
-
-				return
-			}
-
-			n.mu.Lock()
-			n.etcdLeft = true
-			n.mu.Unlock()
-			n.emitTask(actor, "leaveEtcd", machineapi.TaskEvent_STOP)
-		}
-	}
-
-	n.emitTask(actor, "resetSystemDisk", machineapi.TaskEvent_START)
-	n.emitTask(actor, "resetSystemDisk", machineapi.TaskEvent_STOP)
-	n.emitSeq(actor, "reset", machineapi.SequenceEvent_STOP, "")
-
-	n.goDown(ctx)
-
-	n.mu.Lock()
-	n.state = stateReset
-	n.mu.Unlock()
 }
 
 // serviceStates is what ServiceList reports for this node.

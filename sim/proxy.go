@@ -24,6 +24,7 @@ import (
 	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
+	storageapi "github.com/siderolabs/talos/pkg/machinery/api/storage"
 )
 
 // This file is the sim's apid: every node's port 50000 accepts any call and routes it the way
@@ -80,6 +81,7 @@ func methodKinds() map[string]methodKind {
 		machineapi.LifecycleService_ServiceDesc,
 		clusterapi.ClusterService_ServiceDesc,
 		cosiapi.State_ServiceDesc,
+		storageapi.StorageService_ServiceDesc,
 	} {
 		for _, m := range sd.Methods {
 			kinds["/"+sd.ServiceName+"/"+m.MethodName] = methodKind{}
@@ -419,14 +421,16 @@ func (n *node) remoteConn(target string) (*grpc.ClientConn, error) {
 		return conn, nil
 	}
 
+	// apid's backend connection (internal/app/apid/pkg/backend/apid.go): gRPC's default backoff
+	// with MaxDelay 15s and a 20s MinConnectTimeout. A call to a node that does not answer waits
+	// for the dial (until the caller's deadline); after a failed dial the next attempt comes only
+	// after the backoff, also once the node is back.
 	bo := backoff.DefaultConfig
-	// Short backoff: a node coming back from a reboot must be reachable again quickly.
-	bo.BaseDelay = 50 * time.Millisecond
-	bo.MaxDelay = 500 * time.Millisecond
+	bo.MaxDelay = 15 * time.Second
 
 	conn, err := grpc.NewClient(net.JoinHostPort(addr, fmt.Sprint(apidPort)),
 		grpc.WithTransportCredentials(credentials.NewTLS(n.c.pki.clientTLS())),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 2 * time.Second}),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 20 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})),
 	)
 	if err != nil {

@@ -99,10 +99,10 @@ func (c *configCache) get(raw []byte) (talosconfig.Provider, error) {
 }
 
 // cosiHostname is the node's Talos hostname (network.HostnameStatus).
-func (n *node) cosiHostname() string { return n.info.Name }
+func (n *node) cosiHostname() string { return n.info.Hostname }
 
 // cosiNodename is the node's Kubernetes Node name (k8s.Nodename).
-func (n *node) cosiNodename() string { return n.info.Name }
+func (n *node) cosiNodename() string { return n.info.NodeName }
 
 func (n *node) machineType() machine.Type {
 	if n.info.Role == RoleControlPlane {

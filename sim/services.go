@@ -1,18 +1,12 @@
 package sim
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"slices"
 	"strings"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 )
 
@@ -23,30 +17,41 @@ type imageService struct {
 	n *node
 }
 
+// Pull is internal/app/images/images.go Pull: the image lands in the namespace the request
+// names; the reply is the pulled reference pinned to its digest.
 func (s *imageService) Pull(req *machineapi.ImageServicePullRequest, srv grpc.ServerStreamingServer[machineapi.ImageServicePullResponse]) error {
+	ns, err := containerdNamespace(req.GetContainerd())
+	if err != nil {
+		return err
+	}
+
 	if req.ImageRef == "" {
 		return status.Error(codes.InvalidArgument, "image_ref is required")
 	}
 
-	if s.n.currentFault().ImagePullFailure {
-		return pullError(req.ImageRef)
+	img, err := s.n.pull(ns, req.ImageRef)
+	if err != nil {
+		if status.Code(err) == codes.NotFound && !strings.HasPrefix(status.Convert(err).Message(), "error pulling image") {
+			return status.Errorf(codes.NotFound, "error pulling image: %s", status.Convert(err).Message())
+		}
+
+		return err
 	}
 
 	if err := srv.Send(&machineapi.ImageServicePullResponse{Response: &machineapi.ImageServicePullResponse_PullProgress{
-		PullProgress: &machineapi.ImageServicePullProgress{LayerId: "sha256:5im", Progress: &machineapi.ImageServicePullLayerProgress{}},
+		PullProgress: &machineapi.ImageServicePullProgress{LayerId: strings.TrimPrefix(digestOf(img.pinned), "sha256:")[:12], Progress: &machineapi.ImageServicePullLayerProgress{
+			Status: machineapi.ImageServicePullLayerProgress_EXTRACT_COMPLETE,
+		}},
 	}}); err != nil {
 		return err
 	}
 
-	s.n.mu.Lock()
-	s.n.pulled[req.ImageRef] = true
-	s.n.mu.Unlock()
-
-	return srv.Send(&machineapi.ImageServicePullResponse{Response: &machineapi.ImageServicePullResponse_Name{Name: req.ImageRef}})
+	return srv.Send(&machineapi.ImageServicePullResponse{Response: &machineapi.ImageServicePullResponse_Name{Name: img.pinned}})
 }
 
-// lifecycleService is the v1.13 LifecycleService: Upgrade writes the new image to the boot
-// entry; the next reboot switches to it.
+// lifecycleService is the v1.13 LifecycleService (internal/app/lifecycle): Upgrade runs the
+// installer from an image already in containerd; it writes the new boot entry and does not
+// reboot. It takes its own install/upgrade mutex, not the sequencer's lock.
 type lifecycleService struct {
 	machineapi.UnimplementedLifecycleServiceServer
 
@@ -60,21 +65,40 @@ func progress(msg string) *machineapi.LifecycleServiceUpgradeResponse {
 }
 
 func (s *lifecycleService) Upgrade(req *machineapi.LifecycleServiceUpgradeRequest, srv grpc.ServerStreamingServer[machineapi.LifecycleServiceUpgradeResponse]) error {
+	s.n.mu.Lock()
+	if s.n.installing {
+		s.n.mu.Unlock()
+
+		return status.Error(codes.FailedPrecondition, "another installation/upgrade is already in progress")
+	}
+
+	s.n.installing = true
+	s.n.mu.Unlock()
+
+	defer func() {
+		s.n.mu.Lock()
+		s.n.installing = false
+		s.n.mu.Unlock()
+	}()
+
 	image := req.GetSource().GetImageName()
+	if image == "" {
+		return status.Error(codes.InvalidArgument, "installer image name is required")
+	}
 
-	target, err := versionFromImage(image)
+	ns, err := containerdNamespace(req.GetContainerd())
 	if err != nil {
-		return status.Error(codes.InvalidArgument, err.Error())
-	}
-
-	if s.n.currentFault().ImagePullFailure {
-		return pullError(image)
-	}
-
-	if err = s.n.begin(); err != nil {
 		return err
 	}
-	defer s.n.end()
+
+	if !s.n.havePulled(ns, image) {
+		return status.Errorf(codes.Internal, "upgrade failed: installer image %q not found in containerd store: image %q: not found", image, image)
+	}
+
+	target, ok := s.n.c.images.version(image)
+	if !ok {
+		return status.Errorf(codes.Internal, "upgrade failed: installer image %q is not a Talos installer", image)
+	}
 
 	for _, msg := range []string{
 		"running installer " + image,
@@ -87,245 +111,10 @@ func (s *lifecycleService) Upgrade(req *machineapi.LifecycleServiceUpgradeReques
 	}
 
 	s.n.mu.Lock()
-	s.n.stagedImage = image
+	s.n.nextImage = image
 	s.n.mu.Unlock()
 
 	return srv.Send(&machineapi.LifecycleServiceUpgradeResponse{Progress: &machineapi.LifecycleServiceInstallProgress{
 		Response: &machineapi.LifecycleServiceInstallProgress_ExitCode{ExitCode: 0},
 	}})
-}
-
-// clusterService implements ClusterService.HealthCheck from the sim's own state.
-type clusterService struct {
-	clusterapi.UnimplementedClusterServiceServer
-
-	n *node
-}
-
-type healthCheck struct {
-	name  string
-	check func(ctx context.Context, nodes []*node) error
-}
-
-func (s *clusterService) HealthCheck(req *clusterapi.HealthCheckRequest, srv grpc.ServerStreamingServer[clusterapi.HealthCheckProgress]) error {
-	c := s.n.c
-
-	timeout := req.GetWaitTimeout().AsDuration()
-	if timeout <= 0 {
-		timeout = 20 * time.Minute
-	}
-
-	ctx, cancel := context.WithTimeout(srv.Context(), timeout)
-	defer cancel()
-
-	nodes := c.nodes
-
-	if info := req.GetClusterInfo(); info != nil && len(info.ControlPlaneNodes)+len(info.WorkerNodes) > 0 {
-		nodes = nil
-
-		for _, addr := range slices.Concat(info.ControlPlaneNodes, info.WorkerNodes) {
-			n, err := c.node(addr)
-			if err != nil {
-				return status.Error(codes.InvalidArgument, err.Error())
-			}
-
-			nodes = append(nodes, n)
-		}
-	}
-
-	checks := []healthCheck{
-		{"etcd to be healthy", checkEtcdHealthy},
-		{"etcd members to be consistent across nodes", checkEtcdConsistent},
-		{"etcd members to be control plane nodes", checkEtcdMembersAreCPs},
-		{"apid to be ready", checkAPIDReady},
-		{"kubelet to be healthy", checkServiceHealthy("kubelet")},
-		{"all control plane static pods to be running", checkServiceHealthy("")},
-	}
-
-	if c.kube != nil {
-		checks = append(checks, healthCheck{"all k8s nodes to report ready", func(ctx context.Context, nodes []*node) error {
-			return c.kube.allReady(ctx, nodes)
-		}})
-	}
-
-	for _, hc := range checks {
-		if err := s.wait(ctx, srv, hc, nodes); err != nil {
-			return err
-		}
-	}
-
-	return nil
-}
-
-func (s *clusterService) wait(ctx context.Context, srv grpc.ServerStreamingServer[clusterapi.HealthCheckProgress], hc healthCheck, nodes []*node) error {
-	send := func(msg string) error {
-		return srv.Send(&clusterapi.HealthCheckProgress{Message: msg})
-	}
-
-	if err := send("waiting for " + hc.name); err != nil {
-		return err
-	}
-
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-
-	last := ""
-
-	for {
-		err := hc.check(ctx, nodes)
-		if err == nil {
-			return send("waiting for " + hc.name + ": OK")
-		}
-
-		if msg := err.Error(); msg != last {
-			last = msg
-
-			if serr := send("waiting for " + hc.name + ": " + msg); serr != nil {
-				return serr
-			}
-		}
-
-		select {
-		case <-ctx.Done():
-			return status.Errorf(codes.DeadlineExceeded, "waiting for %s: %v", hc.name, err)
-		case <-t.C:
-		}
-	}
-}
-
-func controlPlanes(nodes []*node) []*node {
-	var out []*node
-
-	for _, n := range nodes {
-		if n.info.Role == RoleControlPlane && !n.leftEtcd() {
-			out = append(out, n)
-		}
-	}
-
-	return out
-}
-
-func checkEtcdHealthy(ctx context.Context, nodes []*node) error {
-	var errs []error
-
-	for _, n := range controlPlanes(nodes) {
-		m := n.member()
-		if m == nil || !m.Running() {
-			errs = append(errs, fmt.Errorf("node %s: etcd is not running", n.info.IP))
-
-			continue
-		}
-
-		hctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := m.Healthy(hctx)
-		cancel()
-
-		if err != nil {
-			errs = append(errs, fmt.Errorf("node %s: %w", n.info.IP, err))
-		}
-	}
-
-	return errors.Join(errs...)
-}
-
-func checkEtcdConsistent(ctx context.Context, nodes []*node) error {
-	leaders := map[uint64][]string{}
-
-	for _, n := range controlPlanes(nodes) {
-		m := n.member()
-		if m == nil || !m.Running() {
-			return fmt.Errorf("node %s: etcd is not running", n.info.IP)
-		}
-
-		st, err := m.Status(ctx)
-		if err != nil {
-			return fmt.Errorf("node %s: %w", n.info.IP, err)
-		}
-
-		if st.Leader == 0 {
-			return fmt.Errorf("node %s: etcd has no leader", n.info.IP)
-		}
-
-		leaders[st.Leader] = append(leaders[st.Leader], n.info.IP)
-	}
-
-	if len(leaders) > 1 {
-		return fmt.Errorf("etcd members disagree on the leader: %v", leaders)
-	}
-
-	return nil
-}
-
-func checkEtcdMembersAreCPs(ctx context.Context, nodes []*node) error {
-	cps := controlPlanes(nodes)
-	if len(cps) == 0 {
-		return nil
-	}
-
-	m := cps[0].member()
-	if m == nil || !m.Running() {
-		return fmt.Errorf("node %s: etcd is not running", cps[0].info.IP)
-	}
-
-	ml, err := m.MemberList(ctx)
-	if err != nil {
-		return err
-	}
-
-	var names, want []string
-	for _, pm := range ml.Members {
-		names = append(names, pm.Name)
-	}
-
-	for _, n := range cps {
-		want = append(want, n.info.Name)
-	}
-
-	slices.Sort(names)
-	slices.Sort(want)
-
-	if !slices.Equal(names, want) {
-		return fmt.Errorf("etcd members %v do not match control plane nodes %v", names, want)
-	}
-
-	return nil
-}
-
-func checkAPIDReady(_ context.Context, nodes []*node) error {
-	var down []string
-
-	for _, n := range nodes {
-		n.mu.Lock()
-		up := n.front != nil && n.state == stateRunning
-		n.mu.Unlock()
-
-		if !up {
-			down = append(down, n.info.IP)
-		}
-	}
-
-	if len(down) > 0 {
-		return fmt.Errorf("nodes not reachable: %s", strings.Join(down, ", "))
-	}
-
-	return nil
-}
-
-// checkServiceHealthy checks one service ("" = every service) on every node.
-func checkServiceHealthy(id string) func(context.Context, []*node) error {
-	return func(ctx context.Context, nodes []*node) error {
-		for _, n := range nodes {
-			for _, svc := range n.serviceStates(ctx) {
-				if id != "" && svc.Id != id || svc.Id == "etcd" && n.leftEtcd() {
-					continue
-				}
-
-				if !svc.Health.Healthy {
-					return fmt.Errorf("node %s: service %q is not healthy: %s", n.info.IP, svc.Id, svc.Health.LastMessage)
-				}
-			}
-		}
-
-		return nil
-	}
 }

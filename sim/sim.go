@@ -43,6 +43,8 @@ const (
 	DefaultClusterName       = "talosbot-sim"
 	DefaultInstallerClass    = "default"
 	DefaultDrainTimeout      = 30 * time.Second
+	// DefaultHealthCheckInterval is pkg/cluster/check's polling interval.
+	DefaultHealthCheckInterval = 5 * time.Second
 )
 
 // DefaultSchematic is the Image Factory schematic id the sim's installer images use.
@@ -99,11 +101,45 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock. Nil: time.Now.
 	Now func() time.Time
+	// Naming gives each node its Talos hostname, Kubernetes Node name and etcd member name.
+	// Nil (or empty fields) derive them as Talos does: hostname = the inventory name, Node name
+	// and etcd member name = the hostname. DistinctNames makes them all differ.
+	Naming func(NodeInfo) NodeNames
+	// HealthCheckInterval is how often ClusterService.HealthCheck retries a failing check, and
+	// how long one attempt may take. Default 5s, pkg/cluster/check's interval.
+	HealthCheckInterval time.Duration
+	// MemoryBytes is the MemTotal each node reports (Memory RPC). Default 4 GiB.
+	MemoryBytes uint64
+	// EphemeralBytes is the size of each node's EPHEMERAL volume. Default 90 GiB.
+	EphemeralBytes uint64
+}
+
+// NodeNames are the names a node goes by besides its inventory name (NodeInfo.Name).
+type NodeNames struct {
+	// Hostname is the Talos hostname (Hostname RPC, the Node's Hostname address).
+	Hostname string
+	// NodeName is the Kubernetes Node object's name.
+	NodeName string
+	// EtcdMember is the control plane's etcd member name.
+	EtcdMember string
+}
+
+// DistinctNames is an Options.Naming where no two names of a node are equal: inventory
+// "cp-1", hostname "talos-cp-1-<hash>", Node name "<hostname>.sim.internal" (a kubelet that
+// registers with its FQDN) and etcd member "<hostname>-etcd".
+func DistinctNames(info NodeInfo) NodeNames {
+	h := sha256.Sum256([]byte(info.Name))
+	host := "talos-" + info.Name + "-" + hex.EncodeToString(h[:2])
+
+	return NodeNames{Hostname: host, NodeName: host + ".sim.internal", EtcdMember: host + "-etcd"}
 }
 
 // NodeInfo describes one simulated node.
 type NodeInfo struct {
-	Name           string
+	Name           string // inventory name: cp-1…, worker-1…
+	Hostname       string // Talos hostname
+	NodeName       string // Kubernetes Node name
+	EtcdMember     string // etcd member name (control planes)
 	IP             string
 	Role           string // "controlplane" or "worker"
 	Host           string // Proxmox host: pve1…
@@ -121,6 +157,7 @@ type Cluster struct {
 	ids     *idGen
 	kinds   map[string]methodKind
 	etcd    *etcdsim.Cluster
+	images  *imageRegistry
 	kube    *kubeSide
 	dir     string
 	tempDir bool
@@ -162,6 +199,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		byName:     map[string]*node{},
 		byIP:       map[string]*node{},
 		leaderless: map[string][]string{},
+		images:     newRegistry(),
 	}
 	c.ids = newIDGen(c.now)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -199,7 +237,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 
 	for _, n := range c.nodes {
 		if n.info.Role == RoleControlPlane {
-			specs = append(specs, etcdsim.MemberSpec{Name: n.info.Name, IP: n.info.IP})
+			specs = append(specs, etcdsim.MemberSpec{Name: n.info.EtcdMember, IP: n.info.IP})
 		}
 	}
 
@@ -237,9 +275,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 
 	for _, n := range c.nodes {
-		n.serveFront(n.pendingLis)
-		n.pendingLis = nil
-		n.publishBoot("")
+		n.logs.booted(n)
+		n.serveFront()
+		n.runBoot(ctx, "")
 	}
 
 	if err = c.writeTalosconfig(); err != nil {
@@ -310,6 +348,18 @@ func withDefaults(o Options) (Options, error) {
 
 	if o.Now == nil {
 		o.Now = time.Now
+	}
+
+	if o.HealthCheckInterval <= 0 {
+		o.HealthCheckInterval = DefaultHealthCheckInterval
+	}
+
+	if o.MemoryBytes == 0 {
+		o.MemoryBytes = 4 << 30
+	}
+
+	if o.EphemeralBytes == 0 {
+		o.EphemeralBytes = 90 << 30
 	}
 
 	return o, nil
@@ -413,8 +463,29 @@ func (c *Cluster) addNode(i int, lis net.Listener) {
 		info.Role = RoleWorker
 	}
 
+	var names NodeNames
+	if c.opts.Naming != nil {
+		names = c.opts.Naming(info)
+	}
+
+	info.Hostname = names.Hostname
+	if info.Hostname == "" {
+		info.Hostname = info.Name
+	}
+
+	info.NodeName = names.NodeName
+	if info.NodeName == "" {
+		info.NodeName = info.Hostname
+	}
+
+	// etcd/spec.go names the member after the hostname.
+	info.EtcdMember = names.EtcdMember
+	if info.EtcdMember == "" {
+		info.EtcdMember = info.Hostname
+	}
+
 	n := newNode(c, info)
-	n.pendingLis = lis
+	n.gate = newGate(lis)
 	c.nodes = append(c.nodes, n)
 	c.byName[info.Name] = n
 	c.byIP[info.IP] = n

@@ -76,7 +76,7 @@ func (n *node) syncStaticPods(ctx context.Context, initial bool) ([]string, erro
 
 	for _, comp := range StaticPodComponents() {
 		want := img.forComponent(comp)
-		name := StaticPodName(comp, n.info.Name)
+		name := StaticPodName(comp, n.info.NodeName)
 
 		cur, err := pods.Get(ctx, name, metav1.GetOptions{})
 
@@ -110,7 +110,7 @@ func (n *node) syncStaticPods(ctx context.Context, initial bool) ([]string, erro
 				},
 			},
 			Spec: corev1.PodSpec{
-				NodeName:    n.info.Name,
+				NodeName:    n.info.NodeName,
 				HostNetwork: true,
 				Containers:  []corev1.Container{{Name: comp, Image: want}},
 				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
@@ -135,7 +135,7 @@ func (n *node) syncStaticPods(ctx context.Context, initial bool) ([]string, erro
 // (Running, container not ready) when ready is false.
 func (n *node) setStaticPodReady(ctx context.Context, comp string, ready bool) error {
 	pods := n.c.kube.client.CoreV1().Pods(staticPodNamespace)
-	name := StaticPodName(comp, n.info.Name)
+	name := StaticPodName(comp, n.info.NodeName)
 
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		pod, err := pods.Get(ctx, name, metav1.GetOptions{})
@@ -217,7 +217,7 @@ func (n *node) markStaticPods(ctx context.Context) {
 	faulty := n.currentFault().StaticPodNotReady
 
 	for _, comp := range StaticPodComponents() {
-		pod, err := n.c.kube.client.CoreV1().Pods(staticPodNamespace).Get(ctx, StaticPodName(comp, n.info.Name), metav1.GetOptions{})
+		pod, err := n.c.kube.client.CoreV1().Pods(staticPodNamespace).Get(ctx, StaticPodName(comp, n.info.NodeName), metav1.GetOptions{})
 		if err != nil || len(pod.Spec.Containers) == 0 || pod.Spec.Containers[0].Image != img.forComponent(comp) {
 			continue // a newer config change is on its way; its own settle marks it
 		}
