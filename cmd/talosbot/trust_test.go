@@ -255,26 +255,28 @@ audit: {token: env:TB_AUDIT}
 	// replayed `unfreeze production`, sent after someone froze production
 	// again, is refused and production stays frozen; so is a request signed
 	// with a timestamp more than 5 minutes old.
+	sendDiscord := func(t *testing.T, ts time.Time, body []byte) (int, string) {
+		t.Helper()
+		stamp := strconv.FormatInt(ts.Unix(), 10)
+		req, _ := http.NewRequest("POST", "http://"+addr+"/discord/interactions", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Signature-Timestamp", stamp)
+		req.Header.Set("X-Signature-Ed25519", hex.EncodeToString(ed25519.Sign(priv, append([]byte(stamp), body...))))
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	var captured []byte // the real `unfreeze production`, as an attacker saw it
+	var capturedAt time.Time
 	t.Run("discord replay", func(t *testing.T) {
 		b.T = t
-		sendDiscord := func(ts time.Time, body []byte) (int, string) {
-			t.Helper()
-			stamp := strconv.FormatInt(ts.Unix(), 10)
-			req, _ := http.NewRequest("POST", "http://"+addr+"/discord/interactions", bytes.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("X-Signature-Timestamp", stamp)
-			req.Header.Set("X-Signature-Ed25519", hex.EncodeToString(ed25519.Sign(priv, append([]byte(stamp), body...))))
-			resp, err := http.DefaultClient.Do(req)
-			must(t, err)
-			defer resp.Body.Close()
-			raw, _ := io.ReadAll(resp.Body)
-			return resp.StatusCode, string(raw)
-		}
 		say("alice", `/talos freeze production "maintenance"`, "production is frozen")
 		_, p := df.SlashCommandPayload(discordUser, discordChan, "unfreeze production")
-		captured, _ := json.Marshal(p)
-		capturedAt := time.Now()
-		if code, body := sendDiscord(capturedAt, captured); code != 200 {
+		captured, _ = json.Marshal(p)
+		capturedAt = time.Now()
+		if code, body := sendDiscord(t, capturedAt, captured); code != 200 {
 			t.Fatalf("the real unfreeze: %d %s", code, body)
 		}
 		b.WaitFor("the Discord unfreeze", func() bool {
@@ -282,13 +284,13 @@ audit: {token: env:TB_AUDIT}
 		})
 		say("alice", `/talos freeze production "incident"`, "Reason: incident")
 
-		code, body := sendDiscord(capturedAt, captured)
+		code, body := sendDiscord(t, capturedAt, captured)
 		if code != http.StatusUnauthorized || !strings.Contains(body, "replay") {
 			t.Fatalf("replayed unfreeze: %d %s, want 401", code, body)
 		}
 		_, p = df.SlashCommandPayload(discordUser, discordChan, "unfreeze production")
 		stale, _ := json.Marshal(p)
-		if code, body := sendDiscord(time.Now().Add(-10*time.Minute), stale); code != http.StatusUnauthorized {
+		if code, body := sendDiscord(t, time.Now().Add(-10*time.Minute), stale); code != http.StatusUnauthorized {
 			t.Fatalf("stale unfreeze: %d %s, want 401", code, body)
 		}
 		replays := audit("action=" + "request%20refused")
@@ -356,6 +358,29 @@ audit: {token: env:TB_AUDIT}
 		}
 		if n := len(audit("")); n != recsBefore {
 			t.Fatalf("an oversized alert wrote %d audit records", n-recsBefore)
+		}
+	})
+
+	// The replay state is in the database: after a restart inside the
+	// window the captured request is still refused (and, audited once
+	// already, not audited again).
+	t.Run("discord replay after a restart", func(t *testing.T) {
+		b.T = t
+		if time.Since(capturedAt) > 4*time.Minute {
+			t.Skip("the machine was too slow to restart inside the replay window")
+		}
+		refusedBefore := len(audit("action=request%20refused"))
+		must(t, b.Cmd.Process.Signal(syscall.SIGTERM))
+		_ = b.Cmd.Wait()
+		b.Start()
+		if code, body := sendDiscord(t, capturedAt, captured); code != http.StatusUnauthorized || !strings.Contains(body, "replay") {
+			t.Fatalf("replay after a restart: %d %s, want 401", code, body)
+		}
+		if n := count(audit("action=unfrozen"), func(state.AuditRecord) bool { return true }); n != 1 {
+			t.Fatalf("production was unfrozen %d times, want once", n)
+		}
+		if n := len(audit("action=request%20refused")); n != refusedBefore {
+			t.Fatalf("the same replay was audited again after the restart (%d → %d)", refusedBefore, n)
 		}
 	})
 

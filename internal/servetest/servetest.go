@@ -1,6 +1,8 @@
 // Package servetest drives a real `talosbot serve` process through its
 // console API, for end-to-end tests: start, SIGKILL, restart, read the
-// channel, click buttons.
+// channel, click buttons. Each console user has their own token (as in
+// serve): ConsoleUsers writes the config lines, Bot.Tokens holds the tokens,
+// and Post sends each request with the token of the user its body names.
 package servetest
 
 import (
