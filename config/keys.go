@@ -2,8 +2,10 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -97,8 +99,13 @@ func yamlFields(t reflect.Type) map[string]reflect.Type {
 		if !f.IsExported() {
 			continue
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		if name == "-" {
+			continue
+		}
+		// An inline struct's keys belong to the enclosing mapping, as yaml.v3 decodes them.
+		if name == "" && slices.Contains(strings.Split(opts, ","), "inline") && f.Type.Kind() == reflect.Struct {
+			maps.Copy(out, yamlFields(f.Type))
 			continue
 		}
 		if name == "" {
