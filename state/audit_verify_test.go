@@ -164,13 +164,24 @@ func TestVerifyDamagedFileGivesAnErrorNotAPanic(t *testing.T) {
 		}
 		return p
 	}
-	// A flipped byte inside a record's JSON is an edited record.
-	i := bytes.Index(raw, []byte(`"actor":"user1"`))
-	if i < 0 {
+	// A flipped byte inside a record's JSON is an edited record. bbolt may
+	// keep stale copies of a record in freed pages, so flip the byte in
+	// every copy: the live one is then edited whichever it is.
+	needle := []byte(`"actor":"user1"`)
+	flipped := bytes.Clone(raw)
+	copies := 0
+	for off := 0; ; {
+		i := bytes.Index(flipped[off:], needle)
+		if i < 0 {
+			break
+		}
+		flipped[off+i+len(`"actor":"user`)] ^= 0x02 // user1 → user3
+		off += i + len(needle)
+		copies++
+	}
+	if copies == 0 {
 		t.Fatal("record bytes not found")
 	}
-	flipped := bytes.Clone(raw)
-	flipped[i+len(`"actor":"user`)] ^= 0x02 // user1 → user3
 	_, err = VerifyFile(t.Context(), write("flipped.db", flipped))
 	wantChainError(t, err, "edited")
 
