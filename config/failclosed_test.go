@@ -274,3 +274,10 @@ func TestFileSecretDropsOneTrailingNewline(t *testing.T) {
 		t.Errorf("env secrets are used as they are: %q %v", got, err)
 	}
 }
+
+func TestTypeErrorsCarryTheirPath(t *testing.T) {
+	wantErrs(t, base+goodPolicy+`
+snapshots: {keep: lots}
+timeouts: {gate: [1]}
+`, "snapshots.keep: cannot unmarshal !!str `lots` into int (line ", `timeouts.gate: a duration is a single value`)
+}
