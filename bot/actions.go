@@ -353,7 +353,11 @@ func (e *Engine) Resume(ctx context.Context, from Origin, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: "resume", Disruptive: op.Disruptive, Args: op.Args, Now: e.now(), Frozen: frozen}); err != nil {
+	// Resuming runs the operation again: it needs what running it needs
+	// (a viewer may not resume an interrupted snapshot, a WRITE command).
+	spec, _ := e.grammar.Lookup(op.Command)
+	writes := spec.Command != nil && spec.GetEffect() == lifecyclev1.Effect_EFFECT_WRITE
+	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: "resume", Disruptive: op.Disruptive, Writes: writes, Args: op.Args, Now: e.now(), Frozen: frozen}); err != nil {
 		return e.refuseAction(ctx, from, op, "resume", err.Error())
 	}
 	if _, err := e.transition(ctx, id, state.StateRunning, from.User, "resumed", "", nil, nil); err != nil {

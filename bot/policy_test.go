@@ -307,3 +307,34 @@ func TestViewerMayNotRunWriteCommand(t *testing.T) {
 		t.Fatalf("a WRITE operation is not disruptive: %+v", op)
 	}
 }
+
+// Resuming an interrupted WRITE operation needs an operator, like running it.
+func TestViewerMayNotResumeAWriteOperation(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	err := e.store.Update(ctx, func(tx *state.Tx) error {
+		if err := tx.PutOperation(&state.Operation{ID: "stashed", Cluster: "production", Environment: "production", Command: "stash",
+			Requester: "alice", State: state.StatePlanned, CreatedAt: e.clock.Now()}); err != nil {
+			return err
+		}
+		for _, to := range []state.OpState{state.StateRunning, state.StateInterrupted} {
+			if _, err := tx.Transition("stashed", to, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.eng.Resume(ctx, bot.Origin{User: "carol", Channel: "prd"}, "stashed"); err == nil {
+		t.Fatal("a viewer resumed a WRITE operation")
+	}
+	if op, _ := e.eng.Operation(ctx, "stashed"); op.State != state.StateInterrupted {
+		t.Fatalf("the refused resume changed the operation: %s", op.State)
+	}
+	recs, _ := e.store.QueryAudit(ctx, state.AuditQuery{Actor: "carol", Result: "refused"})
+	if len(recs) != 1 || !strings.Contains(recs[0].Detail["reason"], "carol is a viewer in production") {
+		t.Fatalf("refusal not audited with the reason: %+v", recs)
+	}
+}

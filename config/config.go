@@ -405,6 +405,9 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 // returned as a *yaml.TypeError so that decoding goes on and every error in
 // the file is reported.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: a duration is a single value such as 30s, 20m, 4h or 14d", n.Line)}}
+	}
 	v, err := ParseDuration(n.Value)
 	if err != nil {
 		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}

@@ -274,3 +274,18 @@ func TestFileSecretDropsOneTrailingNewline(t *testing.T) {
 		t.Errorf("env secrets are used as they are: %q %v", got, err)
 	}
 }
+
+func TestTypeErrorsCarryTheirPath(t *testing.T) {
+	wantErrs(t, base+goodPolicy+`
+snapshots: {keep: lots}
+timeouts: {gate: [1]}
+`, "snapshots.keep: cannot unmarshal !!str `lots` into int (line ", `timeouts.gate: a duration is a single value`)
+}
+
+// Keys of an inline struct (snapshots: keep, max_age…) are known keys.
+func TestInlineKeysAreKnown(t *testing.T) {
+	if errs := parseErrs(t, base+goodPolicy+"snapshots: {keep: 3, max_age: 30d, daily: 7}\n"); len(errs) > 0 {
+		t.Fatalf("inline keys refused: %v", errs)
+	}
+	wantErrs(t, base+goodPolicy+"snapshots: {kep: 3}\n", `snapshots.kep: unknown key "kep"; did you mean "keep"?`)
+}

@@ -103,9 +103,14 @@ func yamlFields(t reflect.Type) map[string]reflect.Type {
 		if name == "-" {
 			continue
 		}
-		// An inline struct's keys belong to the enclosing mapping, as yaml.v3 decodes them.
-		if name == "" && slices.Contains(strings.Split(opts, ","), "inline") && f.Type.Kind() == reflect.Struct {
-			maps.Copy(out, yamlFields(f.Type))
+		if slices.Contains(strings.Split(opts, ","), "inline") {
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				maps.Copy(out, yamlFields(ft))
+			}
 			continue
 		}
 		if name == "" {

@@ -13,7 +13,7 @@ clusters:
     endpoints: [127.0.0.1]
     nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}]
     credentials: {source: files, talosconfig: file:/etc/talosconfig}
-policy: {staging: {operators: ["*"]}}
+policy: {staging: {operators: [alice]}}
 `
 
 func TestSnapshotsDefaults(t *testing.T) {

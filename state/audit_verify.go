@@ -239,8 +239,9 @@ func openReadOnly(path string, timeout time.Duration, allowOld bool) (s *Store, 
 	if err != nil {
 		return nil, fmt.Errorf("open state database %s read-only: %w", path, err)
 	}
-	// bbolt needs at least its two meta pages; a shorter file is damaged.
-	if fi.Size() < 2*int64(os.Getpagesize()) && fi.Size() < 2*4096 {
+	// bbolt needs at least its two meta pages (4 KiB each on common
+	// systems); a shorter file is damaged.
+	if fi.Size() < int64(2*min(os.Getpagesize(), 4096)) {
 		return nil, fmt.Errorf("state database %s is damaged: %d bytes is too short for a bbolt file (truncated?); restore it from a backup", path, fi.Size())
 	}
 	err = guard(path, func() error {

@@ -204,3 +204,33 @@ func TestVerifyDamagedFileGivesAnErrorNotAPanic(t *testing.T) {
 		}
 	}
 }
+
+// The bot's own read-write open of a damaged file is an error naming it too.
+func TestOpenDamagedFileGivesAnError(t *testing.T) {
+	path, _ := buildChain(t, 200)
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := os.Getpagesize()
+	used := len(bytes.TrimRight(raw, "\x00"))
+	raw = raw[:(used+page-1)/page*page]
+	for off := 2 * page; off < len(raw); off += page {
+		b := bytes.Clone(raw)
+		for j := range 16 {
+			b[off+j] = 0xff
+		}
+		p := filepath.Join(t.TempDir(), "garbled.db")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := Open(p, Options{})
+		if err != nil {
+			if !strings.Contains(err.Error(), p) {
+				t.Errorf("page at %d garbled: %v does not name the file", off, err)
+			}
+			continue
+		}
+		_ = s.Close()
+	}
+}

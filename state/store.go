@@ -50,7 +50,14 @@ type Store struct {
 // existing file readable by others is tightened to 0600. A database written by
 // a newer talosbot is refused with ErrSchemaTooNew.
 func Open(path string, opts Options) (*Store, error) {
-	s, err := open(path, opts, false)
+	var s *Store
+	// A damaged file can make bbolt panic while it reads the meta and
+	// freelist pages: an error naming the file instead.
+	err := guard(path, func() error {
+		var err error
+		s, err = open(path, opts, false)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -110,6 +110,10 @@ stopped, or on a copy.`,
 			var rep auditapi.VerifyResult
 			if src.db != "" {
 				r, err := state.VerifyFileWith(cmd.Context(), src.db, state.VerifyOptions{ExpectHead: expect})
+				var ce *state.ChainError
+				if errors.As(err, &ce) {
+					return fmt.Errorf("%s: %w", src.db, err)
+				}
 				if err != nil {
 					return err
 				}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/signal"
 	"syscall"
@@ -18,10 +19,12 @@ func newServeCmd() *cobra.Command {
 		Use:   "serve --config FILE",
 		Short: "Run the bot: chat adapters, plugins, engine, audit trail",
 		Long: `Run talosbot for real. It loads and validates the config (the same checks as
-"talosbot config check"), opens DATA_DIR/talosbot.db, marks operations that were
+"talosbot config check", including every command name in the policy against
+the plugins' manifests; it exits 2 on any of them), opens DATA_DIR/talosbot.db, marks operations that were
 running when it last stopped as interrupted (resume or abandon them from chat),
 and serves on the listen address: /healthz, /readyz, /metrics (Prometheus), the
-console API when chat.web.enabled is set, GET /api/audit when audit.token is set
+console API when chat.web.enabled is set, GET /api/audit and /api/audit/verify
+when audit.token is set
 and POST /api/alerts/alertmanager when alerts.token is set (each with its own
 bearer token). Operation logs older than audit.log_retention (default 30d) are
 pruned hourly; the audit trail itself is kept forever.`,
@@ -68,6 +71,11 @@ func serve(ctx context.Context, cfg *config.Config) error {
 		return err
 	}
 	a, err := startApp(ctx, cfg, o)
+	var ce *config.Errors
+	if errors.As(err, &ce) {
+		// The catalogue check (command names in the policy): a config error.
+		return &exitError{code: 2, err: err}
+	}
 	if err != nil {
 		return err
 	}
