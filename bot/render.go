@@ -23,6 +23,13 @@ const MinEditInterval = time.Second
 // forgetAfter is how long a finished operation's view is kept.
 const forgetAfter = 15 * time.Minute
 
+// maxEditRetries bounds the retries of a failed edit. The wait doubles from
+// MinEditInterval (1s, 2s, … 16s): long enough to ride out a rate limit or a
+// brief outage of the chat API, short enough to end within a minute. Without
+// retries a failed final edit would leave the message showing "running"
+// forever, since no later update comes to replace it.
+const maxEditRetries = 5
+
 // Renderer turns engine updates into chat messages on one adapter: one message
 // per operation, edited in place (at most once per MinEditInterval), plus
 // thread replies.
@@ -45,6 +52,7 @@ type opView struct {
 	timerSet     bool
 	dirty        bool
 	forgetSet    bool // the view is dropped a while after the op ends
+	editFailures int  // consecutive failed edits (reset by a successful one)
 	sending      sync.Mutex
 }
 
@@ -178,8 +186,26 @@ func (r *Renderer) flush(ctx context.Context, id string) {
 		r.mu.Unlock()
 		return
 	}
-	if err := r.adapter.Edit(ctx, v.channel, ref, msg); err != nil {
-		r.log.Warn("edit operation message", "op", id, "err", err)
+	err := r.adapter.Edit(ctx, v.channel, ref, msg)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		v.editFailures = 0
+		return
+	}
+	v.editFailures++
+	if v.editFailures > maxEditRetries {
+		v.editFailures = 0
+		r.log.Error("edit operation message: giving up; the message shows an older state", "op", id, "attempts", maxEditRetries+1, "err", err)
+		return
+	}
+	r.log.Warn("edit operation message; retrying", "op", id, "attempt", v.editFailures, "err", err)
+	// Send again: the latest message, which is msg unless a newer update
+	// arrived meanwhile (and is then delivered by the same retry).
+	v.dirty = true
+	if !v.timerSet {
+		v.timerSet = true
+		r.clock.AfterFunc(MinEditInterval<<(v.editFailures-1), func() { r.flush(context.WithoutCancel(ctx), id) })
 	}
 }
 

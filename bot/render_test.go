@@ -143,3 +143,65 @@ func TestRendererForgetsFinishedOperations(t *testing.T) {
 		t.Fatalf("views kept=%d then left=%d, want 1 then 0", kept, left)
 	}
 }
+
+// flakyAdapter fails the first failEdits edits (all of them when negative).
+type flakyAdapter struct {
+	countingAdapter
+	failEdits int
+	attempts  int
+}
+
+func (a *flakyAdapter) Edit(ctx context.Context, ch, ref string, m chat.Message) error {
+	a.mu.Lock()
+	a.attempts++
+	fail := a.failEdits < 0 || a.attempts <= a.failEdits
+	a.mu.Unlock()
+	if fail {
+		return fmt.Errorf("chat API: 503")
+	}
+	return a.countingAdapter.Edit(ctx, ch, ref, m)
+}
+
+func TestRendererRetriesAFailedFinalEdit(t *testing.T) {
+	clock := &manualClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	ad := &flakyAdapter{failEdits: 2}
+	r := NewRenderer(ad, clock, nil)
+	ctx := context.Background()
+	op := &state.Operation{ID: "op1", Command: "upgrade talos", Cluster: "production", Channel: "ops", State: state.StateRunning}
+	r.Operation(ctx, Update{Op: op}) // posts
+	clock.Advance(5 * time.Second)
+	final := *op
+	final.State = state.StateSucceeded
+	r.Operation(ctx, Update{Op: &final}) // edit fails (1)
+	if ad.attempts != 1 || len(ad.edits) != 0 {
+		t.Fatalf("attempts=%d edits=%d after the first try", ad.attempts, len(ad.edits))
+	}
+	clock.Advance(MinEditInterval) // retry fails (2)
+	clock.Advance(2 * MinEditInterval)
+	if ad.attempts != 3 || len(ad.edits) != 1 || ad.edits[0].Title != "✅ /talos upgrade talos · production" {
+		t.Fatalf("attempts=%d edits=%+v, want the final state delivered by the third attempt", ad.attempts, ad.edits)
+	}
+	clock.Advance(time.Minute)
+	if ad.attempts != 3 {
+		t.Fatalf("attempts=%d after success, want no more", ad.attempts)
+	}
+}
+
+func TestRendererGivesUpAfterBoundedEditRetries(t *testing.T) {
+	clock := &manualClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	ad := &flakyAdapter{failEdits: -1}
+	r := NewRenderer(ad, clock, nil)
+	ctx := context.Background()
+	op := &state.Operation{ID: "op1", Command: "health", Cluster: "staging", Channel: "ops", State: state.StateRunning}
+	r.Operation(ctx, Update{Op: op})
+	clock.Advance(5 * time.Second)
+	final := *op
+	final.State = state.StateFailed
+	r.Operation(ctx, Update{Op: &final})
+	for range 10 {
+		clock.Advance(time.Minute)
+	}
+	if ad.attempts != maxEditRetries+1 {
+		t.Fatalf("attempts=%d, want %d (one try and %d retries)", ad.attempts, maxEditRetries+1, maxEditRetries)
+	}
+}
