@@ -1,4 +1,5 @@
-# talosbot container image: a static binary on a distroless base, running as non-root.
+# talosbot container image: the static bot binary and, next to it, the binary of its
+# built-in plugins (talosbot-plugins), on a distroless base, running as non-root.
 #
 # The Terraform/OpenTofu root and the tofu binary are mounted, not baked in:
 #   docker run -v /srv/homelab/terraform:/terraform:ro \
@@ -18,14 +19,14 @@ COPY config ./config
 COPY state ./state
 COPY plugins ./plugins
 COPY internal ./internal
-COPY sim ./sim
 ARG VERSION=dev
 ARG COMMIT=unknown
 # Keep these flags identical to the Makefile's build target (a test checks it).
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/talosbot/talosbot/internal/version.Version=${VERSION} -X github.com/talosbot/talosbot/internal/version.Commit=${COMMIT}" -o /out/talosbot ./cmd/talosbot
+# Both binaries, one build: talosbot serve finds talosbot-plugins in its own directory.
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/talosbot/talosbot/internal/version.Version=${VERSION} -X github.com/talosbot/talosbot/internal/version.Commit=${COMMIT}" -o /out/ ./cmd/talosbot ./cmd/talosbot-plugins
 
 FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/talosbot /usr/local/bin/talosbot
+COPY --from=build /out/talosbot /out/talosbot-plugins /usr/local/bin/
 USER nonroot:nonroot
 WORKDIR /var/lib/talosbot
 VOLUME ["/var/lib/talosbot"]

@@ -15,8 +15,12 @@ DEMO_ARGS ?=
 
 all: build
 
+# bin/talosbot (the bot) and bin/talosbot-plugins (its built-in plugins, which the bot
+# finds next to itself) are what gets installed; bin/talosbot-demo is the same bot
+# with the simulator (-tags demo) for `make demo`.
 build:
-	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o bin/talosbot ./cmd/talosbot
+	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o bin/ ./cmd/talosbot ./cmd/talosbot-plugins
+	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -tags demo -o bin/talosbot-demo ./cmd/talosbot
 
 # Builds what is missing (kube-apiserver, OpenTofu, protoc generators) into $(TALOSBOT_TOOLS_DIR).
 tools:
@@ -25,20 +29,24 @@ tools:
 
 test: tools build
 	set -a; [ -f "$(TALOSBOT_TOOLS_DIR)/env" ] && . "$(TALOSBOT_TOOLS_DIR)/env"; set +a; \
-	TALOSBOT_BIN=$(CURDIR)/bin/talosbot $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	TALOSBOT_BIN=$(CURDIR)/bin/talosbot TALOSBOT_PLUGINS_BIN=$(CURDIR)/bin/talosbot-plugins TALOSBOT_DEMO_BIN=$(CURDIR)/bin/talosbot-demo \
+	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	bash hack/fuzz.sh short
 
 generate:
 	bash hack/generators.sh
 	bash hack/generate.sh
+	$(GO) generate ./plugins/catalog
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants changes in:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags demo ./cmd/talosbot
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags demo ./cmd/talosbot
 
 demo: build
-	./bin/talosbot demo $(DEMO_ARGS)
+	./bin/talosbot-demo demo $(DEMO_ARGS)
 
 bench: tools build
 	bash hack/bench.sh

@@ -129,6 +129,11 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		return nil, fmt.Errorf("open state: %w", err)
 	}
 	a := &app{cfg: cfg, log: log, store: st, metrics: metrics.New()}
+	// serve must be able to start its built-ins; config check need not.
+	if _, err := pluginsBinary(); err != nil {
+		a.close()
+		return nil, err
+	}
 	a.plugins, err = newPluginHost(cfg, log, a.metrics.PluginRestarted)
 	if err != nil {
 		a.close()

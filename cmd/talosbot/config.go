@@ -10,9 +10,8 @@ import (
 
 	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/config"
-	"github.com/talosbot/talosbot/plugins/builtin"
+	"github.com/talosbot/talosbot/plugins/catalog"
 	"github.com/talosbot/talosbot/plugins/host"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
 
 func newConfigCmd() *cobra.Command {
@@ -60,7 +59,7 @@ printed: only the form of their references (env:NAME, file:/path) is checked.`,
 }
 
 // checkCatalogue reads the command catalogue the way serve does (built-in
-// manifests in-process, external plugins launched after their checksum is
+// manifests from plugins/catalog, external plugins launched after their checksum is
 // verified) and checks the configuration's command names against it.
 func checkCatalogue(ctx context.Context, c *config.Config) []config.FieldError {
 	m, err := newPluginHost(c, slog.New(slog.DiscardHandler), nil)
@@ -76,24 +75,18 @@ func checkCatalogue(ctx context.Context, c *config.Config) []config.FieldError {
 }
 
 // newPluginHost is the plugin host of serve and config check: the built-ins
-// (described in-process, started on first use) and the configured external
-// plugins.
+// (described from plugins/catalog without starting anything, started from
+// talosbot-plugins on first use) and the configured external plugins.
 func newPluginHost(cfg *config.Config, log *slog.Logger, onRestart func(string)) (*host.Manager, error) {
-	exe, err := os.Executable()
+	builtins, err := catalog.Load()
 	if err != nil {
-		return nil, fmt.Errorf("find own executable for built-in plugins: %w", err)
+		return nil, err
 	}
 	var ext []host.External
 	for _, p := range cfg.Plugins.External {
 		ext = append(ext, host.External{Name: p.Name, Path: p.Path, SHA256: p.SHA256})
 	}
-	return host.New(host.Options{Executable: exe, BuiltIn: builtin.Names(), External: ext, RunTimeout: cfg.Timeouts.Run.D(), Logger: log, PassEnv: cfg.Plugins.PassEnv,
-		Describe: func(ctx context.Context, name string) (*lifecyclev1.Manifest, error) {
-			p, ok := builtin.New(name)
-			if !ok {
-				return nil, fmt.Errorf("no built-in plugin %q", name)
-			}
-			return p.Describe(ctx)
-		},
+	return host.New(host.Options{Executable: pluginsBinaryPath(), BuiltIn: builtins.Names(), External: ext, RunTimeout: cfg.Timeouts.Run.D(), Logger: log, PassEnv: cfg.Plugins.PassEnv,
+		Describe:  builtins.Describe,
 		OnRestart: onRestart})
 }

@@ -57,19 +57,36 @@ func TestDockerfileMatchesRepoAndMakefile(t *testing.T) {
 	if !strings.Contains(string(df), "CGO_ENABLED=0 go build -trimpath") || !strings.Contains(string(mk), "CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS)") {
 		t.Fatal("Dockerfile and Makefile must both build with CGO_ENABLED=0 and -trimpath")
 	}
-	out := filepath.Join(t.TempDir(), "talosbot")
+	// One go build makes both binaries, and the image puts them in one
+	// directory: talosbot serve looks for talosbot-plugins next to itself.
+	buildRE := regexp.MustCompile(`(?m)^RUN CGO_ENABLED=0 go build .* -o /out/ (.+)$`)
+	bm := buildRE.FindStringSubmatch(string(df))
+	if bm == nil || strings.Join(strings.Fields(bm[1]), " ") != "./cmd/talosbot ./cmd/talosbot-plugins" {
+		t.Fatalf("the Dockerfile must build ./cmd/talosbot and ./cmd/talosbot-plugins into /out/ in one go build; got %q", bm)
+	}
+	if !regexp.MustCompile(`(?m)^COPY --from=build /out/talosbot /out/talosbot-plugins /usr/local/bin/$`).Match(df) ||
+		!strings.Contains(string(df), `ENTRYPOINT ["/usr/local/bin/talosbot"]`) {
+		t.Fatal("the image must copy talosbot and talosbot-plugins into /usr/local/bin/, the entrypoint's directory")
+	}
+	if !strings.Contains(string(mk), "-o bin/ ./cmd/talosbot ./cmd/talosbot-plugins") {
+		t.Fatal("make build must build talosbot and talosbot-plugins into bin/ the same way")
+	}
+	dir := t.TempDir()
 	flags := strings.NewReplacer("${VERSION}", "v9.9.9-docker", "${COMMIT}", "abc1234").Replace(m[1])
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", flags, "-o", out, ".")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", flags, "-o", dir+"/", ".", "../talosbot-plugins")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build with the Dockerfile's flags: %v\n%s", err, b)
 	}
-	v, err := exec.Command(out, "version").Output()
-	if err != nil || strings.TrimSpace(string(v)) != "talosbot v9.9.9-docker (abc1234)" {
-		t.Fatalf("version = %q, %v", v, err)
-	}
-	if f, err := exec.Command("file", out).Output(); err == nil && !strings.Contains(string(f), "statically linked") {
-		t.Fatalf("binary is not static: %s", f)
+	for name, want := range map[string]string{"talosbot": "talosbot v9.9.9-docker (abc1234)", "talosbot-plugins": "talosbot v9.9.9-docker (abc1234)"} {
+		out := filepath.Join(dir, name)
+		v, err := exec.Command(out, "version").Output()
+		if err != nil || strings.TrimSpace(string(v)) != want {
+			t.Fatalf("%s version = %q, %v", name, v, err)
+		}
+		if f, err := exec.Command("file", out).Output(); err == nil && !strings.Contains(string(f), "statically linked") {
+			t.Fatalf("%s is not static: %s", name, f)
+		}
 	}
 }
 

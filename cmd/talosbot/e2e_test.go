@@ -16,9 +16,11 @@ import (
 	"github.com/talosbot/talosbot/state"
 )
 
-// binPath is the binary under test: $TALOSBOT_BIN (make test sets it) or a
-// build made once by TestMain.
-var binPath string
+// The binaries under test: $TALOSBOT_BIN, $TALOSBOT_PLUGINS_BIN and
+// $TALOSBOT_DEMO_BIN (make test sets them to bin/), or builds made once by
+// TestMain into one directory, so that talosbot finds talosbot-plugins next
+// to itself as it does when installed.
+var binPath, pluginsBinPath, demoBinPath string
 
 func TestMain(m *testing.M) {
 	binPath = os.Getenv("TALOSBOT_BIN")
@@ -29,16 +31,30 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		binPath = filepath.Join(tmp, "talosbot")
-		if b, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build talosbot: %v\n%s", err, b)
-			os.Exit(1)
+		for _, args := range [][]string{
+			{"build", "-o", tmp + "/", ".", "../talosbot-plugins"},
+			{"build", "-tags", "demo", "-o", filepath.Join(tmp, "talosbot-demo"), "."},
+		} {
+			if b, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "go %s: %v\n%s", strings.Join(args, " "), err, b)
+				os.Exit(1)
+			}
 		}
 	}
+	pluginsBinPath = envOr("TALOSBOT_PLUGINS_BIN", filepath.Join(filepath.Dir(binPath), "talosbot-plugins"))
+	demoBinPath = envOr("TALOSBOT_DEMO_BIN", filepath.Join(filepath.Dir(binPath), "talosbot-demo"))
 	code := m.Run()
 	if tmp != "" {
 		_ = os.RemoveAll(tmp)
 	}
 	os.Exit(code)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 func talosbotBinary(*testing.T) string { return binPath }

@@ -42,7 +42,7 @@ approval where policy demands it, runs them node by node behind the health gate,
 and records everything in a hash-chained audit trail.
 
 Start with the demo (no tokens needed):
-  talosbot demo
+  make demo            # bin/talosbot-demo demo
 Run the bot for real:
   talosbot config check --config /etc/talosbot/talosbot.yaml
   talosbot serve --config /etc/talosbot/talosbot.yaml`,
@@ -51,7 +51,8 @@ Run the bot for real:
 		Version:       version.Version,
 	}
 	root.SetVersionTemplate(version.String() + "\n")
-	root.AddCommand(newServeCmd(), newDemoCmd(), newSimCmd(), newPluginCmd(), newAuditCmd(), newConfigCmd(), newVersionCmd())
+	root.AddCommand(newServeCmd(), newAuditCmd(), newConfigCmd(), newVersionCmd())
+	root.AddCommand(demoCommands()...) // demo and sim: only in the demo build (demo_cmds.go)
 	return root
 }
 

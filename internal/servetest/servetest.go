@@ -23,8 +23,10 @@ import (
 	"time"
 )
 
-// Binary returns the binary under test: $TALOSBOT_BIN (make test sets it) or
-// a fresh build of ./cmd/talosbot into a temp dir.
+// Binary returns the binary under test: $TALOSBOT_BIN (make test sets it,
+// and $TALOSBOT_PLUGINS_BIN for the built-in plugins, which the process
+// inherits) or a fresh build of ./cmd/talosbot and ./cmd/talosbot-plugins
+// into one temp dir, where talosbot finds talosbot-plugins next to itself.
 func Binary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("TALOSBOT_BIN"); p != "" {
@@ -34,8 +36,9 @@ func Binary(t testing.TB) string {
 	if err != nil {
 		t.Fatalf("find the module root: %v", err)
 	}
-	out := filepath.Join(t.TempDir(), "talosbot")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/talosbot")
+	dir := t.TempDir()
+	out := filepath.Join(dir, "talosbot")
+	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/talosbot", "./cmd/talosbot-plugins")
 	cmd.Dir = strings.TrimSpace(string(root))
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build talosbot: %v\n%s", err, b)

@@ -1,10 +1,19 @@
-// Package builtin is the catalogue of plugins compiled into the talosbot
-// binary. The host launches each as `talosbot plugin NAME`, a subprocess of
-// the bot, so a crashing plugin never takes the bot down.
+// Package builtin is the catalogue of plugins compiled into the
+// talosbot-plugins binary. The bot's host launches each as
+// `talosbot-plugins plugin NAME`, a subprocess of the bot, so a crashing
+// plugin never takes the bot down. The bot itself never imports this package
+// (it would link client-go, machinery and etcd into the bot): it reads the
+// manifests as data from plugins/catalog, generated from ManifestsJSON.
 package builtin
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
 	"sort"
+
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/talosbot/talosbot/plugins/drift"
 	"github.com/talosbot/talosbot/plugins/gates"
@@ -53,4 +62,40 @@ func New(name string) (sdk.Plugin, bool) {
 		return nil, false
 	}
 	return f(), true
+}
+
+// ManifestsJSON returns every built-in plugin's manifest, in name order, as
+// the indented JSON array that plugins/catalog embeds. The version field is
+// left out (the release version is stamped at link time, and the catalogue
+// takes the bot's); the rest is byte-for-byte stable (protojson's
+// deliberately varying whitespace is normalised), so a staleness test can
+// compare it with the committed file.
+func ManifestsJSON(ctx context.Context) ([]byte, error) {
+	var raw []json.RawMessage
+	for _, name := range Names() {
+		p, _ := New(name)
+		m, err := p.Describe(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("describe built-in plugin %q: %w", name, err)
+		}
+		if m.GetName() != name {
+			return nil, fmt.Errorf("built-in plugin %q describes itself as %q", name, m.GetName())
+		}
+		m.Version = ""
+		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("encode the manifest of %q: %w", name, err)
+		}
+		raw = append(raw, b)
+	}
+	compact, err := json.Marshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	if err := json.Indent(&out, compact, "", "  "); err != nil {
+		return nil, err
+	}
+	out.WriteByte('\n')
+	return out.Bytes(), nil
 }

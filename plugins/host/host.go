@@ -5,16 +5,18 @@
 // Lifecycle of a plugin process:
 //
 //   - Catalogue. New receives the built-in plugin names (compiled into the
-//     talosbot binary and launched as `Executable plugin NAME`) and the
-//     external plugins from the config (name, path, sha256). Nothing is
+//     talosbot-plugins binary and launched as `Executable plugin NAME`) and
+//     the external plugins from the config (name, path, sha256). Nothing is
 //     started by New.
 //   - Lazy start. The first call for a plugin starts its process; later calls
 //     reuse it, concurrently (each call is its own gRPC stream).
 //   - Checksums. Before every launch of an external plugin, including
 //     restarts, the host hashes the executable and refuses to start it if the
 //     sha256 differs from the configured one; go-plugin's SecureConfig checks
-//     it again right before exec. Built-ins are the running binary itself and
-//     are not hashed.
+//     it again right before exec. Built-ins are installed with the bot (the
+//     same directory, same trust) and are not hashed; instead each started
+//     built-in must describe itself exactly as the bot's catalogue says
+//     (Options.Describe), which refuses a plugin binary from another build.
 //   - Crash and restart. When a process exits on its own, every call in
 //     flight on it fails promptly with "plugin "x" exited during run: …"
 //     (or during plan/describe). Describe and Plan have no side effects and
@@ -75,6 +77,9 @@ var (
 	ErrPluginExited = errors.New("plugin process exited")
 	// ErrChecksumMismatch: an external plugin's executable is not the configured one.
 	ErrChecksumMismatch = errors.New("checksum mismatch")
+	// ErrBuiltInMismatch: a built-in plugin process describes itself
+	// differently from the catalogue the bot was built with.
+	ErrBuiltInMismatch = errors.New("built-in plugin binary does not match this bot")
 	// ErrUnknownPlugin: no plugin with that name is configured.
 	ErrUnknownPlugin = errors.New("unknown plugin")
 	// ErrClosed: the Manager has been closed.
@@ -108,7 +113,8 @@ type External struct {
 
 // Options configure a Manager.
 type Options struct {
-	// Executable is the talosbot binary; built-ins launch as `Executable plugin NAME`.
+	// Executable is the binary of the built-in plugins (talosbot-plugins);
+	// built-ins launch as `Executable plugin NAME`.
 	Executable string
 	// BuiltIn lists the built-in plugin names.
 	BuiltIn []string
@@ -131,9 +137,10 @@ type Options struct {
 	// GOCOVERDIR, so that secrets in the bot's environment stay in the bot.
 	PassEnv []string
 	// Describe, when set, returns a built-in plugin's manifest without
-	// starting its process (built-ins are compiled into the bot, and Describe
-	// has no side effects). Processes then start on the first Plan or Run, so
-	// an idle bot runs no plugin processes.
+	// starting its process (from plugins/catalog, generated from the plugins
+	// at build time). Processes then start on the first Plan or Run, so an
+	// idle bot runs no plugin processes; each started built-in must describe
+	// itself exactly so, or it is refused (ErrBuiltInMismatch).
 	Describe func(ctx context.Context, name string) (*lifecyclev1.Manifest, error)
 }
 
@@ -209,7 +216,7 @@ func New(opts Options) (*Manager, error) {
 		return nil
 	}
 	if len(opts.BuiltIn) > 0 && opts.Executable == "" {
-		return nil, errors.New("plugins: Options.Executable (the talosbot binary, e.g. from os.Executable) is required to launch built-in plugins")
+		return nil, errors.New("plugins: Options.Executable (the talosbot-plugins binary) is required to launch built-in plugins")
 	}
 	for _, name := range opts.BuiltIn {
 		if err := add(&managed{name: name, path: opts.Executable, args: []string{"plugin", name}}); err != nil {
@@ -529,6 +536,12 @@ func (m *Manager) start(p *managed) (*instance, error) {
 		client.Kill()
 		return nil, fmt.Errorf("plugin %q: unexpected client type %T", p.name, raw)
 	}
+	if p.sha256 == "" && m.opts.Describe != nil {
+		if err := m.checkBuiltIn(p, d.rpc); err != nil {
+			client.Kill()
+			return nil, err
+		}
+	}
 	inst := &instance{client: client, cmd: cmd, rpc: d.rpc, conn: d.conn, exited: d.exited, pid: cmd.Process.Pid}
 	log.Debug("plugin ready", "pid", inst.pid, "took", time.Since(began))
 	context.AfterFunc(inst.exited, func() {
@@ -538,6 +551,28 @@ func (m *Manager) start(p *managed) (*instance, error) {
 		}
 	})
 	return inst, nil
+}
+
+// checkBuiltIn compares a freshly started built-in's own manifest with the
+// one the bot built its grammar and policy from (Options.Describe). They
+// differ only when the plugin binary comes from another build, and then the
+// bot's idea of a command (read-only or disruptive, its arguments) may be
+// wrong, so the process is refused rather than used.
+func (m *Manager) checkBuiltIn(p *managed, rpc lifecyclev1.LifecycleClient) error {
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.CallTimeout)
+	defer cancel()
+	want, err := m.opts.Describe(ctx, p.name)
+	if err != nil {
+		return fmt.Errorf("plugin %q: %w", p.name, err)
+	}
+	got, err := rpc.Describe(ctx, &lifecyclev1.DescribeRequest{})
+	if err != nil {
+		return fmt.Errorf("plugin %q (%s): describe after start: %s", p.name, p.path, status.Convert(err).Message())
+	}
+	if !proto.Equal(got, want) {
+		return fmt.Errorf("plugin %q (%s): %w: its manifest (version %q) differs from the one this bot was built with (version %q); install talosbot and talosbot-plugins from the same build", p.name, p.path, ErrBuiltInMismatch, got.GetVersion(), want.GetVersion())
+	}
+	return nil
 }
 
 // kill ends the process (graceful, then SIGKILL) and waits for it.

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
 
@@ -702,5 +704,28 @@ func TestDescribeInProcessStartsNothing(t *testing.T) {
 	}
 	if _, err := m.Plan(context.Background(), "health", &lifecyclev1.OperationRequest{}); err == nil {
 		t.Fatal("Plan must start the (missing) process and fail")
+	}
+}
+
+// TestBuiltInFromAnotherBuildIsRefused: a started built-in whose manifest
+// differs from the bot's catalogue (a talosbot-plugins binary from another
+// build) is refused before any call reaches it; an exact match is used.
+func TestBuiltInFromAnotherBuildIsRefused(t *testing.T) {
+	live, err := newManager(t, Options{BuiltIn: []string{"alpha"}}).Manifest(t.Context(), "alpha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	same := newManager(t, Options{BuiltIn: []string{"alpha"},
+		Describe: func(context.Context, string) (*lifecyclev1.Manifest, error) { return proto.CloneOf(live), nil }})
+	if _, err := same.Plan(t.Context(), "alpha", req("ok")); err != nil {
+		t.Fatalf("matching built-in refused: %v", err)
+	}
+	other := proto.CloneOf(live)
+	other.Version = "v9.9.9"
+	skewed := newManager(t, Options{BuiltIn: []string{"alpha"},
+		Describe: func(context.Context, string) (*lifecyclev1.Manifest, error) { return proto.CloneOf(other), nil }})
+	_, err = skewed.Plan(t.Context(), "alpha", req("ok"))
+	if !errors.Is(err, ErrBuiltInMismatch) || !strings.Contains(err.Error(), "install talosbot and talosbot-plugins from the same build") {
+		t.Fatalf("skewed built-in: err = %v", err)
 	}
 }

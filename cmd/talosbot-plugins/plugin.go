@@ -14,12 +14,12 @@ func newPluginCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "plugin NAME",
 		Short: "Serve a built-in plugin over go-plugin (started by the bot, not by people)",
-		Long: `The bot starts each built-in plugin as a subprocess of itself with
-"talosbot plugin NAME" and talks gRPC to it (hashicorp/go-plugin). Running it by
-hand prints go-plugin's refusal, because the handshake cookie is missing.
+		Long: `The bot starts each built-in plugin as a subprocess with
+"talosbot-plugins plugin NAME" and talks gRPC to it (hashicorp/go-plugin). Running
+it by hand prints go-plugin's refusal, because the handshake cookie is missing.
 
 Built-in plugins: ` + strings.Join(builtin.Names(), ", "),
-		Example: "  talosbot plugin healthgate   # as launched by the bot",
+		Example: "  talosbot-plugins plugin healthgate   # as launched by the bot",
 		Args:    cobra.ExactArgs(1),
 		Hidden:  false,
 		RunE: func(_ *cobra.Command, args []string) error {
