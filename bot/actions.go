@@ -321,7 +321,7 @@ func (e *Engine) Cancel(ctx context.Context, from Origin, id string) error {
 func (e *Engine) cancelRun(ctx context.Context, from Origin, id string) error {
 	{
 		// Who cancelled is only used to word the end of the run; cancel anyway.
-		if err := e.o.Store.Update(ctx, func(tx *state.Tx) error { return tx.PutKV("cancel", id, []byte(from.User)) }); err != nil {
+		if err := e.o.Store.Update(ctx, func(tx *state.Tx) error { return tx.PutKV(cancelBucket, id, []byte(from.User)) }); err != nil {
 			e.log.Warn("record who cancelled", "op", id, "err", err)
 		}
 		e.mu.Lock()

@@ -42,6 +42,10 @@ type Options struct {
 	NewID func() string
 	// Observer receives events for metrics; optional.
 	Observer Observer
+	// PruneTicks triggers pruning of old button tokens and cancel marks
+	// (Engine.Prune), which also runs once at start; nil means every
+	// PruneInterval.
+	PruneTicks <-chan time.Time
 }
 
 // Engine runs operations. It is safe for concurrent use.
@@ -90,11 +94,13 @@ func New(ctx context.Context, o Options) (*Engine, error) {
 		return nil, &config.Errors{List: errs}
 	}
 	base, stop := context.WithCancel(context.WithoutCancel(ctx))
-	return &Engine{
+	e := &Engine{
 		o: o, grammar: NewGrammar(specs), log: o.Logger,
 		running: map[string]context.CancelFunc{}, cancelled: map[string]bool{}, changed: make(chan struct{}),
 		base: base, stop: stop,
-	}, nil
+	}
+	e.goRun(func(ctx context.Context) { e.pruneLoop(ctx, o.PruneTicks) })
+	return e, nil
 }
 
 func commandSpecs(mans []*lifecyclev1.Manifest) []CommandSpec {
@@ -680,7 +686,7 @@ func orDefault(s, d string) string {
 func (e *Engine) cancelledBy(id string) string {
 	var who string
 	_ = e.o.Store.View(context.Background(), func(tx *state.Tx) error {
-		b, _ := tx.GetKV("cancel", id)
+		b, _ := tx.GetKV(cancelBucket, id)
 		who = string(b)
 		return nil
 	})

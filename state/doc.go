@@ -45,7 +45,10 @@
 //	logs              op id (nested bucket) → seq → {"t","l"} JSON
 //	kv                name (nested bucket, e.g. "alerts") → key → bytes;
 //	                  kv/replay and kv/replay_by_time hold the replay
-//	                  window's seen request ids (dedupe.go)
+//	                  window's seen request ids (dedupe.go);
+//	                  kv/"\x00written" (nested) → name (nested) → key →
+//	                  time of the last PutKV, for PruneKV; created on first
+//	                  use, so older files need no migration
 //
 // Open creates these in an empty file, migrates older layouts (see
 // migrate.go; v0 had no meta bucket and no indexes) in one transaction, and

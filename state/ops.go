@@ -455,6 +455,9 @@ func (t *Tx) PutKV(bucket, key string, val []byte) error {
 	if bucket == "" || key == "" {
 		return fmt.Errorf("put kv: bucket and key are required (got %q, %q)", bucket, key)
 	}
+	if bucket == string(kvWritten) {
+		return fmt.Errorf("put kv: bucket name %q is reserved", bucket)
+	}
 	kv, err := t.bucket(bKV)
 	if err != nil {
 		return err
@@ -468,6 +471,13 @@ func (t *Tx) PutKV(bucket, key string, val []byte) error {
 	}
 	if err := b.Put([]byte(key), val); err != nil {
 		return fmt.Errorf("put kv %s/%s: %w", bucket, key, err)
+	}
+	w, err := written(kv, bucket)
+	if err != nil {
+		return err
+	}
+	if err := w.Put([]byte(key), timeBytes(t.now())); err != nil {
+		return fmt.Errorf("put kv %s/%s: record the write time: %w", bucket, key, err)
 	}
 	return nil
 }
@@ -498,6 +508,13 @@ func (t *Tx) DeleteKV(bucket, key string) error {
 	if b := kv.Bucket([]byte(bucket)); b != nil {
 		if err := b.Delete([]byte(key)); err != nil {
 			return fmt.Errorf("delete kv %s/%s: %w", bucket, key, err)
+		}
+	}
+	if all := kv.Bucket(kvWritten); all != nil {
+		if w := all.Bucket([]byte(bucket)); w != nil {
+			if err := w.Delete([]byte(key)); err != nil {
+				return fmt.Errorf("delete kv %s/%s: %w", bucket, key, err)
+			}
 		}
 	}
 	return nil
