@@ -15,7 +15,7 @@ func newDemoCmd() *cobra.Command {
 production: 3 control planes + 2 workers), the real plugins, the engine and the
 web console, and print the URL to open. Everything it creates lives under the
 data dir.`,
-		Example: "  talosbot demo\n  talosbot demo --listen 127.0.0.1:9090 --data-dir /tmp/talosbot-demo",
+		Example: "  talosbot-demo demo\n  talosbot-demo demo --listen 127.0.0.1:9090 --data-dir /tmp/talosbot-demo",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), listen, dataDir)

@@ -34,8 +34,8 @@ members. It writes DIR/talosconfig, DIR/kubeconfig (with --kube, backed by a rea
 kube-apiserver from the tools cache) and DIR/cluster.yaml, a clusters[] entry to
 paste into a talosbot config. Faults are injected through the control API
 (see docs/SIMULATOR.md). It runs until SIGINT or SIGTERM, then cleans up.`,
-		Example: `  talosbot sim --dir /tmp/sim --control-planes 3 --workers 2
-  talosbot sim --dir /tmp/sim --control-planes 1 --workers 1 --kube --control 127.0.0.1:7070
+		Example: `  talosbot-demo sim --dir /tmp/sim --control-planes 3 --workers 2
+  talosbot-demo sim --dir /tmp/sim --control-planes 1 --workers 1 --kube --control 127.0.0.1:7070
   TALOSCONFIG=/tmp/sim/talosconfig talosctl version   # any Talos client works against it`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

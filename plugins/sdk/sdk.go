@@ -2,8 +2,8 @@
 // (plugins/proto/lifecycle/v1).
 //
 // A plugin is a program whose main calls Serve with an implementation of
-// Plugin. Built-in plugins are compiled into the talosbot binary and the host
-// starts them as `talosbot plugin NAME`; external plugins are separate
+// Plugin. Built-in plugins are compiled into the talosbot-plugins binary and
+// the host starts them as `talosbot-plugins plugin NAME`; external plugins are separate
 // executables that the host verifies by sha256 before every launch.
 //
 // Lifecycle, as seen from the plugin:
