@@ -11,7 +11,7 @@ export TALOSBOT_TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/talosbot/too
 TEST_TIMEOUT ?= 30m
 DEMO_ARGS ?=
 
-.PHONY: all build test generate lint tools demo bench fuzz clean
+.PHONY: all build dist test generate lint tools demo bench fuzz clean
 
 all: build
 
@@ -21,6 +21,10 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o bin/ ./cmd/talosbot ./cmd/talosbot-plugins
 	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -tags demo -o bin/talosbot-demo ./cmd/talosbot
+
+# The release archive: the two files of an install, side by side (the bot finds its plugins next to itself).
+dist: build
+	tar -czf bin/talosbot-$(VERSION)-$$($(GO) env GOOS)-$$($(GO) env GOARCH).tar.gz -C bin talosbot talosbot-plugins
 
 # Builds what is missing (kube-apiserver, OpenTofu, protoc generators) into $(TALOSBOT_TOOLS_DIR).
 tools:

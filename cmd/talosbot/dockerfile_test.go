@@ -71,6 +71,9 @@ func TestDockerfileMatchesRepoAndMakefile(t *testing.T) {
 	if !strings.Contains(string(mk), "-o bin/ ./cmd/talosbot ./cmd/talosbot-plugins") {
 		t.Fatal("make build must build talosbot and talosbot-plugins into bin/ the same way")
 	}
+	if !strings.Contains(string(mk), "-C bin talosbot talosbot-plugins") {
+		t.Fatal("make dist (the release archive) must carry talosbot and talosbot-plugins side by side")
+	}
 	dir := t.TempDir()
 	flags := strings.NewReplacer("${VERSION}", "v9.9.9-docker", "${COMMIT}", "abc1234").Replace(m[1])
 	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", flags, "-o", dir+"/", ".", "../talosbot-plugins")
