@@ -148,6 +148,8 @@ clusters:
     endpoints: [127.0.0.1]
     nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}]
     credentials: {source: files, talosconfig: "file:`+tc+`"}
+policy:
+  staging: {operators: [alice]}
 `), 0o600)
 	cmd := exec.Command(lone, "serve", "--config", cfg)
 	for _, kv := range os.Environ() {
