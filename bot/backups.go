@@ -17,7 +17,7 @@ import (
 // operation records of cl still name (docs/BACKUPS.md).
 func (e *Engine) backupSettings(ctx context.Context, cl *config.Cluster) (*lifecyclev1.Backups, error) {
 	s := e.o.Config.Snapshots
-	b := &lifecyclev1.Backups{Local: retentionMsg(s.Retention)}
+	b := &lifecyclev1.Backups{Local: retentionMsg(s.Local())}
 	var err error
 	if b.ProtectedSnapshots, err = e.protectedArtifacts(ctx, cl.Name, s.Soak.D()); err != nil {
 		return nil, err

@@ -16,7 +16,14 @@ import (
 // operation record protects the snapshot it names, encryption at rest,
 // off-site copies and schedules. docs/BACKUPS.md describes every key.
 type SnapshotRetention struct {
-	Retention `yaml:",inline"`
+	// The local retention rules (Local returns them as a Retention); not an
+	// inline Retention so that the key checker sees them.
+	Keep    int      `yaml:"keep"`
+	MaxAge  Duration `yaml:"max_age"`
+	Hourly  int      `yaml:"hourly,omitempty"`
+	Daily   int      `yaml:"daily,omitempty"`
+	Weekly  int      `yaml:"weekly,omitempty"`
+	Monthly int      `yaml:"monthly,omitempty"`
 	// Soak is how long after an operation ended the snapshot its record
 	// names stays protected from retention (default 7d).
 	Soak       Duration            `yaml:"soak"`
@@ -24,6 +31,11 @@ type SnapshotRetention struct {
 	Offsite    *Offsite            `yaml:"offsite,omitempty"`
 	// Schedule maps a cluster name to a cron expression ("0 * * * *").
 	Schedule map[string]string `yaml:"schedule,omitempty"`
+}
+
+// Local is the local retention policy.
+func (s SnapshotRetention) Local() Retention {
+	return Retention{Keep: s.Keep, MaxAge: s.MaxAge, Hourly: s.Hourly, Daily: s.Daily, Weekly: s.Weekly, Monthly: s.Monthly}
 }
 
 // Retention keeps every snapshot that one of its rules keeps; all zero keeps
@@ -71,14 +83,14 @@ const (
 )
 
 func (s *SnapshotRetention) applyDefaults() {
-	if s.Retention.Empty() {
+	if s.Local().Empty() {
 		s.Keep = DefaultSnapshotKeep
 	}
 	if s.Soak == 0 {
 		s.Soak = Duration(DefaultSnapshotSoak)
 	}
 	if o := s.Offsite; o != nil && o.Retention.Empty() {
-		o.Retention = s.Retention
+		o.Retention = s.Local()
 	}
 }
 
@@ -98,7 +110,7 @@ func (s SnapshotRetention) validate(c *Config) []FieldError {
 	add := func(path, format string, args ...any) {
 		errs = append(errs, FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
 	}
-	s.Retention.validate("snapshots.", add)
+	s.Local().validate("snapshots.", add)
 	if s.Soak < 0 || s.Soak.D() > maxSnapshotSoak {
 		add("snapshots.soak", "%s must be between 0 and 366d", s.Soak.D())
 	}
