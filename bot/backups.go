@@ -70,20 +70,29 @@ func (e *Engine) protectedArtifacts(ctx context.Context, cluster string, soak ti
 }
 
 // backupCredentials adds the off-site credentials to the credentials of an
-// operation whose command takes a snapshot (manifest needs_snapshot), and
-// to no other: a health check never holds the bucket's keys.
+// operation whose command takes a snapshot (manifest needs_snapshot) or
+// reads one back (reads_snapshot), and the age identity to the latter only:
+// a health check never holds the bucket's keys, and taking a snapshot never
+// needs the key that decrypts it.
 func (e *Engine) backupCredentials(op *state.Operation, c *lifecyclev1.Credentials) error {
-	o := e.o.Config.Snapshots.Offsite
+	s := e.o.Config.Snapshots
 	spec, ok := e.grammar.Lookup(op.Command)
-	if o == nil || !ok || !spec.GetNeedsSnapshot() {
+	if !ok || !(spec.GetNeedsSnapshot() || spec.GetReadsSnapshot()) {
 		return nil
 	}
 	var err error
-	if c.OffsiteAccessKeyId, err = o.AccessKeyID.Resolve(); err != nil {
-		return fmt.Errorf("snapshots.offsite.access_key_id: %w", err)
+	if o := s.Offsite; o != nil {
+		if c.OffsiteAccessKeyId, err = o.AccessKeyID.Resolve(); err != nil {
+			return fmt.Errorf("snapshots.offsite.access_key_id: %w", err)
+		}
+		if c.OffsiteSecretAccessKey, err = o.SecretAccessKey.Resolve(); err != nil {
+			return fmt.Errorf("snapshots.offsite.secret_access_key: %w", err)
+		}
 	}
-	if c.OffsiteSecretAccessKey, err = o.SecretAccessKey.Resolve(); err != nil {
-		return fmt.Errorf("snapshots.offsite.secret_access_key: %w", err)
+	if enc := s.Encryption; spec.GetReadsSnapshot() && enc != nil && !enc.Identity.Empty() {
+		if c.AgeIdentity, err = enc.Identity.Resolve(); err != nil {
+			return fmt.Errorf("snapshots.encryption.identity: %w", err)
+		}
 	}
 	return nil
 }

@@ -28,6 +28,13 @@ type Plugin struct {
 	freeSpace func(string) (uint64, error)
 }
 
+func (p *Plugin) clock() func() time.Time {
+	if p.now != nil {
+		return p.now
+	}
+	return time.Now
+}
+
 // New returns the plugin.
 func New() sdk.Plugin { return &Plugin{} }
 
@@ -44,17 +51,20 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 		// It takes a snapshot: the host sends it the off-site credentials.
 		NeedsSnapshot: true,
 		Example:       "/talos snapshot production",
-	}}}, nil
+	}, drillCommand()}}, nil
 }
 
 // Plan lists the steps; it does not contact the cluster.
-func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command {
-		return nil, fmt.Errorf("snapshot serves %q, not %q", Command, req.GetCommand())
+func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+	if req.GetCommand() != Command && req.GetCommand() != DrillCommand {
+		return nil, fmt.Errorf("snapshot serves %q and %q, not %q", Command, DrillCommand, req.GetCommand())
 	}
 	inv, err := cluster.InventoryFrom(req.GetCluster())
 	if err != nil {
 		return nil, err
+	}
+	if req.GetCommand() == DrillCommand {
+		return p.planDrill(req, inv)
 	}
 	opts := cluster.SnapshotOptionsFrom(req.GetSettings())
 	if opts.Dir == "" {
@@ -80,6 +90,9 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	inv, err := cluster.InventoryFrom(req.GetCluster())
 	if err != nil {
 		return err
+	}
+	if req.GetCommand() == DrillCommand {
+		return p.runDrill(ctx, req, inv, r)
 	}
 	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
 	if err != nil {

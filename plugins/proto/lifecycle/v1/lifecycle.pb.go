@@ -270,12 +270,17 @@ func (x *Arg) GetDefaultValue() string {
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the command words after /talos, e.g. "health" or "upgrade talos".
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Summary       string `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
-	Args          []*Arg `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty"`
-	Effect        Effect `protobuf:"varint,4,opt,name=effect,proto3,enum=talosbot.lifecycle.v1.Effect" json:"effect,omitempty"`
+	Name    string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Summary string `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
+	Args    []*Arg `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty"`
+	Effect  Effect `protobuf:"varint,4,opt,name=effect,proto3,enum=talosbot.lifecycle.v1.Effect" json:"effect,omitempty"`
+	// needs_snapshot: the command takes an etcd snapshot; the host sends it
+	// the off-site credentials.
 	NeedsSnapshot bool   `protobuf:"varint,5,opt,name=needs_snapshot,json=needsSnapshot,proto3" json:"needs_snapshot,omitempty"`
 	Example       string `protobuf:"bytes,6,opt,name=example,proto3" json:"example,omitempty"`
+	// reads_snapshot: the command reads a snapshot back (a restore drill);
+	// the host sends it the off-site credentials and the age identity.
+	ReadsSnapshot bool `protobuf:"varint,7,opt,name=reads_snapshot,json=readsSnapshot,proto3" json:"reads_snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -350,6 +355,13 @@ func (x *Command) GetExample() string {
 		return x.Example
 	}
 	return ""
+}
+
+func (x *Command) GetReadsSnapshot() bool {
+	if x != nil {
+		return x.ReadsSnapshot
+	}
+	return false
 }
 
 type Manifest struct {
@@ -1952,14 +1964,15 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\brequired\x18\x03 \x01(\bR\brequired\x12\x12\n" +
 	"\x04flag\x18\x04 \x01(\bR\x04flag\x12\x18\n" +
 	"\aboolean\x18\x05 \x01(\bR\aboolean\x12#\n" +
-	"\rdefault_value\x18\x06 \x01(\tR\fdefaultValue\"\xdf\x01\n" +
+	"\rdefault_value\x18\x06 \x01(\tR\fdefaultValue\"\x86\x02\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12.\n" +
 	"\x04args\x18\x03 \x03(\v2\x1a.talosbot.lifecycle.v1.ArgR\x04args\x125\n" +
 	"\x06effect\x18\x04 \x01(\x0e2\x1d.talosbot.lifecycle.v1.EffectR\x06effect\x12%\n" +
 	"\x0eneeds_snapshot\x18\x05 \x01(\bR\rneedsSnapshot\x12\x18\n" +
-	"\aexample\x18\x06 \x01(\tR\aexample\"\xcc\x01\n" +
+	"\aexample\x18\x06 \x01(\tR\aexample\x12%\n" +
+	"\x0ereads_snapshot\x18\a \x01(\bR\rreadsSnapshot\"\xcc\x01\n" +
 	"\bManifest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12:\n" +
