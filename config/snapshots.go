@@ -29,8 +29,36 @@ type SnapshotRetention struct {
 	Soak       Duration            `yaml:"soak"`
 	Encryption *SnapshotEncryption `yaml:"encryption,omitempty"`
 	Offsite    *Offsite            `yaml:"offsite,omitempty"`
-	// Schedule maps a cluster name to a cron expression ("0 * * * *").
+	// Schedule maps a cluster name to a cron expression ("0 * * * *") for
+	// scheduled snapshots.
 	Schedule map[string]string `yaml:"schedule,omitempty"`
+	// DrillSchedule maps a cluster name to a cron expression for restore
+	// drills; staging clusters default to DefaultDrillSchedule, "off"
+	// turns a schedule off.
+	DrillSchedule map[string]string `yaml:"drill_schedule,omitempty"`
+
+	clusters []Cluster // for DrillSchedules' staging default
+}
+
+// ScheduleOff disables a schedule.
+const ScheduleOff = "off"
+
+// DefaultDrillSchedule is the restore drill of every staging cluster:
+// weekly, Monday 04:00 UTC.
+const DefaultDrillSchedule = "0 4 * * 1"
+
+// DrillSchedules returns the restore-drill schedules with the staging default.
+func (s SnapshotRetention) DrillSchedules() map[string]string {
+	out := map[string]string{}
+	for _, cl := range s.clusters {
+		if cl.Environment == EnvStaging {
+			out[cl.Name] = DefaultDrillSchedule
+		}
+	}
+	for k, v := range s.DrillSchedule {
+		out[k] = v
+	}
+	return out
 }
 
 // Local is the local retention policy.
@@ -82,7 +110,8 @@ const (
 	maxSnapshotCount    = 10000
 )
 
-func (s *SnapshotRetention) applyDefaults() {
+func (s *SnapshotRetention) applyDefaults(clusters []Cluster) {
+	s.clusters = clusters
 	if s.Local().Empty() {
 		s.Keep = DefaultSnapshotKeep
 	}
@@ -161,12 +190,17 @@ func (s SnapshotRetention) validate(c *Config) []FieldError {
 		}
 		o.Retention.validate("snapshots.offsite.retention.", add)
 	}
-	for name, spec := range s.Schedule {
-		if c.Cluster(name) == nil {
-			add("snapshots.schedule."+name, "no cluster is named %q", name)
-		}
-		if _, err := cron.ParseStandard(spec); err != nil {
-			add("snapshots.schedule."+name, "%q is not a cron expression (e.g. \"0 * * * *\"): %v", spec, err)
+	for key, m := range map[string]map[string]string{"schedule": s.Schedule, "drill_schedule": s.DrillSchedule} {
+		for name, spec := range m {
+			if c.Cluster(name) == nil {
+				add("snapshots."+key+"."+name, "no cluster is named %q", name)
+			}
+			if spec == ScheduleOff {
+				continue
+			}
+			if _, err := cron.ParseStandard(spec); err != nil {
+				add("snapshots."+key+"."+name, "%q is not a cron expression (e.g. \"0 * * * *\", or off): %v", spec, err)
+			}
 		}
 	}
 	return errs
