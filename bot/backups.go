@@ -3,6 +3,7 @@ package bot
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -19,7 +20,14 @@ func (e *Engine) backupSettings(ctx context.Context, cl *config.Cluster) (*lifec
 	s := e.o.Config.Snapshots
 	b := &lifecyclev1.Backups{Local: retentionMsg(s.Local())}
 	var err error
-	if b.ProtectedSnapshots, err = e.protectedArtifacts(ctx, cl.Name, s.Soak.D()); err != nil {
+	if b.ProtectedBy, err = e.protectedArtifacts(ctx, cl.Name, s.Soak.D()); err != nil {
+		return nil, err
+	}
+	for id := range b.ProtectedBy {
+		b.ProtectedSnapshots = append(b.ProtectedSnapshots, id)
+	}
+	sort.Strings(b.ProtectedSnapshots)
+	if b.LastDrill, err = e.lastDrill(ctx, cl.Name); err != nil {
 		return nil, err
 	}
 	if enc := s.Encryption; enc != nil {
@@ -37,15 +45,15 @@ func retentionMsg(r config.Retention) *lifecyclev1.Retention {
 		Hourly: int32(r.Hourly), Daily: int32(r.Daily), Weekly: int32(r.Weekly), Monthly: int32(r.Monthly)}
 }
 
-// protectedArtifacts lists the artifact ids ("<cluster>/...") named by the
+// protectedArtifacts maps the artifact ids ("<cluster>/...") named by the
 // records of disruptive operations on cluster that have not ended, or ended
-// less than soak ago. Those records are the maintenance records whose
-// rollback depends on the snapshot taken before them; a plain snapshot
-// operation's own record does not protect its output, or retention could
-// never thin out a schedule within the soak period.
-func (e *Engine) protectedArtifacts(ctx context.Context, cluster string, soak time.Duration) ([]string, error) {
+// less than soak ago, to the operation. Those records are the maintenance
+// records whose rollback depends on the snapshot taken before them; a plain
+// snapshot operation's own record does not protect its output, or retention
+// could never thin out a schedule within the soak period.
+func (e *Engine) protectedArtifacts(ctx context.Context, cluster string, soak time.Duration) (map[string]string, error) {
 	now := e.now()
-	var ids []string
+	ids := map[string]string{}
 	err := e.o.Store.View(ctx, func(tx *state.Tx) error {
 		ops, err := tx.Operations(state.OpFilter{Cluster: cluster})
 		if err != nil {
@@ -60,13 +68,43 @@ func (e *Engine) protectedArtifacts(ctx context.Context, cluster string, soak ti
 			}
 			for _, a := range o.Artifacts {
 				if strings.HasPrefix(a.ID, cluster+"/") {
-					ids = append(ids, a.ID)
+					ids[a.ID] = o.ID
 				}
 			}
 		}
 		return nil
 	})
 	return ids, err
+}
+
+// drillCommand is the restore drill's command name: its latest run is
+// evidence for the readiness gates and shown by /talos snapshots.
+const drillCommand = "restore-drill"
+
+// lastDrill describes the latest restore drill on cluster.
+func (e *Engine) lastDrill(ctx context.Context, cluster string) (string, error) {
+	var out string
+	err := e.o.Store.View(ctx, func(tx *state.Tx) error {
+		ops, err := tx.Operations(state.OpFilter{Cluster: cluster, Command: drillCommand})
+		if err != nil {
+			return err
+		}
+		var latest *state.Operation
+		for _, o := range ops {
+			if latest == nil || o.CreatedAt.After(latest.CreatedAt) {
+				latest = o
+			}
+		}
+		if latest != nil {
+			at := latest.EndedAt
+			if at.IsZero() {
+				at = latest.CreatedAt
+			}
+			out = fmt.Sprintf("%s %s %s", latest.ID, latest.State, at.UTC().Format(time.RFC3339))
+		}
+		return nil
+	})
+	return out, err
 }
 
 // backupCredentials adds the off-site credentials to the credentials of an
@@ -89,7 +127,9 @@ func (e *Engine) backupCredentials(op *state.Operation, c *lifecyclev1.Credentia
 			return fmt.Errorf("snapshots.offsite.secret_access_key: %w", err)
 		}
 	}
-	if enc := s.Encryption; spec.GetReadsSnapshot() && enc != nil && !enc.Identity.Empty() {
+	// The identity only to a command that reads a snapshot back and is not
+	// read-only (the drill), never to a list or to one that takes snapshots.
+	if enc := s.Encryption; spec.GetReadsSnapshot() && spec.GetEffect() != lifecyclev1.Effect_EFFECT_READ_ONLY && enc != nil && !enc.Identity.Empty() {
 		if c.AgeIdentity, err = enc.Identity.Resolve(); err != nil {
 			return fmt.Errorf("snapshots.encryption.identity: %w", err)
 		}

@@ -836,7 +836,7 @@ func (e *Engine) drillEvidence(ctx context.Context, extra map[string]string) err
 		"staging_drill_talos_upgrade":      "upgrade talos",
 		"staging_drill_kubernetes_upgrade": "upgrade k8s",
 		"staging_drill_node_replacement":   "node remove",
-		"staging_drill_etcd_restore":       "restore-drill",
+		"staging_drill_etcd_restore":       drillCommand,
 	}
 	extra["staging_drills"] = "1"
 	return e.o.Store.View(ctx, func(tx *state.Tx) error {

@@ -51,20 +51,23 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 		// It takes a snapshot: the host sends it the off-site credentials.
 		NeedsSnapshot: true,
 		Example:       "/talos snapshot production",
-	}, drillCommand()}}, nil
+	}, drillCommand(), listCommand()}}, nil
 }
 
 // Plan lists the steps; it does not contact the cluster.
 func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command && req.GetCommand() != DrillCommand {
-		return nil, fmt.Errorf("snapshot serves %q and %q, not %q", Command, DrillCommand, req.GetCommand())
+	if req.GetCommand() != Command && req.GetCommand() != DrillCommand && req.GetCommand() != ListCommand {
+		return nil, fmt.Errorf("snapshot serves %q, %q and %q, not %q", Command, DrillCommand, ListCommand, req.GetCommand())
 	}
 	inv, err := cluster.InventoryFrom(req.GetCluster())
 	if err != nil {
 		return nil, err
 	}
-	if req.GetCommand() == DrillCommand {
+	switch req.GetCommand() {
+	case DrillCommand:
 		return p.planDrill(req, inv)
+	case ListCommand:
+		return planList(inv), nil
 	}
 	opts := cluster.SnapshotOptionsFrom(req.GetSettings())
 	if opts.Dir == "" {
@@ -91,8 +94,11 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	if err != nil {
 		return err
 	}
-	if req.GetCommand() == DrillCommand {
+	switch req.GetCommand() {
+	case DrillCommand:
 		return p.runDrill(ctx, req, inv, r)
+	case ListCommand:
+		return p.runList(ctx, req, inv, r)
 	}
 	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
 	if err != nil {
