@@ -3,6 +3,7 @@ package bot
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -17,9 +18,16 @@ import (
 // operation records of cl still name (docs/BACKUPS.md).
 func (e *Engine) backupSettings(ctx context.Context, cl *config.Cluster) (*lifecyclev1.Backups, error) {
 	s := e.o.Config.Snapshots
-	b := &lifecyclev1.Backups{Local: retentionMsg(s.Retention)}
+	b := &lifecyclev1.Backups{Local: retentionMsg(s.Local())}
 	var err error
-	if b.ProtectedSnapshots, err = e.protectedArtifacts(ctx, cl.Name, s.Soak.D()); err != nil {
+	if b.ProtectedBy, err = e.protectedArtifacts(ctx, cl.Name, s.Soak.D()); err != nil {
+		return nil, err
+	}
+	for id := range b.ProtectedBy {
+		b.ProtectedSnapshots = append(b.ProtectedSnapshots, id)
+	}
+	sort.Strings(b.ProtectedSnapshots)
+	if b.LastDrill, err = e.lastDrill(ctx, cl.Name); err != nil {
 		return nil, err
 	}
 	if enc := s.Encryption; enc != nil {
@@ -37,15 +45,15 @@ func retentionMsg(r config.Retention) *lifecyclev1.Retention {
 		Hourly: int32(r.Hourly), Daily: int32(r.Daily), Weekly: int32(r.Weekly), Monthly: int32(r.Monthly)}
 }
 
-// protectedArtifacts lists the artifact ids ("<cluster>/...") named by the
+// protectedArtifacts maps the artifact ids ("<cluster>/...") named by the
 // records of disruptive operations on cluster that have not ended, or ended
-// less than soak ago. Those records are the maintenance records whose
-// rollback depends on the snapshot taken before them; a plain snapshot
-// operation's own record does not protect its output, or retention could
-// never thin out a schedule within the soak period.
-func (e *Engine) protectedArtifacts(ctx context.Context, cluster string, soak time.Duration) ([]string, error) {
+// less than soak ago, to the operation. Those records are the maintenance
+// records whose rollback depends on the snapshot taken before them; a plain
+// snapshot operation's own record does not protect its output, or retention
+// could never thin out a schedule within the soak period.
+func (e *Engine) protectedArtifacts(ctx context.Context, cluster string, soak time.Duration) (map[string]string, error) {
 	now := e.now()
-	var ids []string
+	ids := map[string]string{}
 	err := e.o.Store.View(ctx, func(tx *state.Tx) error {
 		ops, err := tx.Operations(state.OpFilter{Cluster: cluster})
 		if err != nil {
@@ -60,7 +68,7 @@ func (e *Engine) protectedArtifacts(ctx context.Context, cluster string, soak ti
 			}
 			for _, a := range o.Artifacts {
 				if strings.HasPrefix(a.ID, cluster+"/") {
-					ids = append(ids, a.ID)
+					ids[a.ID] = o.ID
 				}
 			}
 		}
@@ -69,21 +77,62 @@ func (e *Engine) protectedArtifacts(ctx context.Context, cluster string, soak ti
 	return ids, err
 }
 
+// drillCommand is the restore drill's command name: its latest run is
+// evidence for the readiness gates and shown by /talos snapshots.
+const drillCommand = "restore-drill"
+
+// lastDrill describes the latest restore drill on cluster.
+func (e *Engine) lastDrill(ctx context.Context, cluster string) (string, error) {
+	var out string
+	err := e.o.Store.View(ctx, func(tx *state.Tx) error {
+		ops, err := tx.Operations(state.OpFilter{Cluster: cluster, Command: drillCommand})
+		if err != nil {
+			return err
+		}
+		var latest *state.Operation
+		for _, o := range ops {
+			if latest == nil || o.CreatedAt.After(latest.CreatedAt) {
+				latest = o
+			}
+		}
+		if latest != nil {
+			at := latest.EndedAt
+			if at.IsZero() {
+				at = latest.CreatedAt
+			}
+			out = fmt.Sprintf("%s %s %s", latest.ID, latest.State, at.UTC().Format(time.RFC3339))
+		}
+		return nil
+	})
+	return out, err
+}
+
 // backupCredentials adds the off-site credentials to the credentials of an
-// operation whose command takes a snapshot (manifest needs_snapshot), and
-// to no other: a health check never holds the bucket's keys.
+// operation whose command takes a snapshot (manifest needs_snapshot) or
+// reads one back (reads_snapshot), and the age identity to the latter only:
+// a health check never holds the bucket's keys, and taking a snapshot never
+// needs the key that decrypts it.
 func (e *Engine) backupCredentials(op *state.Operation, c *lifecyclev1.Credentials) error {
-	o := e.o.Config.Snapshots.Offsite
+	s := e.o.Config.Snapshots
 	spec, ok := e.grammar.Lookup(op.Command)
-	if o == nil || !ok || !spec.GetNeedsSnapshot() {
+	if !ok || !(spec.GetNeedsSnapshot() || spec.GetReadsSnapshot()) {
 		return nil
 	}
 	var err error
-	if c.OffsiteAccessKeyId, err = o.AccessKeyID.Resolve(); err != nil {
-		return fmt.Errorf("snapshots.offsite.access_key_id: %w", err)
+	if o := s.Offsite; o != nil {
+		if c.OffsiteAccessKeyId, err = o.AccessKeyID.Resolve(); err != nil {
+			return fmt.Errorf("snapshots.offsite.access_key_id: %w", err)
+		}
+		if c.OffsiteSecretAccessKey, err = o.SecretAccessKey.Resolve(); err != nil {
+			return fmt.Errorf("snapshots.offsite.secret_access_key: %w", err)
+		}
 	}
-	if c.OffsiteSecretAccessKey, err = o.SecretAccessKey.Resolve(); err != nil {
-		return fmt.Errorf("snapshots.offsite.secret_access_key: %w", err)
+	// The identity only to a command that reads a snapshot back and is not
+	// read-only (the drill), never to a list or to one that takes snapshots.
+	if enc := s.Encryption; spec.GetReadsSnapshot() && spec.GetEffect() != lifecyclev1.Effect_EFFECT_READ_ONLY && enc != nil && !enc.Identity.Empty() {
+		if c.AgeIdentity, err = enc.Identity.Resolve(); err != nil {
+			return fmt.Errorf("snapshots.encryption.identity: %w", err)
+		}
 	}
 	return nil
 }

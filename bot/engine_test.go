@@ -651,3 +651,29 @@ func TestProtectedSnapshotsUntilSoak(t *testing.T) {
 		t.Fatalf("after 8 days protected = %q, want nothing (soak over)", got)
 	}
 }
+
+// The scheduler (a System origin) runs non-disruptive commands on the
+// configuration's authority, but never a disruptive one.
+func TestSystemOriginRunsOnlyNonDisruptive(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	sys := bot.Origin{User: "talosbot-schedule", Channel: "stg", System: true}
+	// stash writes (operators only); the scheduler is no operator.
+	if _, err := e.eng.Submit(ctx, bot.Origin{User: "talosbot-schedule", Channel: "stg"}, "/talos stash"); err == nil {
+		t.Fatal("a user named like the scheduler ran an operator command")
+	}
+	id, err := e.eng.Submit(ctx, sys, "/talos stash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op := e.await(id, state.StateSucceeded); op.Requester != "talosbot-schedule" {
+		t.Fatalf("requester %q", op.Requester)
+	}
+	if _, err := e.eng.Submit(ctx, sys, "/talos roll v9"); err == nil || !strings.Contains(err.Error(), "a scheduled run may not run roll") {
+		t.Fatalf("disruptive scheduled run: %v", err)
+	}
+	// The same user without System is just an unknown user.
+	if _, err := e.eng.Submit(ctx, bot.Origin{User: "talosbot-schedule", Channel: "stg"}, "/talos roll v9"); err == nil {
+		t.Fatal("a user named like the scheduler ran a disruptive command")
+	}
+}

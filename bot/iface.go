@@ -35,6 +35,11 @@ type CredentialSource interface {
 type Origin struct {
 	User    string
 	Channel string
+	// System marks the bot's own scheduler (bot/schedule): its authority
+	// comes from the configuration, not from a role, and it may run only
+	// commands that do not disrupt the cluster. Chat adapters never set it,
+	// and it is never read from a request.
+	System bool `json:"-"`
 }
 
 // Button is an action offered on an operation's message. ID is an opaque

@@ -302,7 +302,7 @@ func (c *Config) ApplyDefaults() {
 	if c.Timeouts.Run == 0 {
 		c.Timeouts.Run = Duration(DefaultRunTimeout)
 	}
-	c.Snapshots.applyDefaults()
+	c.Snapshots.applyDefaults(c.Clusters)
 	if c.Alerts.ClusterLabel == "" {
 		c.Alerts.ClusterLabel = DefaultClusterLabel
 	}

@@ -16,14 +16,54 @@ import (
 // operation record protects the snapshot it names, encryption at rest,
 // off-site copies and schedules. docs/BACKUPS.md describes every key.
 type SnapshotRetention struct {
-	Retention `yaml:",inline"`
+	// The local retention rules (Local returns them as a Retention); not an
+	// inline Retention so that the key checker sees them.
+	Keep    int      `yaml:"keep"`
+	MaxAge  Duration `yaml:"max_age"`
+	Hourly  int      `yaml:"hourly,omitempty"`
+	Daily   int      `yaml:"daily,omitempty"`
+	Weekly  int      `yaml:"weekly,omitempty"`
+	Monthly int      `yaml:"monthly,omitempty"`
 	// Soak is how long after an operation ended the snapshot its record
 	// names stays protected from retention (default 7d).
 	Soak       Duration            `yaml:"soak"`
 	Encryption *SnapshotEncryption `yaml:"encryption,omitempty"`
 	Offsite    *Offsite            `yaml:"offsite,omitempty"`
-	// Schedule maps a cluster name to a cron expression ("0 * * * *").
+	// Schedule maps a cluster name to a cron expression ("0 * * * *") for
+	// scheduled snapshots.
 	Schedule map[string]string `yaml:"schedule,omitempty"`
+	// DrillSchedule maps a cluster name to a cron expression for restore
+	// drills; staging clusters default to DefaultDrillSchedule, "off"
+	// turns a schedule off.
+	DrillSchedule map[string]string `yaml:"drill_schedule,omitempty"`
+
+	clusters []Cluster // for DrillSchedules' staging default
+}
+
+// ScheduleOff disables a schedule.
+const ScheduleOff = "off"
+
+// DefaultDrillSchedule is the restore drill of every staging cluster:
+// weekly, Monday 04:00 UTC.
+const DefaultDrillSchedule = "0 4 * * 1"
+
+// DrillSchedules returns the restore-drill schedules with the staging default.
+func (s SnapshotRetention) DrillSchedules() map[string]string {
+	out := map[string]string{}
+	for _, cl := range s.clusters {
+		if cl.Environment == EnvStaging {
+			out[cl.Name] = DefaultDrillSchedule
+		}
+	}
+	for k, v := range s.DrillSchedule {
+		out[k] = v
+	}
+	return out
+}
+
+// Local is the local retention policy.
+func (s SnapshotRetention) Local() Retention {
+	return Retention{Keep: s.Keep, MaxAge: s.MaxAge, Hourly: s.Hourly, Daily: s.Daily, Weekly: s.Weekly, Monthly: s.Monthly}
 }
 
 // Retention keeps every snapshot that one of its rules keeps; all zero keeps
@@ -70,15 +110,16 @@ const (
 	maxSnapshotCount    = 10000
 )
 
-func (s *SnapshotRetention) applyDefaults() {
-	if s.Retention.Empty() {
+func (s *SnapshotRetention) applyDefaults(clusters []Cluster) {
+	s.clusters = clusters
+	if s.Local().Empty() {
 		s.Keep = DefaultSnapshotKeep
 	}
 	if s.Soak == 0 {
 		s.Soak = Duration(DefaultSnapshotSoak)
 	}
 	if o := s.Offsite; o != nil && o.Retention.Empty() {
-		o.Retention = s.Retention
+		o.Retention = s.Local()
 	}
 }
 
@@ -98,7 +139,7 @@ func (s SnapshotRetention) validate(c *Config) []FieldError {
 	add := func(path, format string, args ...any) {
 		errs = append(errs, FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
 	}
-	s.Retention.validate("snapshots.", add)
+	s.Local().validate("snapshots.", add)
 	if s.Soak < 0 || s.Soak.D() > maxSnapshotSoak {
 		add("snapshots.soak", "%s must be between 0 and 366d", s.Soak.D())
 	}
@@ -149,12 +190,17 @@ func (s SnapshotRetention) validate(c *Config) []FieldError {
 		}
 		o.Retention.validate("snapshots.offsite.retention.", add)
 	}
-	for name, spec := range s.Schedule {
-		if c.Cluster(name) == nil {
-			add("snapshots.schedule."+name, "no cluster is named %q", name)
-		}
-		if _, err := cron.ParseStandard(spec); err != nil {
-			add("snapshots.schedule."+name, "%q is not a cron expression (e.g. \"0 * * * *\"): %v", spec, err)
+	for key, m := range map[string]map[string]string{"schedule": s.Schedule, "drill_schedule": s.DrillSchedule} {
+		for name, spec := range m {
+			if c.Cluster(name) == nil {
+				add("snapshots."+key+"."+name, "no cluster is named %q", name)
+			}
+			if spec == ScheduleOff {
+				continue
+			}
+			if _, err := cron.ParseStandard(spec); err != nil {
+				add("snapshots."+key+"."+name, "%q is not a cron expression (e.g. \"0 * * * *\", or off): %v", spec, err)
+			}
 		}
 	}
 	return errs

@@ -35,7 +35,7 @@ snapshots:
 		t.Fatal(err)
 	}
 	if c.Snapshots.Keep != 0 || c.Snapshots.Daily != 7 || c.Snapshots.Offsite.Retention.Daily != 7 {
-		t.Fatalf("generations: %+v, off-site %+v", c.Snapshots.Retention, c.Snapshots.Offsite.Retention)
+		t.Fatalf("generations: %+v, off-site %+v", c.Snapshots.Local(), c.Snapshots.Offsite.Retention)
 	}
 }
 

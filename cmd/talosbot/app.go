@@ -19,6 +19,7 @@ import (
 	"github.com/talosbot/talosbot/bot/chat/slack"
 	"github.com/talosbot/talosbot/bot/chat/web"
 	"github.com/talosbot/talosbot/bot/metrics"
+	"github.com/talosbot/talosbot/bot/schedule"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/host"
 	"github.com/talosbot/talosbot/state"
@@ -159,9 +160,10 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		creds = bot.SourceCredentials{Config: cfg}
 	}
 	chatMux := chat.NewMux(plain, platforms)
+	sink := bot.NewRenderer(chatMux, nil, log)
 	a.engine, err = bot.New(ctx, bot.Options{
 		Config: cfg, Store: st, Plugins: a.plugins, Credentials: creds, Policy: approvals.New(cfg),
-		Sink: bot.NewRenderer(chatMux, nil, log), Logger: log, Observer: a.metrics,
+		Sink: sink, Logger: log, Observer: a.metrics,
 	})
 	if err != nil {
 		a.close()
@@ -179,8 +181,16 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	if a.console != nil {
 		a.console.SetHandler(a.engine)
 	}
+	// Scheduled snapshots and drills (docs/BACKUPS.md); after Recover, so a
+	// missed run catches up once against the recovered store.
+	sched, err := schedule.New(ctx, schedule.Options{Config: cfg, Store: st, Submit: a.engine.Submit, Say: sink.Reply, Log: log})
+	if err != nil {
+		a.close()
+		return nil, fmt.Errorf("snapshot schedules: %w", err)
+	}
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	a.stopAdapters = cancelRun
+	a.runAdapter(runCtx, "schedule", sched.Run)
 	if a.slack != nil {
 		a.slack.SetHandler(a.engine)
 		if cfg.Chat.Slack.Mode != "http" {

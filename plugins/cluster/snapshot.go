@@ -423,6 +423,26 @@ func WriteVerified(ctx context.Context, src io.Reader, dir, base string, recipie
 	return snap, nil
 }
 
+// CheckStream reads a plaintext etcd snapshot to its end and applies the
+// same one-pass check as WriteVerified (size % 512 == 32, the sha256
+// trailer) without writing anything. It returns the size and the sha256 of
+// the whole stream. Check before opening a file with bbolt: bbolt panics on
+// a truncated database instead of returning an error.
+func CheckStream(ctx context.Context, src io.Reader) (int64, string, error) {
+	tw := &trailerWriter{h: sha256.New()}
+	if err := pipelinedCopy(&ctxReader{ctx: ctx, r: src}, io.Discard, tw); err != nil {
+		return 0, "", err
+	}
+	prefixSum, fileSum := tw.sums()
+	if tw.size%512 != snapshotTrailer {
+		return tw.size, "", fmt.Errorf("snapshot is %d bytes: not a complete etcd snapshot (size %% 512 must be 32, the sha256 trailer); it was cut short", tw.size)
+	}
+	if !bytes.Equal(prefixSum, tw.tail[:]) {
+		return tw.size, "", errors.New("snapshot sha256 trailer does not match its contents: the snapshot is corrupted")
+	}
+	return tw.size, hex.EncodeToString(fileSum), nil
+}
+
 // countingHash hashes and counts what is written to it.
 type countingHash struct {
 	h hash.Hash

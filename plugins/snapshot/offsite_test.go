@@ -117,3 +117,35 @@ func TestFailedUploadFailsAndKeepsLocalCopy(t *testing.T) {
 		t.Fatalf("snapshot-offsite step not failed: %v", rec.Steps())
 	}
 }
+
+func TestListShowsLocalOffsiteRecordsAndLastDrill(t *testing.T) {
+	c := startSim(t, 1)
+	endpoint := startS3(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	p := &Plugin{now: fixedClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+	req := request(c, dir, 0)
+	withOffsite(req, endpoint, 5)
+	rec, err := sdktest.Run(ctx, p, req, nil)
+	if err != nil || !rec.FinalResult().GetOk() {
+		t.Fatalf("snapshot: %v %v", err, rec.FinalResult())
+	}
+	id := rec.Artifacts()[0].GetId()
+	list := request(c, dir, 0)
+	list.Command = ListCommand
+	withOffsite(list, endpoint, 5, id)
+	list.Settings.Backups.ProtectedBy = map[string]string{id: "op-upgrade-7"}
+	list.Settings.Backups.LastDrill = "op-drill-3 succeeded 2026-03-01T11:00:00Z"
+	rec, err = sdktest.Run(ctx, p, list, nil)
+	if err != nil || !rec.FinalResult().GetOk() {
+		t.Fatalf("list: %v %v", err, rec.FinalResult())
+	}
+	text := strings.Join(rec.FinalResult().GetLines(), "\n")
+	for _, want := range []string{"💾 local (", "☁️ off-site (s3://snaps/tb/staging/), 1,", id + " · ", "not encrypted · 🔒 kept by record op-upgrade-7",
+		"🧪 last restore drill: op-drill-3 succeeded"} {
+		if !strings.Contains(text, want) {
+			t.Fatalf("list lacks %q:\n%s", want, text)
+		}
+	}
+}

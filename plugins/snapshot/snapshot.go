@@ -28,6 +28,13 @@ type Plugin struct {
 	freeSpace func(string) (uint64, error)
 }
 
+func (p *Plugin) clock() func() time.Time {
+	if p.now != nil {
+		return p.now
+	}
+	return time.Now
+}
+
 // New returns the plugin.
 func New() sdk.Plugin { return &Plugin{} }
 
@@ -44,17 +51,23 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 		// It takes a snapshot: the host sends it the off-site credentials.
 		NeedsSnapshot: true,
 		Example:       "/talos snapshot production",
-	}}}, nil
+	}, drillCommand(), listCommand()}}, nil
 }
 
 // Plan lists the steps; it does not contact the cluster.
-func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command {
-		return nil, fmt.Errorf("snapshot serves %q, not %q", Command, req.GetCommand())
+func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+	if req.GetCommand() != Command && req.GetCommand() != DrillCommand && req.GetCommand() != ListCommand {
+		return nil, fmt.Errorf("snapshot serves %q, %q and %q, not %q", Command, DrillCommand, ListCommand, req.GetCommand())
 	}
 	inv, err := cluster.InventoryFrom(req.GetCluster())
 	if err != nil {
 		return nil, err
+	}
+	switch req.GetCommand() {
+	case DrillCommand:
+		return p.planDrill(req, inv)
+	case ListCommand:
+		return planList(inv), nil
 	}
 	opts := cluster.SnapshotOptionsFrom(req.GetSettings())
 	if opts.Dir == "" {
@@ -80,6 +93,12 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	inv, err := cluster.InventoryFrom(req.GetCluster())
 	if err != nil {
 		return err
+	}
+	switch req.GetCommand() {
+	case DrillCommand:
+		return p.runDrill(ctx, req, inv, r)
+	case ListCommand:
+		return p.runList(ctx, req, inv, r)
 	}
 	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
 	if err != nil {

@@ -270,12 +270,18 @@ func (x *Arg) GetDefaultValue() string {
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is the command words after /talos, e.g. "health" or "upgrade talos".
-	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Summary       string `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
-	Args          []*Arg `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty"`
-	Effect        Effect `protobuf:"varint,4,opt,name=effect,proto3,enum=talosbot.lifecycle.v1.Effect" json:"effect,omitempty"`
+	Name    string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Summary string `protobuf:"bytes,2,opt,name=summary,proto3" json:"summary,omitempty"`
+	Args    []*Arg `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty"`
+	Effect  Effect `protobuf:"varint,4,opt,name=effect,proto3,enum=talosbot.lifecycle.v1.Effect" json:"effect,omitempty"`
+	// needs_snapshot: the command takes an etcd snapshot; the host sends it
+	// the off-site credentials.
 	NeedsSnapshot bool   `protobuf:"varint,5,opt,name=needs_snapshot,json=needsSnapshot,proto3" json:"needs_snapshot,omitempty"`
 	Example       string `protobuf:"bytes,6,opt,name=example,proto3" json:"example,omitempty"`
+	// reads_snapshot: the command reads snapshots (a restore drill, a list);
+	// the host sends it the off-site credentials and, unless it is
+	// READ_ONLY, the age identity.
+	ReadsSnapshot bool `protobuf:"varint,7,opt,name=reads_snapshot,json=readsSnapshot,proto3" json:"reads_snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -350,6 +356,13 @@ func (x *Command) GetExample() string {
 		return x.Example
 	}
 	return ""
+}
+
+func (x *Command) GetReadsSnapshot() bool {
+	if x != nil {
+		return x.ReadsSnapshot
+	}
+	return false
 }
 
 type Manifest struct {
@@ -804,7 +817,13 @@ type Backups struct {
 	// age_recipients (public keys, "age1...") turn on encryption at rest.
 	AgeRecipients []string `protobuf:"bytes,4,rep,name=age_recipients,json=ageRecipients,proto3" json:"age_recipients,omitempty"`
 	// offsite, when set, copies every snapshot to S3-compatible storage.
-	Offsite       *Offsite `protobuf:"bytes,5,opt,name=offsite,proto3" json:"offsite,omitempty"`
+	Offsite *Offsite `protobuf:"bytes,5,opt,name=offsite,proto3" json:"offsite,omitempty"`
+	// protected_by names, for each protected snapshot id, the operation whose
+	// record names it.
+	ProtectedBy map[string]string `protobuf:"bytes,6,rep,name=protected_by,json=protectedBy,proto3" json:"protected_by,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// last_drill describes the cluster's latest restore drill,
+	// "<op-id> <state> <RFC3339 end or start time>", or is empty.
+	LastDrill     string `protobuf:"bytes,7,opt,name=last_drill,json=lastDrill,proto3" json:"last_drill,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -872,6 +891,20 @@ func (x *Backups) GetOffsite() *Offsite {
 		return x.Offsite
 	}
 	return nil
+}
+
+func (x *Backups) GetProtectedBy() map[string]string {
+	if x != nil {
+		return x.ProtectedBy
+	}
+	return nil
+}
+
+func (x *Backups) GetLastDrill() string {
+	if x != nil {
+		return x.LastDrill
+	}
+	return ""
 }
 
 // Retention keeps every snapshot that any rule keeps; a snapshot no rule
@@ -1952,14 +1985,15 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\brequired\x18\x03 \x01(\bR\brequired\x12\x12\n" +
 	"\x04flag\x18\x04 \x01(\bR\x04flag\x12\x18\n" +
 	"\aboolean\x18\x05 \x01(\bR\aboolean\x12#\n" +
-	"\rdefault_value\x18\x06 \x01(\tR\fdefaultValue\"\xdf\x01\n" +
+	"\rdefault_value\x18\x06 \x01(\tR\fdefaultValue\"\x86\x02\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12.\n" +
 	"\x04args\x18\x03 \x03(\v2\x1a.talosbot.lifecycle.v1.ArgR\x04args\x125\n" +
 	"\x06effect\x18\x04 \x01(\x0e2\x1d.talosbot.lifecycle.v1.EffectR\x06effect\x12%\n" +
 	"\x0eneeds_snapshot\x18\x05 \x01(\bR\rneedsSnapshot\x12\x18\n" +
-	"\aexample\x18\x06 \x01(\tR\aexample\"\xcc\x01\n" +
+	"\aexample\x18\x06 \x01(\tR\aexample\x12%\n" +
+	"\x0ereads_snapshot\x18\a \x01(\bR\rreadsSnapshot\"\xcc\x01\n" +
 	"\bManifest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12:\n" +
@@ -2003,13 +2037,19 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\n" +
 	"ExtraEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa2\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x03\n" +
 	"\aBackups\x12/\n" +
 	"\x13protected_snapshots\x18\x01 \x03(\tR\x12protectedSnapshots\x126\n" +
 	"\x05local\x18\x02 \x01(\v2 .talosbot.lifecycle.v1.RetentionR\x05local\x12M\n" +
 	"\x11offsite_retention\x18\x03 \x01(\v2 .talosbot.lifecycle.v1.RetentionR\x10offsiteRetention\x12%\n" +
 	"\x0eage_recipients\x18\x04 \x03(\tR\rageRecipients\x128\n" +
-	"\aoffsite\x18\x05 \x01(\v2\x1e.talosbot.lifecycle.v1.OffsiteR\aoffsite\"\xa7\x01\n" +
+	"\aoffsite\x18\x05 \x01(\v2\x1e.talosbot.lifecycle.v1.OffsiteR\aoffsite\x12R\n" +
+	"\fprotected_by\x18\x06 \x03(\v2/.talosbot.lifecycle.v1.Backups.ProtectedByEntryR\vprotectedBy\x12\x1d\n" +
+	"\n" +
+	"last_drill\x18\a \x01(\tR\tlastDrill\x1a>\n" +
+	"\x10ProtectedByEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x01\n" +
 	"\tRetention\x12\x12\n" +
 	"\x04keep\x18\x01 \x01(\x05R\x04keep\x12&\n" +
 	"\x0fmax_age_seconds\x18\x02 \x01(\x03R\rmaxAgeSeconds\x12\x16\n" +
@@ -2126,7 +2166,7 @@ func file_lifecycle_v1_lifecycle_proto_rawDescGZIP() []byte {
 }
 
 var file_lifecycle_v1_lifecycle_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
 	(Effect)(0),              // 0: talosbot.lifecycle.v1.Effect
 	(StepStatus)(0),          // 1: talosbot.lifecycle.v1.StepStatus
@@ -2154,7 +2194,8 @@ var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
 	(*Progress)(nil),         // 23: talosbot.lifecycle.v1.Progress
 	nil,                      // 24: talosbot.lifecycle.v1.Cluster.DeclaredEntry
 	nil,                      // 25: talosbot.lifecycle.v1.Settings.ExtraEntry
-	nil,                      // 26: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	nil,                      // 26: talosbot.lifecycle.v1.Backups.ProtectedByEntry
+	nil,                      // 27: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
 }
 var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
 	3,  // 0: talosbot.lifecycle.v1.Command.args:type_name -> talosbot.lifecycle.v1.Arg
@@ -2167,31 +2208,32 @@ var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
 	11, // 7: talosbot.lifecycle.v1.Backups.local:type_name -> talosbot.lifecycle.v1.Retention
 	11, // 8: talosbot.lifecycle.v1.Backups.offsite_retention:type_name -> talosbot.lifecycle.v1.Retention
 	12, // 9: talosbot.lifecycle.v1.Backups.offsite:type_name -> talosbot.lifecycle.v1.Offsite
-	26, // 10: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
-	7,  // 11: talosbot.lifecycle.v1.OperationRequest.cluster:type_name -> talosbot.lifecycle.v1.Cluster
-	8,  // 12: talosbot.lifecycle.v1.OperationRequest.credentials:type_name -> talosbot.lifecycle.v1.Credentials
-	9,  // 13: talosbot.lifecycle.v1.OperationRequest.settings:type_name -> talosbot.lifecycle.v1.Settings
-	14, // 14: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
-	15, // 15: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
-	16, // 16: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	1,  // 17: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
-	21, // 18: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
-	16, // 19: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	18, // 20: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
-	19, // 21: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
-	20, // 22: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
-	22, // 23: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
-	2,  // 24: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
-	13, // 25: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
-	13, // 26: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
-	5,  // 27: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
-	17, // 28: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
-	23, // 29: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
-	27, // [27:30] is the sub-list for method output_type
-	24, // [24:27] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	26, // 10: talosbot.lifecycle.v1.Backups.protected_by:type_name -> talosbot.lifecycle.v1.Backups.ProtectedByEntry
+	27, // 11: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	7,  // 12: talosbot.lifecycle.v1.OperationRequest.cluster:type_name -> talosbot.lifecycle.v1.Cluster
+	8,  // 13: talosbot.lifecycle.v1.OperationRequest.credentials:type_name -> talosbot.lifecycle.v1.Credentials
+	9,  // 14: talosbot.lifecycle.v1.OperationRequest.settings:type_name -> talosbot.lifecycle.v1.Settings
+	14, // 15: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
+	15, // 16: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
+	16, // 17: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	1,  // 18: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
+	21, // 19: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
+	16, // 20: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	18, // 21: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
+	19, // 22: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
+	20, // 23: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
+	22, // 24: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
+	2,  // 25: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
+	13, // 26: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
+	13, // 27: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
+	5,  // 28: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
+	17, // 29: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
+	23, // 30: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
+	28, // [28:31] is the sub-list for method output_type
+	25, // [25:28] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_lifecycle_v1_lifecycle_proto_init() }
@@ -2211,7 +2253,7 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifecycle_v1_lifecycle_proto_rawDesc), len(file_lifecycle_v1_lifecycle_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,197 @@
+package snapshot
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"filippo.io/age"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/talosbot/talosbot/internal/testenv"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/sim"
+)
+
+// startSimWithKube starts a one-control-plane sim whose kube-apiserver
+// stores into the sim's etcd, so snapshots hold real /registry data.
+func startSimWithKube(t *testing.T) (*sim.Cluster, *testenv.Kube) {
+	t.Helper()
+	startKube := testenv.KubeStarter(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var kube *testenv.Kube
+	c, err := sim.Start(ctx, sim.Options{Dir: t.TempDir(), ControlPlanes: 1, Workers: 1,
+		KubeOnEtcd: func(ctx context.Context, servers []string) (sim.KubeBackend, error) {
+			k, err := startKube(ctx, servers)
+			if err != nil {
+				return sim.KubeBackend{}, err
+			}
+			kube = k
+			return sim.KubeBackend{Client: k.Client, Kubeconfig: k.Kubeconfig, Stop: k.Stop}, nil
+		}})
+	if err != nil {
+		t.Fatalf("start sim: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, kube
+}
+
+func createWorkload(t *testing.T, kube *testenv.Kube, ns string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs := kube.Client
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "db-password"},
+		StringData: map[string]string{"password": "drill-secret-value"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	one := int32(1)
+	labels := map[string]string{"app": "web"}
+	if _, err := cs.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: appsv1.DeploymentSpec{Replicas: &one, Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx:1.27"}}}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func drillRequest(c *sim.Cluster, kube *testenv.Kube, dir string, args map[string]string) *lifecyclev1.OperationRequest {
+	req := request(c, dir, 0)
+	req.Command, req.Args = DrillCommand, args
+	req.Credentials.Kubeconfig = kube.Kubeconfig
+	return req
+}
+
+func runOK(t *testing.T, ctx context.Context, p *Plugin, req *lifecyclev1.OperationRequest) *lifecyclev1.Result {
+	t.Helper()
+	rec, err := sdktest.Run(ctx, p, req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec.FinalResult()
+}
+
+func TestRestoreDrill(t *testing.T) {
+	c, kube := startSimWithKube(t)
+	createWorkload(t, kube, "drill-a")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	p := &Plugin{now: fixedClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+	if res := runOK(t, ctx, p, request(c, dir, 0)); !res.GetOk() {
+		t.Fatalf("snapshot: %v", res)
+	}
+	// A namespace created after the snapshot: churn the tolerance covers,
+	// and exactly what a zero tolerance reports missing.
+	createWorkload(t, kube, "drill-b")
+
+	t.Run("passes and reports counts", func(t *testing.T) {
+		res := runOK(t, ctx, p, drillRequest(c, kube, dir, nil))
+		text := strings.Join(res.GetLines(), "\n")
+		if !res.GetOk() {
+			t.Fatalf("drill failed: %s\n%s", res.GetError(), text)
+		}
+		t.Logf("drill report:\n%s", text)
+		for _, want := range []string{"✅ namespaces: ", "✅ secrets: ", "✅ deployments: ", "revision ", "restored in ", "old"} {
+			if !strings.Contains(text, want) {
+				t.Fatalf("report lacks %q:\n%s", want, text)
+			}
+		}
+		left, _ := filepath.Glob(filepath.Join(dir, "staging", ".drill-*"))
+		if len(left) != 0 {
+			t.Fatalf("throwaway data left behind: %v", left)
+		}
+	})
+	t.Run("zero tolerance names the missing namespace", func(t *testing.T) {
+		res := runOK(t, ctx, p, drillRequest(c, kube, dir, map[string]string{"tolerance": "0"}))
+		if res.GetOk() || !strings.Contains(res.GetError(), "namespaces: ") || !strings.Contains(res.GetError(), "1 missing (tolerance 0)") {
+			t.Fatalf("want a failure naming namespaces, got ok=%v %q\n%v", res.GetOk(), res.GetError(), res.GetLines())
+		}
+	})
+	t.Run("truncated snapshot fails clearly", func(t *testing.T) {
+		files, _ := filepath.Glob(filepath.Join(dir, "staging", "*.db"))
+		b, err := os.ReadFile(files[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		trunc := filepath.Join(dir, "staging", "20260302T000000Z-cp-1.db") // newer: the drill picks it
+		if err := os.WriteFile(trunc, b[:len(b)/2], 0o600); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(trunc)
+		res := runOK(t, ctx, p, drillRequest(c, kube, dir, nil))
+		if res.GetOk() || !strings.Contains(res.GetError(), "does not restore") && !strings.Contains(res.GetError(), "etcd cannot read the snapshot") {
+			t.Fatalf("truncated snapshot: ok=%v %q", res.GetOk(), res.GetError())
+		}
+	})
+	t.Run("refuses without kubeconfig", func(t *testing.T) {
+		req := drillRequest(c, kube, dir, nil)
+		req.Credentials.Kubeconfig = nil
+		plan, err := p.Plan(ctx, req)
+		if err != nil || plan.GetRefusal() == nil || !strings.Contains(plan.GetRefusal().GetFix(), "kubeconfig") {
+			t.Fatalf("plan = %v, %v", plan, err)
+		}
+	})
+}
+
+// The drill fetches from off-site storage when it is configured (proving
+// that path) and decrypts with the identity given for that operation.
+func TestRestoreDrillOffsiteEncrypted(t *testing.T) {
+	c, kube := startSimWithKube(t)
+	createWorkload(t, kube, "drill-a")
+	endpoint := startS3(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	p := &Plugin{now: fixedClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
+	req := request(c, dir, 0)
+	withOffsite(req, endpoint, 5)
+	req.Settings.Backups.AgeRecipients = []string{id.Recipient().String()}
+	if res := runOK(t, ctx, p, req); !res.GetOk() {
+		t.Fatalf("snapshot: %v", res)
+	}
+	// Remove the local copy: the drill must use the off-site one.
+	local, _ := filepath.Glob(filepath.Join(dir, "staging", "*.db.age"))
+	for _, f := range local {
+		_ = os.Remove(f)
+	}
+	drillReq := func(identity []byte) *lifecyclev1.OperationRequest {
+		r := drillRequest(c, kube, dir, nil)
+		withOffsite(r, endpoint, 5)
+		r.Credentials.AgeIdentity = identity
+		return r
+	}
+	t.Run("passes from off-site", func(t *testing.T) {
+		res := runOK(t, ctx, p, drillReq([]byte(id.String()+"\n")))
+		if !res.GetOk() || !strings.Contains(strings.Join(res.GetLines(), "\n"), "s3://snaps/tb/staging/") {
+			t.Fatalf("drill: %v %q %v", res.GetOk(), res.GetError(), res.GetLines())
+		}
+	})
+	t.Run("wrong identity fails clearly", func(t *testing.T) {
+		other, _ := age.GenerateX25519Identity()
+		res := runOK(t, ctx, p, drillReq([]byte(other.String())))
+		if res.GetOk() || !strings.Contains(res.GetError(), "encrypted to other age recipients") || strings.Contains(res.GetError(), other.String()) {
+			t.Fatalf("wrong identity: %v %q", res.GetOk(), res.GetError())
+		}
+	})
+	t.Run("no identity fails clearly", func(t *testing.T) {
+		res := runOK(t, ctx, p, drillReq(nil))
+		if res.GetOk() || !strings.Contains(res.GetError(), "snapshots.encryption.identity") {
+			t.Fatalf("no identity: %v %q", res.GetOk(), res.GetError())
+		}
+	})
+}
