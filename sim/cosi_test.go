@@ -273,31 +273,6 @@ func TestResourcesFollowLifecycle(t *testing.T) {
 		waitReady(ctx, t, cli, cp3)
 	})
 
-	t.Run("failed upgrade stays in the upgrading stage", func(t *testing.T) {
-		if err := c.Inject(ctx, "worker-1", sim.Fault{ImagePullFailure: true}); err != nil {
-			t.Fatal(err)
-		}
-
-		if _, err := cli.Upgrade(client.WithNode(ctx, worker), upgradeImage, false, false); err != nil {
-			t.Fatal(err)
-		}
-
-		// MachineStatusController leaves the stage at upgrading when the sequence stops
-		// with an error; only a boot sequence's end sets running.
-		eventually(t, 30*time.Second, "worker-1 upgrading", func() error {
-			ms, err := machineStatus(ctx, cli, worker)
-			if err == nil && ms.TypedSpec().Stage != runtime.MachineStageUpgrading {
-				err = fmt.Errorf("stage %s", ms.TypedSpec().Stage)
-			}
-
-			return err
-		})
-
-		if err := c.Clear(ctx, "worker-1"); err != nil {
-			t.Fatal(err)
-		}
-	})
-
 	t.Run("upgrade, reboot and rollback", func(t *testing.T) {
 		id := get[*cluster.Identity](ctx, t, cli, cp2, cluster.LocalIdentity).TypedSpec().NodeID
 

@@ -444,8 +444,7 @@ func (s *cosiState) identityID() string {
 	return s.nodeID
 }
 
-// machineStage folds the node's runtime events into the machine stage, as
-// MachineStatusController's event watcher does.
+// machineStage folds the node's runtime events (this boot's history) into the machine stage.
 func (n *node) machineStage() runtime.MachineStage {
 	replay, _, cancel, err := n.events.subscribe(&machineapi.EventsRequest{TailEvents: -1})
 	if err != nil {
@@ -454,36 +453,65 @@ func (n *node) machineStage() runtime.MachineStage {
 
 	cancel()
 
+	return foldStage(replay)
+}
+
+// foldStage is MachineStatusController's event watcher: sequence starts set the stage, the
+// boot sequence's clean end sets running, a fatal error means a reboot, and the kexec or
+// install phase of an installing sequence and the maintenance task mark their stages.
+func foldStage(events []simEvent) runtime.MachineStage {
 	stage := runtime.MachineStageUnknown
+	current := ""
 
-	for _, ev := range replay {
-		seq, ok := ev.payload.(*machineapi.SequenceEvent)
-		if !ok {
-			continue
-		}
+	for _, ev := range events {
+		switch p := ev.payload.(type) {
+		case *machineapi.SequenceEvent:
+			current = p.Sequence
 
-		switch seq.Action {
-		case machineapi.SequenceEvent_START:
-			switch seq.Sequence {
-			case "boot", "initialize":
-				stage = runtime.MachineStageBooting
-			case "shutdown":
-				stage = runtime.MachineStageShuttingDown
-			case "upgrade", "stageUpgrade", "maintenanceUpgrade":
-				stage = runtime.MachineStageUpgrading
-			case "reset":
-				stage = runtime.MachineStageResetting
-			case "reboot":
+			switch p.Action {
+			case machineapi.SequenceEvent_START:
+				switch p.Sequence {
+				case "boot", "initialize":
+					stage = runtime.MachineStageBooting
+				case "shutdown":
+					stage = runtime.MachineStageShuttingDown
+				case "upgrade", "stageUpgrade", "maintenanceUpgrade":
+					stage = runtime.MachineStageUpgrading
+				case "reset":
+					stage = runtime.MachineStageResetting
+				case "reboot":
+					stage = runtime.MachineStageRebooting
+				}
+			case machineapi.SequenceEvent_NOOP:
+				if p.Error != nil && p.Error.GetCode() == common.Code_FATAL && p.Sequence != "shutdown" {
+					stage = runtime.MachineStageRebooting
+				}
+			case machineapi.SequenceEvent_STOP:
+				if p.Sequence == "boot" && p.Error == nil {
+					stage = runtime.MachineStageRunning
+				}
+
+				current = ""
+			}
+		case *machineapi.PhaseEvent:
+			if p.Action != machineapi.PhaseEvent_START {
+				continue
+			}
+
+			switch {
+			case current == "install" && p.Phase == "install":
+				stage = runtime.MachineStageInstalling
+			case p.Phase == "kexec" && (current == "install" || current == "upgrade" || current == "stageUpgrade" || current == "maintenanceUpgrade"):
 				stage = runtime.MachineStageRebooting
 			}
-		case machineapi.SequenceEvent_NOOP:
-			// A fatal error reboots the node.
-			if seq.Error != nil && seq.Error.GetCode() == common.Code_FATAL {
-				stage = runtime.MachineStageRebooting
-			}
-		case machineapi.SequenceEvent_STOP:
-			if seq.Sequence == "boot" && seq.Error == nil {
-				stage = runtime.MachineStageRunning
+		case *machineapi.TaskEvent:
+			if p.Task == "runningMaintenance" {
+				switch p.Action {
+				case machineapi.TaskEvent_START:
+					stage = runtime.MachineStageMaintenance
+				case machineapi.TaskEvent_STOP:
+					stage = runtime.MachineStageBooting
+				}
 			}
 		}
 	}
