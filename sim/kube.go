@@ -477,16 +477,16 @@ func (n *node) restartKubelet(ctx context.Context, image string) {
 	case <-t.C:
 	}
 
+	// The new kubelet registers (posting its version) as it comes up; its service turns
+	// healthy at the same time.
+	if ctx.Err() == nil {
+		if err := k.setVersions(ctx, n.info.NodeName, imageTag(image), n.talosVersion()); err != nil {
+			n.c.log.Warn("kube: update kubelet version", "node", n.info.Name, "err", err)
+		}
+	}
+
 	k.setRestarting(n.info.NodeName, false)
 	n.refreshResources(ctx)
-
-	if ctx.Err() != nil {
-		return
-	}
-
-	if err := k.setVersions(ctx, n.info.NodeName, imageTag(image), n.talosVersion()); err != nil {
-		n.c.log.Warn("kube: update kubelet version", "node", n.info.Name, "err", err)
-	}
 }
 
 // refreshResources brings the node's COSI resources up to date now.
