@@ -51,6 +51,8 @@ func TestConformance(t *testing.T) {
 	workers := cl.nodes(sim.RoleWorker)
 	cp1 := cps[0]
 
+	t.Run("names-differ", func(t *testing.T) { checkNamesDiffer(t, all) })
+
 	t.Run("version", func(t *testing.T) {
 		r := cl.ok(t, "-n", strings.Join(ips(all), ","), "version")
 		mustContain(t, r, r.stdout, "Client:", "Tag:         v1.13.9", "Server:")
@@ -69,7 +71,7 @@ func TestConformance(t *testing.T) {
 		mustContain(t, r, r.stdout, "HOSTNAME", "MACHINE TYPE")
 
 		for _, n := range all {
-			mustMatch(t, r, r.stdout, `(?m)\s`+hostnameOf(n.Name)+`\s+`+n.Role+`\s.*`+n.IP)
+			mustMatch(t, r, r.stdout, `(?m)\s`+hostname(n)+`\s+`+n.Role+`\s.*`+n.IP)
 		}
 	})
 
@@ -83,7 +85,7 @@ func TestConformance(t *testing.T) {
 		r := cl.ok(t, "-n", strings.Join(ips(all), ","), "get", "nodename")
 
 		for _, n := range all {
-			mustMatch(t, r, r.stdout, `(?m)^`+n.IP+`\s.*\s`+nodenameOf(n.Name)+`\s*$`)
+			mustMatch(t, r, r.stdout, `(?m)^`+n.IP+`\s.*\s`+nodename(n)+`\s*$`)
 		}
 	})
 
@@ -127,7 +129,7 @@ func TestConformance(t *testing.T) {
 		r := cl.ok(t, "-n", cp1.IP, "etcd", "members")
 
 		for _, n := range cps {
-			mustMatch(t, r, r.stdout, `(?m)\s`+hostnameOf(n.Name)+`\s+\S*`+n.IP+`:2380`)
+			mustMatch(t, r, r.stdout, `(?m)\s`+hostname(n)+`\s+\S*`+n.IP+`:2380`)
 		}
 
 		for _, n := range workers {
@@ -164,20 +166,23 @@ func TestConformance(t *testing.T) {
 	nodeFlags := []string{
 		"--control-plane-nodes", strings.Join(ips(cps), ","),
 		"--worker-nodes", strings.Join(ips(workers), ","),
-		"--wait-timeout", "3m",
+		"--wait-timeout", "90s",
 	}
 
 	t.Run("health/client-side", func(t *testing.T) {
+		waitingFor(t, "MachineService.Memory and Disks in the sim (h-simbehave)")
 		r := cl.ok(t, append([]string{"-n", cp1.IP, "health", "--server=false"}, nodeFlags...)...)
 		checkHealthOutput(t, r)
 	})
 
 	t.Run("health/server-side", func(t *testing.T) {
+		waitingFor(t, "ClusterService.HealthCheck running pkg/cluster/check's default checks (h-simbehave)")
 		r := cl.ok(t, append([]string{"-n", cp1.IP, "health"}, nodeFlags...)...)
 		checkHealthOutput(t, r)
 	})
 
 	t.Run("health/worker-refused", func(t *testing.T) {
+		waitingFor(t, "ClusterService.HealthCheck refused on a worker (h-simbehave)")
 		r := cl.fails(t, append([]string{"-n", workers[0].IP, "health"}, nodeFlags...)...)
 		mustContain(t, r, r.combined(), "rpc error")
 	})
@@ -225,7 +230,7 @@ func TestConformance(t *testing.T) {
 	upgraded := workers[0]
 
 	t.Run("upgrade/new-api-with-drain", func(t *testing.T) {
-		pod := createRunningPod(t, cl, nodenameOf(upgraded.Name))
+		pod := createRunningPod(t, cl, nodename(upgraded))
 
 		r := cl.ok(t, "-n", upgraded.IP, "upgrade", "--image", installer(nextTalos), "--wait", "--timeout", "3m")
 		out := r.combined()
@@ -242,7 +247,7 @@ func TestConformance(t *testing.T) {
 			t.Fatalf("pod %s/%s still exists: the drain did not evict it", pod.Namespace, pod.Name)
 		}
 
-		kn, err := cl.kube.Client.CoreV1().Nodes().Get(t.Context(), nodenameOf(upgraded.Name), metav1.GetOptions{})
+		kn, err := cl.kube.Client.CoreV1().Nodes().Get(t.Context(), nodename(upgraded), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,6 +273,7 @@ func TestConformance(t *testing.T) {
 	})
 
 	t.Run("reset", func(t *testing.T) {
+		waitingFor(t, "the graceful reset event sequence with stopAllServices (h-simbehave)")
 		n := cps[len(cps)-1]
 		r := cl.ok(t, "-n", n.IP, "reset", "--graceful", "--wait", "--timeout", "40s")
 		mustContain(t, r, r.combined(), "sequence: reset", "task: leaveEtcd")
