@@ -458,6 +458,9 @@ func restConfig(port int, f apiserverFiles) *rest.Config {
 		BearerToken:     f.token,
 		TLSClientConfig: rest.TLSClientConfig{CAData: f.cert.certPEM},
 		QPS:             -1, // no client-side throttling in tests
+		// The apiserver's warnings (e.g. a pod named after a Node with dots in its
+		// name, as a kubelet registering with its FQDN makes) are not failures.
+		WarningHandler: rest.NoWarnings{},
 	}
 }
 
