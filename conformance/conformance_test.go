@@ -235,7 +235,10 @@ func TestConformance(t *testing.T) {
 
 		r := cl.ok(t, "-n", upgraded.IP, "upgrade", "--image", installer(nextTalos), "--wait", "--timeout", "3m")
 		out := r.combined()
-		mustContain(t, r, out, "upgrade completed", "post check passed")
+		nn := nodename(upgraded)
+		mustContain(t, r, out, "upgrade completed",
+			nn+": node cordoned", nn+": evicting pod default/"+pod.Name, nn+": evicted pod default/"+pod.Name,
+			nn+": node drained", "post check passed", nn+": node uncordoned")
 
 		if strings.Contains(out, "falling back to legacy") {
 			t.Fatalf("a v1.13 node must be upgraded through LifecycleService:\n%s", r)
