@@ -50,11 +50,6 @@ type cluster struct {
 	dir         string
 }
 
-// Naming used by every sim of the suite: inventory names, Talos hostnames and Kubernetes
-// node names all differ, so that nothing can pass by assuming two of them are equal.
-func hostnameOf(inventory string) string { return "talos-" + inventory }
-func nodenameOf(inventory string) string { return "k8s-" + inventory }
-
 // startCluster starts a sim (with a kube-apiserver on its etcd when withKube) for the suite.
 func startCluster(t *testing.T, opts sim.Options, withKube bool) *cluster {
 	t.Helper()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,10 +22,14 @@ const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
 
 // kubeSide plays the kubelet and Talos's Kubernetes tasks against a real (or fake) API server.
 type kubeSide struct {
+	c            *Cluster // the sim's nodes (runKubelet, byNodeName)
 	client       kubernetes.Interface
 	hostLabel    string
 	drainTimeout time.Duration
 	log          *slog.Logger
+
+	mu         sync.Mutex
+	restarting map[string]bool // Node name → its kubelet is restarting after a config change
 }
 
 func readyCondition(ready bool, reason, msg string, now time.Time) corev1.NodeCondition {
@@ -41,6 +46,21 @@ func readyCondition(ready bool, reason, msg string, now time.Time) corev1.NodeCo
 		LastHeartbeatTime:  metav1.NewTime(now),
 		LastTransitionTime: metav1.NewTime(now),
 	}
+}
+
+// byNodeName is the sim node whose Kubernetes Node is name (nil when unknown).
+func (k *kubeSide) byNodeName(name string) *node {
+	if k.c == nil {
+		return nil
+	}
+
+	for _, n := range k.c.nodes {
+		if n.info.NodeName == name {
+			return n
+		}
+	}
+
+	return nil
 }
 
 // register creates (or refreshes) the Node object of a sim node, Ready.
@@ -152,6 +172,12 @@ func (k *kubeSide) booted(ctx context.Context, name, kubeletVersion, talosVersio
 	err := k.setVersions(ctx, name, kubeletVersion, talosVersion)
 	if err == nil {
 		err = k.setReady(ctx, name, true, "KubeletReady", "kubelet is posting ready status")
+	}
+
+	// The boot renders the static pods afresh (their config resources start a new version
+	// history with the node's new resource state): the kubelet recreates the mirror pods.
+	if n := k.byNodeName(name); n != nil {
+		n.staticPodsChanged()
 	}
 
 	return err
@@ -386,7 +412,136 @@ func (c *Cluster) startKubeOnEtcd(ctx context.Context) error {
 		c.opts.Kubeconfig = kb.Kubeconfig
 	}
 
-	c.kube = &kubeSide{client: kb.Client, hostLabel: c.opts.HostLabel, drainTimeout: c.opts.DrainTimeout, log: c.log}
+	c.kube = &kubeSide{c: c, client: kb.Client, hostLabel: c.opts.HostLabel, drainTimeout: c.opts.DrainTimeout, log: c.log}
 
 	return nil
+}
+
+// kubeletRestarting reports whether the node's kubelet is restarting: the service is down, so
+// it is not Running (and so has no Service resource) until restartKubelet brings it back.
+func (n *node) kubeletRestarting() bool {
+	k := n.c.kube
+	if k == nil {
+		return false
+	}
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+
+	return k.restarting[n.info.NodeName]
+}
+
+func (k *kubeSide) setRestarting(name string, v bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+
+	if k.restarting == nil {
+		k.restarting = map[string]bool{}
+	}
+
+	k.restarting[name] = v
+}
+
+// kubeConfigApplied is the Kubernetes side of a configuration applied without a reboot
+// (MachineService.ApplyConfiguration): a new kubelet image restarts the kubelet, which then
+// registers with its new version; changed control-plane images recreate the static pods.
+func (n *node) kubeConfigApplied(prev, cur images) {
+	if n.c.kube == nil {
+		return
+	}
+
+	if prev.Kubelet != cur.Kubelet {
+		n.c.goBackground(func(ctx context.Context) { n.restartKubelet(ctx, cur.Kubelet) })
+	}
+
+	n.staticPodsChanged()
+}
+
+// restartKubelet follows what Talos does when KubeletSpec changes
+// (internal/app/machined/pkg/controllers/k8s/kubelet_service.go: the kubelet service is
+// restarted): the service stops, so its v1alpha1.Service resource is destroyed, and starts
+// again; the new kubelet then posts its version to the Node. The node's resources are refreshed
+// at each step, so that a watcher (talosctl upgrade-k8s) sees both transitions however
+// briefly the kubelet is down.
+func (n *node) restartKubelet(ctx context.Context, image string) {
+	k := n.c.kube
+
+	k.setRestarting(n.info.NodeName, true)
+	n.refreshResources(ctx)
+
+	t := time.NewTimer(n.c.opts.StaticPodReadyDelay)
+	defer t.Stop()
+
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+
+	// The new kubelet registers (posting its version) as it comes up; its service turns
+	// healthy at the same time.
+	if ctx.Err() == nil {
+		if err := k.setVersions(ctx, n.info.NodeName, imageTag(image), n.talosVersion()); err != nil {
+			n.c.log.Warn("kube: update kubelet version", "node", n.info.Name, "err", err)
+		}
+	}
+
+	k.setRestarting(n.info.NodeName, false)
+	n.refreshResources(ctx)
+}
+
+// refreshResources brings the node's COSI resources up to date now.
+func (n *node) refreshResources(ctx context.Context) {
+	if n.cosi == nil {
+		return
+	}
+
+	if _, err := n.cosi.current(ctx); err != nil {
+		n.c.log.Warn("refresh resources", "node", n.info.Name, "err", err)
+	}
+}
+
+// runKubelet plays the part of every sim node's kubelet that the API server waits for: a pod
+// bound to a sim node that is being deleted (evicted, drained) is gone once its containers
+// stop, which the kubelet confirms by deleting it with grace period 0. Without this a drain
+// would wait for ever on Terminating pods. It runs until ctx ends, re-watching after errors.
+func (k *kubeSide) runKubelet(ctx context.Context) {
+	nodes := map[string]bool{}
+	for _, n := range k.c.nodes {
+		nodes[n.info.NodeName] = true
+	}
+
+	retryT := time.NewTimer(0)
+	defer retryT.Stop()
+
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-retryT.C:
+		}
+
+		w, err := k.client.CoreV1().Pods(metav1.NamespaceAll).Watch(ctx, metav1.ListOptions{})
+		if err == nil {
+			for ev := range w.ResultChan() {
+				p, ok := ev.Object.(*corev1.Pod)
+				if !ok || p.DeletionTimestamp == nil || !nodes[p.Spec.NodeName] {
+					continue
+				}
+
+				zero := int64(0)
+
+				err := k.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+					GracePeriodSeconds: &zero,
+					Preconditions:      &metav1.Preconditions{UID: &p.UID},
+				})
+				if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+					k.log.Warn("kubelet: finish pod deletion", "pod", p.Namespace+"/"+p.Name, "err", err)
+				}
+			}
+
+			w.Stop()
+		}
+
+		retryT.Reset(time.Second)
+	}
 }

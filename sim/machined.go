@@ -616,17 +616,12 @@ func (s *machined) ApplyConfiguration(_ context.Context, req *machineapi.ApplyCo
 		details = "Dry run: configuration is valid and would be applied without a reboot"
 	} else {
 		s.n.mu.Lock()
+		prev := s.n.img
 		s.n.img = img
 		s.n.config = append([]byte(nil), req.Data...)
 		s.n.mu.Unlock()
 
-		if s.n.c.kube != nil {
-			if err := s.n.c.kube.setVersions(context.Background(), s.n.info.Name, imageTag(img.Kubelet), s.n.talosVersion()); err != nil {
-				s.n.c.log.Warn("kube: update kubelet version", "node", s.n.info.Name, "err", err)
-			}
-
-			s.n.staticPodsChanged()
-		}
+		s.n.kubeConfigApplied(prev, img) // kube.go: kubelet restart, static pods
 	}
 
 	return &machineapi.ApplyConfigurationResponse{Messages: []*machineapi.ApplyConfiguration{{

@@ -816,6 +816,10 @@ func (n *node) serviceStates(ctx context.Context) []*machineapi.ServiceInfo {
 			}
 		}
 
+		if id == "kubelet" && n.kubeletRestarting() {
+			state, healthy, msg = "Finished", false, "restarting: the kubelet configuration changed"
+		}
+
 		if f.UnhealthyService == id {
 			healthy, msg = false, "health check failed (simulated fault)"
 		}

@@ -60,7 +60,7 @@ func cosiNamespaces() []struct{ name, description string } {
 // other type gives Talos's "resource type ... is not supported" instead of an empty list that
 // would pretend the node has none.
 func cosiResourceTypes() []meta.ResourceWithRD {
-	return []meta.ResourceWithRD{
+	return append([]meta.ResourceWithRD{
 		&block.VolumeStatus{},
 		&cluster.Identity{},
 		&cluster.Member{},
@@ -79,7 +79,7 @@ func cosiResourceTypes() []meta.ResourceWithRD {
 		&runtime.Version{},
 		&timeres.Status{},
 		&v1alpha1.Service{},
-	}
+	}, kubeResourceTypes()...) // staticpods.go
 }
 
 // configCache keeps the parsed machine config until the node's config bytes change.
@@ -127,6 +127,7 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 	n.mu.Lock()
 	raw := bytes.Clone(n.config)
 	version := n.version
+	img := n.img
 	n.mu.Unlock()
 
 	var out []desiredResource
@@ -172,6 +173,7 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 	add("network.StatusController", ns)
 
 	out = append(out, n.addressResources()...)
+	out = append(out, n.kubeResources(img)...) // staticpods.go
 
 	services := n.serviceResources(ctx)
 	for _, s := range services {

@@ -226,7 +226,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 
 	if opts.Kube != nil {
-		c.kube = &kubeSide{client: opts.Kube, hostLabel: opts.HostLabel, drainTimeout: opts.DrainTimeout, log: c.log}
+		c.kube = &kubeSide{c: c, client: opts.Kube, hostLabel: opts.HostLabel, drainTimeout: opts.DrainTimeout, log: c.log}
 	}
 
 	if err = c.bindNodes(); err != nil {
@@ -263,6 +263,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 
 	if c.kube != nil {
+		if opts.StaticPods {
+			c.goBackground(c.kube.runKubelet)
+		}
+
 		for _, n := range c.nodes {
 			if err = c.kube.register(ctx, n.info, n.kubeletVersion(), n.talosVersion()); err != nil {
 				return nil, err

@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/resource"
+	"github.com/cosi-project/runtime/pkg/resource/meta"
+	"github.com/siderolabs/talos/pkg/machinery/constants"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -74,6 +78,8 @@ func (n *node) syncStaticPods(ctx context.Context, initial bool) ([]string, erro
 
 	var changed []string
 
+	versions := n.staticPodConfigVersions(ctx)
+
 	for _, comp := range StaticPodComponents() {
 		want := img.forComponent(comp)
 		name := StaticPodName(comp, n.info.NodeName)
@@ -81,7 +87,8 @@ func (n *node) syncStaticPods(ctx context.Context, initial bool) ([]string, erro
 		cur, err := pods.Get(ctx, name, metav1.GetOptions{})
 
 		switch {
-		case err == nil && len(cur.Spec.Containers) > 0 && cur.Spec.Containers[0].Image == want:
+		case err == nil && len(cur.Spec.Containers) > 0 && cur.Spec.Containers[0].Image == want &&
+			cur.Annotations[annotationConfigVersion] == versions[comp]:
 			if initial { // a new sim over an apiserver that kept the pod: the kubelet reports afresh
 				if err := n.setStaticPodReady(ctx, comp, n.currentFault().StaticPodNotReady != comp); err != nil {
 					return changed, err
@@ -98,7 +105,7 @@ func (n *node) syncStaticPods(ctx context.Context, initial bool) ([]string, erro
 			return changed, fmt.Errorf("kube: get mirror pod %s: %w", name, err)
 		}
 
-		hash := staticPodHash(want)
+		hash := staticPodHash(want + "/" + versions[comp])
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: name, Namespace: staticPodNamespace,
@@ -107,12 +114,13 @@ func (n *node) syncStaticPods(ctx context.Context, initial bool) ([]string, erro
 					corev1.MirrorPodAnnotationKey: hash,
 					"kubernetes.io/config.hash":   hash,
 					"kubernetes.io/config.source": "file",
+					annotationConfigVersion:       versions[comp],
 				},
 			},
 			Spec: corev1.PodSpec{
 				NodeName:    n.info.NodeName,
 				HostNetwork: true,
-				Containers:  []corev1.Container{{Name: comp, Image: want}},
+				Containers:  []corev1.Container{{Name: comp, Image: want, Command: staticPodCommand(comp)}},
 				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			},
 		}
@@ -240,4 +248,169 @@ func (n *node) staticPodsChanged() {
 	}
 
 	n.c.goBackground(n.settleStaticPods)
+}
+
+// annotationConfigVersion is the static pod annotation carrying the version of the component's
+// config resource (APIServerConfig, ...) the pod was rendered from; `talosctl upgrade-k8s`
+// waits for the mirror pod to carry the version it saw the config resource reach
+// (pkg/cluster/kubernetes/talos_managed.go checkPodStatus).
+const annotationConfigVersion = constants.AnnotationStaticPodConfigVersion
+
+// staticPodCommand is the command line of a component's container: enough flags for
+// go-kubernetes' upgrade checks (removed flags and feature gates) to read a real one.
+func staticPodCommand(comp string) []string {
+	switch comp {
+	case ComponentAPIServer:
+		return []string{"/usr/local/bin/kube-apiserver", "--etcd-servers=https://127.0.0.1:2379",
+			"--secure-port=6443", "--service-cluster-ip-range=10.96.0.0/12", "--authorization-mode=Node,RBAC"}
+	case ComponentControllerManager:
+		return []string{"/usr/local/bin/kube-controller-manager", "--allocate-node-cidrs=true",
+			"--cluster-cidr=10.244.0.0/16", "--use-service-account-credentials"}
+	case ComponentScheduler:
+		return []string{"/usr/local/bin/kube-scheduler", "--config=/system/config/kubernetes/kube-scheduler/scheduler-config.yaml"}
+	}
+
+	return nil
+}
+
+// configResourceType is the controlplane-namespace config resource a component is rendered from.
+func configResourceType(comp string) resource.Type {
+	switch comp {
+	case ComponentAPIServer:
+		return k8s.APIServerConfigType
+	case ComponentControllerManager:
+		return k8s.ControllerManagerConfigType
+	default:
+		return k8s.SchedulerConfigType
+	}
+}
+
+// staticPodConfigVersions refreshes the node's resources (the config just changed) and returns
+// each component's config resource version, as ControlPlaneStaticPodController stamps it on
+// the static pod (internal/app/machined/pkg/controllers/k8s/control_plane_static_pod.go).
+func (n *node) staticPodConfigVersions(ctx context.Context) map[string]string {
+	out := map[string]string{}
+
+	if n.cosi == nil {
+		return out
+	}
+
+	st, err := n.cosi.current(ctx)
+	if err != nil {
+		n.c.log.Warn("static pods: read config resources", "node", n.info.Name, "err", err)
+
+		return out
+	}
+
+	for _, comp := range StaticPodComponents() {
+		r, err := st.Get(ctx, resource.NewMetadata(k8s.ControlPlaneNamespaceName, configResourceType(comp), comp, resource.VersionUndefined))
+		if err == nil {
+			out[comp] = r.Metadata().Version().String()
+		}
+	}
+
+	return out
+}
+
+// kubeResourceTypes are the Kubernetes resource types this file serves (see kubeResources).
+func kubeResourceTypes() []meta.ResourceWithRD {
+	return []meta.ResourceWithRD{
+		&k8s.APIServerConfig{},
+		&k8s.ControllerManagerConfig{},
+		&k8s.SchedulerConfig{},
+		&k8s.BootstrapManifestsConfig{},
+		&k8s.Manifest{},
+		&k8s.StaticPod{},
+		&k8s.KubeletSpec{},
+	}
+}
+
+// kubeResources are the Kubernetes resources Talos's controllers derive from the machine
+// config (internal/app/machined/pkg/controllers/k8s/): on control planes the config of each
+// control-plane component (control_plane.go), the bootstrap manifests config
+// (control_plane.go) and the static pods rendered from them (control_plane_static_pod.go); on
+// every node the kubelet spec (kubelet_spec.go). The sim renders no bootstrap manifests
+// (manifest.go would render kube-proxy, CoreDNS, flannel and RBAC objects; with no
+// controller-manager to roll them out they would never become ready): the Manifest type is
+// served, with no resources. See docs/SIMULATOR.md.
+func (n *node) kubeResources(img images) []desiredResource {
+	var out []desiredResource
+
+	add := func(owner string, r resource.Resource) { out = append(out, desiredResource{res: r, owner: owner}) }
+
+	ks := k8s.NewKubeletSpec(k8s.NamespaceName, k8s.KubeletID)
+	ks.TypedSpec().Image = img.Kubelet
+	ks.TypedSpec().ExpectedNodename = n.cosiNodename()
+	ks.TypedSpec().Args = []string{
+		"--config=/etc/kubernetes/kubelet.yaml",
+		"--hostname-override=" + n.cosiNodename(),
+		"--node-ip=" + n.info.IP,
+	}
+	add("k8s.KubeletSpecController", ks)
+
+	if n.info.Role != RoleControlPlane {
+		return out
+	}
+
+	endpoint := "https://" + n.c.firstCPIP() + ":6443"
+
+	api := k8s.NewAPIServerConfig()
+	*api.TypedSpec() = k8s.APIServerConfigSpec{
+		Image:                img.APIServer,
+		ControlPlaneEndpoint: endpoint,
+		EtcdServers:          []string{"https://127.0.0.1:2379"},
+		LocalPort:            6443,
+		ServiceCIDRs:         []string{"10.96.0.0/12"},
+		AdvertisedAddress:    n.info.IP,
+	}
+	add("k8s.ControlPlaneAPIServerController", api)
+
+	cm := k8s.NewControllerManagerConfig()
+	*cm.TypedSpec() = k8s.ControllerManagerConfigSpec{Enabled: true, Image: img.ControllerManager,
+		PodCIDRs: []string{"10.244.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/12"}}
+	add("k8s.ControlPlaneControllerManagerController", cm)
+
+	sc := k8s.NewSchedulerConfig()
+	*sc.TypedSpec() = k8s.SchedulerConfigSpec{Enabled: true, Image: img.Scheduler}
+	add("k8s.ControlPlaneSchedulerController", sc)
+
+	bm := k8s.NewBootstrapManifestsConfig()
+	*bm.TypedSpec() = k8s.BootstrapManifestsConfigSpec{
+		Server: endpoint, ClusterDomain: "cluster.local", PodCIDRs: []string{"10.244.0.0/16"},
+		ProxyEnabled: true, ProxyImage: img.Proxy,
+		CoreDNSEnabled: true, CoreDNSImage: "registry.k8s.io/coredns/coredns:v1.12.4", DNSServiceIP: "10.96.0.10",
+		FlannelEnabled: true, FlannelImage: "ghcr.io/siderolabs/flannel:v0.27.4", CNIName: "flannel",
+		TalosAPIServiceEnabled: true,
+	}
+	add("k8s.ControlPlaneBootstrapManifestsController", bm)
+
+	for _, comp := range StaticPodComponents() {
+		sp := k8s.NewStaticPod(k8s.NamespaceName, comp)
+		sp.TypedSpec().Pod = map[string]any{
+			"apiVersion": "v1",
+			"kind":       "Pod",
+			"metadata": map[string]any{
+				"name": comp, "namespace": staticPodNamespace,
+				"labels": map[string]any{"k8s-app": comp, "tier": "control-plane"},
+			},
+			"spec": map[string]any{
+				"hostNetwork": true,
+				"containers": []any{map[string]any{
+					"name": comp, "image": img.forComponent(comp), "command": toAny(staticPodCommand(comp)),
+				}},
+			},
+		}
+		add("k8s.ControlPlaneStaticPodController", sp)
+	}
+
+	return out
+}
+
+func toAny(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+
+	return out
 }

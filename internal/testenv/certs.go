@@ -88,3 +88,65 @@ func randomToken() (string, error) {
 	}
 	return hex.EncodeToString(b), nil
 }
+
+// clientCert is a client certificate for the admin user, in system:masters,
+// signed by its own CA (the apiserver's --client-ca-file). Talos hands out
+// admin kubeconfigs that authenticate this way, and Talos's own Kubernetes
+// client (pkg/kubernetes NewForConfig, used by talosctl health and
+// upgrade-k8s) refuses a kubeconfig without a client certificate.
+type clientCert struct {
+	caPEM, certPEM, keyPEM []byte
+}
+
+func newClientCert(now time.Time, user string) (clientCert, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return clientCert{}, fmt.Errorf("generate client CA key: %w", err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "talosbot-testenv-client-ca"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return clientCert{}, fmt.Errorf("create client CA: %w", err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return clientCert{}, fmt.Errorf("parse client CA: %w", err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return clientCert{}, fmt.Errorf("generate client key: %w", err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	if err != nil {
+		return clientCert{}, fmt.Errorf("generate serial: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: user, Organization: []string{"system:masters"}},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return clientCert{}, fmt.Errorf("create client certificate: %w", err)
+	}
+	keyPEM, err := ecKeyPEM(key)
+	if err != nil {
+		return clientCert{}, err
+	}
+	return clientCert{
+		caPEM:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		keyPEM:  keyPEM,
+	}, nil
+}

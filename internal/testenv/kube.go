@@ -36,8 +36,9 @@ type Kube struct {
 	Dynamic    dynamic.Interface
 	RESTConfig *rest.Config
 	// Kubeconfig authenticates as a system:masters user with a bearer
-	// token. It is a secret: never log it or write it outside a 0600 file
-	// in a private temp dir.
+	// token and a client certificate (as Talos's admin kubeconfig does:
+	// Talos's own Kubernetes client insists on one). It is a secret: never
+	// log it or write it outside a 0600 file in a private temp dir.
 	Kubeconfig []byte
 	// Stop kills the apiserver's process group, stops its embedded etcd (not
 	// a cluster given in KubeOptions.EtcdServers) and removes the
@@ -203,7 +204,7 @@ func startAPIServerOnce(ctx context.Context, bin, dir string, files apiserverFil
 			proc.stop()
 		}
 	}()
-	k, err := newKube(restConfig(port, files))
+	k, err := newKube(restConfig(port, files), files.client)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -264,6 +265,8 @@ func startEtcd(ctx context.Context, dir string) (*embed.Etcd, string, error) {
 
 type apiserverFiles struct {
 	cert                            servingCert
+	client                          clientCert
+	clientCAFile                    string
 	token                           string
 	certFile, keyFile               string
 	saKeyFile, saPubFile, tokenFile string
@@ -284,6 +287,9 @@ func writeAPIServerFiles(dir string) (apiserverFiles, error) {
 	if f.token, err = randomToken(); err != nil {
 		return f, err
 	}
+	if f.client, err = newClientCert(time.Now(), adminUser); err != nil {
+		return f, err
+	}
 	pki := filepath.Join(dir, "pki")
 	if err := os.Mkdir(pki, 0o700); err != nil {
 		return f, fmt.Errorf("create %s: %w", pki, err)
@@ -293,14 +299,16 @@ func writeAPIServerFiles(dir string) (apiserverFiles, error) {
 	f.saKeyFile = filepath.Join(pki, "sa.key")
 	f.saPubFile = filepath.Join(pki, "sa.pub")
 	f.tokenFile = filepath.Join(pki, "tokens.csv")
+	f.clientCAFile = filepath.Join(pki, "client-ca.crt")
 	// Static token file format: token,user,uid,"group1,group2".
 	tokens := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", f.token, adminUser, adminUser)
 	for name, data := range map[string][]byte{
-		f.certFile:  f.cert.certPEM,
-		f.keyFile:   f.cert.keyPEM,
-		f.saKeyFile: saPriv,
-		f.saPubFile: saPub,
-		f.tokenFile: []byte(tokens),
+		f.certFile:     f.cert.certPEM,
+		f.keyFile:      f.cert.keyPEM,
+		f.saKeyFile:    saPriv,
+		f.saPubFile:    saPub,
+		f.tokenFile:    []byte(tokens),
+		f.clientCAFile: f.client.caPEM,
 	} {
 		if err := os.WriteFile(name, data, 0o600); err != nil {
 			return f, fmt.Errorf("write %s: %w", filepath.Base(name), err)
@@ -318,6 +326,7 @@ func apiserverArgs(f apiserverFiles, etcdURL string, port int) []string {
 		"--tls-cert-file=" + f.certFile,
 		"--tls-private-key-file=" + f.keyFile,
 		"--token-auth-file=" + f.tokenFile,
+		"--client-ca-file=" + f.clientCAFile,
 		"--authorization-mode=RBAC",
 		"--anonymous-auth=false",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -449,10 +458,13 @@ func restConfig(port int, f apiserverFiles) *rest.Config {
 		BearerToken:     f.token,
 		TLSClientConfig: rest.TLSClientConfig{CAData: f.cert.certPEM},
 		QPS:             -1, // no client-side throttling in tests
+		// The apiserver's warnings (e.g. a pod named after a Node with dots in its
+		// name, as a kubelet registering with its FQDN makes) are not failures.
+		WarningHandler: rest.NoWarnings{},
 	}
 }
 
-func newKube(cfg *rest.Config) (*Kube, error) {
+func newKube(cfg *rest.Config, client clientCert) (*Kube, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("build clientset: %w", err)
@@ -463,7 +475,8 @@ func newKube(cfg *rest.Config) (*Kube, error) {
 	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["testenv"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
-	kc.AuthInfos[adminUser] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.AuthInfos[adminUser] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken,
+		ClientCertificateData: client.certPEM, ClientKeyData: client.keyPEM}
 	kc.Contexts["testenv"] = &clientcmdapi.Context{Cluster: "testenv", AuthInfo: adminUser, Namespace: "default"}
 	kc.CurrentContext = "testenv"
 	kcBytes, err := clientcmd.Write(*kc)

@@ -209,9 +209,21 @@ func TestStartKubeProcessKubeconfigAndStop(t *testing.T) {
 		t.Fatalf("get %s via kubeconfig: %v", FluxNamespace, err)
 	}
 
-	// Without the token the apiserver refuses (anonymous auth is off).
-	anon := *cfg
-	anon.BearerToken = ""
+	// Each credential alone authenticates: the client certificate (what
+	// Talos's own Kubernetes client needs) ...
+	certOnly := *cfg
+	certOnly.BearerToken = ""
+	ccs, err := kubernetes.NewForConfig(&certOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ccs.CoreV1().Namespaces().Get(ctx, FluxNamespace, metav1.GetOptions{}); err != nil {
+		t.Fatalf("get %s with the client certificate only: %v", FluxNamespace, err)
+	}
+
+	// ... and without either the apiserver refuses (anonymous auth is off).
+	anon := certOnly
+	anon.CertData, anon.KeyData = nil, nil
 	acs, err := kubernetes.NewForConfig(&anon)
 	if err != nil {
 		t.Fatal(err)
