@@ -149,6 +149,7 @@ func (c *Cluster) Inject(ctx context.Context, nodeName string, f Fault) error {
 	switch {
 	case f.Unreachable && !old.Unreachable:
 		n.stopFront()
+		n.gate.refusing(false)
 	case !f.Unreachable && old.Unreachable && running:
 		n.serveFront()
 	}

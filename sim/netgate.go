@@ -1,36 +1,39 @@
 package sim
 
 import (
+	"fmt"
 	"net"
 	"sync"
 )
 
-// gate is a node's port 50000. The socket stays bound for the cluster's lifetime; while the
-// node is down (rebooting, reset, or Unreachable) accepted connections are parked unanswered,
-// so a caller's dial or TLS handshake waits until its own deadline, as it does against a
-// powered-off or cut-off machine (apid's backend dial: internal/app/apid/pkg/backend/apid.go,
-// MinConnectTimeout 20s). When the node comes back, parked connections are handed to its new
-// server, as a retransmitted SYN would reach the booted machine.
+// gate is a node's port 50000. While the node is off or cut off (reset, Unreachable, held down
+// by NeverReturn) the socket stays bound and accepted connections are parked unanswered, so a
+// caller's dial or TLS handshake waits until its own deadline, as against a powered-off machine
+// (apid's backend dial: internal/app/apid/pkg/backend/apid.go, MinConnectTimeout 20s). While it
+// reboots, the socket is unbound and connections are refused, as a booting machine whose apid is
+// not listening yet refuses them. When the node answers again, parked connections are handed to
+// its new server, as a retransmitted SYN would reach the booted machine.
 type gate struct {
-	lis net.Listener
+	addr string
 
 	mu     sync.Mutex
+	lis    net.Listener // nil while refusing
 	up     *chanListener
 	parked []net.Conn
 	closed bool
 }
 
 func newGate(lis net.Listener) *gate {
-	g := &gate{lis: lis}
+	g := &gate{addr: lis.Addr().String(), lis: lis}
 
-	go g.acceptLoop()
+	go g.acceptLoop(lis)
 
 	return g
 }
 
-func (g *gate) acceptLoop() {
+func (g *gate) acceptLoop(lis net.Listener) {
 	for {
-		conn, err := g.lis.Accept()
+		conn, err := lis.Accept()
 		if err != nil {
 			return
 		}
@@ -38,7 +41,7 @@ func (g *gate) acceptLoop() {
 		g.mu.Lock()
 
 		switch {
-		case g.closed:
+		case g.closed || g.lis != lis:
 			_ = conn.Close()
 		case g.up != nil:
 			g.up.deliver(conn)
@@ -50,10 +53,36 @@ func (g *gate) acceptLoop() {
 	}
 }
 
+// bindLocked binds the socket again after refusing. Caller holds mu.
+func (g *gate) bindLocked() error {
+	if g.lis != nil || g.closed {
+		return nil
+	}
+
+	lis, err := net.Listen("tcp", g.addr)
+	if err != nil {
+		return fmt.Errorf("rebind %s: %w", g.addr, err)
+	}
+
+	g.lis = lis
+
+	go g.acceptLoop(lis)
+
+	return nil
+}
+
 // open returns a listener for the node's new server and hands it the parked connections.
-func (g *gate) open() net.Listener {
+func (g *gate) open() (net.Listener, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+
+	if err := g.bindLocked(); err != nil {
+		return nil, err
+	}
+
+	if g.closed {
+		return nil, net.ErrClosed
+	}
 
 	cl := &chanListener{addr: g.lis.Addr(), ch: make(chan net.Conn, 64), done: make(chan struct{})}
 	g.up = cl
@@ -64,15 +93,39 @@ func (g *gate) open() net.Listener {
 
 	g.parked = nil
 
-	return cl
+	return cl, nil
 }
 
-// shut makes the node unreachable: new connections are parked from now on.
+// shut makes the node stop answering: new connections are parked from now on.
 func (g *gate) shut() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 
 	g.up = nil
+}
+
+// refusing makes a down node refuse connections (true: rebooting; the socket is unbound and
+// parked connections are dropped) or park them (false: off, the socket is bound again).
+func (g *gate) refusing(v bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+
+	if !v {
+		_ = g.bindLocked()
+
+		return
+	}
+
+	if g.lis != nil {
+		_ = g.lis.Close()
+		g.lis = nil
+	}
+
+	for _, c := range g.parked {
+		_ = c.Close()
+	}
+
+	g.parked = nil
 }
 
 // close releases the socket and every parked connection (cluster shutdown).
@@ -82,9 +135,13 @@ func (g *gate) close() {
 	parked := g.parked
 	g.parked = nil
 	g.up = nil
+	lis := g.lis
+	g.lis = nil
 	g.mu.Unlock()
 
-	_ = g.lis.Close()
+	if lis != nil {
+		_ = lis.Close()
+	}
 
 	for _, c := range parked {
 		_ = c.Close()

@@ -318,7 +318,13 @@ func (n *node) serveFront() {
 	)
 	n.front = srv
 
-	lis := n.gate.open()
+	lis, err := n.gate.open()
+	if err != nil {
+		n.c.log.Error("node listener", "node", n.info.Name, "err", err)
+		n.front = nil
+
+		return
+	}
 
 	go func() { _ = srv.Serve(lis) }()
 }
@@ -407,7 +413,7 @@ func (n *node) emitStage(stage machineapi.MachineStatusEvent_MachineStage, ready
 
 // runBoot runs the boot sequence (the node just came up). note, when set, is the bootloader's
 // fallback message, published as a boot SequenceEvent error.
-func (n *node) runBoot(ctx context.Context, note string) {
+func (n *node) runBoot(ctx context.Context, note string, startup time.Duration) {
 	n.emitStage(machineapi.MachineStatusEvent_BOOTING, false)
 
 	if note != "" {
@@ -415,7 +421,7 @@ func (n *node) runBoot(ctx context.Context, note string) {
 			Error: &common.Error{Code: common.Code_FATAL, Message: note}})
 	}
 
-	if err := n.runSequence(ctx, "", seqBoot, false, machineapi.MachineStatusEvent_BOOTING, bootPhases); err != nil {
+	if err := n.runSequence(ctx, "", seqBoot, false, machineapi.MachineStatusEvent_BOOTING, func() []phase { return bootPhases(startup) }); err != nil {
 		n.c.log.Warn("boot sequence", "node", n.info.Name, "err", err)
 
 		return
@@ -512,7 +518,10 @@ func (n *node) sequence(ctx context.Context, req sequenceRequest) {
 const fatalRebootDelay = 10 * time.Second
 
 // reboot is the time the node is down and the boot into whatever the sequence installed.
+// While it reboots the node refuses connections; held down by NeverReturn it does not answer.
 func (n *node) reboot(ctx context.Context, req sequenceRequest) {
+	n.gate.refusing(!n.currentFault().Unreachable)
+
 	if !n.waitReturn(ctx) {
 		return
 	}
@@ -697,6 +706,9 @@ func (n *node) waitReturn(ctx context.Context) bool {
 		ch := n.returnCh
 		n.mu.Unlock()
 
+		// Held down: the machine is off, connections go unanswered.
+		n.gate.refusing(false)
+
 		select {
 		case <-ctx.Done():
 			return false
@@ -773,7 +785,7 @@ func (n *node) comeUp(ctx context.Context, note string) {
 		n.uncordonIfOwned(ctx)
 	}
 
-	n.runBoot(ctx, note)
+	n.runBoot(ctx, note, n.c.opts.BootDuration)
 
 	n.c.log.Info("node booted", "node", n.info.Name, "version", n.talosVersion())
 }

@@ -217,8 +217,9 @@ func stopAllPhases(kexec bool) []phase {
 	return append(out, ph("stopEverything", noop("stopAllServices")))
 }
 
-// bootPhases is Sequencer.Boot (metal mode).
-func bootPhases() []phase {
+// bootPhases is Sequencer.Boot (metal mode). startAllServices takes startup: services come up
+// over that time, and a client reconnecting to the rebooted node sees the boot happen.
+func bootPhases(startup time.Duration) []phase {
 	return []phase{
 		ph("memorySizeCheck", noop("memorySizeCheck")),
 		ph("diskSizeCheck", noop("diskSizeCheck")),
@@ -228,6 +229,16 @@ func bootPhases() []phase {
 		ph("udevSetup", noop("writeUdevRules")),
 		ph("userDisks", noop("mountUserDisks")),
 		ph("userSetup", noop("writeUserFiles")),
-		ph("startEverything", noop("startAllServices")),
+		ph("startEverything", task{name: "startAllServices", run: func(ctx context.Context) error {
+			t := time.NewTimer(startup)
+			defer t.Stop()
+
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+				return nil
+			}
+		}}),
 	}
 }

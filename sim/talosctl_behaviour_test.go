@@ -13,6 +13,7 @@ import (
 
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/talosbot/talosbot/internal/testenv"
 	"github.com/talosbot/talosbot/sim"
@@ -67,8 +68,11 @@ func (tc *realTalosctl) must(ctx context.Context, args ...string) string {
 	return out
 }
 
+// talosctl's trackers retry their event watch a second after the sequence started; a reboot that
+// takes 2 s lets them see the node down, as they do with a real machine.
+
 func TestTalosctlBehaviourRebootWaitAndRollback(t *testing.T) {
-	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, RebootDelay: 300 * time.Millisecond})
+	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, RebootDelay: 2 * time.Second})
 	tc := newRealTalosctl(t, c)
 	ctx := t.Context()
 	w1 := nodeIP(t, c, "worker-1")
@@ -98,22 +102,30 @@ func TestTalosctlBehaviourRebootWaitAndRollback(t *testing.T) {
 }
 
 func TestTalosctlBehaviourUpgradeNewAPI(t *testing.T) {
-	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.0", RebootDelay: 300 * time.Millisecond})
+	kube := testenv.StartKube(t)
+	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.0", RebootDelay: 2 * time.Second,
+		Kube: kube.Client, Kubeconfig: kube.Kubeconfig})
 	tc := newRealTalosctl(t, c)
 	ctx := t.Context()
 	w1 := nodeIP(t, c, "worker-1")
 
-	// An image that was not pulled is refused by LifecycleService.Upgrade; talosctl pulls first.
+	// talosctl pulls the installer itself before LifecycleService.Upgrade; pulling first by
+	// hand (as the conformance list does) must not get in its way.
 	tc.must(ctx, "-n", w1, "image", "pull", "--namespace", "system", upgradeImage)
 
-	// Drain needs the Nodename resource (COSI); --drain=false keeps this test on the Talos API.
-	out := tc.must(ctx, "-n", w1, "upgrade", "--image", upgradeImage, "--drain=false", "--wait", "--timeout", "2m", "--progress", "plain")
+	// The new API with talosctl's own drain (through the Kubeconfig RPC and the Nodename resource).
+	out := tc.must(ctx, "-n", w1, "upgrade", "--image", upgradeImage, "--wait", "--timeout", "2m", "--progress", "plain")
 	if strings.Contains(out, "falling back to legacy") || !strings.Contains(out, "post check passed") {
 		t.Fatalf("upgrade --wait output:\n%s", out)
 	}
 
 	if v, err := version(ctx, cli, w1); err != nil || v != "v1.13.9" {
 		t.Fatalf("after talosctl upgrade: %s %v", v, err)
+	}
+
+	n, err := kube.Client.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{})
+	if err != nil || n.Spec.Unschedulable {
+		t.Fatalf("worker-1 after talosctl's drain and uncordon: %v %v", n.Spec.Unschedulable, err)
 	}
 }
 

@@ -62,6 +62,8 @@ func runDemo(ctx context.Context, out io.Writer, listen, dataDir string) error {
 			clusters[i], errs[i] = startSimCluster(ctx, simOptions{
 				dir: filepath.Join(dataDir, "clusters", s.name), name: s.name, controlPlanes: s.cps, workers: s.ws,
 				talosVersion: "v1.12.6", kubernetesVersion: "v1.35.2", kube: withKube, rebootDelay: 2 * time.Second,
+				// As on real clusters, a node's names differ: inventory, hostname, Node, etcd member.
+				distinctNames: true,
 			})
 		}()
 	}

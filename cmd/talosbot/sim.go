@@ -75,6 +75,9 @@ type simOptions struct {
 	controlPlanes, workers                     int
 	kube                                       bool
 	rebootDelay                                time.Duration
+	// distinctNames gives nodes Talos hostnames, Node names and etcd member names that differ
+	// from their inventory names (sim.DistinctNames), as on many real clusters.
+	distinctNames bool
 }
 
 type simCluster struct {
@@ -107,6 +110,9 @@ func startSimCluster(ctx context.Context, o simOptions) (*simCluster, error) {
 		TalosVersion: o.talosVersion, KubernetesVersion: o.kubernetesVersion, RebootDelay: o.rebootDelay,
 		// With a kube-apiserver the sim plays the kubelet: static pods follow the config.
 		StaticPods: o.kube}
+	if o.distinctNames {
+		so.Naming = sim.DistinctNames
+	}
 	if o.kube {
 		// The apiserver stores into the control planes' etcd, as on Talos; the sim stops it.
 		so.KubeOnEtcd = func(ctx context.Context, etcdServers []string) (sim.KubeBackend, error) {
@@ -176,7 +182,11 @@ func writeSecretFile(path string, data []byte) error {
 func printSim(w io.Writer, name string, c *simCluster, control string) {
 	fmt.Fprintf(w, "simulated Talos cluster %q is up\n", name)
 	for _, n := range c.sim.Nodes() {
-		fmt.Fprintf(w, "  %-10s %-13s %-15s %s\n", n.Name, n.Role, n.IP+":50000", n.Host)
+		fmt.Fprintf(w, "  %-10s %-13s %-15s %s", n.Name, n.Role, n.IP+":50000", n.Host)
+		if n.Hostname != n.Name || n.NodeName != n.Name {
+			fmt.Fprintf(w, "  hostname %s, Node %s, etcd member %s", n.Hostname, n.NodeName, n.EtcdMember)
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "talosconfig:  %s\n", filepath.Join(c.dir, "talosconfig"))
 	if c.kube != nil {
