@@ -213,7 +213,11 @@ func TestConformance(t *testing.T) {
 		r := cl.ok(t, "-n", cp1.IP, "upgrade-k8s", "--to", targetK8s)
 		out := r.combined()
 		mustContain(t, r, out, "updating \"kube-apiserver\" to version \""+targetK8s+"\"",
-			"updating kubelet to version \""+targetK8s+"\"")
+			"updating kube-proxy to version \""+targetK8s+"\"",
+			"updating kubelet to version \""+targetK8s+"\"",
+			// The manifest sync (server-side apply) rolls the kube-proxy DaemonSet and waits for it.
+			"updating manifests", "configured DaemonSet/kube-system/kube-proxy",
+			"+        image: registry.k8s.io/kube-proxy:v"+targetK8s, "waiting for kubernetes objects to be fully reconciled")
 
 		for _, n := range all {
 			mustContain(t, r, out, fmt.Sprintf(" < %q: successfully updated", n.IP))
@@ -323,8 +327,8 @@ var healthChecks = []string{
 	"all k8s nodes to report schedulable",
 }
 
-// checkHealthOutput: every default check of pkg/cluster/check ran and passed. kube-proxy and
-// CoreDNS may be skipped (the sim runs neither DaemonSet nor Deployment) but must not fail.
+// checkHealthOutput: every default check of pkg/cluster/check ran and passed, kube-proxy's
+// DaemonSet included. CoreDNS may be skipped (the sim renders no CoreDNS Deployment).
 func checkHealthOutput(t *testing.T, r result) {
 	t.Helper()
 
@@ -333,7 +337,8 @@ func checkHealthOutput(t *testing.T, r result) {
 		mustContain(t, r, out, "waiting for "+c+": OK")
 	}
 
-	mustMatch(t, r, out, `waiting for kube-proxy to report ready: (OK|SKIP)`, `waiting for coredns to report ready: (OK|SKIP)`)
+	mustContain(t, r, out, "waiting for kube-proxy to report ready: OK")
+	mustMatch(t, r, out, `waiting for coredns to report ready: (OK|SKIP)`)
 }
 
 func lineStarting(out, prefix string) string {
@@ -364,7 +369,8 @@ func assertVersion(t *testing.T, cl *cluster, n sim.NodeInfo, want string) {
 	})
 }
 
-// assertImages checks the control planes' mirror pods and every kubelet run the given version.
+// assertImages checks the control planes' mirror pods, the kube-proxy DaemonSet's pods and
+// every kubelet run the given version.
 func assertImages(t *testing.T, cl *cluster, version string) {
 	t.Helper()
 
@@ -382,6 +388,21 @@ func assertImages(t *testing.T, cl *cluster, version string) {
 	for _, p := range pods.Items {
 		if img := p.Spec.Containers[0].Image; !strings.HasSuffix(img, ":"+version) {
 			t.Fatalf("static pod %s runs %s, want %s", p.Name, img, version)
+		}
+	}
+
+	proxies, err := cl.kube.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-proxy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if want := len(cl.nodes("")); len(proxies.Items) != want {
+		t.Fatalf("%d kube-proxy pods, want one per node (%d)", len(proxies.Items), want)
+	}
+
+	for _, p := range proxies.Items {
+		if img := p.Spec.Containers[0].Image; img != "registry.k8s.io/kube-proxy:"+version {
+			t.Fatalf("kube-proxy pod %s runs %s, want %s", p.Name, img, version)
 		}
 	}
 

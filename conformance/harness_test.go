@@ -60,6 +60,7 @@ func startCluster(t *testing.T, opts sim.Options, withKube bool) *cluster {
 	if withKube {
 		startKube = testenv.KubeStarter(t)
 		opts.StaticPods = true
+		opts.BootstrapManifests = true // the kube-proxy DaemonSet
 		opts.KubeOnEtcd = func(ctx context.Context, servers []string) (sim.KubeBackend, error) {
 			k, err := startKube(ctx, servers)
 			if err != nil {

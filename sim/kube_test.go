@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -313,4 +315,81 @@ func TestKubeOnEtcdRefusesBoth(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not both") {
 		t.Fatalf("Start with Kube and KubeOnEtcd: %v, want a refusal", err)
 	}
+}
+
+// TestKubeProxyBootstrapManifest: with BootstrapManifests the sim applies Talos's kube-proxy
+// DaemonSet at start and serves it as a Manifest resource, and plays the DaemonSet controller:
+// one Ready pod per node at the template's image and a status that says so; a new image in
+// the DaemonSet rolls every pod.
+func TestKubeProxyBootstrapManifest(t *testing.T) {
+	kube := testenv.StartKube(t)
+	kc := kube.Client
+
+	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 2, Kube: kc, StaticPods: true, BootstrapManifests: true})
+	ctx := t.Context()
+	total := int32(len(c.Nodes()))
+
+	rolledTo := func(image string) {
+		t.Helper()
+
+		eventually(t, 30*time.Second, "kube-proxy at "+image, func() error {
+			ds, err := kc.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+
+			st := ds.Status
+			if st.ObservedGeneration != ds.Generation || st.DesiredNumberScheduled != total || st.NumberReady != total || st.UpdatedNumberScheduled != total {
+				return fmt.Errorf("status %+v (generation %d)", st, ds.Generation)
+			}
+
+			pods, err := kc.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-proxy"})
+			if err != nil {
+				return err
+			}
+
+			if int32(len(pods.Items)) != total {
+				return fmt.Errorf("%d pods", len(pods.Items))
+			}
+
+			for _, p := range pods.Items {
+				if p.Spec.Containers[0].Image != image || !podIsReady(&p) || p.OwnerReferences[0].Kind != "DaemonSet" {
+					return fmt.Errorf("pod %s: %s ready=%v", p.Name, p.Spec.Containers[0].Image, podIsReady(&p))
+				}
+			}
+
+			return nil
+		})
+	}
+
+	rolledTo("registry.k8s.io/kube-proxy:" + sim.DefaultKubernetesVersion)
+
+	cp := c.Nodes()[0]
+
+	manifests, err := safe.StateListAll[*k8s.Manifest](client.WithNode(ctx, cp.IP), cli.COSI)
+	if err != nil || manifests.Len() != 1 {
+		t.Fatalf("Manifest resources on the control plane: %v %v", manifests, err)
+	}
+
+	ds, err := kc.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ds.Spec.Template.Spec.Containers[0].Image = "registry.k8s.io/kube-proxy:v1.36.3"
+	if _, err := kc.AppsV1().DaemonSets("kube-system").Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	rolledTo("registry.k8s.io/kube-proxy:v1.36.3")
+}
+
+func podIsReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+
+	return false
 }

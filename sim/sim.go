@@ -99,6 +99,11 @@ type Options struct {
 	// kube-system and plays the kubelet for them on config changes. Off by default so that
 	// pod counts seen by existing tests do not change.
 	StaticPods bool
+	// BootstrapManifests (with Kube and StaticPods) applies Talos's kube-proxy bootstrap
+	// manifest (a DaemonSet) at start, serves it as a Manifest resource, and plays the
+	// DaemonSet controller and kubelets that keep one Ready pod per node at its image
+	// (kubeproxy.go). Off by default so that pod counts seen by existing tests do not change.
+	BootstrapManifests bool
 	// StaticPodReadyDelay is how long a control-plane static pod recreated by a config change
 	// takes to become Ready. Default 200ms.
 	StaticPodReadyDelay time.Duration
@@ -270,6 +275,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if c.kube != nil {
 		if opts.StaticPods {
 			c.goBackground(c.kube.runKubelet)
+		}
+
+		if err = c.startBootstrapManifests(ctx); err != nil {
+			return nil, err
 		}
 
 		for _, n := range c.nodes {

@@ -329,10 +329,9 @@ func kubeResourceTypes() []meta.ResourceWithRD {
 // config (internal/app/machined/pkg/controllers/k8s/): on control planes the config of each
 // control-plane component (control_plane.go), the bootstrap manifests config
 // (control_plane.go) and the static pods rendered from them (control_plane_static_pod.go); on
-// every node the kubelet spec (kubelet_spec.go). The sim renders no bootstrap manifests
-// (manifest.go would render kube-proxy, CoreDNS, flannel and RBAC objects; with no
-// controller-manager to roll them out they would never become ready): the Manifest type is
-// served, with no resources. See docs/SIMULATOR.md.
+// every node the kubelet spec (kubelet_spec.go). Of the bootstrap manifests (manifest.go) the
+// sim renders only kube-proxy's, with Options.BootstrapManifests (kubeproxy.go); CoreDNS,
+// flannel and the RBAC objects are not rendered. See docs/SIMULATOR.md.
 func (n *node) kubeResources(img images) []desiredResource {
 	var out []desiredResource
 
@@ -383,6 +382,10 @@ func (n *node) kubeResources(img images) []desiredResource {
 		TalosAPIServiceEnabled: true,
 	}
 	add("k8s.ControlPlaneBootstrapManifestsController", bm)
+
+	if n.c.bootstrapManifests() {
+		add("k8s.ManifestController", kubeProxyManifest(img.Proxy))
+	}
 
 	for _, comp := range StaticPodComponents() {
 		sp := k8s.NewStaticPod(k8s.NamespaceName, comp)

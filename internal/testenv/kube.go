@@ -328,6 +328,8 @@ func apiserverArgs(f apiserverFiles, etcdURL string, port int) []string {
 		"--token-auth-file=" + f.tokenFile,
 		"--client-ca-file=" + f.clientCAFile,
 		"--authorization-mode=RBAC",
+		// As on Talos (kube-apiserver's static pod): kube-proxy and CNI pods are privileged.
+		"--allow-privileged=true",
 		"--anonymous-auth=false",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + f.saPubFile,
