@@ -172,7 +172,10 @@ func notes() string {
   stream while writing it, checks etcd's sha256 trailer and the size, starts writeback as it goes
   (sync_file_range), fsyncs and renames; it never reads the file back (a real etcd opening it is
   the restore drill's check). What remains above cat+fsync is sha256 itself, on a second core.
-  On a loaded 2-core machine the ratio drops, because cat needs one core and the plugin two.
+  GNU cat copies with copy_file_range (in the kernel: no user-space copy, no hash), so cat+fsync
+  is mostly the fsync; the plugin must bring every byte into user space to hash it (in
+  production the bytes arrive from a gRPC stream, so that copy is not extra there). On a loaded
+  2-core machine the ratio drops further, because cat needs almost no CPU and the plugin two cores.
 - **Snapshot peak RSS.** Measured in a fresh process of the test binary that writes one snapshot
   and nothing else; most of it is the binary's own mapped text. It does not grow with the size.
 - **Bot idle memory** (met; not a miss, noted because it once was). talosbot serve links no
