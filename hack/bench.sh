@@ -18,6 +18,7 @@ done <<'LIST'
 ./plugins/host|^BenchmarkPlanCall$|2s
 ./plugins/cluster|^BenchmarkGate$|5x
 ./plugins/cluster|^BenchmarkSnapshotWrite$|3x
+./plugins/cluster|^BenchmarkDrill$|3x
 ./bot/chat/slack|^BenchmarkSocketModeAck200$|20x
 ./sim|^BenchmarkStart$|3x
 ./sim|^BenchmarkStartWithKube$|3x

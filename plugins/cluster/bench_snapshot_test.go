@@ -16,6 +16,10 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.uber.org/zap"
+
+	"github.com/talosbot/talosbot/internal/drill"
 )
 
 // BenchmarkSnapshotWrite streams a file-backed snapshot through the plugin's
@@ -219,4 +223,46 @@ func TestSnapshotWriteChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Printf("child-vmhwm-kib %.0f\n", statusKiB("VmHWM:"))
+}
+
+// BenchmarkDrill compares the restore drill's restore-and-start
+// (internal/drill.Restore: etcdutl status and restore, a throwaway etcd on
+// loopback, a count under /registry/, stop and delete) with etcdutl's
+// snapshot restore alone, on a file-backed snapshot of the same size as
+// BenchmarkSnapshotWrite (TALOSBOT_BENCH_SNAPSHOT_MIB, default 512).
+// Goal (issue 19): the drill costs little beyond the restore itself.
+func BenchmarkDrill(b *testing.B) {
+	mib := 512
+	if s := os.Getenv("TALOSBOT_BENCH_SNAPSHOT_MIB"); s != "" {
+		n, err := strconv.Atoi(s)
+		must(b, err)
+		mib = n
+	}
+	dir := b.TempDir()
+	src := filepath.Join(dir, "fixture.db")
+	const valueSize = 60 << 10
+	writeSnapshotFixture(b, src, mib<<20/valueSize, valueSize)
+	fi, err := os.Stat(src)
+	must(b, err)
+	b.Run(fmt.Sprintf("size=%dMiB/etcdutl-restore", mib), func(b *testing.B) {
+		b.SetBytes(fi.Size())
+		for i := 0; b.Loop(); i++ {
+			out := filepath.Join(dir, fmt.Sprintf("restore-%d", i))
+			must(b, snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{SnapshotPath: src, Name: "b",
+				OutputDataDir: out, PeerURLs: []string{"http://127.0.0.1:0"}, InitialCluster: "b=http://127.0.0.1:0", InitialClusterToken: "b"}))
+			b.StopTimer()
+			must(b, os.RemoveAll(out))
+			b.StartTimer()
+		}
+	})
+	b.Run(fmt.Sprintf("size=%dMiB/drill", mib), func(b *testing.B) {
+		b.SetBytes(fi.Size())
+		for b.Loop() {
+			r, err := drill.Restore(context.Background(), src, dir)
+			must(b, err)
+			_, err = r.Count(context.Background(), "/fixture/")
+			must(b, err)
+			r.Close()
+		}
+	})
 }

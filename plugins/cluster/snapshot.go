@@ -169,8 +169,10 @@ var safeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 // TakeSnapshot is the "verified snapshot" of R12, which the upgrade plugins
 // run as their first step: pick a healthy control plane (among the R4
 // targets), check free space, stream its etcd snapshot to
-// Dir/<cluster>/<UTC timestamp>-<node>.db.part, fsync, verify, rename into
-// place, then apply retention. Memory stays flat whatever the size.
+// Dir/<cluster>/<UTC timestamp>-<node>.db.part while verifying it in one
+// pass (optionally age-encrypted), fsync, rename into place, copy it
+// off-site when configured (a failed copy fails the whole step), then apply
+// retention locally and off-site. Memory stays flat whatever the size.
 func TakeSnapshot(ctx context.Context, c *Clients, inv Inventory, opts SnapshotOptions) (*Snapshot, error) {
 	opts = opts.withDefaults()
 	if opts.Dir == "" {
@@ -241,14 +243,20 @@ func TakeSnapshot(ctx context.Context, c *Clients, inv Inventory, opts SnapshotO
 		opts.Step(StepSnapshotOffsite, store.URL(key)+": the server's checksum read back and matched", nil)
 	}
 
+	// The snapshot just verified is kept whatever its name sorts as (a
+	// clock set back would make it look older than the newest).
+	protected := map[string]bool{snap.ID: true}
+	for id := range opts.Protected {
+		protected[id] = true
+	}
 	var errs []error
-	snap.Removed, err = ApplyRetention(dir, inv.Name, opts.Retention, opts.Now(), opts.Protected)
+	snap.Removed, err = ApplyRetention(dir, inv.Name, opts.Retention, opts.Now(), protected)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("local retention: %w", err))
 	}
 	detail = fmt.Sprintf("removed %d old local snapshot(s), keeping %s", len(snap.Removed), opts.Retention)
 	if store != nil {
-		snap.Offsite.Removed, err = store.ApplyRetention(ctx, inv.Name, opts.OffsiteRetention, opts.Now(), opts.Protected)
+		snap.Offsite.Removed, err = store.ApplyRetention(ctx, inv.Name, opts.OffsiteRetention, opts.Now(), protected)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("off-site retention: %w", err))
 		}

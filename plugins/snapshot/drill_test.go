@@ -96,7 +96,11 @@ func TestRestoreDrill(t *testing.T) {
 	createWorkload(t, kube, "drill-b")
 
 	t.Run("passes and reports counts", func(t *testing.T) {
+		before := c.Calls("cp-1", "EtcdSnapshot") + c.Calls("cp-1", "EtcdStatus")
 		res := runOK(t, ctx, p, drillRequest(c, kube, dir, nil))
+		if after := c.Calls("cp-1", "EtcdSnapshot") + c.Calls("cp-1", "EtcdStatus"); after != before {
+			t.Fatalf("the drill called the cluster's etcd API (%d calls before, %d after)", before, after)
+		}
 		text := strings.Join(res.GetLines(), "\n")
 		if !res.GetOk() {
 			t.Fatalf("drill failed: %s\n%s", res.GetError(), text)
