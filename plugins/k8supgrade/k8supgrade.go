@@ -54,6 +54,7 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 		},
 		Effect:        lifecyclev1.Effect_EFFECT_DISRUPTIVE,
 		NeedsSnapshot: true,
+		Drill:         lifecyclev1.Drill_DRILL_KUBERNETES_UPGRADE,
 		Example:       "/talos upgrade k8s v1.36.3 staging --dry-run",
 	}}}, nil
 }

@@ -49,6 +49,7 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 			{Name: "cluster", Description: "cluster of the node (default: the channel's cluster)"},
 		},
 		Effect:  lifecyclev1.Effect_EFFECT_DISRUPTIVE,
+		Drill:   lifecyclev1.Drill_DRILL_NODE_REPLACEMENT,
 		Example: "/talos node remove worker-3 staging",
 	}}}, nil
 }

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -54,6 +53,7 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 		},
 		Effect:        lifecyclev1.Effect_EFFECT_DISRUPTIVE,
 		NeedsSnapshot: true,
+		Drill:         lifecyclev1.Drill_DRILL_TALOS_UPGRADE,
 		Example:       "/talos upgrade talos v1.13.9 staging",
 	}}}, nil
 }
@@ -293,8 +293,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 	inv := s.Inv
 	defer s.Close() //nolint:errcheck
-	attempt, _ := strconv.Atoi(req.GetSettings().GetExtra()["attempt"])
-	resumed := attempt > 1
+	resumed := req.GetAttempt() > 1
 	if resumed {
 		// The interrupted run may have left a node rebooting: wait for every
 		// node to answer and etcd to agree on a leader before planning again.
