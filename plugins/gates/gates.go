@@ -150,9 +150,6 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 
 // Plan lists the gates. It does not contact the cluster.
 func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command {
-		return nil, fmt.Errorf("gates serves %q, not %q", Command, req.GetCommand())
-	}
 	inv, err := cluster.InventoryFrom(req.GetCluster())
 	if err != nil {
 		return nil, err
@@ -164,17 +161,12 @@ func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*life
 	if len(req.GetCredentials().GetKubeconfig()) == 0 {
 		plan.Warnings = append(plan.Warnings, "no kubeconfig: the Kubernetes gates will fail")
 	}
-	x := req.GetSettings().GetExtra()
-	keys := make([]string, 0, len(x))
-	for k := range x {
-		keys = append(keys, k+"="+x[k])
+	c := sdk.NewCanonical(req).List("nodes", cluster.Names(inv.Nodes)).Map("extra", req.GetSettings().GetExtra()).
+		Bool("drills_known", req.GetSettings().GetStagingDrills() != nil)
+	for i, ev := range req.GetSettings().GetStagingDrills().GetDrills() {
+		c.Sub("drill", i).Str("kind", ev.GetDrill().String()).Str("operation", ev.GetOperationId()).Int("ended_unix", ev.GetEndedUnix())
 	}
-	sort.Strings(keys)
-	var drills []string
-	for _, ev := range req.GetSettings().GetStagingDrills().GetDrills() {
-		drills = append(drills, fmt.Sprintf("%s:%s:%d", ev.GetDrill(), ev.GetOperationId(), ev.GetEndedUnix()))
-	}
-	plan.CanonicalInputs = []byte(fmt.Sprintf("gates cluster=%s nodes=%s extra=%s drills=%s", inv.Name, strings.Join(cluster.Names(inv.Nodes), ","), strings.Join(keys, ","), strings.Join(drills, ",")))
+	plan.CanonicalInputs = c.Bytes()
 	return plan, nil
 }
 

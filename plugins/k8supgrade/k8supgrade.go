@@ -61,9 +61,6 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 
 // parse validates the request and normalises the target version.
 func parse(req *lifecyclev1.OperationRequest) (cluster.Inventory, string, error) {
-	if req.GetCommand() != Command {
-		return cluster.Inventory{}, "", fmt.Errorf("k8supgrade serves %q, not %q", Command, req.GetCommand())
-	}
 	inv, err := cluster.InventoryFrom(req.GetCluster())
 	if err != nil {
 		return cluster.Inventory{}, "", err

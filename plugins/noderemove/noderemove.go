@@ -105,9 +105,6 @@ func followUp(inv cluster.Inventory, n cluster.Node) []string {
 
 // Plan checks the node and quorum; it changes nothing.
 func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command {
-		return nil, fmt.Errorf("noderemove serves %q, not %q", Command, req.GetCommand())
-	}
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return nil, err
@@ -123,8 +120,8 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 		summary = fmt.Sprintf("%s is already reset and out of the cluster; only the Terraform follow-up is left", t.node.Name)
 	}
 	plan := &lifecyclev1.OperationPlan{Summary: summary, Target: t.node.Name,
-		CanonicalInputs: []byte(fmt.Sprintf("node remove cluster=%s node=%s address=%s role=%s removed=%t members=%s nodes=%s",
-			inv.Name, t.node.Name, t.node.Address, t.node.Role, t.removed, strings.Join(t.quorum.Members, ","), strings.Join(cluster.Names(inv.Nodes), ",")))}
+		CanonicalInputs: sdk.NewCanonical(req).Str("node", t.node.Name).Str("address", t.node.Address).Str("role", t.node.Role).
+			Bool("removed", t.removed).List("members", t.quorum.Members).List("nodes", cluster.Names(inv.Nodes)).Bytes()}
 	for _, pi := range cluster.Probes() {
 		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "gate-before/" + pi.Name, Title: "gate before: " + pi.Title, Kind: "gate"})
 	}

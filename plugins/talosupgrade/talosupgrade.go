@@ -185,23 +185,18 @@ func (r *roll) toUpgrade() []nodeStep {
 // canonical is everything that changes what Run does: a node's version
 // moving changes the digest, and so voids an approval.
 func (r *roll) canonical(req *lifecyclev1.OperationRequest) []byte {
-	var b strings.Builder
 	st := req.GetSettings()
-	fmt.Fprintf(&b, "upgrade talos cluster=%s target=%s leader=%s snapshot_dir=%s node_timeout=%d gate_timeout=%d\n",
-		r.inv.Name, r.target, r.leader, st.GetSnapshotDir(), st.GetNodeTimeoutMs(), st.GetGateTimeoutMs())
+	c := sdk.NewCanonical(req).Str("target", r.target.String()).Str("leader", r.leader).Str("snapshot_dir", st.GetSnapshotDir()).
+		Int("node_timeout_ms", st.GetNodeTimeoutMs()).Int("gate_timeout_ms", st.GetGateTimeoutMs())
 	for _, s := range r.steps {
-		fmt.Fprintf(&b, "%d %s role=%s address=%s from=%s image=%s mechanics=%s skip=%t\n",
-			s.idx, s.node.Name, s.node.Role, s.node.Address, s.from, s.image, s.mechanics, s.skip)
+		c.Sub("step", s.idx).Str("node", s.node.Name).Str("role", s.node.Role).Str("address", s.node.Address).
+			Str("from", s.from.String()).Str("image", s.image).Str("mechanics", fmt.Sprint(s.mechanics)).Bool("skip", s.skip)
 	}
-	fmt.Fprintf(&b, "nodes=%s\n", strings.Join(cluster.Names(r.inv.Nodes), ","))
-	return []byte(b.String())
+	return c.List("nodes", cluster.Names(r.inv.Nodes)).Bytes()
 }
 
 // Plan computes the roll. It reads the cluster and changes nothing.
 func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command {
-		return nil, fmt.Errorf("talosupgrade serves %q, not %q", Command, req.GetCommand())
-	}
 	inv, err := cluster.InventoryFrom(req.GetCluster())
 	if err != nil {
 		return nil, err

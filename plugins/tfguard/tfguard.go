@@ -114,9 +114,6 @@ func (o Options) protected() string {
 
 // Plan describes the check. It does not run Terraform.
 func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command {
-		return nil, fmt.Errorf("tfguard serves %q, not %q", Command, req.GetCommand())
-	}
 	name := req.GetCluster().GetName()
 	o, err := OptionsFrom(name, req.GetSettings())
 	if err != nil {
@@ -130,8 +127,8 @@ func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*li
 			{Id: "plan", Title: "plan -out in a private directory and read it with show -json", Kind: "terraform"},
 			{Id: "guard", Title: "R5: no replacement or deletion of cluster secrets or node VMs", Kind: "gate"},
 		},
-		CanonicalInputs: []byte(fmt.Sprintf("tf plan cluster=%s root=%s binary=%s protected=%s refresh=%t",
-			name, o.Config.Root, o.Config.Binary, o.protected(), !o.Plan.NoRefresh)),
+		CanonicalInputs: sdk.NewCanonical(req).Str("root", o.Config.Root).Str("binary", o.Config.Binary).
+			Str("protected", o.protected()).Bool("refresh", !o.Plan.NoRefresh).Bytes(),
 	}, nil
 }
 

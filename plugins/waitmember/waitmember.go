@@ -92,7 +92,7 @@ func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*life
 			{Id: "voting", Title: t.node.Name + " votes (not a learner) and answers", Node: t.node.Name, Kind: "quorum"},
 			{Id: "leader", Title: "every member reports the same leader", Kind: "quorum"},
 		},
-		CanonicalInputs: []byte(fmt.Sprintf("wait-member cluster=%s node=%s timeout=%s", inv.Name, t.node.Name, t.timeout)),
+		CanonicalInputs: sdk.NewCanonical(req).Str("node", t.node.Name).Duration("timeout", t.timeout).Bytes(),
 	}, nil
 }
 
