@@ -12,9 +12,9 @@ import (
 // TestTypedInputsServedByDeclaration: the engine serves the staging-drill
 // evidence only to a command whose manifest needs it, built from the runs of
 // commands whose manifest declares a drill (engineplugin's "roll" declares
-// DRILL_TALOS_UPGRADE; the engine knows neither name). Dry runs and failed
-// runs prove nothing. The attempt and the Terraform settings are typed
-// fields of every request.
+// DRILL_TALOS_UPGRADE and "stash" DRILL_ETCD_RESTORE; the engine knows no
+// name). Dry runs and failed runs prove nothing. The attempt, the Terraform
+// settings and the last restore drill are typed fields of every request.
 func TestTypedInputsServedByDeclaration(t *testing.T) {
 	e := newEnvConfig(t, strings.Replace(testConfig,
 		`credentials: {source: files, talosconfig: "file:%s"}`,
@@ -34,7 +34,7 @@ func TestTypedInputsServedByDeclaration(t *testing.T) {
 		return string(b)
 	}
 	const tf = "terraform=/srv/tf/staging,tofu,clusters[0].credentials.terraform,true"
-	if got, want := read("drills"), "attempt=1 drills=[] "+tf; got != want {
+	if got, want := read("drills"), "attempt=1 drills=[] "+tf+" last_drill="; got != want {
 		t.Fatalf("before any drill: %q, want %q (evidence looked up, none found)", got, want)
 	}
 
@@ -57,11 +57,16 @@ func TestTypedInputsServedByDeclaration(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.await(roll, state.StateSucceeded)
-	if got, want := read("drills"), "attempt=1 drills=[DRILL_TALOS_UPGRADE:roll:"+roll+"] "+tf; got != want {
-		t.Fatalf("after a staging roll: %q, want %q", got, want)
+	stash, err := e.submit("alice", "stg", "/talos stash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(stash, state.StateSucceeded)
+	if got, want := read("drills"), "attempt=1 drills=[DRILL_TALOS_UPGRADE:roll:"+roll+",DRILL_ETCD_RESTORE:stash:"+stash+"] "+tf+" last_drill="+stash+" succeeded"; got != want {
+		t.Fatalf("after a staging roll and restore drill: %q, want %q", got, want)
 	}
 	// A command that does not declare the need gets no evidence.
-	if got, want := read("probe"), "attempt=1 drills=unset "+tf; got != want {
+	if got, want := read("probe"), "attempt=1 drills=unset "+tf+" last_drill="+stash+" succeeded"; got != want {
 		t.Fatalf("probe: %q, want %q", got, want)
 	}
 }

@@ -52,6 +52,7 @@ func drillCommand() *lifecyclev1.Command {
 		// files, so it is an operator command; the cluster is only read.
 		Effect:        lifecyclev1.Effect_EFFECT_WRITE,
 		ReadsSnapshot: true,
+		Drill:         lifecyclev1.Drill_DRILL_ETCD_RESTORE,
 		Example:       "/talos restore-drill staging",
 	}
 }

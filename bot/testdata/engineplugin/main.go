@@ -1,7 +1,8 @@
 // Command engineplugin is a lifecycle plugin for the engine tests, launched the
 // way built-ins are: `engineplugin plugin NAME`. It serves a read-only "probe"
 // and a disruptive "roll" whose behaviour is chosen by --mode. "roll" declares
-// itself the Talos-upgrade staging drill and "drills" needs the drill
+// itself the Talos-upgrade staging drill, "stash" the etcd-restore drill,
+// and "drills" needs the drill
 // evidence, so the engine tests see inputs served by declaration only.
 package main
 
@@ -33,7 +34,7 @@ func (p *plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 			{Name: "inputs", Flag: true, Description: "write the typed inputs the host sent to this file"}}},
 		{Name: "drills", Summary: "needs the staging drill evidence", Effect: ro, Needs: []lifecyclev1.Need{lifecyclev1.Need_NEED_STAGING_DRILLS},
 			Args: []*lifecyclev1.Arg{{Name: "cluster"}, {Name: "inputs", Flag: true, Description: "write the typed inputs the host sent to this file"}}},
-		{Name: "stash", Summary: "writes a file, leaves the cluster alone", Effect: lifecyclev1.Effect_EFFECT_WRITE, Args: []*lifecyclev1.Arg{{Name: "cluster"}}},
+		{Name: "stash", Summary: "writes a file, leaves the cluster alone", Effect: lifecyclev1.Effect_EFFECT_WRITE, Drill: lifecyclev1.Drill_DRILL_ETCD_RESTORE, Args: []*lifecyclev1.Arg{{Name: "cluster"}}},
 		{Name: "roll", Summary: "disruptive roll", Effect: dis, Drill: lifecyclev1.Drill_DRILL_TALOS_UPGRADE, Args: []*lifecyclev1.Arg{
 			{Name: "target", Required: true}, {Name: "cluster"},
 			{Name: "mode", Flag: true, Description: "ok, fail, crash or wait"},
@@ -79,8 +80,12 @@ func inputs(req *lifecyclev1.OperationRequest) string {
 		drills = "[" + strings.Join(ev, ",") + "]"
 	}
 	tf := s.GetTerraform()
-	return fmt.Sprintf("attempt=%d drills=%s terraform=%s,%s,%s,%t", req.GetAttempt(), drills,
-		tf.GetRoot(), tf.GetBinary(), tf.GetConfigKey(), tf.GetPlanBeforeUpgrade())
+	last := strings.Fields(s.GetBackups().GetLastDrill()) // "<op-id> <state> <time>"
+	if len(last) > 2 {
+		last = last[:2]
+	}
+	return fmt.Sprintf("attempt=%d drills=%s terraform=%s,%s,%s,%t last_drill=%s", req.GetAttempt(), drills,
+		tf.GetRoot(), tf.GetBinary(), tf.GetConfigKey(), tf.GetPlanBeforeUpgrade(), strings.Join(last, " "))
 }
 
 func (p *plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
