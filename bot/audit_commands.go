@@ -30,7 +30,7 @@ func auditCommands() []botCommand {
 			Args: []*lifecyclev1.Arg{
 				flag("cluster", "only this cluster"),
 				flag("user", "only what this user did"),
-				flag("op", `only this operation type, e.g. "upgrade talos"`),
+				flag("op", "only this operation type: a command name as /talos help lists it"),
 				flag("result", "only this result, e.g. failed, refused, succeeded"),
 				flag("action", "only this action, e.g. approval, refused"),
 				flag("op_id", "only this operation's records"),

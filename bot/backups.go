@@ -77,22 +77,25 @@ func (e *Engine) protectedArtifacts(ctx context.Context, cluster string, soak ti
 	return ids, err
 }
 
-// drillCommand is the restore drill's command name: its latest run is
-// evidence for the readiness gates and shown by /talos snapshots.
-const drillCommand = "restore-drill"
-
-// lastDrill describes the latest restore drill on cluster.
+// lastDrill describes the latest restore drill on cluster: the latest run
+// of any command whose manifest declares DRILL_ETCD_RESTORE (the engine
+// knows no command name).
 func (e *Engine) lastDrill(ctx context.Context, cluster string) (string, error) {
 	var out string
 	err := e.o.Store.View(ctx, func(tx *state.Tx) error {
-		ops, err := tx.Operations(state.OpFilter{Cluster: cluster, Command: drillCommand})
-		if err != nil {
-			return err
-		}
 		var latest *state.Operation
-		for _, o := range ops {
-			if latest == nil || o.CreatedAt.After(latest.CreatedAt) {
-				latest = o
+		for _, spec := range e.grammar.Specs() {
+			if spec.Plugin == "" || spec.GetDrill() != lifecyclev1.Drill_DRILL_ETCD_RESTORE {
+				continue
+			}
+			ops, err := tx.Operations(state.OpFilter{Cluster: cluster, Command: spec.Name})
+			if err != nil {
+				return err
+			}
+			for _, o := range ops {
+				if latest == nil || o.CreatedAt.After(latest.CreatedAt) {
+					latest = o
+				}
 			}
 		}
 		if latest != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/terraform"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
 
 // SourceCredentials resolves each cluster's credentials from the source its
@@ -147,23 +148,18 @@ func (t TerraformCredentials) Resolve(ctx context.Context, cl *config.Cluster) (
 	return c, nil
 }
 
-// TerraformExtra returns the Settings.extra entries that the Terraform
-// plugins (tf plan, drift) read for cl: terraform_root, terraform_binary and
-// terraform_config_key. It is empty for a cluster without a Terraform root.
-func TerraformExtra(cfg *config.Config, cl *config.Cluster) map[string]string {
+// TerraformSettings is Settings.terraform for cl: where the Terraform
+// plugins (tf plan, drift) and the R5 plan guard find the cluster's root. It
+// is nil for a cluster without a Terraform root.
+func TerraformSettings(cfg *config.Config, cl *config.Cluster) *lifecyclev1.Terraform {
 	tf := cl.Credentials.Terraform
 	if tf == nil || tf.Root == "" {
-		return map[string]string{}
+		return nil
 	}
-	extra := map[string]string{
-		"terraform_root":       tf.Root,
-		"terraform_binary":     tf.Binary,
-		"terraform_config_key": clusterKey(cfg, cl) + ".credentials.terraform",
+	return &lifecyclev1.Terraform{
+		Root: tf.Root, Binary: tf.Binary, PlanBeforeUpgrade: tf.PlanBeforeUpgrade,
+		ConfigKey: clusterKey(cfg, cl) + ".credentials.terraform",
 	}
-	if tf.PlanBeforeUpgrade {
-		extra["terraform_plan_guard"] = "true"
-	}
-	return extra
 }
 
 // clusterKey is the cluster's path in the configuration: clusters[N] when

@@ -110,13 +110,15 @@ func TestSourceCredentialsUnknownSource(t *testing.T) {
 	}
 }
 
-func TestTerraformExtra(t *testing.T) {
-	cfg := &config.Config{Clusters: []config.Cluster{tfCluster("a", "/srv/tf", "tofu")}}
-	got := bot.TerraformExtra(cfg, &cfg.Clusters[0])
-	if got["terraform_root"] != "/srv/tf" || got["terraform_binary"] != "tofu" || got["terraform_config_key"] != "clusters[0].credentials.terraform" {
-		t.Fatalf("extra = %v", got)
+func TestTerraformSettings(t *testing.T) {
+	cl := tfCluster("a", "/srv/tf", "tofu")
+	cl.Credentials.Terraform.PlanBeforeUpgrade = true
+	cfg := &config.Config{Clusters: []config.Cluster{cl}}
+	got := bot.TerraformSettings(cfg, &cfg.Clusters[0])
+	if got.GetRoot() != "/srv/tf" || got.GetBinary() != "tofu" || got.GetConfigKey() != "clusters[0].credentials.terraform" || !got.GetPlanBeforeUpgrade() {
+		t.Fatalf("terraform = %v", got)
 	}
-	if len(bot.TerraformExtra(cfg, &config.Cluster{Name: "b"})) != 0 {
-		t.Fatal("no root: no extra")
+	if bot.TerraformSettings(cfg, &config.Cluster{Name: "b"}) != nil {
+		t.Fatal("no root: no terraform settings")
 	}
 }

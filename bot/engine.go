@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -372,12 +371,9 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.Address, Role: n.Role, Host: n.Host, Platform: n.Platform, InstallerClass: n.InstallerClass})
 	}
 	c := e.o.Config
-	extra := TerraformExtra(c, cl)
-	// The attempt tells a plugin that it resumes an interrupted run, so it
-	// can wait for a node the interrupted run left rebooting.
-	extra["attempt"] = strconv.Itoa(max(op.Attempts, 1))
-	if op.Command == "gates" {
-		if err := e.drillEvidence(ctx, extra); err != nil {
+	var drills *lifecyclev1.StagingDrills
+	if spec, ok := e.grammar.Lookup(op.Command); ok && slices.Contains(spec.GetNeeds(), lifecyclev1.Need_NEED_STAGING_DRILLS) {
+		if drills, err = e.stagingDrills(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -391,12 +387,15 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 	}
 	return &lifecyclev1.OperationRequest{
 		OperationId: op.ID, Command: op.Command, Args: pluginArgs(op.Args), Cluster: pc, Requester: op.Requester,
+		// The attempt tells a plugin that it resumes an interrupted run, so it
+		// can wait for a node the interrupted run left rebooting.
+		Attempt:     int32(max(op.Attempts, 1)),
 		Credentials: pcreds,
 		Settings: &lifecyclev1.Settings{
 			SnapshotDir: c.SnapshotDir, GateTimeoutMs: c.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: c.Timeouts.Node.D().Milliseconds(),
 			KnownTalosReleases: c.Releases.Talos, RefuseNonLatestPatch: c.Releases.RefuseNonLatestPatch,
 			SnapshotKeep: int32(c.Snapshots.Keep), SnapshotMaxAgeSeconds: int64(c.Snapshots.MaxAge.D().Seconds()),
-			Extra: extra, Backups: backups,
+			Backups: backups, Terraform: TerraformSettings(c, cl), StagingDrills: drills,
 		},
 	}, nil
 }
@@ -627,7 +626,7 @@ func (e *Engine) execute(ctx context.Context, id string) {
 		if op, err = e.transition(ctx, id, state.StateRunning, "system", "started", "", nil, nil); err != nil {
 			return
 		}
-		req.Settings.Extra["attempt"] = strconv.Itoa(op.Attempts)
+		req.Attempt = int32(op.Attempts)
 	}
 	if op.State != state.StateRunning {
 		return
@@ -834,32 +833,43 @@ func (e *Engine) voidApprovals(ctx context.Context, op *state.Operation, plan *l
 	e.o.Sink.Operation(ctx, Update{Op: updated, Plan: plan, Buttons: buttons})
 }
 
-// drillEvidence fills the readiness-gates plugin's staging drill keys from
-// the newest succeeded staging operation of each drill's command. There is
-// no etcd-restore command yet, so that drill stays missing until one exists.
-func (e *Engine) drillEvidence(ctx context.Context, extra map[string]string) error {
-	drills := map[string]string{
-		"staging_drill_talos_upgrade":      "upgrade talos",
-		"staging_drill_kubernetes_upgrade": "upgrade k8s",
-		"staging_drill_node_replacement":   "node remove",
-		"staging_drill_etcd_restore":       drillCommand,
-	}
-	extra["staging_drills"] = "1"
-	return e.o.Store.View(ctx, func(tx *state.Tx) error {
-		for key, command := range drills {
-			ops, err := tx.Operations(state.OpFilter{Command: command, States: []state.OpState{state.StateSucceeded}})
+// stagingDrills is the newest succeeded, non-dry-run staging operation of
+// every command whose manifest declares it a drill (Command.drill), for a
+// command that needs them (the readiness gates). The engine knows neither
+// the drills nor the commands: both come from the manifests.
+func (e *Engine) stagingDrills(ctx context.Context) (*lifecyclev1.StagingDrills, error) {
+	out := &lifecyclev1.StagingDrills{}
+	newest := map[lifecyclev1.Drill]*state.Operation{}
+	err := e.o.Store.View(ctx, func(tx *state.Tx) error {
+		for _, spec := range e.grammar.Specs() {
+			if spec.Plugin == "" || spec.GetDrill() == lifecyclev1.Drill_DRILL_UNSPECIFIED {
+				continue
+			}
+			ops, err := tx.Operations(state.OpFilter{Command: spec.Name, States: []state.OpState{state.StateSucceeded}})
 			if err != nil {
 				return err
 			}
 			for _, o := range ops {
-				if o.Environment == config.EnvStaging && !dryRun(o) {
-					extra[key] = o.ID + " " + o.EndedAt.UTC().Format(time.RFC3339)
-					break
+				if o.Environment != config.EnvStaging || dryRun(o) {
+					continue
+				}
+				// Two commands may prove the same drill: the newest counts.
+				if prev := newest[spec.GetDrill()]; prev == nil || o.EndedAt.After(prev.EndedAt) {
+					newest[spec.GetDrill()] = o
 				}
 			}
 		}
 		return nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	for drill, o := range newest {
+		out.Drills = append(out.Drills, &lifecyclev1.DrillEvidence{Drill: drill, OperationId: o.ID, Command: o.Command, EndedUnix: o.EndedAt.Unix()})
+	}
+	// Deterministic order: the drills are part of the gates' plan digest.
+	slices.SortFunc(out.Drills, func(a, b *lifecyclev1.DrillEvidence) int { return int(a.Drill - b.Drill) })
+	return out, nil
 }
 
 // dryRun reports whether op changed nothing by request (--dry-run): it

@@ -31,7 +31,7 @@ type Grammar struct {
 }
 
 // NewGrammar builds a grammar; specs with more words win over their prefixes
-// ("upgrade talos" before "upgrade").
+// ("a b" before "a").
 func NewGrammar(specs []CommandSpec) *Grammar {
 	s := append([]CommandSpec(nil), specs...)
 	sort.SliceStable(s, func(i, j int) bool {

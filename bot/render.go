@@ -199,7 +199,7 @@ func (r *Renderer) flush(ctx context.Context, id string) {
 		r.log.Error("edit operation message: giving up; the message shows an older state", "op", id, "attempts", maxEditRetries+1, "err", err)
 		return
 	}
-	r.log.Warn("edit operation message; retrying", "op", id, "attempt", v.editFailures, "err", err)
+	r.log.Warn("edit operation message; retrying", "op", id, "failures", v.editFailures, "err", err)
 	// Send again: the latest message, which is msg unless a newer update
 	// arrived meanwhile (and is then delivered by the same retry).
 	v.dirty = true

@@ -12,7 +12,7 @@ import (
 
 // FilterKeys are the filter names shared by `/talos audit`, GET /api/audit
 // and `talosbot audit export`: cluster, user (actor), op (operation type,
-// e.g. "upgrade talos"), result, action, op_id, since, until, limit, before.
+// a command name as /talos help lists it), result, action, op_id, since, until, limit, before.
 func FilterKeys() []string {
 	return []string{"cluster", "user", "op", "result", "action", "op_id", "since", "until", "limit", "before"}
 }

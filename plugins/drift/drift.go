@@ -71,9 +71,6 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 
 // Plan lists the comparisons. It does not contact the cluster.
 func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command {
-		return nil, fmt.Errorf("drift serves %q, not %q", Command, req.GetCommand())
-	}
 	inv, err := cluster.InventoryFrom(req.GetCluster())
 	if err != nil {
 		return nil, err
@@ -88,8 +85,7 @@ func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*life
 			{Id: "kubernetes", Title: "kubelet version on every Kubernetes node vs " + VarKubernetesVersion, Kind: "verify"},
 			{Id: "membership", Title: "inventory vs Talos, etcd and Kubernetes nodes", Kind: "verify"},
 		},
-		CanonicalInputs: []byte(fmt.Sprintf("drift cluster=%s talos=%s kube=%s nodes=%s", inv.Name, d.talos, d.kube,
-			strings.Join(cluster.Names(inv.Nodes), ","))),
+		CanonicalInputs: sdk.NewCanonical(req).Str("talos", d.talos).Str("kube", d.kube).List("nodes", cluster.Names(inv.Nodes)).Bytes(),
 	}
 	if d.talos == "" {
 		plan.Warnings = append(plan.Warnings, "no declared talos_version: add the Terraform output talos_version or declared.talos_version")

@@ -9,15 +9,12 @@
 //	longhorn_namespace                  Longhorn namespace (default longhorn-system)
 //	flux_path                           expected spec.path of the flux-system Kustomization
 //	                                    (default: any path containing "production" and not "staging")
-//	staging_drills                      "1" when the host filled the drill keys below from the audit trail;
-//	                                    absent: the drill gate is manual
-//	staging_drill_talos_upgrade         latest succeeded staging Talos upgrade, "<op-id> <RFC3339 end time>"
-//	staging_drill_kubernetes_upgrade    likewise for a Kubernetes upgrade
-//	staging_drill_node_replacement      likewise for a node replacement (node remove + re-add)
-//	staging_drill_etcd_restore          likewise for an etcd snapshot restore
 //
-// A drill key that is absent or empty (with staging_drills=1) means no such
-// drill succeeded on staging.
+// The command needs NEED_STAGING_DRILLS: the host fills Settings.staging_drills
+// from the audit trail with the newest succeeded staging run of every command
+// whose manifest declares a drill (e.g. `upgrade talos` declares
+// DRILL_TALOS_UPGRADE). Unset means the host did not look, and the drill gate
+// is manual; a drill without evidence means it has not succeeded on staging.
 package gates
 
 import (
@@ -30,6 +27,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
@@ -59,8 +57,6 @@ const (
 	ExtraLonghornVolume    = "longhorn_volume"
 	ExtraLonghornNamespace = "longhorn_namespace"
 	ExtraFluxPath          = "flux_path"
-	ExtraStagingDrills     = "staging_drills"
-	ExtraDrillPrefix       = "staging_drill_"
 )
 
 // Defaults.
@@ -72,18 +68,21 @@ const (
 	podSecurityEnforce       = "pod-security.kubernetes.io/enforce"
 )
 
-// Drills are the staging drills the production gate needs, by extra key suffix.
+// Drills are the staging drills the production gate needs.
 func Drills() []Drill {
 	return []Drill{
-		{"talos_upgrade", "Talos upgrade"},
-		{"kubernetes_upgrade", "Kubernetes upgrade"},
-		{"node_replacement", "node replacement"},
-		{"etcd_restore", "etcd restore"},
+		{lifecyclev1.Drill_DRILL_TALOS_UPGRADE, "Talos upgrade"},
+		{lifecyclev1.Drill_DRILL_KUBERNETES_UPGRADE, "Kubernetes upgrade"},
+		{lifecyclev1.Drill_DRILL_NODE_REPLACEMENT, "node replacement"},
+		{lifecyclev1.Drill_DRILL_ETCD_RESTORE, "etcd restore"},
 	}
 }
 
 // Drill is one staging drill.
-type Drill struct{ Key, Title string }
+type Drill struct {
+	Kind  lifecyclev1.Drill
+	Title string
+}
 
 // Status of a gate.
 type Status string
@@ -144,15 +143,13 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 		Summary: "Report the runbook's production readiness gates as pass, fail or manual (read-only)",
 		Args:    []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster to check (default: the channel's cluster)"}},
 		Effect:  lifecyclev1.Effect_EFFECT_READ_ONLY,
+		Needs:   []lifecyclev1.Need{lifecyclev1.Need_NEED_STAGING_DRILLS},
 		Example: "/talos gates production",
 	}}}, nil
 }
 
 // Plan lists the gates. It does not contact the cluster.
 func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command {
-		return nil, fmt.Errorf("gates serves %q, not %q", Command, req.GetCommand())
-	}
 	inv, err := cluster.InventoryFrom(req.GetCluster())
 	if err != nil {
 		return nil, err
@@ -164,13 +161,12 @@ func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*life
 	if len(req.GetCredentials().GetKubeconfig()) == 0 {
 		plan.Warnings = append(plan.Warnings, "no kubeconfig: the Kubernetes gates will fail")
 	}
-	x := req.GetSettings().GetExtra()
-	keys := make([]string, 0, len(x))
-	for k := range x {
-		keys = append(keys, k+"="+x[k])
+	c := sdk.NewCanonical(req).List("nodes", cluster.Names(inv.Nodes)).Map("extra", req.GetSettings().GetExtra()).
+		Bool("drills_known", req.GetSettings().GetStagingDrills() != nil)
+	for i, ev := range req.GetSettings().GetStagingDrills().GetDrills() {
+		c.Sub("drill", i).Str("kind", ev.GetDrill().String()).Str("operation", ev.GetOperationId()).Int("ended_unix", ev.GetEndedUnix())
 	}
-	sort.Strings(keys)
-	plan.CanonicalInputs = []byte(fmt.Sprintf("gates cluster=%s nodes=%s extra=%s", inv.Name, strings.Join(cluster.Names(inv.Nodes), ","), strings.Join(keys, ",")))
+	plan.CanonicalInputs = c.Bytes()
 	return plan, nil
 }
 
@@ -179,6 +175,8 @@ type Inputs struct {
 	Inventory   cluster.Inventory
 	Talosconfig []byte
 	Extra       map[string]string
+	// Drills is Settings.staging_drills: nil when the host did not look.
+	Drills *lifecyclev1.StagingDrills
 	// Configs maps node names to their machine configurations; ConfigErr
 	// maps nodes whose configuration could not be read to why.
 	Configs   map[string]talosconfig.Config
@@ -467,13 +465,13 @@ func backups(context.Context, Inputs) (Status, string) {
 }
 
 func stagingDrills(_ context.Context, in Inputs) (Status, string) {
-	if in.Extra[ExtraStagingDrills] != "1" {
+	if in.Drills == nil {
 		return Manual, "the bot was not given the staging audit summary: confirm a staging Talos upgrade, Kubernetes upgrade, node replacement and etcd restore passed"
 	}
 	var done, missing []string
 	for _, d := range Drills() {
-		if v := strings.TrimSpace(in.Extra[ExtraDrillPrefix+d.Key]); v != "" {
-			done = append(done, d.Title+" "+v)
+		if ev := drillEvidence(in.Drills, d.Kind); ev != nil {
+			done = append(done, d.Title+" "+ev.GetOperationId()+" "+time.Unix(ev.GetEndedUnix(), 0).UTC().Format(time.RFC3339))
 		} else {
 			missing = append(missing, d.Title)
 		}
@@ -483,6 +481,15 @@ func stagingDrills(_ context.Context, in Inputs) (Status, string) {
 			map[bool]string{true: " (passed: " + strings.Join(done, "; ") + ")", false: ""}[len(done) > 0]
 	}
 	return Pass, strings.Join(done, "; ")
+}
+
+func drillEvidence(s *lifecyclev1.StagingDrills, kind lifecyclev1.Drill) *lifecyclev1.DrillEvidence {
+	for _, ev := range s.GetDrills() {
+		if ev.GetDrill() == kind && ev.GetOperationId() != "" {
+			return ev
+		}
+	}
+	return nil
 }
 
 // readConfigs reads every node's machine configuration through Talos.
@@ -523,7 +530,7 @@ func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk
 		}
 	}
 	creds := req.GetCredentials()
-	in := Inputs{Inventory: inv, Talosconfig: creds.GetTalosconfig(), Extra: req.GetSettings().GetExtra()}
+	in := Inputs{Inventory: inv, Talosconfig: creds.GetTalosconfig(), Extra: req.GetSettings().GetExtra(), Drills: req.GetSettings().GetStagingDrills()}
 	tc, err := cluster.NewTalosClient(ctx, creds.GetTalosconfig(), cluster.Addresses(inv.ControlPlanes()))
 	if err != nil {
 		in.ConfigErr = map[string]string{}

@@ -163,12 +163,18 @@ func TestGatesAgainstSimAndKube(t *testing.T) {
 	if _, err := kube.Dynamic.Resource(testenv.KustomizationGVR).Namespace("flux-system").Create(ctx, ks, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	req.Settings.Extra = map[string]string{
-		"staging_drills":                   "1",
-		"staging_drill_talos_upgrade":      "op-11 2026-05-01T20:00:00Z",
-		"staging_drill_kubernetes_upgrade": "op-12 2026-05-02T20:00:00Z",
-		"staging_drill_node_replacement":   "op-13 2026-05-03T20:00:00Z",
+	ended := func(s string) int64 {
+		ts, err := time.Parse(time.RFC3339, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts.Unix()
 	}
+	req.Settings.StagingDrills = &lifecyclev1.StagingDrills{Drills: []*lifecyclev1.DrillEvidence{
+		{Drill: lifecyclev1.Drill_DRILL_TALOS_UPGRADE, OperationId: "op-11", EndedUnix: ended("2026-05-01T20:00:00Z")},
+		{Drill: lifecyclev1.Drill_DRILL_KUBERNETES_UPGRADE, OperationId: "op-12", EndedUnix: ended("2026-05-02T20:00:00Z")},
+		{Drill: lifecyclev1.Drill_DRILL_NODE_REPLACEMENT, OperationId: "op-13", EndedUnix: ended("2026-05-03T20:00:00Z")},
+	}}
 	res, by = lines(t, ctx, req)
 	expect(t, by, "control-planes", "OK", "3 control planes on 3 hosts")
 	expect(t, by, "endpoint-vip", "OK", vip+" is a Talos VIP on all 3 control planes")
@@ -181,7 +187,8 @@ func TestGatesAgainstSimAndKube(t *testing.T) {
 		t.Fatal("a missing drill must fail the gates")
 	}
 
-	req.Settings.Extra["staging_drill_etcd_restore"] = "op-14 2026-05-04T20:00:00Z"
+	req.Settings.StagingDrills.Drills = append(req.Settings.StagingDrills.Drills,
+		&lifecyclev1.DrillEvidence{Drill: lifecyclev1.Drill_DRILL_ETCD_RESTORE, OperationId: "op-14", EndedUnix: ended("2026-05-04T20:00:00Z")})
 	res, by = lines(t, ctx, req)
 	expect(t, by, "staging-drills", "OK", "etcd restore op-14")
 	if !res.GetOk() || res.GetSummary() != "production production readiness: 8 pass, 0 fail, 1 manual" {

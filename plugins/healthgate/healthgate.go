@@ -39,9 +39,6 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 
 // Plan lists the probes. It does not contact the cluster.
 func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command {
-		return nil, fmt.Errorf("healthgate serves %q, not %q", Command, req.GetCommand())
-	}
 	inv, err := cluster.InventoryFrom(req.GetCluster())
 	if err != nil {
 		return nil, err
@@ -62,8 +59,7 @@ func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*life
 	if len(req.GetCredentials().GetKubeconfig()) == 0 {
 		plan.Warnings = append(plan.Warnings, "no kubeconfig for this cluster: the Kubernetes probes will be skipped")
 	}
-	plan.CanonicalInputs = []byte(fmt.Sprintf("health cluster=%s nodes=%s timeout=%s", inv.Name,
-		strings.Join(cluster.Names(inv.Nodes), ","), timeout))
+	plan.CanonicalInputs = sdk.NewCanonical(req).List("nodes", cluster.Names(inv.Nodes)).Duration("timeout", timeout).Bytes()
 	return plan, nil
 }
 

@@ -54,15 +54,13 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 		},
 		Effect:        lifecyclev1.Effect_EFFECT_DISRUPTIVE,
 		NeedsSnapshot: true,
+		Drill:         lifecyclev1.Drill_DRILL_KUBERNETES_UPGRADE,
 		Example:       "/talos upgrade k8s v1.36.3 staging --dry-run",
 	}}}, nil
 }
 
 // parse validates the request and normalises the target version.
 func parse(req *lifecyclev1.OperationRequest) (cluster.Inventory, string, error) {
-	if req.GetCommand() != Command {
-		return cluster.Inventory{}, "", fmt.Errorf("k8supgrade serves %q, not %q", Command, req.GetCommand())
-	}
 	inv, err := cluster.InventoryFrom(req.GetCluster())
 	if err != nil {
 		return cluster.Inventory{}, "", err

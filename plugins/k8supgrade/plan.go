@@ -8,6 +8,7 @@ import (
 
 	"github.com/talosbot/talosbot/plugins/cluster"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
 // Step ids and prefixes of the plan.
@@ -171,28 +172,29 @@ func (a *assessment) plan() *lifecyclev1.OperationPlan {
 
 // canonical is everything that changes what Run does: target, mode, nodes and what they run.
 func (a *assessment) canonical() []byte {
-	var b strings.Builder
-	fmt.Fprintf(&b, "upgrade k8s cluster=%s target=%s dry-run=%t\n", a.cluster, a.target, a.dryRun)
-	for _, n := range a.inv.Nodes {
-		fmt.Fprintf(&b, "node %s %s %s kubelet=%s\n", n.Name, n.Address, n.Role, a.versions.Kubelets[n.Name])
+	c := sdk.CanonicalFor(Command, a.cluster).
+		Str("target", a.target).Bool("dry-run", a.dryRun)
+	for i, n := range a.inv.Nodes {
+		c.Sub("node", i).Str("name", n.Name).Str("address", n.Address).Str("role", n.Role).Str("kubelet", a.versions.Kubelets[n.Name])
 	}
 	cps := make([]string, 0, len(a.versions.StaticPods))
 	for cp := range a.versions.StaticPods {
 		cps = append(cps, cp)
 	}
 	sort.Strings(cps)
-	for _, cp := range cps {
+	for i, cp := range cps {
+		s := c.Sub("static", i).Str("node", cp)
 		for _, comp := range cluster.StaticPodComponents() {
-			fmt.Fprintf(&b, "static %s %s=%s\n", cp, comp, a.versions.StaticPods[cp][comp])
+			s.Str(comp, a.versions.StaticPods[cp][comp])
 		}
 	}
-	for _, t := range a.talos {
-		fmt.Fprintf(&b, "talos %s %s\n", t.Node, t.Talos)
+	for i, t := range a.talos {
+		c.Sub("talos", i).Str("node", t.Node).Str("version", t.Talos)
 	}
 	if a.refusal != nil {
-		fmt.Fprintf(&b, "refusal %s %s\n", a.refusal.GetRule(), a.refusal.GetReason())
+		c.Str("refusal.rule", a.refusal.GetRule()).Str("refusal.reason", a.refusal.GetReason())
 	}
-	return []byte(b.String())
+	return c.Bytes()
 }
 
 // dryRunLines is the dry run's chat output: what would change, and what is not done.

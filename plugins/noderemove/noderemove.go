@@ -49,6 +49,7 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 			{Name: "cluster", Description: "cluster of the node (default: the channel's cluster)"},
 		},
 		Effect:  lifecyclev1.Effect_EFFECT_DISRUPTIVE,
+		Drill:   lifecyclev1.Drill_DRILL_NODE_REPLACEMENT,
 		Example: "/talos node remove worker-3 staging",
 	}}}, nil
 }
@@ -104,9 +105,6 @@ func followUp(inv cluster.Inventory, n cluster.Node) []string {
 
 // Plan checks the node and quorum; it changes nothing.
 func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command {
-		return nil, fmt.Errorf("noderemove serves %q, not %q", Command, req.GetCommand())
-	}
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return nil, err
@@ -122,8 +120,8 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 		summary = fmt.Sprintf("%s is already reset and out of the cluster; only the Terraform follow-up is left", t.node.Name)
 	}
 	plan := &lifecyclev1.OperationPlan{Summary: summary, Target: t.node.Name,
-		CanonicalInputs: []byte(fmt.Sprintf("node remove cluster=%s node=%s address=%s role=%s removed=%t members=%s nodes=%s",
-			inv.Name, t.node.Name, t.node.Address, t.node.Role, t.removed, strings.Join(t.quorum.Members, ","), strings.Join(cluster.Names(inv.Nodes), ",")))}
+		CanonicalInputs: sdk.NewCanonical(req).Str("node", t.node.Name).Str("address", t.node.Address).Str("role", t.node.Role).
+			Bool("removed", t.removed).List("members", t.quorum.Members).List("nodes", cluster.Names(inv.Nodes)).Bytes()}
 	for _, pi := range cluster.Probes() {
 		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "gate-before/" + pi.Name, Title: "gate before: " + pi.Title, Kind: "gate"})
 	}
@@ -149,7 +147,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	t, err := check(ctx, req, s)
 	if err != nil {
 		if re, ok := cluster.AsRuleError(err); ok {
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Refusal()})
+			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Proto()})
 		}
 		return err
 	}
@@ -173,7 +171,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		if !gate.Passed {
 			re := &cluster.RuleError{Rule: "R1", Reason: "the health gate before the removal failed: " + strings.Join(gate.Reasons, "; "),
 				Fix: "fix what the gate names (/talos health) first; never remove a node from an unhealthy cluster"}
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused: the health gate failed; nothing was changed", Error: re.Error(), Refusal: re.Refusal()})
+			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused: the health gate failed; nothing was changed", Error: re.Error(), Refusal: re.Proto()})
 		}
 
 		_ = r.StepStarted("reset", "")

@@ -97,9 +97,6 @@ func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Se
 
 // Plan reads the node and the quorum; it changes nothing.
 func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command {
-		return nil, fmt.Errorf("rollback serves %q, not %q", Command, req.GetCommand())
-	}
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return nil, err
@@ -114,8 +111,8 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 		Summary:  fmt.Sprintf("Roll %s of %s back from %s to its previous Talos version", t.node.Name, inv.Name, t.version),
 		Target:   t.node.Name,
 		Warnings: []string{"do not bump talos_version in Terraform until the failure is understood (R19)"},
-		CanonicalInputs: []byte(fmt.Sprintf("rollback cluster=%s node=%s address=%s role=%s from=%s node_timeout=%d",
-			inv.Name, t.node.Name, t.node.Address, t.node.Role, t.version, req.GetSettings().GetNodeTimeoutMs())),
+		CanonicalInputs: sdk.NewCanonical(req).Str("node", t.node.Name).Str("address", t.node.Address).Str("role", t.node.Role).
+			Str("from", t.version).Int("node_timeout_ms", req.GetSettings().GetNodeTimeoutMs()).Bytes(),
 	}
 	for _, pi := range cluster.Probes() {
 		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "gate-before/" + pi.Name, Title: "gate before: " + pi.Title, Kind: "gate"})
@@ -160,7 +157,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	defer s.Close() //nolint:errcheck
 	refuse := func(err error) error {
 		re, _ := cluster.AsRuleError(err)
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Refusal()})
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Proto()})
 	}
 	t, err := check(ctx, req, s)
 	if err != nil {

@@ -20,7 +20,7 @@ func (health) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifec
 	return &lifecyclev1.OperationPlan{
 		Summary:         "health gate on " + req.GetCluster().GetName(),
 		Steps:           []*lifecyclev1.Step{{Id: "gate", Title: "Health gate", Kind: "gate"}},
-		CanonicalInputs: []byte("health\n" + req.GetCluster().GetName() + "\n"),
+		CanonicalInputs: sdk.NewCanonical(req).Bytes(), // command and cluster are all it depends on
 	}, nil
 }
 

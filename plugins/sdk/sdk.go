@@ -20,13 +20,25 @@
 //     effect reports SKIPPED), which is what makes a restart safe.
 //   - Cancelling a Run on the host cancels the ctx given to Plugin.Run.
 //
+// Serve dispatches by command: a Plan or Run whose command is not in the
+// manifest is refused before the plugin sees it, so a plugin need not check
+// req.Command itself (a plugin with several commands still switches on it).
+//
 // Run reports through a Reporter. The last event of every run is a Result:
 // if Run returns without sending one, Serve sends Result{Ok:false,
 // Error: err.Error()} for a non-nil error and Result{Ok:true} otherwise.
+// The reporter keeps the first error any report returned (a broken stream,
+// a malformed event): when Run returns nil after a report failed, the run
+// fails with that error, so a plugin may ignore report errors safely.
 //
 // Secrets: OperationRequest carries credentials. The SDK never logs requests;
 // plugins must never write credentials to logs, errors, events or files that
 // outlive the run. Anything a plugin writes to stderr ends up in the host log.
+//
+// Helpers: NewCanonical builds OperationPlan.canonical_inputs (the bytes of
+// the plan digest) deterministically; Refuse/Refusal is the refusal type,
+// turned into a refused plan by RefusalPlan and into a refused Result by
+// RefusedResult. docs/PLUGINS.md is the author's guide.
 //
 // Unit tests of plugins use package sdktest, which records events in process
 // with the same validation and end-of-run rules.
@@ -39,6 +51,8 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
@@ -130,6 +144,9 @@ type server struct {
 	impl   Plugin
 	now    func() time.Time
 	stderr io.Writer // panic stacks; os.Stderr in production
+
+	mu       sync.Mutex
+	commands []string // from the first successful Describe
 }
 
 func newServer(p Plugin, now func() time.Time, stderr io.Writer) *server {
@@ -167,7 +184,55 @@ func (s *server) Describe(ctx context.Context, _ *lifecyclev1.DescribeRequest) (
 	return m, err
 }
 
+// served returns the manifest's command names, asking Describe once.
+func (s *server) served(ctx context.Context) (_ []string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.commands != nil {
+		return s.commands, nil
+	}
+	defer s.recovered("Describe", &err)
+	m, err := s.impl.Describe(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("describe: %w", err)
+	}
+	s.commands = CommandNames(m)
+	return s.commands, nil
+}
+
+// CommandNames lists the manifest's command names.
+func CommandNames(m *lifecyclev1.Manifest) []string {
+	names := []string{}
+	for _, c := range m.GetCommands() {
+		names = append(names, c.GetName())
+	}
+	return names
+}
+
+// CheckCommand refuses a command that names do not include, naming the ones
+// served; Serve (and sdktest) apply it before Plan and Run.
+func CheckCommand(names []string, command string) error {
+	if slices.Contains(names, command) {
+		return nil
+	}
+	return fmt.Errorf("this plugin serves %q, not %q: the host routed a command the manifest does not declare", names, command)
+}
+
+func (s *server) check(ctx context.Context, command string) error {
+	names, err := s.served(ctx)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if err := CheckCommand(names, command); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return nil
+}
+
 func (s *server) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (p *lifecyclev1.OperationPlan, err error) {
+	if err := s.check(ctx, req.GetCommand()); err != nil {
+		return nil, err
+	}
 	defer s.recovered("Plan", &err)
 	p, err = s.impl.Plan(ctx, req)
 	err = plainError(err)
@@ -179,6 +244,9 @@ func (s *server) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (p
 
 func (s *server) Run(req *lifecyclev1.OperationRequest, stream grpc.ServerStreamingServer[lifecyclev1.Progress]) error {
 	ctx := stream.Context()
+	if err := s.check(ctx, req.GetCommand()); err != nil {
+		return err
+	}
 	rep := report.New(stream.Send, s.now)
 	runErr := s.run(ctx, req, rep)
 	if ctx.Err() != nil {

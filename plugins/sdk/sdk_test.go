@@ -27,7 +27,7 @@ type fakePlugin struct {
 }
 
 func (f *fakePlugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: "fake"}, nil
+	return &lifecyclev1.Manifest{Name: "fake", Commands: []*lifecyclev1.Command{{Name: "x"}}}, nil
 }
 
 func (f *fakePlugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
@@ -164,7 +164,7 @@ func TestRunCancellationReachesPlugin(t *testing.T) {
 	}}
 	c := dial(t, p)
 	ctx, cancel := context.WithCancel(t.Context())
-	stream, err := c.Run(ctx, &lifecyclev1.OperationRequest{})
+	stream, err := c.Run(ctx, &lifecyclev1.OperationRequest{Command: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,14 +262,14 @@ func TestPlanErrorsAndPanics(t *testing.T) {
 	c := dial(t, &fakePlugin{plan: func(context.Context, *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
 		panic("boom")
 	}})
-	_, err := c.Plan(t.Context(), &lifecyclev1.OperationRequest{})
+	_, err := c.Plan(t.Context(), &lifecyclev1.OperationRequest{Command: "x"})
 	if err == nil || !strings.Contains(err.Error(), "plugin panicked in Plan: boom") {
 		t.Fatalf("err = %v", err)
 	}
 	c = dial(t, &fakePlugin{plan: func(context.Context, *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
 		return nil, nil
 	}})
-	if _, err := c.Plan(t.Context(), &lifecyclev1.OperationRequest{}); err == nil || !strings.Contains(err.Error(), "no plan") {
+	if _, err := c.Plan(t.Context(), &lifecyclev1.OperationRequest{Command: "x"}); err == nil || !strings.Contains(err.Error(), "no plan") {
 		t.Fatalf("nil plan: err = %v", err)
 	}
 }
@@ -278,7 +278,7 @@ func TestPlanErrorCodeIsNotPassedThrough(t *testing.T) {
 	c := dial(t, &fakePlugin{plan: func(context.Context, *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
 		return nil, fmt.Errorf("talos: %w", status.Error(codes.Unavailable, "connection refused"))
 	}})
-	_, err := c.Plan(t.Context(), &lifecyclev1.OperationRequest{})
+	_, err := c.Plan(t.Context(), &lifecyclev1.OperationRequest{Command: "x"})
 	st := status.Convert(err)
 	if st.Code() != codes.Unknown || st.Message() != "talos: rpc error: code = Unavailable desc = connection refused" {
 		t.Fatalf("status = %v %q", st.Code(), st.Message())
@@ -291,5 +291,52 @@ func TestHandshakeConfigIsFixed(t *testing.T) {
 	b := HandshakeConfig()
 	if b.MagicCookieValue == "changed" || b.MagicCookieKey != "TALOSBOT_PLUGIN" || b.ProtocolVersion != 1 {
 		t.Fatalf("handshake = %+v", b)
+	}
+}
+
+// TestDroppedReportErrorFailsTheRun: a plugin that ignores a report error
+// (here a malformed step) and returns nil must not end in Ok: the reporter
+// kept the first error and the run fails with it.
+func TestDroppedReportErrorFailsTheRun(t *testing.T) {
+	p := &fakePlugin{run: func(_ context.Context, _ *lifecyclev1.OperationRequest, r Reporter) error {
+		_ = r.StepOK("", "no id")         // dropped
+		_ = r.StepOK("s1", "later, fine") // a later success does not hide it
+		return nil
+	}}
+	events := collect(t, dial(t, p))
+	res := events[len(events)-1].GetResult()
+	if res == nil || res.GetOk() || !strings.Contains(res.GetError(), "reporting progress: step event has no step_id") {
+		t.Fatalf("result = %v, want the first report error", res)
+	}
+}
+
+// TestUnknownCommandRefusedBySDK: Serve refuses a command the manifest does
+// not declare before the plugin's Plan or Run sees it.
+func TestUnknownCommandRefusedBySDK(t *testing.T) {
+	called := false
+	p := &fakePlugin{
+		run: func(context.Context, *lifecyclev1.OperationRequest, Reporter) error { called = true; return nil },
+		plan: func(context.Context, *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+			called = true
+			return &lifecyclev1.OperationPlan{}, nil
+		},
+	}
+	c := dial(t, p)
+	_, err := c.Plan(t.Context(), &lifecyclev1.OperationRequest{Command: "upgrade everything"})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `serves ["x"], not "upgrade everything"`) {
+		t.Fatalf("plan: %v", err)
+	}
+	stream, err := c.Run(t.Context(), &lifecyclev1.OperationRequest{Command: "upgrade everything"})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("run: %v", err)
+	}
+	if called {
+		t.Fatal("the plugin saw an undeclared command")
+	}
+	if _, err := c.Plan(t.Context(), &lifecyclev1.OperationRequest{Command: "x"}); err != nil {
+		t.Fatalf("declared command: %v", err)
 	}
 }

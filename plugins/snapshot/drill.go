@@ -52,6 +52,7 @@ func drillCommand() *lifecyclev1.Command {
 		// files, so it is an operator command; the cluster is only read.
 		Effect:        lifecyclev1.Effect_EFFECT_WRITE,
 		ReadsSnapshot: true,
+		Drill:         lifecyclev1.Drill_DRILL_ETCD_RESTORE,
 		Example:       "/talos restore-drill staging",
 	}
 }
@@ -103,7 +104,8 @@ func (p *Plugin) planDrill(req *lifecyclev1.OperationRequest, inv cluster.Invent
 	return &lifecyclev1.OperationPlan{
 		Summary: fmt.Sprintf("restore drill of %s from %s, tolerance %g%% (never touches the cluster)", which, src, tol),
 		Target:  inv.Name, Steps: drillSteps(),
-		CanonicalInputs: []byte(fmt.Sprintf("restore-drill cluster=%s snapshot=%s tolerance=%g source=%s", inv.Name, req.GetArgs()["snapshot"], tol, src)),
+		CanonicalInputs: sdk.NewCanonical(req).Str("snapshot", req.GetArgs()["snapshot"]).Str("tolerance", strconv.FormatFloat(tol, 'g', -1, 64)).
+			Str("source", fmt.Sprint(src)).Bytes(),
 	}, nil
 }
 

@@ -37,7 +37,7 @@ func listCommand() *lifecyclev1.Command {
 func planList(inv cluster.Inventory) *lifecyclev1.OperationPlan {
 	return &lifecyclev1.OperationPlan{Summary: "list the snapshots of " + inv.Name + " (read-only)", Target: inv.Name,
 		Steps:           []*lifecyclev1.Step{{Id: "list", Title: "list local and off-site snapshots", Kind: "note"}},
-		CanonicalInputs: []byte("snapshots cluster=" + inv.Name)}
+		CanonicalInputs: sdk.CanonicalFor(ListCommand, inv.Name).Bytes()}
 }
 
 func (p *Plugin) runList(ctx context.Context, req *lifecyclev1.OperationRequest, inv cluster.Inventory, r sdk.Reporter) error {

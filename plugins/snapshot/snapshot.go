@@ -56,9 +56,6 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 
 // Plan lists the steps; it does not contact the cluster.
 func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command && req.GetCommand() != DrillCommand && req.GetCommand() != ListCommand {
-		return nil, fmt.Errorf("snapshot serves %q, %q and %q, not %q", Command, DrillCommand, ListCommand, req.GetCommand())
-	}
 	inv, err := cluster.InventoryFrom(req.GetCluster())
 	if err != nil {
 		return nil, err
@@ -83,8 +80,8 @@ func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*li
 	for _, s := range cluster.SnapshotSteps() {
 		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: s[0], Title: s[1], Kind: "snapshot"})
 	}
-	plan.CanonicalInputs = []byte(fmt.Sprintf("snapshot cluster=%s dir=%s retention=%s controlplanes=%v",
-		inv.Name, opts.Dir, opts.Retention, cluster.EtcdTargets(inv)))
+	plan.CanonicalInputs = sdk.NewCanonical(req).Str("dir", opts.Dir).Str("retention", opts.Retention.String()).
+		List("controlplanes", cluster.EtcdTargets(inv)).Bytes()
 	return plan, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/internal/terraform/tftest"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/plugins/tfguard"
 )
@@ -18,8 +19,7 @@ func TestPlanGuardBeforeUpgradeRefuses(t *testing.T) {
 	root := tftest.Root(t, bin, nil)
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
-	req.Settings.Extra = map[string]string{tfguard.ExtraRoot: root, tfguard.ExtraBinary: bin,
-		tfguard.ExtraConfigKey: "clusters[0].credentials.terraform", tfguard.ExtraGuardBeforeUpgrade: "true"}
+	req.Settings.Terraform = &lifecyclev1.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
 	ctx := ctxFor(t, 2*time.Minute)
 	plan, err := (&Plugin{}).Plan(ctx, req)
 	if err != nil || plan.GetSteps()[0].GetId() != tfguard.GuardStep().GetId() {

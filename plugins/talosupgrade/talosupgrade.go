@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -54,6 +53,7 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 		},
 		Effect:        lifecyclev1.Effect_EFFECT_DISRUPTIVE,
 		NeedsSnapshot: true,
+		Drill:         lifecyclev1.Drill_DRILL_TALOS_UPGRADE,
 		Example:       "/talos upgrade talos v1.13.9 staging",
 	}}}, nil
 }
@@ -185,23 +185,18 @@ func (r *roll) toUpgrade() []nodeStep {
 // canonical is everything that changes what Run does: a node's version
 // moving changes the digest, and so voids an approval.
 func (r *roll) canonical(req *lifecyclev1.OperationRequest) []byte {
-	var b strings.Builder
 	st := req.GetSettings()
-	fmt.Fprintf(&b, "upgrade talos cluster=%s target=%s leader=%s snapshot_dir=%s node_timeout=%d gate_timeout=%d\n",
-		r.inv.Name, r.target, r.leader, st.GetSnapshotDir(), st.GetNodeTimeoutMs(), st.GetGateTimeoutMs())
+	c := sdk.NewCanonical(req).Str("target", r.target.String()).Str("leader", r.leader).Str("snapshot_dir", st.GetSnapshotDir()).
+		Int("node_timeout_ms", st.GetNodeTimeoutMs()).Int("gate_timeout_ms", st.GetGateTimeoutMs())
 	for _, s := range r.steps {
-		fmt.Fprintf(&b, "%d %s role=%s address=%s from=%s image=%s mechanics=%s skip=%t\n",
-			s.idx, s.node.Name, s.node.Role, s.node.Address, s.from, s.image, s.mechanics, s.skip)
+		c.Sub("step", s.idx).Str("node", s.node.Name).Str("role", s.node.Role).Str("address", s.node.Address).
+			Str("from", s.from.String()).Str("image", s.image).Str("mechanics", fmt.Sprint(s.mechanics)).Bool("skip", s.skip)
 	}
-	fmt.Fprintf(&b, "nodes=%s\n", strings.Join(cluster.Names(r.inv.Nodes), ","))
-	return []byte(b.String())
+	return c.List("nodes", cluster.Names(r.inv.Nodes)).Bytes()
 }
 
 // Plan computes the roll. It reads the cluster and changes nothing.
 func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command {
-		return nil, fmt.Errorf("talosupgrade serves %q, not %q", Command, req.GetCommand())
-	}
 	inv, err := cluster.InventoryFrom(req.GetCluster())
 	if err != nil {
 		return nil, err
@@ -293,8 +288,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 	inv := s.Inv
 	defer s.Close() //nolint:errcheck
-	attempt, _ := strconv.Atoi(req.GetSettings().GetExtra()["attempt"])
-	resumed := attempt > 1
+	resumed := req.GetAttempt() > 1
 	if resumed {
 		// The interrupted run may have left a node rebooting: wait for every
 		// node to answer and etcd to agree on a leader before planning again.
@@ -303,7 +297,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	ro, err := compute(ctx, req, s)
 	if err != nil {
 		if re, ok := cluster.AsRuleError(err); ok {
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Refusal()})
+			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Proto()})
 		}
 		return err
 	}
@@ -362,7 +356,7 @@ var errReported = errors.New("result reported")
 func (x *run) fail(summary string, err error, actions ...*lifecyclev1.SuggestedAction) error {
 	res := &lifecyclev1.Result{Ok: false, Summary: summary, Error: err.Error(), Lines: x.lines, SuggestedActions: actions}
 	if re, ok := cluster.AsRuleError(err); ok {
-		res.Refusal = re.Refusal()
+		res.Refusal = re.Proto()
 	}
 	if serr := x.r.Result(res); serr != nil {
 		return serr

@@ -3,11 +3,9 @@
 // adds, changes and destroys, and refuses under rule R5 when the plan would
 // replace or delete the cluster's machine secrets or a node VM.
 //
-// The host passes the root in OperationRequest.Settings.extra:
+// The host passes the root in OperationRequest.Settings.terraform (root,
+// binary, config_key, plan_before_upgrade). Settings.extra may tune the guard:
 //
-//	terraform_root               required: the root directory
-//	terraform_binary             tofu (default), terraform, or an absolute path
-//	terraform_config_key         the config path for messages, e.g. clusters[0].credentials.terraform
 //	terraform_protected_secrets  comma-separated types/names (default talos_machine_secrets)
 //	terraform_protected_vms      comma-separated types/names (default proxmox_virtual_environment_vm,proxmox_vm_qemu)
 //	terraform_refresh            "false" plans with -refresh=false
@@ -36,15 +34,9 @@ const Command = "tf plan"
 
 // Settings.extra keys read by this plugin (and by Check).
 const (
-	ExtraRoot             = "terraform_root"
-	ExtraBinary           = "terraform_binary"
-	ExtraConfigKey        = "terraform_config_key"
 	ExtraProtectedSecrets = "terraform_protected_secrets"
 	ExtraProtectedVMs     = "terraform_protected_vms"
 	ExtraRefresh          = "terraform_refresh"
-	// ExtraGuardBeforeUpgrade ("true") asks upgrade plugins to run the R5
-	// guard before they touch anything (credentials.terraform.plan_before_upgrade).
-	ExtraGuardBeforeUpgrade = "terraform_plan_guard"
 )
 
 // Plugin implements sdk.Plugin. The zero value uses the plugin process's
@@ -77,17 +69,18 @@ type Options struct {
 	Plan   terraform.PlanOptions
 }
 
-// OptionsFrom reads Settings.extra. A missing root is an error that says
+// OptionsFrom reads Settings.terraform and Settings.extra. A missing root is an error that says
 // which configuration to set.
 func OptionsFrom(cluster string, s *lifecyclev1.Settings) (Options, error) {
 	x := s.GetExtra()
-	o := Options{Config: terraform.Config{Root: x[ExtraRoot], Binary: x[ExtraBinary], ConfigKey: x[ExtraConfigKey]}}
+	tf := s.GetTerraform()
+	o := Options{Config: terraform.Config{Root: tf.GetRoot(), Binary: tf.GetBinary(), ConfigKey: tf.GetConfigKey()}}
 	if o.Config.ConfigKey == "" {
 		o.Config.ConfigKey = "clusters[" + cluster + "].credentials.terraform"
 	}
 	if o.Config.Root == "" {
-		return o, fmt.Errorf("cluster %s has no Terraform root: set %s.root (the host passes it to plugins as settings.extra %s)",
-			cluster, o.Config.ConfigKey, ExtraRoot)
+		return o, fmt.Errorf("cluster %s has no Terraform root: set %s.root (the host passes it to plugins as settings.terraform)",
+			cluster, o.Config.ConfigKey)
 	}
 	o.Guard.Secrets = list(x[ExtraProtectedSecrets])
 	o.Guard.VMs = list(x[ExtraProtectedVMs])
@@ -121,9 +114,6 @@ func (o Options) protected() string {
 
 // Plan describes the check. It does not run Terraform.
 func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() != Command {
-		return nil, fmt.Errorf("tfguard serves %q, not %q", Command, req.GetCommand())
-	}
 	name := req.GetCluster().GetName()
 	o, err := OptionsFrom(name, req.GetSettings())
 	if err != nil {
@@ -137,8 +127,8 @@ func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*li
 			{Id: "plan", Title: "plan -out in a private directory and read it with show -json", Kind: "terraform"},
 			{Id: "guard", Title: "R5: no replacement or deletion of cluster secrets or node VMs", Kind: "gate"},
 		},
-		CanonicalInputs: []byte(fmt.Sprintf("tf plan cluster=%s root=%s binary=%s protected=%s refresh=%t",
-			name, o.Config.Root, o.Config.Binary, o.protected(), !o.Plan.NoRefresh)),
+		CanonicalInputs: sdk.NewCanonical(req).Str("root", o.Config.Root).Str("binary", o.Config.Binary).
+			Str("protected", o.protected()).Bool("refresh", !o.Plan.NoRefresh).Bytes(),
 	}, nil
 }
 
@@ -210,7 +200,7 @@ func GuardStep() *lifecyclev1.Step {
 
 // Wanted reports whether the host asked for the guard before upgrades.
 func Wanted(s *lifecyclev1.Settings) bool {
-	return s.GetExtra()[ExtraGuardBeforeUpgrade] == "true"
+	return s.GetTerraform().GetPlanBeforeUpgrade()
 }
 
 // BeforeUpgrade runs the R5 guard as the first step of an upgrade (GuardStep)

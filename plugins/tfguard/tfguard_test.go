@@ -16,7 +16,7 @@ import (
 func request(root, bin string) *lifecyclev1.OperationRequest {
 	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: tfguard.Command,
 		Cluster:  &lifecyclev1.Cluster{Name: "staging", Environment: "staging"},
-		Settings: &lifecyclev1.Settings{Extra: map[string]string{tfguard.ExtraRoot: root, tfguard.ExtraBinary: bin, tfguard.ExtraConfigKey: "clusters[0].credentials.terraform"}}}
+		Settings: &lifecyclev1.Settings{Extra: map[string]string{}, Terraform: &lifecyclev1.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform"}}}
 }
 
 func run(t *testing.T, p *tfguard.Plugin, req *lifecyclev1.OperationRequest) *lifecyclev1.Result {
@@ -43,7 +43,7 @@ func TestDescribeIsReadOnly(t *testing.T) {
 func TestPlanNeedsRoot(t *testing.T) {
 	req := request("", "")
 	_, err := tfguard.New().Plan(context.Background(), req)
-	if err == nil || !strings.Contains(err.Error(), "clusters[0].credentials.terraform.root") || !strings.Contains(err.Error(), "terraform_root") {
+	if err == nil || !strings.Contains(err.Error(), "clusters[0].credentials.terraform.root") || !strings.Contains(err.Error(), "settings.terraform") {
 		t.Fatalf("err = %v", err)
 	}
 }

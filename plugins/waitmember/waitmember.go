@@ -92,7 +92,7 @@ func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*life
 			{Id: "voting", Title: t.node.Name + " votes (not a learner) and answers", Node: t.node.Name, Kind: "quorum"},
 			{Id: "leader", Title: "every member reports the same leader", Kind: "quorum"},
 		},
-		CanonicalInputs: []byte(fmt.Sprintf("wait-member cluster=%s node=%s timeout=%s", inv.Name, t.node.Name, t.timeout)),
+		CanonicalInputs: sdk.NewCanonical(req).Str("node", t.node.Name).Duration("timeout", t.timeout).Bytes(),
 	}, nil
 }
 
@@ -102,7 +102,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	inv, t, err := check(req)
 	if err != nil {
 		re, _ := cluster.AsRuleError(err)
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Refusal()})
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Proto()})
 	}
 	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
 	if err != nil {

@@ -1,6 +1,9 @@
 // Command engineplugin is a lifecycle plugin for the engine tests, launched the
 // way built-ins are: `engineplugin plugin NAME`. It serves a read-only "probe"
-// and a disruptive "roll" whose behaviour is chosen by --mode.
+// and a disruptive "roll" whose behaviour is chosen by --mode. "roll" declares
+// itself the Talos-upgrade staging drill, "stash" the etcd-restore drill,
+// and "drills" needs the drill
+// evidence, so the engine tests see inputs served by declaration only.
 package main
 
 import (
@@ -27,9 +30,12 @@ func (p *plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 	ro, dis := lifecyclev1.Effect_EFFECT_READ_ONLY, lifecyclev1.Effect_EFFECT_DISRUPTIVE
 	return &lifecyclev1.Manifest{Name: p.name, Version: "test", Commands: []*lifecyclev1.Command{
 		{Name: "probe", Summary: "read-only probe", Effect: ro, Args: []*lifecyclev1.Arg{{Name: "cluster"},
-			{Name: "protected", Flag: true, Description: "write the protected snapshot ids the host sent to this file"}}},
-		{Name: "stash", Summary: "writes a file, leaves the cluster alone", Effect: lifecyclev1.Effect_EFFECT_WRITE, Args: []*lifecyclev1.Arg{{Name: "cluster"}}},
-		{Name: "roll", Summary: "disruptive roll", Effect: dis, Args: []*lifecyclev1.Arg{
+			{Name: "protected", Flag: true, Description: "write the protected snapshot ids the host sent to this file"},
+			{Name: "inputs", Flag: true, Description: "write the typed inputs the host sent to this file"}}},
+		{Name: "drills", Summary: "needs the staging drill evidence", Effect: ro, Needs: []lifecyclev1.Need{lifecyclev1.Need_NEED_STAGING_DRILLS},
+			Args: []*lifecyclev1.Arg{{Name: "cluster"}, {Name: "inputs", Flag: true, Description: "write the typed inputs the host sent to this file"}}},
+		{Name: "stash", Summary: "writes a file, leaves the cluster alone", Effect: lifecyclev1.Effect_EFFECT_WRITE, Drill: lifecyclev1.Drill_DRILL_ETCD_RESTORE, Args: []*lifecyclev1.Arg{{Name: "cluster"}}},
+		{Name: "roll", Summary: "disruptive roll", Effect: dis, Drill: lifecyclev1.Drill_DRILL_TALOS_UPGRADE, Args: []*lifecyclev1.Arg{
 			{Name: "target", Required: true}, {Name: "cluster"},
 			{Name: "mode", Flag: true, Description: "ok, fail, crash or wait"},
 			{Name: "marker", Flag: true}, {Name: "drift", Flag: true},
@@ -44,7 +50,7 @@ func (p *plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*li
 	if req.GetCommand() == "stash" {
 		return &lifecyclev1.OperationPlan{Summary: "stash", Steps: []*lifecyclev1.Step{{Id: "w", Title: "write"}}, CanonicalInputs: []byte("stash")}, nil
 	}
-	if req.GetCommand() == "probe" {
+	if req.GetCommand() == "probe" || req.GetCommand() == "drills" {
 		return &lifecyclev1.OperationPlan{Summary: "probe", Steps: []*lifecyclev1.Step{{Id: "p", Title: "probe"}}, CanonicalInputs: []byte("probe")}, nil
 	}
 	if a["target"] == "refuse" {
@@ -62,13 +68,36 @@ func (p *plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*li
 	}, nil
 }
 
+// inputs renders the host-served typed inputs for the engine tests.
+func inputs(req *lifecyclev1.OperationRequest) string {
+	s := req.GetSettings()
+	drills := "unset"
+	if d := s.GetStagingDrills(); d != nil {
+		var ev []string
+		for _, e := range d.GetDrills() {
+			ev = append(ev, fmt.Sprintf("%s:%s:%s", e.GetDrill(), e.GetCommand(), e.GetOperationId()))
+		}
+		drills = "[" + strings.Join(ev, ",") + "]"
+	}
+	tf := s.GetTerraform()
+	last := strings.Fields(s.GetBackups().GetLastDrill()) // "<op-id> <state> <time>"
+	if len(last) > 2 {
+		last = last[:2]
+	}
+	return fmt.Sprintf("attempt=%d drills=%s terraform=%s,%s,%s,%t last_drill=%s", req.GetAttempt(), drills,
+		tf.GetRoot(), tf.GetBinary(), tf.GetConfigKey(), tf.GetPlanBeforeUpgrade(), strings.Join(last, " "))
+}
+
 func (p *plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
 	a := req.GetArgs()
 	if req.GetCommand() == "stash" {
 		_ = r.StepOK("w", "written")
 		return r.Result(&lifecyclev1.Result{Ok: true, Summary: "stashed"})
 	}
-	if req.GetCommand() == "probe" {
+	if f := a["inputs"]; f != "" {
+		_ = os.WriteFile(f, []byte(inputs(req)), 0o600)
+	}
+	if req.GetCommand() == "probe" || req.GetCommand() == "drills" {
 		if f := a["protected"]; f != "" {
 			_ = os.WriteFile(f, []byte(strings.Join(req.GetSettings().GetBackups().GetProtectedSnapshots(), ",")), 0o600)
 		}

@@ -6,6 +6,7 @@ package sdktest
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -36,13 +37,38 @@ func NewRecorder(now func() time.Time) *Recorder {
 	return rec
 }
 
-// Run calls p.Run with a new Recorder and then applies the SDK's end-of-run
-// rule. The returned error is Run's own error (also reflected in the Result).
+// Run checks the command against p's manifest and calls p.Run with a new
+// Recorder, then applies the SDK's end-of-run rule, as sdk.Serve does. The
+// returned error is Run's own error or, when Run returned nil, the first
+// report error (both also reflected in the Result when none was sent).
 func Run(ctx context.Context, p sdk.Plugin, req *lifecyclev1.OperationRequest, now func() time.Time) (*Recorder, error) {
 	rec := NewRecorder(now)
-	err := p.Run(ctx, req, rec)
+	err := checkCommand(ctx, p, req.GetCommand())
+	if err == nil {
+		err = p.Run(ctx, req, rec)
+	}
+	if err == nil && rec.Err() != nil {
+		err = fmt.Errorf("reporting progress: %w", rec.Err())
+	}
 	_ = rec.Finish(err) // the in-memory sink cannot fail
 	return rec, err
+}
+
+// Plan checks the command against p's manifest and calls p.Plan, as
+// sdk.Serve does.
+func Plan(ctx context.Context, p sdk.Plugin, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+	if err := checkCommand(ctx, p, req.GetCommand()); err != nil {
+		return nil, err
+	}
+	return p.Plan(ctx, req)
+}
+
+func checkCommand(ctx context.Context, p sdk.Plugin, command string) error {
+	m, err := p.Describe(ctx)
+	if err != nil {
+		return fmt.Errorf("describe: %w", err)
+	}
+	return sdk.CheckCommand(sdk.CommandNames(m), command)
 }
 
 // Events returns a copy of all events in the order they were sent.

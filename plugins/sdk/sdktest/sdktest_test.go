@@ -15,7 +15,7 @@ type plug struct {
 }
 
 func (plug) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{}, nil
+	return &lifecyclev1.Manifest{Commands: []*lifecyclev1.Command{{Name: "x"}}}, nil
 }
 func (plug) Plan(context.Context, *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
 	return &lifecyclev1.OperationPlan{}, nil
@@ -35,7 +35,7 @@ func TestRunRecordsAndFinishes(t *testing.T) {
 		_ = r.Artifact(&lifecyclev1.Artifact{Id: "snap-1"})
 		_ = r.StepFailed("gate", "etcd")
 		return errors.New("gate failed")
-	}}, &lifecyclev1.OperationRequest{}, clock)
+	}}, &lifecyclev1.OperationRequest{Command: "x"}, clock)
 	if err == nil || err.Error() != "gate failed" {
 		t.Fatalf("err = %v", err)
 	}
@@ -58,5 +58,21 @@ func TestRunRecordsAndFinishes(t *testing.T) {
 	}
 	if err := leaked.Log("info", "", "late"); err == nil {
 		t.Fatal("reporting after Run returned must fail")
+	}
+}
+
+func TestRunReturnsFirstReportErrorAndChecksCommand(t *testing.T) {
+	rec, err := Run(t.Context(), plug{run: func(_ context.Context, r sdk.Reporter) error {
+		_ = r.Step(&lifecyclev1.StepEvent{StepId: "s"}) // no status: dropped
+		return nil
+	}}, &lifecyclev1.OperationRequest{Command: "x"}, nil)
+	if err == nil || rec.FinalResult().GetOk() {
+		t.Fatalf("err = %v, result = %v: a dropped report error must fail the run", err, rec.FinalResult())
+	}
+	if _, err := Run(t.Context(), plug{}, &lifecyclev1.OperationRequest{Command: "y"}, nil); err == nil {
+		t.Fatal("an undeclared command must be refused")
+	}
+	if _, err := Plan(t.Context(), plug{}, &lifecyclev1.OperationRequest{Command: "y"}); err == nil {
+		t.Fatal("Plan: an undeclared command must be refused")
 	}
 }

@@ -89,6 +89,111 @@ func (Effect) EnumDescriptor() ([]byte, []int) {
 	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{0}
 }
 
+// Need is an input the host serves on request (Command.needs).
+type Need int32
+
+const (
+	Need_NEED_UNSPECIFIED Need = 0
+	// STAGING_DRILLS fills Settings.staging_drills from the audit trail.
+	Need_NEED_STAGING_DRILLS Need = 1
+)
+
+// Enum value maps for Need.
+var (
+	Need_name = map[int32]string{
+		0: "NEED_UNSPECIFIED",
+		1: "NEED_STAGING_DRILLS",
+	}
+	Need_value = map[string]int32{
+		"NEED_UNSPECIFIED":    0,
+		"NEED_STAGING_DRILLS": 1,
+	}
+)
+
+func (x Need) Enum() *Need {
+	p := new(Need)
+	*p = x
+	return p
+}
+
+func (x Need) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Need) Descriptor() protoreflect.EnumDescriptor {
+	return file_lifecycle_v1_lifecycle_proto_enumTypes[1].Descriptor()
+}
+
+func (Need) Type() protoreflect.EnumType {
+	return &file_lifecycle_v1_lifecycle_proto_enumTypes[1]
+}
+
+func (x Need) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Need.Descriptor instead.
+func (Need) EnumDescriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{1}
+}
+
+// Drill is a staging drill the production readiness gate asks for.
+type Drill int32
+
+const (
+	Drill_DRILL_UNSPECIFIED        Drill = 0
+	Drill_DRILL_TALOS_UPGRADE      Drill = 1
+	Drill_DRILL_KUBERNETES_UPGRADE Drill = 2
+	// NODE_REPLACEMENT is a node remove (and re-add).
+	Drill_DRILL_NODE_REPLACEMENT Drill = 3
+	Drill_DRILL_ETCD_RESTORE     Drill = 4
+)
+
+// Enum value maps for Drill.
+var (
+	Drill_name = map[int32]string{
+		0: "DRILL_UNSPECIFIED",
+		1: "DRILL_TALOS_UPGRADE",
+		2: "DRILL_KUBERNETES_UPGRADE",
+		3: "DRILL_NODE_REPLACEMENT",
+		4: "DRILL_ETCD_RESTORE",
+	}
+	Drill_value = map[string]int32{
+		"DRILL_UNSPECIFIED":        0,
+		"DRILL_TALOS_UPGRADE":      1,
+		"DRILL_KUBERNETES_UPGRADE": 2,
+		"DRILL_NODE_REPLACEMENT":   3,
+		"DRILL_ETCD_RESTORE":       4,
+	}
+)
+
+func (x Drill) Enum() *Drill {
+	p := new(Drill)
+	*p = x
+	return p
+}
+
+func (x Drill) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Drill) Descriptor() protoreflect.EnumDescriptor {
+	return file_lifecycle_v1_lifecycle_proto_enumTypes[2].Descriptor()
+}
+
+func (Drill) Type() protoreflect.EnumType {
+	return &file_lifecycle_v1_lifecycle_proto_enumTypes[2]
+}
+
+func (x Drill) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Drill.Descriptor instead.
+func (Drill) EnumDescriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{2}
+}
+
 type StepStatus int32
 
 const (
@@ -128,11 +233,11 @@ func (x StepStatus) String() string {
 }
 
 func (StepStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_lifecycle_v1_lifecycle_proto_enumTypes[1].Descriptor()
+	return file_lifecycle_v1_lifecycle_proto_enumTypes[3].Descriptor()
 }
 
 func (StepStatus) Type() protoreflect.EnumType {
-	return &file_lifecycle_v1_lifecycle_proto_enumTypes[1]
+	return &file_lifecycle_v1_lifecycle_proto_enumTypes[3]
 }
 
 func (x StepStatus) Number() protoreflect.EnumNumber {
@@ -141,7 +246,7 @@ func (x StepStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StepStatus.Descriptor instead.
 func (StepStatus) EnumDescriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{1}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{3}
 }
 
 type DescribeRequest struct {
@@ -282,6 +387,13 @@ type Command struct {
 	// the host sends it the off-site credentials and, unless it is
 	// READ_ONLY, the age identity.
 	ReadsSnapshot bool `protobuf:"varint,7,opt,name=reads_snapshot,json=readsSnapshot,proto3" json:"reads_snapshot,omitempty"`
+	// needs lists the inputs the host computes only for commands that ask
+	// for them (they cost the host work). A host that predates a need sends
+	// nothing for it; the plugin must treat a missing input as unknown.
+	Needs []Need `protobuf:"varint,8,rep,packed,name=needs,proto3,enum=talosbot.lifecycle.v1.Need" json:"needs,omitempty"`
+	// drill says that a succeeded, non-dry-run staging run of this command is
+	// evidence of this staging drill (Settings.staging_drills).
+	Drill         Drill `protobuf:"varint,9,opt,name=drill,proto3,enum=talosbot.lifecycle.v1.Drill" json:"drill,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -363,6 +475,20 @@ func (x *Command) GetReadsSnapshot() bool {
 		return x.ReadsSnapshot
 	}
 	return false
+}
+
+func (x *Command) GetNeeds() []Need {
+	if x != nil {
+		return x.Needs
+	}
+	return nil
+}
+
+func (x *Command) GetDrill() Drill {
+	if x != nil {
+		return x.Drill
+	}
+	return Drill_DRILL_UNSPECIFIED
 }
 
 type Manifest struct {
@@ -702,7 +828,13 @@ type Settings struct {
 	Extra                 map[string]string      `protobuf:"bytes,8,rep,name=extra,proto3" json:"extra,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// backups extends snapshot_dir/snapshot_keep/snapshot_max_age_seconds;
 	// plugins that predate it keep working with those fields.
-	Backups       *Backups `protobuf:"bytes,9,opt,name=backups,proto3" json:"backups,omitempty"`
+	Backups *Backups `protobuf:"bytes,9,opt,name=backups,proto3" json:"backups,omitempty"`
+	// terraform is the cluster's Terraform root (clusters[].credentials.terraform);
+	// unset when the cluster has none. Nothing in it is secret.
+	Terraform *Terraform `protobuf:"bytes,10,opt,name=terraform,proto3" json:"terraform,omitempty"`
+	// staging_drills is set only for a command that needs NEED_STAGING_DRILLS;
+	// unset means the host did not look (the drill gate is then manual).
+	StagingDrills *StagingDrills `protobuf:"bytes,11,opt,name=staging_drills,json=stagingDrills,proto3" json:"staging_drills,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -800,6 +932,210 @@ func (x *Settings) GetBackups() *Backups {
 	return nil
 }
 
+func (x *Settings) GetTerraform() *Terraform {
+	if x != nil {
+		return x.Terraform
+	}
+	return nil
+}
+
+func (x *Settings) GetStagingDrills() *StagingDrills {
+	if x != nil {
+		return x.StagingDrills
+	}
+	return nil
+}
+
+// Terraform tells the Terraform plugins (tf plan, drift) and the R5 plan
+// guard where the cluster's root is.
+type Terraform struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Root  string                 `protobuf:"bytes,1,opt,name=root,proto3" json:"root,omitempty"`
+	// binary is tofu (default), terraform, or an absolute path.
+	Binary string `protobuf:"bytes,2,opt,name=binary,proto3" json:"binary,omitempty"`
+	// config_key is the configuration path for messages, e.g.
+	// clusters[0].credentials.terraform.
+	ConfigKey string `protobuf:"bytes,3,opt,name=config_key,json=configKey,proto3" json:"config_key,omitempty"`
+	// plan_before_upgrade runs the R5 plan guard as the first step of every
+	// upgrade (clusters[].credentials.terraform.plan_before_upgrade).
+	PlanBeforeUpgrade bool `protobuf:"varint,4,opt,name=plan_before_upgrade,json=planBeforeUpgrade,proto3" json:"plan_before_upgrade,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Terraform) Reset() {
+	*x = Terraform{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Terraform) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Terraform) ProtoMessage() {}
+
+func (x *Terraform) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Terraform.ProtoReflect.Descriptor instead.
+func (*Terraform) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Terraform) GetRoot() string {
+	if x != nil {
+		return x.Root
+	}
+	return ""
+}
+
+func (x *Terraform) GetBinary() string {
+	if x != nil {
+		return x.Binary
+	}
+	return ""
+}
+
+func (x *Terraform) GetConfigKey() string {
+	if x != nil {
+		return x.ConfigKey
+	}
+	return ""
+}
+
+func (x *Terraform) GetPlanBeforeUpgrade() bool {
+	if x != nil {
+		return x.PlanBeforeUpgrade
+	}
+	return false
+}
+
+// StagingDrills is the newest succeeded staging run of each drill, from the
+// audit trail. A drill without an entry has not succeeded on staging.
+type StagingDrills struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Drills        []*DrillEvidence       `protobuf:"bytes,1,rep,name=drills,proto3" json:"drills,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StagingDrills) Reset() {
+	*x = StagingDrills{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StagingDrills) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StagingDrills) ProtoMessage() {}
+
+func (x *StagingDrills) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StagingDrills.ProtoReflect.Descriptor instead.
+func (*StagingDrills) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StagingDrills) GetDrills() []*DrillEvidence {
+	if x != nil {
+		return x.Drills
+	}
+	return nil
+}
+
+type DrillEvidence struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Drill       Drill                  `protobuf:"varint,1,opt,name=drill,proto3,enum=talosbot.lifecycle.v1.Drill" json:"drill,omitempty"`
+	OperationId string                 `protobuf:"bytes,2,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// command is the command that ran, e.g. "upgrade talos".
+	Command       string `protobuf:"bytes,3,opt,name=command,proto3" json:"command,omitempty"`
+	EndedUnix     int64  `protobuf:"varint,4,opt,name=ended_unix,json=endedUnix,proto3" json:"ended_unix,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrillEvidence) Reset() {
+	*x = DrillEvidence{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrillEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrillEvidence) ProtoMessage() {}
+
+func (x *DrillEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrillEvidence.ProtoReflect.Descriptor instead.
+func (*DrillEvidence) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DrillEvidence) GetDrill() Drill {
+	if x != nil {
+		return x.Drill
+	}
+	return Drill_DRILL_UNSPECIFIED
+}
+
+func (x *DrillEvidence) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *DrillEvidence) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
+}
+
+func (x *DrillEvidence) GetEndedUnix() int64 {
+	if x != nil {
+		return x.EndedUnix
+	}
+	return 0
+}
+
 // Backups is what the host knows about snapshots beyond where they go. The
 // plugin never reads the store, so the host tells it which snapshots the
 // operation records still need.
@@ -830,7 +1166,7 @@ type Backups struct {
 
 func (x *Backups) Reset() {
 	*x = Backups{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +1178,7 @@ func (x *Backups) String() string {
 func (*Backups) ProtoMessage() {}
 
 func (x *Backups) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +1191,7 @@ func (x *Backups) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backups.ProtoReflect.Descriptor instead.
 func (*Backups) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{8}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Backups) GetProtectedSnapshots() []string {
@@ -923,7 +1259,7 @@ type Retention struct {
 
 func (x *Retention) Reset() {
 	*x = Retention{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1271,7 @@ func (x *Retention) String() string {
 func (*Retention) ProtoMessage() {}
 
 func (x *Retention) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1284,7 @@ func (x *Retention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retention.ProtoReflect.Descriptor instead.
 func (*Retention) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{9}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Retention) GetKeep() int32 {
@@ -1010,7 +1346,7 @@ type Offsite struct {
 
 func (x *Offsite) Reset() {
 	*x = Offsite{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1358,7 @@ func (x *Offsite) String() string {
 func (*Offsite) ProtoMessage() {}
 
 func (x *Offsite) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1371,7 @@ func (x *Offsite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Offsite.ProtoReflect.Descriptor instead.
 func (*Offsite) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{10}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Offsite) GetEndpoint() string {
@@ -1079,18 +1415,22 @@ type OperationRequest struct {
 	// command is the manifest command name, e.g. "upgrade talos".
 	Command string `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
 	// args holds parsed arguments by name (positional and flags alike).
-	Args          map[string]string `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Cluster       *Cluster          `protobuf:"bytes,4,opt,name=cluster,proto3" json:"cluster,omitempty"`
-	Credentials   *Credentials      `protobuf:"bytes,5,opt,name=credentials,proto3" json:"credentials,omitempty"`
-	Settings      *Settings         `protobuf:"bytes,6,opt,name=settings,proto3" json:"settings,omitempty"`
-	Requester     string            `protobuf:"bytes,7,opt,name=requester,proto3" json:"requester,omitempty"`
+	Args        map[string]string `protobuf:"bytes,3,rep,name=args,proto3" json:"args,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Cluster     *Cluster          `protobuf:"bytes,4,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	Credentials *Credentials      `protobuf:"bytes,5,opt,name=credentials,proto3" json:"credentials,omitempty"`
+	Settings    *Settings         `protobuf:"bytes,6,opt,name=settings,proto3" json:"settings,omitempty"`
+	Requester   string            `protobuf:"bytes,7,opt,name=requester,proto3" json:"requester,omitempty"`
+	// attempt counts the runs of this operation, from 1; above 1 the plugin
+	// resumes an interrupted run (e.g. waits for a node that run left
+	// rebooting). 0 comes from a host that predates the field: treat as 1.
+	Attempt       int32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OperationRequest) Reset() {
 	*x = OperationRequest{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1442,7 @@ func (x *OperationRequest) String() string {
 func (*OperationRequest) ProtoMessage() {}
 
 func (x *OperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1455,7 @@ func (x *OperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRequest.ProtoReflect.Descriptor instead.
 func (*OperationRequest) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{11}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OperationRequest) GetOperationId() string {
@@ -1167,6 +1507,13 @@ func (x *OperationRequest) GetRequester() string {
 	return ""
 }
 
+func (x *OperationRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
 type Step struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1183,7 +1530,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1542,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1555,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{12}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Step) GetId() string {
@@ -1273,7 +1620,7 @@ type Precondition struct {
 
 func (x *Precondition) Reset() {
 	*x = Precondition{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1632,7 @@ func (x *Precondition) String() string {
 func (*Precondition) ProtoMessage() {}
 
 func (x *Precondition) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1645,7 @@ func (x *Precondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Precondition.ProtoReflect.Descriptor instead.
 func (*Precondition) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{13}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Precondition) GetName() string {
@@ -1341,7 +1688,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1353,7 +1700,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1366,7 +1713,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{14}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Refusal) GetRule() string {
@@ -1408,7 +1755,7 @@ type OperationPlan struct {
 
 func (x *OperationPlan) Reset() {
 	*x = OperationPlan{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1767,7 @@ func (x *OperationPlan) String() string {
 func (*OperationPlan) ProtoMessage() {}
 
 func (x *OperationPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1780,7 @@ func (x *OperationPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationPlan.ProtoReflect.Descriptor instead.
 func (*OperationPlan) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{15}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OperationPlan) GetSummary() string {
@@ -1499,7 +1846,7 @@ type StepEvent struct {
 
 func (x *StepEvent) Reset() {
 	*x = StepEvent{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1858,7 @@ func (x *StepEvent) String() string {
 func (*StepEvent) ProtoMessage() {}
 
 func (x *StepEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1871,7 @@ func (x *StepEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepEvent.ProtoReflect.Descriptor instead.
 func (*StepEvent) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{16}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StepEvent) GetStepId() string {
@@ -1580,7 +1927,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1592,7 +1939,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1605,7 +1952,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{17}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LogLine) GetLevel() string {
@@ -1643,7 +1990,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +2002,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +2015,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{18}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Artifact) GetId() string {
@@ -1724,7 +2071,7 @@ type SuggestedAction struct {
 
 func (x *SuggestedAction) Reset() {
 	*x = SuggestedAction{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +2083,7 @@ func (x *SuggestedAction) String() string {
 func (*SuggestedAction) ProtoMessage() {}
 
 func (x *SuggestedAction) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +2096,7 @@ func (x *SuggestedAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuggestedAction.ProtoReflect.Descriptor instead.
 func (*SuggestedAction) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{19}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SuggestedAction) GetLabel() string {
@@ -1781,7 +2128,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +2140,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +2153,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{20}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Result) GetOk() bool {
@@ -1867,7 +2214,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +2226,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +2239,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{21}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Progress) GetUnixNano() int64 {
@@ -1985,7 +2332,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\brequired\x18\x03 \x01(\bR\brequired\x12\x12\n" +
 	"\x04flag\x18\x04 \x01(\bR\x04flag\x12\x18\n" +
 	"\aboolean\x18\x05 \x01(\bR\aboolean\x12#\n" +
-	"\rdefault_value\x18\x06 \x01(\tR\fdefaultValue\"\x86\x02\n" +
+	"\rdefault_value\x18\x06 \x01(\tR\fdefaultValue\"\xed\x02\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12.\n" +
@@ -1993,7 +2340,9 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x06effect\x18\x04 \x01(\x0e2\x1d.talosbot.lifecycle.v1.EffectR\x06effect\x12%\n" +
 	"\x0eneeds_snapshot\x18\x05 \x01(\bR\rneedsSnapshot\x12\x18\n" +
 	"\aexample\x18\x06 \x01(\tR\aexample\x12%\n" +
-	"\x0ereads_snapshot\x18\a \x01(\bR\rreadsSnapshot\"\xcc\x01\n" +
+	"\x0ereads_snapshot\x18\a \x01(\bR\rreadsSnapshot\x121\n" +
+	"\x05needs\x18\b \x03(\x0e2\x1b.talosbot.lifecycle.v1.NeedR\x05needs\x122\n" +
+	"\x05drill\x18\t \x01(\x0e2\x1c.talosbot.lifecycle.v1.DrillR\x05drill\"\xcc\x01\n" +
 	"\bManifest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12:\n" +
@@ -2023,7 +2372,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"kubeconfig\x121\n" +
 	"\x15offsite_access_key_id\x18\x03 \x01(\fR\x12offsiteAccessKeyId\x129\n" +
 	"\x19offsite_secret_access_key\x18\x04 \x01(\fR\x16offsiteSecretAccessKey\x12!\n" +
-	"\fage_identity\x18\x05 \x01(\fR\vageIdentity\"\xfa\x03\n" +
+	"\fage_identity\x18\x05 \x01(\fR\vageIdentity\"\x87\x05\n" +
 	"\bSettings\x12!\n" +
 	"\fsnapshot_dir\x18\x01 \x01(\tR\vsnapshotDir\x12&\n" +
 	"\x0fgate_timeout_ms\x18\x02 \x01(\x03R\rgateTimeoutMs\x12&\n" +
@@ -2033,11 +2382,28 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x18snapshot_max_age_seconds\x18\x06 \x01(\x03R\x15snapshotMaxAgeSeconds\x125\n" +
 	"\x17refuse_non_latest_patch\x18\a \x01(\bR\x14refuseNonLatestPatch\x12@\n" +
 	"\x05extra\x18\b \x03(\v2*.talosbot.lifecycle.v1.Settings.ExtraEntryR\x05extra\x128\n" +
-	"\abackups\x18\t \x01(\v2\x1e.talosbot.lifecycle.v1.BackupsR\abackups\x1a8\n" +
+	"\abackups\x18\t \x01(\v2\x1e.talosbot.lifecycle.v1.BackupsR\abackups\x12>\n" +
+	"\tterraform\x18\n" +
+	" \x01(\v2 .talosbot.lifecycle.v1.TerraformR\tterraform\x12K\n" +
+	"\x0estaging_drills\x18\v \x01(\v2$.talosbot.lifecycle.v1.StagingDrillsR\rstagingDrills\x1a8\n" +
 	"\n" +
 	"ExtraEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd5\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x01\n" +
+	"\tTerraform\x12\x12\n" +
+	"\x04root\x18\x01 \x01(\tR\x04root\x12\x16\n" +
+	"\x06binary\x18\x02 \x01(\tR\x06binary\x12\x1d\n" +
+	"\n" +
+	"config_key\x18\x03 \x01(\tR\tconfigKey\x12.\n" +
+	"\x13plan_before_upgrade\x18\x04 \x01(\bR\x11planBeforeUpgrade\"M\n" +
+	"\rStagingDrills\x12<\n" +
+	"\x06drills\x18\x01 \x03(\v2$.talosbot.lifecycle.v1.DrillEvidenceR\x06drills\"\x9f\x01\n" +
+	"\rDrillEvidence\x122\n" +
+	"\x05drill\x18\x01 \x01(\x0e2\x1c.talosbot.lifecycle.v1.DrillR\x05drill\x12!\n" +
+	"\foperation_id\x18\x02 \x01(\tR\voperationId\x12\x18\n" +
+	"\acommand\x18\x03 \x01(\tR\acommand\x12\x1d\n" +
+	"\n" +
+	"ended_unix\x18\x04 \x01(\x03R\tendedUnix\"\xd5\x03\n" +
 	"\aBackups\x12/\n" +
 	"\x13protected_snapshots\x18\x01 \x03(\tR\x12protectedSnapshots\x126\n" +
 	"\x05local\x18\x02 \x01(\v2 .talosbot.lifecycle.v1.RetentionR\x05local\x12M\n" +
@@ -2062,7 +2428,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06prefix\x18\x03 \x01(\tR\x06prefix\x12\x16\n" +
 	"\x06region\x18\x04 \x01(\tR\x06region\x12\x1a\n" +
-	"\binsecure\x18\x05 \x01(\bR\binsecure\"\xaa\x03\n" +
+	"\binsecure\x18\x05 \x01(\bR\binsecure\"\xc4\x03\n" +
 	"\x10OperationRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12E\n" +
@@ -2070,7 +2436,8 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\acluster\x18\x04 \x01(\v2\x1e.talosbot.lifecycle.v1.ClusterR\acluster\x12D\n" +
 	"\vcredentials\x18\x05 \x01(\v2\".talosbot.lifecycle.v1.CredentialsR\vcredentials\x12;\n" +
 	"\bsettings\x18\x06 \x01(\v2\x1f.talosbot.lifecycle.v1.SettingsR\bsettings\x12\x1c\n" +
-	"\trequester\x18\a \x01(\tR\trequester\x1a7\n" +
+	"\trequester\x18\a \x01(\tR\trequester\x12\x18\n" +
+	"\aattempt\x18\b \x01(\x05R\aattempt\x1a7\n" +
 	"\tArgsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x01\n" +
@@ -2140,7 +2507,16 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x12EFFECT_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10EFFECT_READ_ONLY\x10\x01\x12\x15\n" +
 	"\x11EFFECT_DISRUPTIVE\x10\x02\x12\x10\n" +
-	"\fEFFECT_WRITE\x10\x03*\x87\x01\n" +
+	"\fEFFECT_WRITE\x10\x03*5\n" +
+	"\x04Need\x12\x14\n" +
+	"\x10NEED_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13NEED_STAGING_DRILLS\x10\x01*\x89\x01\n" +
+	"\x05Drill\x12\x15\n" +
+	"\x11DRILL_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13DRILL_TALOS_UPGRADE\x10\x01\x12\x1c\n" +
+	"\x18DRILL_KUBERNETES_UPGRADE\x10\x02\x12\x1a\n" +
+	"\x16DRILL_NODE_REPLACEMENT\x10\x03\x12\x16\n" +
+	"\x12DRILL_ETCD_RESTORE\x10\x04*\x87\x01\n" +
 	"\n" +
 	"StepStatus\x12\x1b\n" +
 	"\x17STEP_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2165,75 +2541,86 @@ func file_lifecycle_v1_lifecycle_proto_rawDescGZIP() []byte {
 	return file_lifecycle_v1_lifecycle_proto_rawDescData
 }
 
-var file_lifecycle_v1_lifecycle_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_lifecycle_v1_lifecycle_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
 	(Effect)(0),              // 0: talosbot.lifecycle.v1.Effect
-	(StepStatus)(0),          // 1: talosbot.lifecycle.v1.StepStatus
-	(*DescribeRequest)(nil),  // 2: talosbot.lifecycle.v1.DescribeRequest
-	(*Arg)(nil),              // 3: talosbot.lifecycle.v1.Arg
-	(*Command)(nil),          // 4: talosbot.lifecycle.v1.Command
-	(*Manifest)(nil),         // 5: talosbot.lifecycle.v1.Manifest
-	(*Node)(nil),             // 6: talosbot.lifecycle.v1.Node
-	(*Cluster)(nil),          // 7: talosbot.lifecycle.v1.Cluster
-	(*Credentials)(nil),      // 8: talosbot.lifecycle.v1.Credentials
-	(*Settings)(nil),         // 9: talosbot.lifecycle.v1.Settings
-	(*Backups)(nil),          // 10: talosbot.lifecycle.v1.Backups
-	(*Retention)(nil),        // 11: talosbot.lifecycle.v1.Retention
-	(*Offsite)(nil),          // 12: talosbot.lifecycle.v1.Offsite
-	(*OperationRequest)(nil), // 13: talosbot.lifecycle.v1.OperationRequest
-	(*Step)(nil),             // 14: talosbot.lifecycle.v1.Step
-	(*Precondition)(nil),     // 15: talosbot.lifecycle.v1.Precondition
-	(*Refusal)(nil),          // 16: talosbot.lifecycle.v1.Refusal
-	(*OperationPlan)(nil),    // 17: talosbot.lifecycle.v1.OperationPlan
-	(*StepEvent)(nil),        // 18: talosbot.lifecycle.v1.StepEvent
-	(*LogLine)(nil),          // 19: talosbot.lifecycle.v1.LogLine
-	(*Artifact)(nil),         // 20: talosbot.lifecycle.v1.Artifact
-	(*SuggestedAction)(nil),  // 21: talosbot.lifecycle.v1.SuggestedAction
-	(*Result)(nil),           // 22: talosbot.lifecycle.v1.Result
-	(*Progress)(nil),         // 23: talosbot.lifecycle.v1.Progress
-	nil,                      // 24: talosbot.lifecycle.v1.Cluster.DeclaredEntry
-	nil,                      // 25: talosbot.lifecycle.v1.Settings.ExtraEntry
-	nil,                      // 26: talosbot.lifecycle.v1.Backups.ProtectedByEntry
-	nil,                      // 27: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	(Need)(0),                // 1: talosbot.lifecycle.v1.Need
+	(Drill)(0),               // 2: talosbot.lifecycle.v1.Drill
+	(StepStatus)(0),          // 3: talosbot.lifecycle.v1.StepStatus
+	(*DescribeRequest)(nil),  // 4: talosbot.lifecycle.v1.DescribeRequest
+	(*Arg)(nil),              // 5: talosbot.lifecycle.v1.Arg
+	(*Command)(nil),          // 6: talosbot.lifecycle.v1.Command
+	(*Manifest)(nil),         // 7: talosbot.lifecycle.v1.Manifest
+	(*Node)(nil),             // 8: talosbot.lifecycle.v1.Node
+	(*Cluster)(nil),          // 9: talosbot.lifecycle.v1.Cluster
+	(*Credentials)(nil),      // 10: talosbot.lifecycle.v1.Credentials
+	(*Settings)(nil),         // 11: talosbot.lifecycle.v1.Settings
+	(*Terraform)(nil),        // 12: talosbot.lifecycle.v1.Terraform
+	(*StagingDrills)(nil),    // 13: talosbot.lifecycle.v1.StagingDrills
+	(*DrillEvidence)(nil),    // 14: talosbot.lifecycle.v1.DrillEvidence
+	(*Backups)(nil),          // 15: talosbot.lifecycle.v1.Backups
+	(*Retention)(nil),        // 16: talosbot.lifecycle.v1.Retention
+	(*Offsite)(nil),          // 17: talosbot.lifecycle.v1.Offsite
+	(*OperationRequest)(nil), // 18: talosbot.lifecycle.v1.OperationRequest
+	(*Step)(nil),             // 19: talosbot.lifecycle.v1.Step
+	(*Precondition)(nil),     // 20: talosbot.lifecycle.v1.Precondition
+	(*Refusal)(nil),          // 21: talosbot.lifecycle.v1.Refusal
+	(*OperationPlan)(nil),    // 22: talosbot.lifecycle.v1.OperationPlan
+	(*StepEvent)(nil),        // 23: talosbot.lifecycle.v1.StepEvent
+	(*LogLine)(nil),          // 24: talosbot.lifecycle.v1.LogLine
+	(*Artifact)(nil),         // 25: talosbot.lifecycle.v1.Artifact
+	(*SuggestedAction)(nil),  // 26: talosbot.lifecycle.v1.SuggestedAction
+	(*Result)(nil),           // 27: talosbot.lifecycle.v1.Result
+	(*Progress)(nil),         // 28: talosbot.lifecycle.v1.Progress
+	nil,                      // 29: talosbot.lifecycle.v1.Cluster.DeclaredEntry
+	nil,                      // 30: talosbot.lifecycle.v1.Settings.ExtraEntry
+	nil,                      // 31: talosbot.lifecycle.v1.Backups.ProtectedByEntry
+	nil,                      // 32: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
 }
 var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
-	3,  // 0: talosbot.lifecycle.v1.Command.args:type_name -> talosbot.lifecycle.v1.Arg
+	5,  // 0: talosbot.lifecycle.v1.Command.args:type_name -> talosbot.lifecycle.v1.Arg
 	0,  // 1: talosbot.lifecycle.v1.Command.effect:type_name -> talosbot.lifecycle.v1.Effect
-	4,  // 2: talosbot.lifecycle.v1.Manifest.commands:type_name -> talosbot.lifecycle.v1.Command
-	6,  // 3: talosbot.lifecycle.v1.Cluster.nodes:type_name -> talosbot.lifecycle.v1.Node
-	24, // 4: talosbot.lifecycle.v1.Cluster.declared:type_name -> talosbot.lifecycle.v1.Cluster.DeclaredEntry
-	25, // 5: talosbot.lifecycle.v1.Settings.extra:type_name -> talosbot.lifecycle.v1.Settings.ExtraEntry
-	10, // 6: talosbot.lifecycle.v1.Settings.backups:type_name -> talosbot.lifecycle.v1.Backups
-	11, // 7: talosbot.lifecycle.v1.Backups.local:type_name -> talosbot.lifecycle.v1.Retention
-	11, // 8: talosbot.lifecycle.v1.Backups.offsite_retention:type_name -> talosbot.lifecycle.v1.Retention
-	12, // 9: talosbot.lifecycle.v1.Backups.offsite:type_name -> talosbot.lifecycle.v1.Offsite
-	26, // 10: talosbot.lifecycle.v1.Backups.protected_by:type_name -> talosbot.lifecycle.v1.Backups.ProtectedByEntry
-	27, // 11: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
-	7,  // 12: talosbot.lifecycle.v1.OperationRequest.cluster:type_name -> talosbot.lifecycle.v1.Cluster
-	8,  // 13: talosbot.lifecycle.v1.OperationRequest.credentials:type_name -> talosbot.lifecycle.v1.Credentials
-	9,  // 14: talosbot.lifecycle.v1.OperationRequest.settings:type_name -> talosbot.lifecycle.v1.Settings
-	14, // 15: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
-	15, // 16: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
-	16, // 17: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	1,  // 18: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
-	21, // 19: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
-	16, // 20: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	18, // 21: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
-	19, // 22: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
-	20, // 23: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
-	22, // 24: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
-	2,  // 25: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
-	13, // 26: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
-	13, // 27: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
-	5,  // 28: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
-	17, // 29: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
-	23, // 30: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
-	28, // [28:31] is the sub-list for method output_type
-	25, // [25:28] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	1,  // 2: talosbot.lifecycle.v1.Command.needs:type_name -> talosbot.lifecycle.v1.Need
+	2,  // 3: talosbot.lifecycle.v1.Command.drill:type_name -> talosbot.lifecycle.v1.Drill
+	6,  // 4: talosbot.lifecycle.v1.Manifest.commands:type_name -> talosbot.lifecycle.v1.Command
+	8,  // 5: talosbot.lifecycle.v1.Cluster.nodes:type_name -> talosbot.lifecycle.v1.Node
+	29, // 6: talosbot.lifecycle.v1.Cluster.declared:type_name -> talosbot.lifecycle.v1.Cluster.DeclaredEntry
+	30, // 7: talosbot.lifecycle.v1.Settings.extra:type_name -> talosbot.lifecycle.v1.Settings.ExtraEntry
+	15, // 8: talosbot.lifecycle.v1.Settings.backups:type_name -> talosbot.lifecycle.v1.Backups
+	12, // 9: talosbot.lifecycle.v1.Settings.terraform:type_name -> talosbot.lifecycle.v1.Terraform
+	13, // 10: talosbot.lifecycle.v1.Settings.staging_drills:type_name -> talosbot.lifecycle.v1.StagingDrills
+	14, // 11: talosbot.lifecycle.v1.StagingDrills.drills:type_name -> talosbot.lifecycle.v1.DrillEvidence
+	2,  // 12: talosbot.lifecycle.v1.DrillEvidence.drill:type_name -> talosbot.lifecycle.v1.Drill
+	16, // 13: talosbot.lifecycle.v1.Backups.local:type_name -> talosbot.lifecycle.v1.Retention
+	16, // 14: talosbot.lifecycle.v1.Backups.offsite_retention:type_name -> talosbot.lifecycle.v1.Retention
+	17, // 15: talosbot.lifecycle.v1.Backups.offsite:type_name -> talosbot.lifecycle.v1.Offsite
+	31, // 16: talosbot.lifecycle.v1.Backups.protected_by:type_name -> talosbot.lifecycle.v1.Backups.ProtectedByEntry
+	32, // 17: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	9,  // 18: talosbot.lifecycle.v1.OperationRequest.cluster:type_name -> talosbot.lifecycle.v1.Cluster
+	10, // 19: talosbot.lifecycle.v1.OperationRequest.credentials:type_name -> talosbot.lifecycle.v1.Credentials
+	11, // 20: talosbot.lifecycle.v1.OperationRequest.settings:type_name -> talosbot.lifecycle.v1.Settings
+	19, // 21: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
+	20, // 22: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
+	21, // 23: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	3,  // 24: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
+	26, // 25: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
+	21, // 26: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	23, // 27: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
+	24, // 28: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
+	25, // 29: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
+	27, // 30: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
+	4,  // 31: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
+	18, // 32: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
+	18, // 33: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
+	7,  // 34: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
+	22, // 35: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
+	28, // 36: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
+	34, // [34:37] is the sub-list for method output_type
+	31, // [31:34] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_lifecycle_v1_lifecycle_proto_init() }
@@ -2241,7 +2628,7 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 	if File_lifecycle_v1_lifecycle_proto != nil {
 		return
 	}
-	file_lifecycle_v1_lifecycle_proto_msgTypes[21].OneofWrappers = []any{
+	file_lifecycle_v1_lifecycle_proto_msgTypes[24].OneofWrappers = []any{
 		(*Progress_Step)(nil),
 		(*Progress_Log)(nil),
 		(*Progress_Artifact)(nil),
@@ -2252,8 +2639,8 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifecycle_v1_lifecycle_proto_rawDesc), len(file_lifecycle_v1_lifecycle_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   26,
+			NumEnums:      4,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,10 @@ type Reporter struct {
 	now    func() time.Time
 	result bool
 	closed bool
+	// first is the first error any report returned. Plugins often drop
+	// report errors (`_ = r.StepOK(...)`); Finish and Err surface it so a
+	// broken stream or a malformed event fails the run instead of vanishing.
+	first error
 }
 
 // New returns a Reporter writing to sink; now defaults to time.Now.
@@ -44,7 +48,29 @@ func New(sink Sink, now func() time.Time) *Reporter {
 func (r *Reporter) send(p *lifecyclev1.Progress, isResult bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.sendLocked(p, isResult)
+	return r.keep(r.sendLocked(p, isResult))
+}
+
+// keep records err if it is the first; r.mu must be held.
+func (r *Reporter) keep(err error) error {
+	if err != nil && r.first == nil {
+		r.first = err
+	}
+	return err
+}
+
+// invalid records a rejected event.
+func (r *Reporter) invalid(err error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.keep(err)
+}
+
+// Err returns the first error any report returned, or nil.
+func (r *Reporter) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.first
 }
 
 func (r *Reporter) sendLocked(p *lifecyclev1.Progress, isResult bool) error {
@@ -92,11 +118,11 @@ func (r *Reporter) StepSkipped(id, detail string) error {
 func (r *Reporter) Step(ev *lifecyclev1.StepEvent) error {
 	switch {
 	case ev == nil:
-		return errors.New("step event is nil")
+		return r.invalid(errors.New("step event is nil"))
 	case ev.GetStepId() == "":
-		return errors.New("step event has no step_id: use the id of a step from the plan")
+		return r.invalid(errors.New("step event has no step_id: use the id of a step from the plan"))
 	case ev.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_UNSPECIFIED:
-		return fmt.Errorf("step %q: status is unspecified: set RUNNING, OK, FAILED or SKIPPED", ev.GetStepId())
+		return r.invalid(fmt.Errorf("step %q: status is unspecified: set RUNNING, OK, FAILED or SKIPPED", ev.GetStepId()))
 	}
 	return r.send(&lifecyclev1.Progress{Event: &lifecyclev1.Progress_Step{Step: ev}}, false)
 }
@@ -114,7 +140,7 @@ func (r *Reporter) Log(level, stepID, msg string) error {
 // Artifact reports an artifact (e.g. a snapshot copied off-cluster).
 func (r *Reporter) Artifact(a *lifecyclev1.Artifact) error {
 	if a == nil {
-		return errors.New("artifact is nil")
+		return r.invalid(errors.New("artifact is nil"))
 	}
 	return r.send(&lifecyclev1.Progress{Event: &lifecyclev1.Progress_Artifact{Artifact: a}}, false)
 }
@@ -122,17 +148,22 @@ func (r *Reporter) Artifact(a *lifecyclev1.Artifact) error {
 // Result reports the final result; nothing may follow it.
 func (r *Reporter) Result(res *lifecyclev1.Result) error {
 	if res == nil {
-		return errors.New("result is nil")
+		return r.invalid(errors.New("result is nil"))
 	}
 	return r.send(&lifecyclev1.Progress{Event: &lifecyclev1.Progress_Result{Result: res}}, true)
 }
 
 // Finish applies the end-of-run rule once Run has returned with runErr: if no
 // Result was sent, it sends Result{Ok:false, Error: runErr} or Result{Ok:true}.
-// Afterwards every report fails with ErrClosed.
+// A nil runErr is replaced by the first report error (see Err), so a run
+// whose reports failed does not end in Ok. Afterwards every report fails
+// with ErrClosed.
 func (r *Reporter) Finish(runErr error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if runErr == nil && r.first != nil {
+		runErr = fmt.Errorf("reporting progress: %w", r.first)
+	}
 	var err error
 	if !r.result && !r.closed {
 		res := &lifecyclev1.Result{Ok: true}
