@@ -1,7 +1,8 @@
 // Package sim is a simulated Talos cluster for tests and demos. Every node serves the Talos API
 // on its own loopback address, port 50000, with mTLS, so the official machinery client works
 // against it unchanged: apid-style routing ("node"/"nodes" metadata), MachineService, ImageService,
-// LifecycleService and ClusterService.HealthCheck. Control-plane nodes are backed by a real
+// LifecycleService, ClusterService.HealthCheck and the COSI resource API (cosi.go, resources.go).
+// Control-plane nodes are backed by a real
 // embedded etcd cluster (sim/etcdsim). Reboots, upgrades, rollbacks and resets close the node's
 // listener, bounce its etcd member and emit Talos-shaped events. Faults are injectable from Go
 // (Inject/Clear) and over a loopback HTTP control API (ServeControl). See docs/SIMULATOR.md.
