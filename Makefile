@@ -33,8 +33,9 @@ tools:
 
 test: tools build
 	set -a; [ -f "$(TALOSBOT_TOOLS_DIR)/env" ] && . "$(TALOSBOT_TOOLS_DIR)/env"; set +a; \
-	TALOSBOT_BIN=$(CURDIR)/bin/talosbot TALOSBOT_PLUGINS_BIN=$(CURDIR)/bin/talosbot-plugins TALOSBOT_DEMO_BIN=$(CURDIR)/bin/talosbot-demo \
-	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	export TALOSBOT_BIN=$(CURDIR)/bin/talosbot TALOSBOT_PLUGINS_BIN=$(CURDIR)/bin/talosbot-plugins TALOSBOT_DEMO_BIN=$(CURDIR)/bin/talosbot-demo; \
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... && \
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -tags demo -run '^TestDemo' ./cmd/talosbot  # tests of demo-only code
 	bash hack/fuzz.sh short
 
 generate:
