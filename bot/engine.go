@@ -46,6 +46,8 @@ type Options struct {
 	// (Engine.Prune), which also runs once at start; nil means every
 	// PruneInterval.
 	PruneTicks <-chan time.Time
+	// Hooks follow disruptive runs (hooks.go); optional.
+	Hooks []RunHook
 }
 
 // Engine runs operations. It is safe for concurrent use.
@@ -575,7 +577,12 @@ func (e *Engine) transitionFrom(ctx context.Context, id string, from []state.OpS
 
 // finish ends an operation: terminal state, lock released, audit record.
 func (e *Engine) finish(ctx context.Context, id, actor string, to state.OpState, summary, errText string, lines []string, flags ...string) {
-	_, err := e.transitionTx(ctx, id, to, actor, string(to), "", map[string]string{"summary": summary, "error": errText},
+	e.finishRun(ctx, id, actor, to, summary, errText, lines, RunOutput{}, flags...)
+}
+
+// finishRun is finish with the run's output, for the hooks.
+func (e *Engine) finishRun(ctx context.Context, id, actor string, to state.OpState, summary, errText string, lines []string, out RunOutput, flags ...string) {
+	op, err := e.transitionTx(ctx, id, to, actor, string(to), "", map[string]string{"summary": summary, "error": errText},
 		// Entering a terminal state releases the cluster lock (state.Tx.Transition).
 		func(o *state.Operation) {
 			o.Result, o.Error = summary, errText
@@ -586,7 +593,9 @@ func (e *Engine) finish(ctx context.Context, id, actor string, to state.OpState,
 		}, nil)
 	if err != nil {
 		e.log.Error("finish operation", "op", id, "err", err)
+		return
 	}
+	e.runEnded(ctx, op, out)
 }
 
 // execute runs an approved (or read-only, already running) operation through
@@ -638,6 +647,12 @@ func (e *Engine) execute(ctx context.Context, id string) {
 			return
 		}
 	}
+	// The hooks start (or, on resume, pick up) their work around the run;
+	// one may refuse it (a required silence), before the plugin runs.
+	if err := e.runStarting(ctx, op); err != nil {
+		e.finish(ctx, id, "system", state.StateFailed, "refused", err.Error(), nil, "refused")
+		return
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	e.mu.Lock()
 	e.running[id] = cancel
@@ -659,7 +674,7 @@ func (e *Engine) execute(ctx context.Context, id string) {
 	switch {
 	case err == nil && res.GetOk():
 		// Finished: even a cancel that raced the last step does not undo it.
-		e.finish(ctx, id, "system", state.StateSucceeded, res.GetSummary(), "", res.GetLines())
+		e.finishRun(ctx, id, "system", state.StateSucceeded, res.GetSummary(), "", res.GetLines(), RunOutput{Declared: res.GetDeclared()})
 	case ctx.Err() != nil:
 		// The engine is shutting down: leave the operation running; the next
 		// start marks it interrupted and it can be resumed.
@@ -743,6 +758,7 @@ func (e *Engine) progress(ctx context.Context, id string, p *lifecyclev1.Progres
 	if threadLine != "" {
 		e.o.Sink.Thread(ctx, op, threadLine)
 	}
+	e.runProgress(ctx, op)
 }
 
 func applyStep(o *state.Operation, s *lifecyclev1.StepEvent, now time.Time) {

@@ -1775,8 +1775,13 @@ type Result struct {
 	Error            string             `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	SuggestedActions []*SuggestedAction `protobuf:"bytes,5,rep,name=suggested_actions,json=suggestedActions,proto3" json:"suggested_actions,omitempty"`
 	Refusal          *Refusal           `protobuf:"bytes,6,opt,name=refusal,proto3" json:"refusal,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// declared maps each declared (Terraform) variable this run made true to
+	// its new value as Terraform writes it, e.g. talos_version → v1.13.9 or
+	// talos_kubernetes_version → v1.36.3. Set only when ok, after every node
+	// was verified (R18); the host prepares the version bump from it.
+	Declared      map[string]string `protobuf:"bytes,7,rep,name=declared,proto3" json:"declared,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
@@ -1847,6 +1852,13 @@ func (x *Result) GetSuggestedActions() []*SuggestedAction {
 func (x *Result) GetRefusal() *Refusal {
 	if x != nil {
 		return x.Refusal
+	}
+	return nil
+}
+
+func (x *Result) GetDeclared() map[string]string {
+	if x != nil {
+		return x.Declared
 	}
 	return nil
 }
@@ -2121,14 +2133,18 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\brevision\x18\x06 \x01(\x03R\brevision\"A\n" +
 	"\x0fSuggestedAction\x12\x14\n" +
 	"\x05label\x18\x01 \x01(\tR\x05label\x12\x18\n" +
-	"\acommand\x18\x02 \x01(\tR\acommand\"\xed\x01\n" +
+	"\acommand\x18\x02 \x01(\tR\acommand\"\xf3\x02\n" +
 	"\x06Result\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12\x14\n" +
 	"\x05lines\x18\x03 \x03(\tR\x05lines\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12S\n" +
 	"\x11suggested_actions\x18\x05 \x03(\v2&.talosbot.lifecycle.v1.SuggestedActionR\x10suggestedActions\x128\n" +
-	"\arefusal\x18\x06 \x01(\v2\x1e.talosbot.lifecycle.v1.RefusalR\arefusal\"\x94\x02\n" +
+	"\arefusal\x18\x06 \x01(\v2\x1e.talosbot.lifecycle.v1.RefusalR\arefusal\x12G\n" +
+	"\bdeclared\x18\a \x03(\v2+.talosbot.lifecycle.v1.Result.DeclaredEntryR\bdeclared\x1a;\n" +
+	"\rDeclaredEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x02\n" +
 	"\bProgress\x12\x1b\n" +
 	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\x126\n" +
 	"\x04step\x18\x02 \x01(\v2 .talosbot.lifecycle.v1.StepEventH\x00R\x04step\x122\n" +
@@ -2166,7 +2182,7 @@ func file_lifecycle_v1_lifecycle_proto_rawDescGZIP() []byte {
 }
 
 var file_lifecycle_v1_lifecycle_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
 	(Effect)(0),              // 0: talosbot.lifecycle.v1.Effect
 	(StepStatus)(0),          // 1: talosbot.lifecycle.v1.StepStatus
@@ -2196,6 +2212,7 @@ var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
 	nil,                      // 25: talosbot.lifecycle.v1.Settings.ExtraEntry
 	nil,                      // 26: talosbot.lifecycle.v1.Backups.ProtectedByEntry
 	nil,                      // 27: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	nil,                      // 28: talosbot.lifecycle.v1.Result.DeclaredEntry
 }
 var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
 	3,  // 0: talosbot.lifecycle.v1.Command.args:type_name -> talosbot.lifecycle.v1.Arg
@@ -2219,21 +2236,22 @@ var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
 	1,  // 18: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
 	21, // 19: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
 	16, // 20: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	18, // 21: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
-	19, // 22: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
-	20, // 23: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
-	22, // 24: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
-	2,  // 25: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
-	13, // 26: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
-	13, // 27: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
-	5,  // 28: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
-	17, // 29: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
-	23, // 30: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
-	28, // [28:31] is the sub-list for method output_type
-	25, // [25:28] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	28, // 21: talosbot.lifecycle.v1.Result.declared:type_name -> talosbot.lifecycle.v1.Result.DeclaredEntry
+	18, // 22: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
+	19, // 23: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
+	20, // 24: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
+	22, // 25: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
+	2,  // 26: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
+	13, // 27: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
+	13, // 28: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
+	5,  // 29: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
+	17, // 30: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
+	23, // 31: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
+	29, // [29:32] is the sub-list for method output_type
+	26, // [26:29] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_lifecycle_v1_lifecycle_proto_init() }
@@ -2253,7 +2271,7 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifecycle_v1_lifecycle_proto_rawDesc), len(file_lifecycle_v1_lifecycle_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
