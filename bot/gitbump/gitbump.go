@@ -1,0 +1,380 @@
+package gitbump
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-git/go-billy/v5/memfs"
+	git "github.com/go-git/go-git/v5"
+	gitconfig "github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"github.com/go-git/go-git/v5/storage/memory"
+	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/config"
+	"github.com/talosbot/talosbot/state"
+)
+
+// Bucket is the kv bucket holding one record per prepared change, keyed by
+// operation id.
+const Bucket = "gitbump"
+
+// Change is one prepared version bump.
+type Change struct {
+	OpID     string    `json:"op_id"`
+	Cluster  string    `json:"cluster"`
+	File     string    `json:"file"`
+	Variable string    `json:"variable"`
+	From     string    `json:"from"`
+	To       string    `json:"to"`
+	Branch   string    `json:"branch"`
+	Commit   string    `json:"commit"`
+	PullURL  string    `json:"pull_url,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// Options configure a Bumper.
+type Options struct {
+	Config *config.GitFollowup
+	Store  *state.Store
+	Clock  func() time.Time
+	Logger *slog.Logger
+	// HTTP is the client for the forge API (default: 30 s timeout).
+	HTTP *http.Client
+}
+
+// Bumper implements bot.RunHook for the Git follow-up.
+type Bumper struct {
+	o Options
+}
+
+var _ bot.RunHook = (*Bumper)(nil)
+
+// New returns a Bumper.
+func New(o Options) (*Bumper, error) {
+	if o.Config == nil || o.Store == nil {
+		return nil, errors.New("gitbump: Config and Store are required")
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.HTTP == nil {
+		o.HTTP = &http.Client{Timeout: 30 * time.Second}
+	}
+	return &Bumper{o: o}, nil
+}
+
+// RunStarting does nothing: the change is made only after success.
+func (*Bumper) RunStarting(context.Context, *state.Operation) ([]string, error) { return nil, nil }
+
+// RunProgress does nothing.
+func (*Bumper) RunProgress(context.Context, *state.Operation) {}
+
+// RunEnded prepares the change for a succeeded operation that made declared
+// variables true. Any other ending (failed, cancelled, abandoned, rolled
+// back) prepares nothing (R18).
+func (b *Bumper) RunEnded(ctx context.Context, op *state.Operation, out bot.RunOutput) []string {
+	if op.State != state.StateSucceeded || len(out.Declared) == 0 {
+		return nil
+	}
+	vars := make([]string, 0, len(out.Declared))
+	for k := range out.Declared {
+		vars = append(vars, k)
+	}
+	sort.Strings(vars)
+	var lines []string
+	for _, v := range vars {
+		ch, err := b.Prepare(ctx, op, v, out.Declared[v])
+		switch {
+		case err != nil:
+			b.audit(ctx, op, "git follow-up failed", "failed", map[string]string{"variable": v, "to": out.Declared[v], "error": err.Error()})
+			lines = append(lines, fmt.Sprintf("⚠️ Terraform follow-up not prepared: %v. Change %s = %q in %s by hand (R18).", err, v, out.Declared[v], b.o.Config.FileFor(op.Cluster)))
+		case ch == nil:
+			lines = append(lines, fmt.Sprintf("📝 Terraform: %s in %s is already %q on %s; no change to prepare.", v, b.o.Config.FileFor(op.Cluster), out.Declared[v], b.o.Config.Base))
+		default:
+			line := fmt.Sprintf("📝 Terraform change pushed: branch %s sets %s %q → %q in %s (commit %s).", ch.Branch, v, ch.From, ch.To, ch.File, short(ch.Commit))
+			if ch.PullURL != "" {
+				line += " Pull request: " + ch.PullURL
+			}
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// Prepare makes and pushes the change; it returns nil, nil when the base
+// branch already declares value.
+func (b *Bumper) Prepare(ctx context.Context, op *state.Operation, variable, value string) (*Change, error) {
+	g := b.o.Config
+	auth, err := b.auth()
+	if err != nil {
+		return nil, err
+	}
+	// The clone lives in memory: no checkout or credential outlives the call.
+	repo, err := git.CloneContext(ctx, memory.NewStorage(), memfs.New(), &git.CloneOptions{
+		URL: g.Remote, Auth: auth, ReferenceName: plumbing.NewBranchReferenceName(g.Base), SingleBranch: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("clone %s (branch %s): %w", g.Remote, g.Base, err)
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return nil, err
+	}
+	file := g.FileFor(op.Cluster)
+	src, err := readFile(wt, file)
+	if err != nil {
+		return nil, fmt.Errorf("read %s on %s: %w", file, g.Base, err)
+	}
+	edited, old, err := EditVariable(file, src, variable, value)
+	if err != nil {
+		return nil, err
+	}
+	if old == value {
+		return nil, nil
+	}
+	branch := fmt.Sprintf("%s%s-%s-%s-%s", g.BranchPrefix, op.Cluster, strings.ReplaceAll(variable, "_", "-"), value, op.ID)
+	if err := wt.Checkout(&git.CheckoutOptions{Branch: plumbing.NewBranchReferenceName(branch), Create: true}); err != nil {
+		return nil, fmt.Errorf("create branch %s: %w", branch, err)
+	}
+	if err := writeFile(wt, file, edited); err != nil {
+		return nil, err
+	}
+	if _, err := wt.Add(file); err != nil {
+		return nil, err
+	}
+	now := b.o.Clock().UTC()
+	sig := &object.Signature{Name: g.AuthorName, Email: g.AuthorEmail, When: now}
+	hash, err := wt.Commit(message(op, variable, old, value, file), &git.CommitOptions{Author: sig, Committer: sig})
+	if err != nil {
+		return nil, fmt.Errorf("commit: %w", err)
+	}
+	ref := gitconfig.RefSpec("refs/heads/" + branch + ":refs/heads/" + branch)
+	if err := repo.PushContext(ctx, &git.PushOptions{RemoteName: "origin", RefSpecs: []gitconfig.RefSpec{ref}, Auth: auth}); err != nil {
+		return nil, fmt.Errorf("push %s to %s: %w", branch, g.Remote, err)
+	}
+	ch := &Change{OpID: op.ID, Cluster: op.Cluster, File: file, Variable: variable, From: old, To: value, Branch: branch, Commit: hash.String(), At: now}
+	b.audit(ctx, op, "git follow-up pushed", "ok", map[string]string{"variable": variable, "from": old, "to": value, "branch": branch, "commit": ch.Commit, "remote": g.Remote})
+	if g.PullRequest != nil {
+		url, err := b.openPull(ctx, ch, op)
+		if err != nil {
+			// The branch is pushed; only the pull request is missing.
+			b.audit(ctx, op, "pull request failed", "failed", map[string]string{"branch": branch, "error": err.Error()})
+			ch.PullURL = ""
+			if serr := b.save(ctx, ch); serr != nil {
+				return ch, serr
+			}
+			return ch, fmt.Errorf("branch %s is pushed, but the pull request failed: %w", branch, err)
+		}
+		ch.PullURL = url
+		b.audit(ctx, op, "pull request opened", "ok", map[string]string{"branch": branch, "url": url})
+	}
+	return ch, b.save(ctx, ch)
+}
+
+func message(op *state.Operation, variable, old, value, file string) string {
+	var nodes []string
+	seen := map[string]bool{}
+	for _, s := range op.Steps {
+		if s.Node != "" && !seen[s.Node] && (s.Status == "ok" || s.Status == "skipped") {
+			seen[s.Node] = true
+			nodes = append(nodes, s.Node)
+		}
+	}
+	sort.Strings(nodes)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s %s → %s\n\n", op.Cluster, variable, orNone(old), value)
+	fmt.Fprintf(&b, "talosbot operation %s (%s), requested by %s, succeeded at %s.\n", op.ID, orNone(op.Text), op.Requester, op.EndedAt.UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "Verified before this change (R18): every node of %s runs %s.\n", op.Cluster, value)
+	if len(nodes) > 0 {
+		fmt.Fprintf(&b, "Nodes: %s\n", strings.Join(nodes, ", "))
+	}
+	fmt.Fprintf(&b, "\nFile: %s. Run tofu plan before applying: stop if it replaces talos_machine_secrets or any VM (R5).\n", file)
+	return b.String()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// auth builds the transport credentials from their references. They are
+// given to go-git per call and never written into the remote URL.
+func (b *Bumper) auth() (transport.AuthMethod, error) {
+	g := b.o.Config
+	ep, err := transport.NewEndpoint(g.Remote)
+	if err != nil {
+		return nil, fmt.Errorf("git_followup.remote: %w", err)
+	}
+	switch ep.Protocol {
+	case "ssh":
+		key, err := g.SSHKey.Resolve()
+		if err != nil {
+			return nil, fmt.Errorf("git_followup.ssh_key: %w", err)
+		}
+		var pass string
+		if !g.SSHKeyPassphrase.Empty() {
+			p, err := g.SSHKeyPassphrase.Resolve()
+			if err != nil {
+				return nil, fmt.Errorf("git_followup.ssh_key_passphrase: %w", err)
+			}
+			pass = strings.TrimSpace(string(p))
+		}
+		user := ep.User
+		if user == "" {
+			user = "git"
+		}
+		pk, err := gitssh.NewPublicKeys(user, key, pass)
+		if err != nil {
+			return nil, fmt.Errorf("git_followup.ssh_key: %w", err)
+		}
+		cb, err := knownhosts.New(g.KnownHosts)
+		if err != nil {
+			return nil, fmt.Errorf("git_followup.known_hosts: %w", err)
+		}
+		pk.HostKeyCallback = cb
+		return pk, nil
+	case "http", "https":
+		tok, err := g.Token.Resolve()
+		if err != nil {
+			return nil, fmt.Errorf("git_followup.token: %w", err)
+		}
+		return &githttp.BasicAuth{Username: g.Username, Password: strings.TrimSpace(string(tok))}, nil
+	}
+	return nil, nil // file: the local git transport needs none
+}
+
+// openPull opens the pull request through the forge API. GitHub
+// (POST /repos/{owner}/{repo}/pulls) and Gitea/Forgejo
+// (POST /api/v1/repos/{owner}/{repo}/pulls) take the same body and both
+// answer with the pull request's html_url.
+func (b *Bumper) openPull(ctx context.Context, ch *Change, op *state.Operation) (string, error) {
+	pr := b.o.Config.PullRequest
+	tok, err := pr.Token.Resolve()
+	if err != nil {
+		return "", fmt.Errorf("git_followup.pull_request.token: %w", err)
+	}
+	body, _ := json.Marshal(map[string]any{
+		"title": fmt.Sprintf("%s: %s → %s (talosbot %s)", ch.Cluster, ch.Variable, ch.To, ch.OpID),
+		"head":  ch.Branch,
+		"base":  b.o.Config.Base,
+		"body":  message(op, ch.Variable, ch.From, ch.To, ch.File),
+	})
+	url := strings.TrimSuffix(pr.APIURL, "/") + "/repos/" + pr.Repository + "/pulls"
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(body)))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	switch pr.Forge {
+	case "github":
+		req.Header.Set("Accept", "application/vnd.github+json")
+		req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	default:
+		req.Header.Set("Accept", "application/json")
+		req.Header.Set("Authorization", "token "+strings.TrimSpace(string(tok)))
+	}
+	resp, err := b.o.HTTP.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("POST %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if resp.StatusCode != http.StatusCreated {
+		var e struct {
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(raw, &e)
+		return "", fmt.Errorf("POST %s: HTTP %d: %s", url, resp.StatusCode, orNone(e.Message))
+	}
+	var out struct {
+		HTMLURL string `json:"html_url"`
+		Number  int    `json:"number"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || out.HTMLURL == "" {
+		return "", fmt.Errorf("POST %s: the answer has no html_url", url)
+	}
+	return out.HTMLURL, nil
+}
+
+// Changes lists the prepared changes of a cluster, newest first.
+func (b *Bumper) Changes(ctx context.Context, cluster string) ([]Change, error) {
+	var out []Change
+	err := b.o.Store.View(ctx, func(tx *state.Tx) error {
+		return tx.ForEachKV(Bucket, func(_ string, v []byte) error {
+			var c Change
+			if err := json.Unmarshal(v, &c); err != nil {
+				return err
+			}
+			if cluster == "" || c.Cluster == cluster {
+				out = append(out, c)
+			}
+			return nil
+		})
+	})
+	sort.Slice(out, func(i, j int) bool { return out[i].At.After(out[j].At) })
+	return out, err
+}
+
+func (b *Bumper) save(ctx context.Context, ch *Change) error {
+	raw, err := json.Marshal(ch)
+	if err != nil {
+		return err
+	}
+	return b.o.Store.Update(ctx, func(tx *state.Tx) error { return tx.PutKV(Bucket, ch.OpID, raw) })
+}
+
+func (b *Bumper) audit(ctx context.Context, op *state.Operation, action, result string, detail map[string]string) {
+	if _, err := b.o.Store.AppendAudit(ctx, state.AuditEvent{Time: b.o.Clock().UTC(), Actor: "system", Action: action, Cluster: op.Cluster,
+		OpID: op.ID, Command: op.Command, Result: result, Detail: detail}); err != nil {
+		b.o.Logger.Error("audit git follow-up", "op", op.ID, "err", err)
+	}
+}
+
+func readFile(wt *git.Worktree, name string) ([]byte, error) {
+	f, err := wt.Filesystem.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+func writeFile(wt *git.Worktree, name string, data []byte) error {
+	f, err := wt.Filesystem.OpenFile(name, os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
