@@ -191,10 +191,10 @@ func (g *GitFollowup) validate() []FieldError {
 	kind := ""
 	if u, err := url.Parse(g.Remote); err == nil && u.Scheme != "" {
 		kind = u.Scheme
-		if u.User != nil {
-			if _, hasPass := u.User.Password(); hasPass {
-				add(".remote", "must not hold credentials: use git_followup.token (https) or git_followup.ssh_key (ssh)")
-			}
+		// ssh://git@host names the ssh user; anything else in the
+		// userinfo (a password, or a token as an https user) is a secret.
+		if _, hasPass := u.User.Password(); hasPass || (u.User != nil && kind != "ssh") {
+			add(".remote", "must not hold credentials: use git_followup.token (https) or git_followup.ssh_key (ssh)")
 		}
 	} else if scpRemoteRE.MatchString(g.Remote) {
 		kind = "ssh"
