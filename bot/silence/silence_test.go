@@ -1,19 +1,14 @@
 package silence_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -25,114 +20,16 @@ import (
 	"github.com/talosbot/talosbot/bot/chat/web"
 	"github.com/talosbot/talosbot/bot/silence"
 	"github.com/talosbot/talosbot/config"
+	"github.com/talosbot/talosbot/internal/amtest"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
-
-const alertmanagerBin = "/usr/bin/prometheus-alertmanager"
 
 const webhookToken = "am-webhook-token"
 
 func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		<-tick.C
-	}
-}
-
-// startAlertmanager runs the Debian Alertmanager on a loopback port, its
-// webhook pointed at the bot's receiver, and returns its base URL.
-func startAlertmanager(t *testing.T, webhookURL string) string {
-	t.Helper()
-	if _, err := os.Stat(alertmanagerBin); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing: apt-get install prometheus-alertmanager", alertmanagerBin)
-		}
-		t.Skipf("%s is missing (apt-get install prometheus-alertmanager); skipping", alertmanagerBin)
-	}
-	dir := t.TempDir()
-	cfg := fmt.Sprintf(`
-route:
-  receiver: bot
-  group_by: [alertname, cluster]
-  group_wait: 1s
-  group_interval: 1s
-  repeat_interval: 1h
-receivers:
-  - name: bot
-    webhook_configs:
-      - url: %s
-        send_resolved: true
-        http_config:
-          authorization: {type: Bearer, credentials: %s}
-`, webhookURL, webhookToken)
-	cfgPath := filepath.Join(dir, "alertmanager.yml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(alertmanagerBin, "--config.file="+cfgPath, "--storage.path="+filepath.Join(dir, "data"),
-		"--web.listen-address=127.0.0.1:0", "--cluster.listen-address=")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var logs bytes.Buffer
-	addr := make(chan string, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		re := regexp.MustCompile(`msg="Listening on" address=(\S+)`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			mu.Lock()
-			logs.WriteString(sc.Text() + "\n")
-			mu.Unlock()
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		_ = cmd.Wait()
-		if t.Failed() {
-			mu.Lock()
-			t.Logf("alertmanager log:\n%s", logs.String())
-			mu.Unlock()
-		}
-	})
-	var base string
-	select {
-	case a := <-addr:
-		base = "http://" + a
-	case <-done:
-		t.Fatalf("alertmanager exited before listening:\n%s", logs.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("alertmanager did not report its listen address within 30s")
-	}
-	waitUntil(t, "alertmanager ready", 30*time.Second, func() bool {
-		resp, err := http.Get(base + "/-/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
-	return base
+	amtest.WaitUntil(t, what, d, cond)
 }
 
 func amClient(t *testing.T, base string) *silence.Client {
@@ -142,21 +39,6 @@ func amClient(t *testing.T, base string) *silence.Client {
 		t.Fatal(err)
 	}
 	return c
-}
-
-func postAlert(t *testing.T, base string, labels map[string]string) {
-	t.Helper()
-	raw, _ := json.Marshal([]any{map[string]any{"labels": labels, "annotations": map[string]string{"summary": "test " + labels["alertname"]},
-		"startsAt": time.Now().UTC().Format(time.RFC3339Nano)}})
-	resp, err := http.Post(base+"/api/v2/alerts", "application/json", bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("POST /api/v2/alerts: %d %s", resp.StatusCode, b)
-	}
 }
 
 // amSilences lists every silence through Alertmanager's own API.
@@ -259,7 +141,7 @@ func newEnv(t *testing.T, amURL string, extra string) *env {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
 	t.Cleanup(srv.Close)
 	if amURL == "" {
-		amURL = startAlertmanager(t, srv.URL+alerts.Path)
+		amURL = amtest.Start(t, srv.URL+alerts.Path, webhookToken)
 	}
 	e.am = amURL
 	cfg, err := config.Parse([]byte(fmt.Sprintf(`
@@ -453,8 +335,8 @@ func TestSilenceHeldDuringRunAndAlertsStayQuiet(t *testing.T) {
 	firstEnd := s.EndsAt
 
 	// The alert the roll causes, and one from another cluster.
-	postAlert(t, e.am, map[string]string{"alertname": "KubeNodeNotReady", "cluster": "staging", "node": "worker-1"})
-	postAlert(t, e.am, map[string]string{"alertname": "KubeNodeNotReady", "cluster": "production", "node": "cp-1"})
+	amtest.PostAlert(t, e.am, map[string]string{"alertname": "KubeNodeNotReady", "cluster": "staging", "node": "worker-1"})
+	amtest.PostAlert(t, e.am, map[string]string{"alertname": "KubeNodeNotReady", "cluster": "production", "node": "cp-1"})
 	waitUntil(t, "the staging alert silenced by the operation's silence", 20*time.Second, func() bool {
 		as, err := amClient(t, e.am).Alerts(ctx, []silence.Matcher{{Name: "cluster", Value: "staging", IsEqual: true}})
 		return err == nil && len(as) == 1 && as[0].Status.State == "suppressed" && len(as[0].Status.SilencedBy) == 1 && as[0].Status.SilencedBy[0] == rec.SilenceID
