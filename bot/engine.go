@@ -674,7 +674,7 @@ func (e *Engine) execute(ctx context.Context, id string) {
 	switch {
 	case err == nil && res.GetOk():
 		// Finished: even a cancel that raced the last step does not undo it.
-		e.finishRun(ctx, id, "system", state.StateSucceeded, res.GetSummary(), "", res.GetLines(), RunOutput{Declared: res.GetDeclared()})
+		e.finishRun(ctx, id, "system", state.StateSucceeded, res.GetSummary(), "", res.GetLines(), RunOutput{Declared: res.GetDeclared(), Invalidated: res.GetInvalidated()})
 	case ctx.Err() != nil:
 		// The engine is shutting down: leave the operation running; the next
 		// start marks it interrupted and it can be resumed.
@@ -688,7 +688,8 @@ func (e *Engine) execute(ctx context.Context, id string) {
 		if r := res.GetRefusal(); r != nil {
 			msg = refusalText(r)
 		}
-		e.finish(ctx, id, "system", state.StateFailed, orDefault(res.GetSummary(), "failed"), msg, res.GetLines())
+		// A failed run's declared values are never passed on (R18).
+		e.finishRun(ctx, id, "system", state.StateFailed, orDefault(res.GetSummary(), "failed"), msg, res.GetLines(), RunOutput{Invalidated: res.GetInvalidated()})
 		if acts := res.GetSuggestedActions(); len(acts) > 0 {
 			e.offerSuggestions(ctx, id, acts)
 		}

@@ -30,6 +30,10 @@ type RunOutput struct {
 	// to its new value, e.g. talos_version → v1.13.9. Plugins set it only
 	// on success, once every node was verified (R18).
 	Declared map[string]string
+	// Invalidated names declared variables the run made untrue, whatever
+	// its ending (a node rolled back, R19): a bump prepared for them must
+	// be reverted.
+	Invalidated []string
 }
 
 // runStarting asks every hook before a disruptive run; the first error

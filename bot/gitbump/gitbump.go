@@ -35,16 +35,18 @@ const Bucket = "gitbump"
 
 // Change is one prepared version bump.
 type Change struct {
-	OpID     string    `json:"op_id"`
-	Cluster  string    `json:"cluster"`
-	File     string    `json:"file"`
-	Variable string    `json:"variable"`
-	From     string    `json:"from"`
-	To       string    `json:"to"`
-	Branch   string    `json:"branch"`
-	Commit   string    `json:"commit"`
-	PullURL  string    `json:"pull_url,omitempty"`
-	At       time.Time `json:"at"`
+	OpID     string `json:"op_id"`
+	Cluster  string `json:"cluster"`
+	File     string `json:"file"`
+	Variable string `json:"variable"`
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Branch   string `json:"branch"`
+	Commit   string `json:"commit"`
+	PullURL  string `json:"pull_url,omitempty"`
+	// Reverts is the operation whose change this one reverts.
+	Reverts string    `json:"reverts,omitempty"`
+	At      time.Time `json:"at"`
 }
 
 // Options configure a Bumper.
@@ -88,18 +90,19 @@ func (*Bumper) RunStarting(context.Context, *state.Operation) ([]string, error) 
 func (*Bumper) RunProgress(context.Context, *state.Operation) {}
 
 // RunEnded prepares the change for a succeeded operation that made declared
-// variables true. Any other ending (failed, cancelled, abandoned, rolled
-// back) prepares nothing (R18).
+// variables true. Any other ending (failed, cancelled, abandoned) prepares
+// nothing (R18). A run that made a variable untrue (a rollback, R19) gets
+// the revert of the bump prepared for it instead.
 func (b *Bumper) RunEnded(ctx context.Context, op *state.Operation, out bot.RunOutput) []string {
+	lines := b.reverts(ctx, op, out.Invalidated)
 	if op.State != state.StateSucceeded || len(out.Declared) == 0 {
-		return nil
+		return lines
 	}
 	vars := make([]string, 0, len(out.Declared))
 	for k := range out.Declared {
 		vars = append(vars, k)
 	}
 	sort.Strings(vars)
-	var lines []string
 	for _, v := range vars {
 		ch, err := b.Prepare(ctx, op, v, out.Declared[v])
 		switch {
@@ -109,84 +112,157 @@ func (b *Bumper) RunEnded(ctx context.Context, op *state.Operation, out bot.RunO
 		case ch == nil:
 			lines = append(lines, fmt.Sprintf("📝 Terraform: %s in %s is already %q on %s; no change to prepare.", v, b.o.Config.FileFor(op.Cluster), out.Declared[v], b.o.Config.Base))
 		default:
-			line := fmt.Sprintf("📝 Terraform change pushed: branch %s sets %s %q → %q in %s (commit %s).", ch.Branch, v, ch.From, ch.To, ch.File, short(ch.Commit))
-			if ch.PullURL != "" {
-				line += " Pull request: " + ch.PullURL
-			}
-			lines = append(lines, line)
+			lines = append(lines, fmt.Sprintf("📝 Terraform change pushed: branch %s sets %s %q → %q in %s (commit %s).%s", ch.Branch, v, ch.From, ch.To, ch.File, short(ch.Commit), pullText(ch)))
 		}
 	}
 	return lines
 }
 
+func pullText(ch *Change) string {
+	if ch.PullURL == "" {
+		return ""
+	}
+	return " Pull request: " + ch.PullURL
+}
+
+// reverts undoes the newest bump of each invalidated variable: a revert
+// branch when the bump was merged, a note to close it when it was not.
+func (b *Bumper) reverts(ctx context.Context, op *state.Operation, vars []string) []string {
+	var lines []string
+	for _, v := range vars {
+		prev, err := b.latest(ctx, op.Cluster, v)
+		if err != nil || prev == nil || prev.Reverts != "" {
+			continue // nothing of ours to revert
+		}
+		branch := fmt.Sprintf("%srevert-%s-%s-%s-%s", b.o.Config.BranchPrefix, op.Cluster, strings.ReplaceAll(v, "_", "-"), prev.From, op.ID)
+		msg := func(cur string) string {
+			return fmt.Sprintf("Revert %s: %s %s → %s\n\ntalosbot operation %s (%s), requested by %s, made %s untrue: not every node of %s runs %s (R19).\nThis reverts branch %s (operation %s).\n",
+				op.Cluster, v, cur, prev.From, op.ID, orNone(op.Text), op.Requester, v, op.Cluster, prev.To, prev.Branch, prev.OpID)
+		}
+		ch, cur, err := b.change(ctx, op, v, prev.From, prev.To, branch, msg)
+		switch {
+		case err != nil:
+			b.audit(ctx, op, "git revert failed", "failed", map[string]string{"variable": v, "reverts": prev.Branch, "error": err.Error()})
+			lines = append(lines, fmt.Sprintf("⚠️ Terraform revert not prepared: %v. Set %s back to %q in %s before the next apply (R19).", err, v, prev.From, prev.File))
+		case ch == nil:
+			// main still declares the old value: the bump was never merged.
+			rec := &Change{OpID: op.ID, Cluster: op.Cluster, File: prev.File, Variable: v, From: cur, To: cur, Reverts: prev.OpID, At: b.o.Clock().UTC()}
+			if err := b.save(ctx, rec); err != nil {
+				b.o.Logger.Error("record revert", "op", op.ID, "err", err)
+			}
+			b.audit(ctx, op, "git revert not needed", "ok", map[string]string{"variable": v, "reverts": prev.Branch})
+			lines = append(lines, fmt.Sprintf("↩️ Terraform: branch %s (%s → %q, operation %s) is not merged: close it unmerged; %s on %s is still %q (R19).%s",
+				prev.Branch, v, prev.To, prev.OpID, v, b.o.Config.Base, cur, pullText(prev)))
+		default:
+			ch.Reverts = prev.OpID
+			if err := b.save(ctx, ch); err != nil {
+				b.o.Logger.Error("record revert", "op", op.ID, "err", err)
+			}
+			lines = append(lines, fmt.Sprintf("↩️ Terraform revert pushed: branch %s sets %s back to %q (reverts branch %s of operation %s); merge it before the next apply (R19).%s",
+				ch.Branch, v, ch.To, prev.Branch, prev.OpID, pullText(ch)))
+		}
+	}
+	return lines
+}
+
+// latest returns the newest change of a cluster's variable.
+func (b *Bumper) latest(ctx context.Context, cluster, variable string) (*Change, error) {
+	all, err := b.Changes(ctx, cluster)
+	if err != nil {
+		return nil, err
+	}
+	for i := range all {
+		if all[i].Variable == variable {
+			return &all[i], nil
+		}
+	}
+	return nil, nil
+}
+
 // Prepare makes and pushes the change; it returns nil, nil when the base
 // branch already declares value.
 func (b *Bumper) Prepare(ctx context.Context, op *state.Operation, variable, value string) (*Change, error) {
+	branch := fmt.Sprintf("%s%s-%s-%s-%s", b.o.Config.BranchPrefix, op.Cluster, strings.ReplaceAll(variable, "_", "-"), value, op.ID)
+	ch, _, err := b.change(ctx, op, variable, value, "", branch, func(old string) string {
+		return message(op, variable, old, value, b.o.Config.FileFor(op.Cluster))
+	})
+	if err != nil || ch == nil {
+		return nil, err
+	}
+	b.audit(ctx, op, "git follow-up pushed", "ok", map[string]string{"variable": variable, "from": ch.From, "to": value, "branch": ch.Branch, "commit": ch.Commit, "remote": b.o.Config.Remote})
+	return ch, b.save(ctx, ch)
+}
+
+// change clones the base branch, sets variable to value on a new branch,
+// commits and pushes it, and opens the pull request. It returns nil and the
+// current value when the base already declares value, and refuses when
+// expect is set and the base declares neither expect nor value.
+func (b *Bumper) change(ctx context.Context, op *state.Operation, variable, value, expect, branch string, msg func(old string) string) (*Change, string, error) {
 	g := b.o.Config
 	auth, err := b.auth()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	// The clone lives in memory: no checkout or credential outlives the call.
 	repo, err := git.CloneContext(ctx, memory.NewStorage(), memfs.New(), &git.CloneOptions{
 		URL: g.Remote, Auth: auth, ReferenceName: plumbing.NewBranchReferenceName(g.Base), SingleBranch: true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("clone %s (branch %s): %w", g.Remote, g.Base, err)
+		return nil, "", fmt.Errorf("clone %s (branch %s): %w", g.Remote, g.Base, err)
 	}
 	wt, err := repo.Worktree()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	file := g.FileFor(op.Cluster)
 	src, err := readFile(wt, file)
 	if err != nil {
-		return nil, fmt.Errorf("read %s on %s: %w", file, g.Base, err)
+		return nil, "", fmt.Errorf("read %s on %s: %w", file, g.Base, err)
 	}
 	edited, old, err := EditVariable(file, src, variable, value)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if old == value {
-		return nil, nil
+		return nil, old, nil
 	}
-	branch := fmt.Sprintf("%s%s-%s-%s-%s", g.BranchPrefix, op.Cluster, strings.ReplaceAll(variable, "_", "-"), value, op.ID)
+	if expect != "" && old != expect {
+		return nil, old, fmt.Errorf("%s on %s declares %s = %q, not %q: someone changed it since; check it by hand", file, g.Base, variable, old, expect)
+	}
 	if err := wt.Checkout(&git.CheckoutOptions{Branch: plumbing.NewBranchReferenceName(branch), Create: true}); err != nil {
-		return nil, fmt.Errorf("create branch %s: %w", branch, err)
+		return nil, old, fmt.Errorf("create branch %s: %w", branch, err)
 	}
 	if err := writeFile(wt, file, edited); err != nil {
-		return nil, err
+		return nil, old, err
 	}
 	if _, err := wt.Add(file); err != nil {
-		return nil, err
+		return nil, old, err
 	}
 	now := b.o.Clock().UTC()
 	sig := &object.Signature{Name: g.AuthorName, Email: g.AuthorEmail, When: now}
-	hash, err := wt.Commit(message(op, variable, old, value, file), &git.CommitOptions{Author: sig, Committer: sig})
+	hash, err := wt.Commit(msg(old), &git.CommitOptions{Author: sig, Committer: sig})
 	if err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
+		return nil, old, fmt.Errorf("commit: %w", err)
 	}
 	ref := gitconfig.RefSpec("refs/heads/" + branch + ":refs/heads/" + branch)
 	if err := repo.PushContext(ctx, &git.PushOptions{RemoteName: "origin", RefSpecs: []gitconfig.RefSpec{ref}, Auth: auth}); err != nil {
-		return nil, fmt.Errorf("push %s to %s: %w", branch, g.Remote, err)
+		return nil, old, fmt.Errorf("push %s to %s: %w", branch, g.Remote, err)
 	}
 	ch := &Change{OpID: op.ID, Cluster: op.Cluster, File: file, Variable: variable, From: old, To: value, Branch: branch, Commit: hash.String(), At: now}
-	b.audit(ctx, op, "git follow-up pushed", "ok", map[string]string{"variable": variable, "from": old, "to": value, "branch": branch, "commit": ch.Commit, "remote": g.Remote})
 	if g.PullRequest != nil {
-		url, err := b.openPull(ctx, ch, op)
+		url, err := b.openPull(ctx, ch, msg(old))
 		if err != nil {
 			// The branch is pushed; only the pull request is missing.
 			b.audit(ctx, op, "pull request failed", "failed", map[string]string{"branch": branch, "error": err.Error()})
-			ch.PullURL = ""
 			if serr := b.save(ctx, ch); serr != nil {
-				return ch, serr
+				return ch, old, serr
 			}
-			return ch, fmt.Errorf("branch %s is pushed, but the pull request failed: %w", branch, err)
+			return ch, old, fmt.Errorf("branch %s is pushed, but the pull request failed: %w", branch, err)
 		}
 		ch.PullURL = url
 		b.audit(ctx, op, "pull request opened", "ok", map[string]string{"branch": branch, "url": url})
 	}
-	return ch, b.save(ctx, ch)
+	return ch, old, nil
 }
 
 func message(op *state.Operation, variable, old, value, file string) string {
@@ -274,17 +350,17 @@ func (b *Bumper) auth() (transport.AuthMethod, error) {
 // (POST /repos/{owner}/{repo}/pulls) and Gitea/Forgejo
 // (POST /api/v1/repos/{owner}/{repo}/pulls) take the same body and both
 // answer with the pull request's html_url.
-func (b *Bumper) openPull(ctx context.Context, ch *Change, op *state.Operation) (string, error) {
+func (b *Bumper) openPull(ctx context.Context, ch *Change, text string) (string, error) {
 	pr := b.o.Config.PullRequest
 	tok, err := pr.Token.Resolve()
 	if err != nil {
 		return "", fmt.Errorf("git_followup.pull_request.token: %w", err)
 	}
 	body, _ := json.Marshal(map[string]any{
-		"title": fmt.Sprintf("%s: %s → %s (talosbot %s)", ch.Cluster, ch.Variable, ch.To, ch.OpID),
+		"title": strings.SplitN(text, "\n", 2)[0] + " (talosbot " + ch.OpID + ")",
 		"head":  ch.Branch,
 		"base":  b.o.Config.Base,
-		"body":  message(op, ch.Variable, ch.From, ch.To, ch.File),
+		"body":  text,
 	})
 	url := strings.TrimSuffix(pr.APIURL, "/") + "/repos/" + pr.Repository + "/pulls"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(body)))
@@ -348,7 +424,7 @@ func (b *Bumper) save(ctx context.Context, ch *Change) error {
 	if err != nil {
 		return err
 	}
-	return b.o.Store.Update(ctx, func(tx *state.Tx) error { return tx.PutKV(Bucket, ch.OpID, raw) })
+	return b.o.Store.Update(ctx, func(tx *state.Tx) error { return tx.PutKV(Bucket, ch.OpID+"/"+ch.Variable, raw) })
 }
 
 func (b *Bumper) audit(ctx context.Context, op *state.Operation, action, result string, detail map[string]string) {

@@ -346,3 +346,55 @@ func TestPullRequestGitHubAndGitea(t *testing.T) {
 		})
 	}
 }
+
+// TestRollbackAfterBump: a rollback makes talos_version untrue (R19). An
+// unmerged bump is to be closed (nothing pushed); a merged one gets a
+// revert branch whose only change sets the line back.
+func TestRollbackAfterBump(t *testing.T) {
+	bare := bareRemote(t)
+	b, err := gitbump.New(gitbump.Options{Config: gitConfig(t, "file://"+bare, nil), Store: openStore(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	up := bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}}
+	rollback := func(id string) []string {
+		return b.RunEnded(ctx, &state.Operation{ID: id, Cluster: "staging", Command: "rollback", Text: "/talos rollback worker-1 staging", Requester: "bob",
+			State: state.StateSucceeded, Disruptive: true, Attempts: 1}, bot.RunOutput{Invalidated: []string{"talos_version"}})
+	}
+	// No bump yet: nothing to revert.
+	if lines := rollback("rb0"); len(lines) != 0 {
+		t.Fatalf("rollback without a bump: %q", lines)
+	}
+	b.RunEnded(ctx, succeededOp(), up)
+	bump := "talosbot/staging-talos-version-v1.13.9-op123abc"
+	lines := rollback("rb1")
+	if len(lines) != 1 || !strings.Contains(lines[0], "branch "+bump) || !strings.Contains(lines[0], "not merged: close it unmerged") {
+		t.Fatalf("unmerged: %q", lines)
+	}
+	if got := branches(t, bare); len(got) != 2 {
+		t.Fatalf("an unmerged bump got a revert branch: %v", got)
+	}
+	// A second rollback does not revert the same bump again.
+	if lines := rollback("rb1b"); len(lines) != 0 {
+		t.Fatalf("second rollback: %q", lines)
+	}
+
+	op := succeededOp()
+	op.ID = "op2"
+	b.RunEnded(ctx, op, up)
+	merged := "talosbot/staging-talos-version-v1.13.9-op2"
+	gitCmd(t, bare, "update-ref", "refs/heads/main", merged)
+	lines = rollback("rb2")
+	revert := "talosbot/revert-staging-talos-version-v1.12.6-rb2"
+	if len(lines) != 1 || !strings.Contains(lines[0], "revert pushed: branch "+revert) || !strings.Contains(lines[0], "reverts branch "+merged) {
+		t.Fatalf("merged: %q", lines)
+	}
+	if d := gitCmd(t, bare, "diff", "-U0", "main", revert); !strings.Contains(d, "-  default = \"v1.13.9\"\n+  default = \"v1.12.6\"\n") ||
+		strings.TrimSpace(gitCmd(t, bare, "diff", "--numstat", "main", revert)) != "1\t1\tterraform/variables_talos.tf" {
+		t.Fatalf("revert diff:\n%s", d)
+	}
+	if msg := gitCmd(t, bare, "log", "-1", "--format=%B", revert); !strings.Contains(msg, "This reverts branch "+merged) || !strings.Contains(msg, "R19") {
+		t.Fatalf("revert message:\n%s", msg)
+	}
+}

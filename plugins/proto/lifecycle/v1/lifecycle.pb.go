@@ -1779,7 +1779,11 @@ type Result struct {
 	// its new value as Terraform writes it, e.g. talos_version → v1.13.9 or
 	// talos_kubernetes_version → v1.36.3. Set only when ok, after every node
 	// was verified (R18); the host prepares the version bump from it.
-	Declared      map[string]string `protobuf:"bytes,7,rep,name=declared,proto3" json:"declared,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Declared map[string]string `protobuf:"bytes,7,rep,name=declared,proto3" json:"declared,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// invalidated names declared variables this run made untrue whatever its
+	// ending (a node rolled back: not every node runs the declared version
+	// any more, R19); a bump the host prepared for them is reverted.
+	Invalidated   []string `protobuf:"bytes,8,rep,name=invalidated,proto3" json:"invalidated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1859,6 +1863,13 @@ func (x *Result) GetRefusal() *Refusal {
 func (x *Result) GetDeclared() map[string]string {
 	if x != nil {
 		return x.Declared
+	}
+	return nil
+}
+
+func (x *Result) GetInvalidated() []string {
+	if x != nil {
+		return x.Invalidated
 	}
 	return nil
 }
@@ -2133,7 +2144,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\brevision\x18\x06 \x01(\x03R\brevision\"A\n" +
 	"\x0fSuggestedAction\x12\x14\n" +
 	"\x05label\x18\x01 \x01(\tR\x05label\x12\x18\n" +
-	"\acommand\x18\x02 \x01(\tR\acommand\"\xf3\x02\n" +
+	"\acommand\x18\x02 \x01(\tR\acommand\"\x95\x03\n" +
 	"\x06Result\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12\x14\n" +
@@ -2141,7 +2152,8 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12S\n" +
 	"\x11suggested_actions\x18\x05 \x03(\v2&.talosbot.lifecycle.v1.SuggestedActionR\x10suggestedActions\x128\n" +
 	"\arefusal\x18\x06 \x01(\v2\x1e.talosbot.lifecycle.v1.RefusalR\arefusal\x12G\n" +
-	"\bdeclared\x18\a \x03(\v2+.talosbot.lifecycle.v1.Result.DeclaredEntryR\bdeclared\x1a;\n" +
+	"\bdeclared\x18\a \x03(\v2+.talosbot.lifecycle.v1.Result.DeclaredEntryR\bdeclared\x12 \n" +
+	"\vinvalidated\x18\b \x03(\tR\vinvalidated\x1a;\n" +
 	"\rDeclaredEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x02\n" +
