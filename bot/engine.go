@@ -375,6 +375,7 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 	}
 	c := e.o.Config
 	extra := TerraformExtra(c, cl)
+	e.requestNotes(ctx, cl.Name, extra)
 	// The attempt tells a plugin that it resumes an interrupted run, so it
 	// can wait for a node the interrupted run left rebooting.
 	extra["attempt"] = strconv.Itoa(max(op.Attempts, 1))

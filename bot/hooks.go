@@ -24,6 +24,25 @@ type RunHook interface {
 	RunEnded(ctx context.Context, op *state.Operation, out RunOutput) []string
 }
 
+// RequestNotes is implemented by hooks that have something to tell the
+// plugins about a cluster, e.g. whether a prepared Git change was merged
+// yet. The values are added to every request's Settings.Extra; they never
+// hold secrets.
+type RequestNotes interface {
+	RequestNotes(ctx context.Context, cluster string) map[string]string
+}
+
+// requestNotes adds what the hooks know about cluster to extra.
+func (e *Engine) requestNotes(ctx context.Context, cluster string, extra map[string]string) {
+	for _, h := range e.o.Hooks {
+		if n, ok := h.(RequestNotes); ok {
+			for k, v := range n.RequestNotes(ctx, cluster) {
+				extra[k] = v
+			}
+		}
+	}
+}
+
 // RunOutput is the generic data a run's plugin reported in its final result.
 type RunOutput struct {
 	// Declared maps each declared (Terraform) variable the run made true

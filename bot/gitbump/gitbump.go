@@ -45,8 +45,10 @@ type Change struct {
 	Commit   string `json:"commit"`
 	PullURL  string `json:"pull_url,omitempty"`
 	// Reverts is the operation whose change this one reverts.
-	Reverts string    `json:"reverts,omitempty"`
-	At      time.Time `json:"at"`
+	Reverts string `json:"reverts,omitempty"`
+	// Merged is set once the base branch was seen declaring To.
+	Merged bool      `json:"merged,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 // Options configure a Bumper.
@@ -64,7 +66,10 @@ type Bumper struct {
 	o Options
 }
 
-var _ bot.RunHook = (*Bumper)(nil)
+var (
+	_ bot.RunHook      = (*Bumper)(nil)
+	_ bot.RequestNotes = (*Bumper)(nil)
+)
 
 // New returns a Bumper.
 func New(o Options) (*Bumper, error) {
@@ -163,6 +168,97 @@ func (b *Bumper) reverts(ctx context.Context, op *state.Operation, vars []string
 		}
 	}
 	return lines
+}
+
+// ExtraKey is the Settings.Extra key the notes go under
+// (plugins/cluster.ExtraGitFollowup; the drift report and the plan guard
+// print them).
+const ExtraKey = "git_followup"
+
+// RequestNotes tells the plugins, for each variable of the cluster, the
+// newest branch prepared and whether it was merged into the base yet.
+func (b *Bumper) RequestNotes(ctx context.Context, cluster string) map[string]string {
+	all, err := b.Changes(ctx, cluster)
+	if err != nil || len(all) == 0 {
+		return nil
+	}
+	seen := map[string]bool{}
+	var newest []Change
+	for _, ch := range all {
+		if !seen[ch.Variable] {
+			seen[ch.Variable] = true
+			if ch.Branch != "" {
+				newest = append(newest, ch)
+			}
+		}
+	}
+	if len(newest) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	base := b.o.Config.Base
+	var lines []string
+	for i := range newest {
+		ch := &newest[i]
+		what := fmt.Sprintf("branch %s (%s → %q, operation %s)", ch.Branch, ch.Variable, ch.To, ch.OpID)
+		merged, open, err := b.status(ctx, ch)
+		switch {
+		case err != nil:
+			lines = append(lines, fmt.Sprintf("⚠️ Git: could not check %s: %v", what, err))
+		case merged:
+			lines = append(lines, fmt.Sprintf("📝 Git: %s is merged into %s.", what, base))
+		case open:
+			lines = append(lines, fmt.Sprintf("📝 Git: %s is not merged into %s yet: merge it, then plan and apply.%s", what, base, pullText(ch)))
+		default:
+			lines = append(lines, fmt.Sprintf("⚠️ Git: %s was deleted without being merged; %s does not declare %q.", what, base, ch.To))
+		}
+	}
+	return map[string]string{ExtraKey: strings.Join(lines, "\n")}
+}
+
+// status reads the base branch (merged: it declares ch.To) and, if not
+// merged, whether ch's branch still exists on the remote.
+func (b *Bumper) status(ctx context.Context, ch *Change) (merged, open bool, err error) {
+	if ch.Merged {
+		return true, false, nil
+	}
+	g := b.o.Config
+	auth, err := b.auth()
+	if err != nil {
+		return false, false, err
+	}
+	repo, err := git.CloneContext(ctx, memory.NewStorage(), memfs.New(), &git.CloneOptions{
+		URL: g.Remote, Auth: auth, ReferenceName: plumbing.NewBranchReferenceName(g.Base), SingleBranch: true, Depth: 1,
+	})
+	if err != nil {
+		return false, false, fmt.Errorf("clone %s: %w", g.Remote, err)
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return false, false, err
+	}
+	if src, err := readFile(wt, ch.File); err == nil {
+		if _, cur, err := EditVariable(ch.File, src, ch.Variable, ch.To); err == nil && cur == ch.To {
+			ch.Merged = true
+			_ = b.save(ctx, ch)
+			return true, false, nil
+		}
+	}
+	remote, err := repo.Remote("origin")
+	if err != nil {
+		return false, false, err
+	}
+	refs, err := remote.ListContext(ctx, &git.ListOptions{Auth: auth})
+	if err != nil {
+		return false, false, fmt.Errorf("list %s: %w", g.Remote, err)
+	}
+	for _, r := range refs {
+		if r.Name() == plumbing.NewBranchReferenceName(ch.Branch) {
+			return false, true, nil
+		}
+	}
+	return false, false, nil
 }
 
 // latest returns the newest change of a cluster's variable.

@@ -398,3 +398,37 @@ func TestRollbackAfterBump(t *testing.T) {
 		t.Fatalf("revert message:\n%s", msg)
 	}
 }
+
+// TestRequestNotesSayWhetherMerged: the notes the drift report and the plan
+// guard print follow the branch: open, merged, or deleted unmerged.
+func TestRequestNotesSayWhetherMerged(t *testing.T) {
+	bare := bareRemote(t)
+	b, err := gitbump.New(gitbump.Options{Config: gitConfig(t, "file://"+bare, nil), Store: openStore(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if n := b.RequestNotes(ctx, "staging"); n != nil {
+		t.Fatalf("notes before any change: %v", n)
+	}
+	b.RunEnded(ctx, succeededOp(), bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
+	br := "talosbot/staging-talos-version-v1.13.9-op123abc"
+	note := func() string { return b.RequestNotes(ctx, "staging")[gitbump.ExtraKey] }
+	if n := note(); !strings.Contains(n, "branch "+br) || !strings.Contains(n, "not merged into main yet") {
+		t.Fatalf("open: %q", n)
+	}
+	if n := b.RequestNotes(ctx, "production"); n != nil {
+		t.Fatalf("another cluster: %v", n)
+	}
+	gitCmd(t, bare, "branch", "-D", br)
+	if n := note(); !strings.Contains(n, "deleted without being merged") {
+		t.Fatalf("deleted: %q", n)
+	}
+	op := succeededOp()
+	op.ID = "op2"
+	b.RunEnded(ctx, op, bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
+	gitCmd(t, bare, "update-ref", "refs/heads/main", "talosbot/staging-talos-version-v1.13.9-op2")
+	if n := note(); !strings.Contains(n, "is merged into main") || !strings.Contains(n, "op2") {
+		t.Fatalf("merged: %q", n)
+	}
+}

@@ -260,6 +260,30 @@ func TestServeUpgradeHoldsSilenceThenPushesBump(t *testing.T) {
 			t.Errorf("commit message lacks %q:\n%s", want, msg)
 		}
 	}
+	// The drift report says whether the branch was merged yet.
+	drift := func() string {
+		before := len(e.b.Messages("ops"))
+		e.b.Command("alice", "ops", "/talos drift staging")
+		var text string
+		e.b.WaitFor("the drift report", func() bool {
+			msgs := e.b.Messages("ops")
+			for _, m := range msgs[min(before, len(msgs)):] {
+				if strings.Contains(m.Title, "/talos drift") && (m.Field("State") == "succeeded" || m.Field("State") == "failed") {
+					text = m.Text
+					return true
+				}
+			}
+			return false
+		})
+		return text
+	}
+	if d := drift(); !strings.Contains(d, "branch "+br) || !strings.Contains(d, "not merged into main yet") {
+		t.Fatalf("drift report before the merge:\n%s", d)
+	}
+	git(t, e.bare, "update-ref", "refs/heads/main", br)
+	if d := drift(); !strings.Contains(d, "is merged into main") {
+		t.Fatalf("drift report after the merge:\n%s", d)
+	}
 	must(t, e.b.Cmd.Process.Signal(syscall.SIGTERM))
 	_ = e.b.Cmd.Wait()
 	// No credential in the commits, the logs, the remote's config or
