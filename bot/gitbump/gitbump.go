@@ -11,6 +11,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-git/go-billy/v5/memfs"
@@ -64,7 +65,22 @@ type Options struct {
 // Bumper implements bot.RunHook for the Git follow-up.
 type Bumper struct {
 	o Options
+
+	// notes caches a RequestNotes answer that could not reach the remote:
+	// every plugin request asks, and an unreachable remote must not slow
+	// each of them down. Answers that reached it are not cached, so a
+	// merge shows at the next request.
+	mu    sync.Mutex
+	notes map[string]cachedNotes
 }
+
+type cachedNotes struct {
+	at    time.Time
+	notes map[string]string
+}
+
+// notesTTL is how long a merge check is reused.
+const notesTTL = time.Minute
 
 var (
 	_ bot.RunHook      = (*Bumper)(nil)
@@ -85,7 +101,7 @@ func New(o Options) (*Bumper, error) {
 	if o.HTTP == nil {
 		o.HTTP = &http.Client{Timeout: 30 * time.Second}
 	}
-	return &Bumper{o: o}, nil
+	return &Bumper{o: o, notes: map[string]cachedNotes{}}, nil
 }
 
 // RunStarting does nothing: the change is made only after success.
@@ -178,9 +194,35 @@ const ExtraKey = "git_followup"
 // RequestNotes tells the plugins, for each variable of the cluster, the
 // newest branch prepared and whether it was merged into the base yet.
 func (b *Bumper) RequestNotes(ctx context.Context, cluster string) map[string]string {
+	now := b.o.Clock()
+	b.mu.Lock()
+	c, ok := b.notes[cluster]
+	b.mu.Unlock()
+	if ok && now.Sub(c.at) < notesTTL {
+		return c.notes
+	}
+	notes, unreachable := b.requestNotes(ctx, cluster)
+	b.mu.Lock()
+	if unreachable {
+		b.notes[cluster] = cachedNotes{at: now, notes: notes}
+	} else {
+		delete(b.notes, cluster)
+	}
+	b.mu.Unlock()
+	return notes
+}
+
+// forget drops the cached notes of a cluster (its changes changed).
+func (b *Bumper) forget(cluster string) {
+	b.mu.Lock()
+	delete(b.notes, cluster)
+	b.mu.Unlock()
+}
+
+func (b *Bumper) requestNotes(ctx context.Context, cluster string) (notes map[string]string, unreachable bool) {
 	all, err := b.Changes(ctx, cluster)
 	if err != nil || len(all) == 0 {
-		return nil
+		return nil, false
 	}
 	seen := map[string]bool{}
 	var newest []Change
@@ -193,9 +235,9 @@ func (b *Bumper) RequestNotes(ctx context.Context, cluster string) map[string]st
 		}
 	}
 	if len(newest) == 0 {
-		return nil
+		return nil, false
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	base := b.o.Config.Base
 	var lines []string
@@ -205,6 +247,7 @@ func (b *Bumper) RequestNotes(ctx context.Context, cluster string) map[string]st
 		merged, open, err := b.status(ctx, ch)
 		switch {
 		case err != nil:
+			unreachable = true
 			lines = append(lines, fmt.Sprintf("⚠️ Git: could not check %s: %v", what, err))
 		case merged:
 			lines = append(lines, fmt.Sprintf("📝 Git: %s is merged into %s.", what, base))
@@ -214,7 +257,7 @@ func (b *Bumper) RequestNotes(ctx context.Context, cluster string) map[string]st
 			lines = append(lines, fmt.Sprintf("⚠️ Git: %s was deleted without being merged; %s does not declare %q.", what, base, ch.To))
 		}
 	}
-	return map[string]string{ExtraKey: strings.Join(lines, "\n")}
+	return map[string]string{ExtraKey: strings.Join(lines, "\n")}, unreachable
 }
 
 // status reads the base branch (merged: it declares ch.To) and, if not
@@ -516,6 +559,7 @@ func (b *Bumper) Changes(ctx context.Context, cluster string) ([]Change, error) 
 }
 
 func (b *Bumper) save(ctx context.Context, ch *Change) error {
+	b.forget(ch.Cluster)
 	raw, err := json.Marshal(ch)
 	if err != nil {
 		return err

@@ -432,3 +432,34 @@ func TestRequestNotesSayWhetherMerged(t *testing.T) {
 		t.Fatalf("merged: %q", n)
 	}
 }
+
+// TestRequestNotesUnreachableRemoteIsCached: a remote that does not answer
+// is asked once a minute, not on every plugin request.
+func TestRequestNotesUnreachableRemoteIsCached(t *testing.T) {
+	bare := bareRemote(t)
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	b, err := gitbump.New(gitbump.Options{Config: gitConfig(t, "file://"+bare, nil), Store: openStore(t), Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	b.RunEnded(ctx, succeededOp(), bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
+	moved := bare + ".moved"
+	if err := os.Rename(bare, moved); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.RequestNotes(ctx, "staging")[gitbump.ExtraKey]; !strings.Contains(n, "could not check") {
+		t.Fatalf("unreachable: %q", n)
+	}
+	if err := os.Rename(moved, bare); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.RequestNotes(ctx, "staging")[gitbump.ExtraKey]; !strings.Contains(n, "could not check") {
+		t.Fatalf("within the minute the cached answer is used: %q", n)
+	}
+	now = now.Add(2 * time.Minute)
+	if n := b.RequestNotes(ctx, "staging")[gitbump.ExtraKey]; !strings.Contains(n, "not merged into main yet") {
+		t.Fatalf("after the minute: %q", n)
+	}
+}

@@ -188,7 +188,10 @@ func (c *Client) Get(ctx context.Context, id string) (*Stored, error) {
 // Expire ends a silence now. A silence already expired is not an error.
 func (c *Client) Expire(ctx context.Context, id string) error {
 	err := c.do(ctx, http.MethodDelete, "/api/v2/silence/"+url.PathEscape(id), nil, nil, nil)
-	if err == nil {
+	if err == nil || errors.Is(err, ErrNotFound) {
+		// Not found: Alertmanager already garbage-collected it (expired
+		// silences are kept for --data.retention) or it was deleted;
+		// either way it silences nothing.
 		return nil
 	}
 	// Alertmanager answers an error for a silence that already expired

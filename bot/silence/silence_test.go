@@ -528,3 +528,33 @@ func TestAlertmanagerUnreachable(t *testing.T) {
 		t.Fatalf("audit: %v", e.auditActions(id))
 	}
 }
+
+// TestResumeAfterSilenceLapsed: while the operation was interrupted its
+// silence ended (here: expired by hand); resume makes a new one.
+func TestResumeAfterSilenceLapsed(t *testing.T) {
+	e := newEnv(t, "", "")
+	ctx := context.Background()
+	id := e.submit("stg", "/talos roll staging")
+	e.awaitStarted(id)
+	rec := e.record(id)
+	e.crash()
+	if err := amClient(t, e.am).Expire(ctx, rec.SilenceID); err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	e.await(id, state.StateInterrupted)
+	if err := e.eng.Resume(ctx, bot.Origin{User: "alice", Channel: "stg"}, id); err != nil {
+		t.Fatal(err)
+	}
+	e.awaitStarted(id)
+	after := e.record(id)
+	if after == nil || after.SilenceID == rec.SilenceID {
+		t.Fatalf("resume kept the lapsed silence: %+v", after)
+	}
+	if s := amSilence(t, e.am, after.SilenceID); s.Status.State != "active" || fmt.Sprint(s.Matchers) != fmt.Sprint(rec.Matchers) {
+		t.Fatalf("new silence %+v", s)
+	}
+	e.plugins.release <- true
+	e.await(id, state.StateSucceeded)
+	e.awaitExpired(after.SilenceID)
+}
