@@ -52,6 +52,9 @@ func gitCmd(t *testing.T, dir string, args ...string) string {
 func bareRemote(t *testing.T) (bare string) {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("git CLI is missing: apt-get install git")
+		}
 		t.Skip("git CLI is missing (apt-get install git)")
 	}
 	root := t.TempDir()

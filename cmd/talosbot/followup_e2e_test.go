@@ -63,6 +63,9 @@ type followupEnv struct {
 func newFollowupEnv(t *testing.T) *followupEnv {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("git CLI is missing: apt-get install git")
+		}
 		t.Skip("git CLI is missing (apt-get install git)")
 	}
 	ctx := context.Background()
