@@ -355,3 +355,39 @@ func TestServeKilledThenAbandonedExpiresSilence(t *testing.T) {
 		t.Fatalf("an abandoned upgrade pushed: %v", got)
 	}
 }
+
+// TestServeKilledThenResumedExpiresSilence: SIGKILL during the roll, then
+// resume: the silence found at start-up is extended by the resumed run and
+// expired when it succeeds, and the bump is pushed once.
+func TestServeKilledThenResumedExpiresSilence(t *testing.T) {
+	e := newFollowupEnv(t)
+	must(t, e.c.Inject(context.Background(), "cp-1", sim.Fault{SlowReboot: 3 * time.Second}))
+	e.b.Start()
+	id := e.startUpgrade()
+	var s amtest.Silence
+	e.b.WaitFor("the operation's silence", func() bool { var ok bool; s, ok = e.opSilence(id); return ok })
+	e.b.WaitForWithin("the first node's upgrade call", time.Minute, func() bool { return upgradeCalls(e.c) > 0 })
+	must(t, e.b.Cmd.Process.Signal(syscall.SIGKILL))
+	_ = e.b.Cmd.Wait()
+	e.b.Start()
+	e.b.WaitFor("the start-up to find the silence", func() bool {
+		return strings.Contains(e.b.Stderr.String(), "silence "+s.ID+" is held for interrupted operation "+id)
+	})
+	e.b.Command("alice", "ops", "/talos resume "+id)
+	if st := e.b.AwaitEnd("ops", id, 3*time.Minute); st != "succeeded" {
+		t.Fatalf("resumed upgrade %s; bot log:\n%s", st, e.b.Stderr)
+	}
+	e.b.WaitFor("every silence of the operation expired", func() bool {
+		n := 0
+		for _, x := range amtest.Silences(t, e.am) {
+			if strings.Contains(x.Comment, id) {
+				if x.Status.State != "expired" {
+					return false
+				}
+				n++
+			}
+		}
+		return n > 0
+	})
+	e.b.WaitFor("the bump branch", func() bool { return len(e.branches()) == 2 })
+}
