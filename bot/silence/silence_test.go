@@ -374,13 +374,13 @@ func TestSilenceHeldDuringRunAndAlertsStayQuiet(t *testing.T) {
 	waitUntil(t, "the silence extended", 20*time.Second, func() bool { return amSilence(t, e.am, rec.SilenceID).EndsAt.After(firstEnd) })
 
 	e.plugins.release <- true
-	op := e.await(id, state.StateSucceeded)
+	e.await(id, state.StateSucceeded)
 	e.awaitExpired(rec.SilenceID)
 	waitUntil(t, "the follow-up lines in the result", 10*time.Second, func() bool {
 		o, _ := e.eng.Operation(ctx, id)
 		return strings.Contains(o.Result, "expired")
 	})
-	op, _ = e.eng.Operation(ctx, id)
+	op, _ := e.eng.Operation(ctx, id)
 	if !strings.Contains(op.Result, "1 alert(s) still firing as the silence ends: KubeNodeNotReady node=worker-1") {
 		t.Fatalf("result does not report the alert still firing:\n%s", op.Result)
 	}
