@@ -55,6 +55,10 @@ type Manager struct {
 	mu         sync.Mutex
 	keepalives map[string]context.CancelFunc // op id → stop its keepalive
 	wg         sync.WaitGroup
+	// work serialises the changes to silences and their records: an
+	// extension racing the end would otherwise re-create a silence that was
+	// just expired.
+	work sync.Mutex
 }
 
 var _ bot.RunHook = (*Manager)(nil)
@@ -120,6 +124,8 @@ func comment(op *state.Operation) string {
 // operation already holds. When Alertmanager cannot be reached the run goes
 // on with a warning, unless the environment requires a silence.
 func (m *Manager) RunStarting(ctx context.Context, op *state.Operation) ([]string, error) {
+	m.work.Lock()
+	defer m.work.Unlock()
 	rec, err := m.load(ctx, op.ID)
 	if err != nil {
 		return nil, err
@@ -176,6 +182,8 @@ func (m *Manager) RunProgress(ctx context.Context, op *state.Operation) {
 }
 
 func (m *Manager) extendIfDue(ctx context.Context, opID string) {
+	m.work.Lock()
+	defer m.work.Unlock()
 	rec, err := m.load(ctx, opID)
 	if err != nil || rec == nil {
 		return
@@ -229,6 +237,8 @@ func (m *Manager) stopKeepalive(opID string) {
 // RunEnded reports the alerts still firing under the silence and expires it.
 func (m *Manager) RunEnded(ctx context.Context, op *state.Operation, _ bot.RunOutput) []string {
 	m.stopKeepalive(op.ID)
+	m.work.Lock()
+	defer m.work.Unlock()
 	rec, err := m.load(ctx, op.ID)
 	if err != nil || rec == nil {
 		return nil
@@ -275,6 +285,8 @@ func (m *Manager) Recover(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.work.Lock()
+	defer m.work.Unlock()
 	var lines []string
 	for i := range recs {
 		rec := &recs[i]
