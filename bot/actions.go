@@ -382,11 +382,12 @@ func (e *Engine) Abandon(ctx context.Context, from Origin, id string) error {
 			return e.refuseAction(ctx, from, op, "abandon", err.Error())
 		}
 	}
-	_, err = e.transition(ctx, id, state.StateCancelled, from.User, "abandoned", "abandoned", nil,
+	ended, err := e.transition(ctx, id, state.StateCancelled, from.User, "abandoned", "abandoned", nil,
 		func(o *state.Operation) { o.Result = "abandoned by " + from.User })
 	if err != nil {
 		return e.refuseAction(ctx, from, op, "abandon", err.Error())
 	}
+	e.runEnded(ctx, ended, RunOutput{})
 	return nil
 }
 

@@ -45,6 +45,8 @@ type Options struct {
 	// (Engine.Prune), which also runs once at start; nil means every
 	// PruneInterval.
 	PruneTicks <-chan time.Time
+	// Hooks follow disruptive runs (hooks.go); optional.
+	Hooks []RunHook
 }
 
 // Engine runs operations. It is safe for concurrent use.
@@ -371,6 +373,8 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.Address, Role: n.Role, Host: n.Host, Platform: n.Platform, InstallerClass: n.InstallerClass})
 	}
 	c := e.o.Config
+	extra := map[string]string{}
+	e.requestNotes(ctx, cl.Name, extra)
 	var drills *lifecyclev1.StagingDrills
 	if spec, ok := e.grammar.Lookup(op.Command); ok && slices.Contains(spec.GetNeeds(), lifecyclev1.Need_NEED_STAGING_DRILLS) {
 		if drills, err = e.stagingDrills(ctx); err != nil {
@@ -395,7 +399,7 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 			SnapshotDir: c.SnapshotDir, GateTimeoutMs: c.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: c.Timeouts.Node.D().Milliseconds(),
 			KnownTalosReleases: c.Releases.Talos, RefuseNonLatestPatch: c.Releases.RefuseNonLatestPatch,
 			SnapshotKeep: int32(c.Snapshots.Keep), SnapshotMaxAgeSeconds: int64(c.Snapshots.MaxAge.D().Seconds()),
-			Backups: backups, Terraform: TerraformSettings(c, cl), StagingDrills: drills,
+			Backups: backups, Terraform: TerraformSettings(c, cl), StagingDrills: drills, Extra: extra,
 		},
 	}, nil
 }
@@ -574,7 +578,12 @@ func (e *Engine) transitionFrom(ctx context.Context, id string, from []state.OpS
 
 // finish ends an operation: terminal state, lock released, audit record.
 func (e *Engine) finish(ctx context.Context, id, actor string, to state.OpState, summary, errText string, lines []string, flags ...string) {
-	_, err := e.transitionTx(ctx, id, to, actor, string(to), "", map[string]string{"summary": summary, "error": errText},
+	e.finishRun(ctx, id, actor, to, summary, errText, lines, RunOutput{}, flags...)
+}
+
+// finishRun is finish with the run's output, for the hooks.
+func (e *Engine) finishRun(ctx context.Context, id, actor string, to state.OpState, summary, errText string, lines []string, out RunOutput, flags ...string) {
+	op, err := e.transitionTx(ctx, id, to, actor, string(to), "", map[string]string{"summary": summary, "error": errText},
 		// Entering a terminal state releases the cluster lock (state.Tx.Transition).
 		func(o *state.Operation) {
 			o.Result, o.Error = summary, errText
@@ -585,7 +594,9 @@ func (e *Engine) finish(ctx context.Context, id, actor string, to state.OpState,
 		}, nil)
 	if err != nil {
 		e.log.Error("finish operation", "op", id, "err", err)
+		return
 	}
+	e.runEnded(ctx, op, out)
 }
 
 // execute runs an approved (or read-only, already running) operation through
@@ -637,6 +648,12 @@ func (e *Engine) execute(ctx context.Context, id string) {
 			return
 		}
 	}
+	// The hooks start (or, on resume, pick up) their work around the run;
+	// one may refuse it (a required silence), before the plugin runs.
+	if err := e.runStarting(ctx, op); err != nil {
+		e.finish(ctx, id, "system", state.StateFailed, "refused", err.Error(), nil, "refused")
+		return
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	e.mu.Lock()
 	e.running[id] = cancel
@@ -658,7 +675,7 @@ func (e *Engine) execute(ctx context.Context, id string) {
 	switch {
 	case err == nil && res.GetOk():
 		// Finished: even a cancel that raced the last step does not undo it.
-		e.finish(ctx, id, "system", state.StateSucceeded, res.GetSummary(), "", res.GetLines())
+		e.finishRun(ctx, id, "system", state.StateSucceeded, res.GetSummary(), "", res.GetLines(), RunOutput{Declared: res.GetDeclared(), Invalidated: res.GetInvalidated()})
 	case ctx.Err() != nil:
 		// The engine is shutting down: leave the operation running; the next
 		// start marks it interrupted and it can be resumed.
@@ -672,7 +689,8 @@ func (e *Engine) execute(ctx context.Context, id string) {
 		if r := res.GetRefusal(); r != nil {
 			msg = refusalText(r)
 		}
-		e.finish(ctx, id, "system", state.StateFailed, orDefault(res.GetSummary(), "failed"), msg, res.GetLines())
+		// A failed run's declared values are never passed on (R18).
+		e.finishRun(ctx, id, "system", state.StateFailed, orDefault(res.GetSummary(), "failed"), msg, res.GetLines(), RunOutput{Invalidated: res.GetInvalidated()})
 		if acts := res.GetSuggestedActions(); len(acts) > 0 {
 			e.offerSuggestions(ctx, id, acts)
 		}
@@ -742,6 +760,7 @@ func (e *Engine) progress(ctx context.Context, id string, p *lifecyclev1.Progres
 	if threadLine != "" {
 		e.o.Sink.Thread(ctx, op, threadLine)
 	}
+	e.runProgress(ctx, op)
 }
 
 func applyStep(o *state.Operation, s *lifecyclev1.StepEvent, now time.Time) {

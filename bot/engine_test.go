@@ -155,6 +155,7 @@ type env struct {
 	clock  *fakeClock
 	dbPath string
 	creds  *countingCreds
+	hooks  []bot.RunHook
 }
 
 // countingCreds counts how often credentials are read.
@@ -229,7 +230,7 @@ func (e *env) open() {
 		t.Fatal(err)
 	}
 	e.eng, err = bot.New(context.Background(), bot.Options{Config: e.cfg, Store: e.store, Plugins: e.mgr,
-		Credentials: e.creds, Policy: approvals.New(e.cfg), Sink: e.sink, Clock: e.clock.Now})
+		Credentials: e.creds, Policy: approvals.New(e.cfg), Sink: e.sink, Clock: e.clock.Now, Hooks: e.hooks})
 	if err != nil {
 		t.Fatal(err)
 	}

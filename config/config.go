@@ -45,6 +45,9 @@ type Config struct {
 	Alerts      Alerts              `yaml:"alerts"`
 	Audit       AuditSettings       `yaml:"audit"`
 	Plugins     Plugins             `yaml:"plugins"`
+	// Silences and Git are the work around disruptive runs (followup.go).
+	Silences *Silences    `yaml:"silences,omitempty"`
+	Git      *GitFollowup `yaml:"git_followup,omitempty"`
 }
 
 // Cluster is one Talos cluster the bot manages.
@@ -306,6 +309,7 @@ func (c *Config) ApplyDefaults() {
 	if c.Alerts.ClusterLabel == "" {
 		c.Alerts.ClusterLabel = DefaultClusterLabel
 	}
+	c.applyFollowupDefaults()
 	if c.Policy == nil {
 		c.Policy = map[string]Policy{}
 	}

@@ -146,6 +146,7 @@ func (c *Config) Validate() []FieldError {
 			}
 		}
 	}
+	errs = append(errs, c.validateFollowups()...)
 	for i, pl := range c.Plugins.External {
 		p := fmt.Sprintf("plugins.external[%d]", i)
 		if pl.Name == "" || pl.Path == "" {

@@ -44,7 +44,14 @@ const (
 	OutcomeUnmatched = "unmatched" // no rule matches a new group
 	OutcomeIgnored   = "ignored"   // resolved before we ever posted it
 	OutcomeNoChannel = "no_channel"
+	OutcomeSilenced  = "silenced" // caused by the bot's own operation, under its silence
 )
+
+// Silences tells which alerts a running operation of the bot holds an
+// Alertmanager silence for (bot/silence implements it).
+type Silences interface {
+	Suppressing(ctx context.Context, labels map[string]string) (opID string, ok bool)
+}
 
 // Options configure a Receiver.
 type Options struct {
@@ -64,6 +71,9 @@ type Options struct {
 	Clock           func() time.Time
 	Logger          *slog.Logger
 	Observer        Observer
+	// Silences, when set, keeps quiet about new alert groups whose every
+	// firing alert matches an active operation's silence; optional.
+	Silences Silences
 }
 
 // Receiver handles Alertmanager notifications.
@@ -244,6 +254,9 @@ func (r *Receiver) Handle(ctx context.Context, p *Payload) (string, error) {
 			r.o.Logger.Debug("no alert rule matches", "group", shortKey(p.GroupKey), "labels", p.CommonLabels)
 			r.o.Observer.AlertSuggestion("", OutcomeUnmatched)
 			return OutcomeUnmatched, nil
+		}
+		if opID, ok := r.silenced(ctx, p); ok {
+			return OutcomeSilenced, r.recordSilenced(ctx, p, rule, opID)
 		}
 	}
 	cluster := r.clusterOf(p, labels)
@@ -509,4 +522,40 @@ func digest(m chat.Message) string {
 	raw, _ := json.Marshal(m)
 	h := sha256.Sum256(raw)
 	return hex.EncodeToString(h[:])
+}
+
+// silenced reports the operation whose silence covers every firing alert
+// of p: the bot does not suggest commands about what its own run causes.
+func (r *Receiver) silenced(ctx context.Context, p *Payload) (string, bool) {
+	if r.o.Silences == nil || p.Status != StatusFiring {
+		return "", false
+	}
+	op := ""
+	for _, a := range p.Alerts {
+		if a.Status != StatusFiring {
+			continue
+		}
+		labels := map[string]string{}
+		for k, v := range p.CommonLabels {
+			labels[k] = v
+		}
+		for k, v := range a.Labels {
+			labels[k] = v
+		}
+		id, ok := r.o.Silences.Suppressing(ctx, labels)
+		if !ok {
+			return "", false
+		}
+		op = id
+	}
+	return op, op != ""
+}
+
+func (r *Receiver) recordSilenced(ctx context.Context, p *Payload, rule *Rule, opID string) error {
+	r.o.Logger.Info("alert suppressed: the bot's own operation holds a silence for it", "group", shortKey(p.GroupKey), "op", opID)
+	r.o.Observer.AlertSuggestion(ruleName(rule), OutcomeSilenced)
+	_, err := r.o.Store.AppendAudit(ctx, state.AuditEvent{Time: r.o.Clock().UTC(), Actor: "alertmanager", Action: "alert silenced", OpID: opID,
+		Cluster: p.CommonLabels[r.o.Config.Alerts.ClusterLabel], Result: p.Status,
+		Detail: map[string]string{"rule": ruleName(rule), "alertname": alertName(p), "group": shortKey(p.GroupKey)}})
+	return err
 }

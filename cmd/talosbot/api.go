@@ -73,6 +73,7 @@ func (a *app) mountAPIs(ctx context.Context, mux *http.ServeMux, adapter chat.Ad
 		rcv, err := alerts.New(alerts.Options{
 			Config: a.cfg, Store: a.store, Chat: adapter, Buttons: a.engine,
 			Token: o.alertsToken, FallbackChannel: o.alertsFallback, Logger: a.log, Observer: a.metrics,
+			Silences: a.follow.alertSilences(),
 		})
 		if err != nil {
 			return err

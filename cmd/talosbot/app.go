@@ -38,6 +38,7 @@ type app struct {
 	srv     *http.Server
 	ln      net.Listener
 	metrics *metrics.Metrics
+	follow  *followups
 
 	stopAdapters context.CancelFunc
 	adapters     sync.WaitGroup
@@ -161,9 +162,13 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	}
 	chatMux := chat.NewMux(plain, platforms)
 	sink := bot.NewRenderer(chatMux, nil, log)
+	if a.follow, err = newFollowups(cfg, st, log); err != nil {
+		a.close()
+		return nil, err
+	}
 	a.engine, err = bot.New(ctx, bot.Options{
 		Config: cfg, Store: st, Plugins: a.plugins, Credentials: creds, Policy: approvals.New(cfg),
-		Sink: sink, Logger: log, Observer: a.metrics,
+		Sink: sink, Logger: log, Observer: a.metrics, Hooks: a.follow.hooks,
 	})
 	if err != nil {
 		a.close()
@@ -177,6 +182,10 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	}
 	for _, id := range ids {
 		log.Warn("operation was interrupted by a restart; resume or abandon it", "op", id)
+	}
+	if err := a.follow.recover(ctx, log); err != nil {
+		a.close()
+		return nil, fmt.Errorf("recover alertmanager silences: %w", err)
 	}
 	if a.console != nil {
 		a.console.SetHandler(a.engine)
@@ -247,6 +256,7 @@ func (a *app) close() {
 	if a.engine != nil {
 		a.engine.Close()
 	}
+	a.follow.close()
 	if a.plugins != nil {
 		a.plugins.Close()
 	}

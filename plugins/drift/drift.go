@@ -429,7 +429,8 @@ func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk
 			return err
 		}
 	}
-	res := &lifecyclev1.Result{Ok: len(rep.Findings) == 0, Lines: rep.Lines()}
+	// The prepared Git change (if any) says whether the drift is being fixed.
+	res := &lifecyclev1.Result{Ok: len(rep.Findings) == 0, Lines: append(rep.Lines(), cluster.FollowupLines(req.GetSettings())...)}
 	if res.Ok {
 		res.Summary = inv.Name + ": no drift between Terraform and the cluster"
 	} else {

@@ -234,7 +234,10 @@ func (ru *run) execute(ctx context.Context, req *lifecyclev1.OperationRequest, n
 	if ru.skipped > 0 {
 		summary += fmt.Sprintf(" (%d step(s) were already done and skipped)", ru.skipped)
 	}
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: summary, Lines: lines})
+	// The gate after the upgrade passed: Terraform's variable may follow
+	// (R18). It is written with a leading v.
+	return r.Result(&lifecyclev1.Result{Ok: true, Summary: summary, Lines: lines,
+		Declared: map[string]string{"talos_kubernetes_version": "v" + strings.TrimPrefix(a.target, "v")}})
 }
 
 func (ru *run) step(id, node, from, detail string, st lifecyclev1.StepStatus) error {

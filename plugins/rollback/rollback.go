@@ -212,6 +212,9 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 	ev(lifecyclev1.StepStatus_STEP_STATUS_OK, fmt.Sprintf("%s → %s: boot id changed, running and ready", t.version, res.Version), res.Version)
 	lines := []string{fmt.Sprintf("↩️ %s rolled back %s → %s", t.node.Name, t.version, res.Version)}
+	// The node is back on its old version: not every node runs the newer
+	// one, so a talos_version bump made for it must be reverted (R19).
+	invalidated := []string{cluster.DeclaredTalosVersion}
 
 	if t.node.IsControlPlane() {
 		_ = r.StepStarted("quorum-after", "")
@@ -223,7 +226,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		})
 		if err != nil {
 			_ = r.StepFailed("quorum-after", err.Error())
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: t.node.Name + " is back on " + res.Version + " but etcd is not healthy", Error: err.Error(), Lines: lines})
+			return r.Result(&lifecyclev1.Result{Ok: false, Summary: t.node.Name + " is back on " + res.Version + " but etcd is not healthy", Error: err.Error(), Lines: lines, Invalidated: invalidated})
 		}
 		_ = r.StepOK("quorum-after", q.Summary())
 	}
@@ -233,9 +236,9 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 	lines = append(lines, "📝 Terraform: do not bump talos_version until the failure is understood; if you already did, revert it before the next apply (R19).")
 	if !gate.Passed {
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: t.node.Name + " rolled back but the closing health gate failed", Error: gate.Err().Error(), Lines: lines})
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: t.node.Name + " rolled back but the closing health gate failed", Error: gate.Err().Error(), Lines: lines, Invalidated: invalidated})
 	}
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: fmt.Sprintf("%s rolled back to %s", t.node.Name, res.Version), Lines: lines})
+	return r.Result(&lifecyclev1.Result{Ok: true, Summary: fmt.Sprintf("%s rolled back to %s", t.node.Name, res.Version), Lines: lines, Invalidated: invalidated})
 }
 
 // wentBack verifies the rollback: the node now runs an older version.

@@ -448,7 +448,9 @@ func (x *run) execute(ctx context.Context) error {
 	note := cluster.TalosDriftNote(x.cluster, x.req.GetCluster().GetDeclared(), running, ro.target, schematic)
 	_ = x.r.StepOK("drift", note[0])
 	x.lines = append(x.lines, note...)
-	return x.r.Result(&lifecyclev1.Result{Ok: true, Lines: x.lines,
+	// Every node runs the target and the gate passed: the declared version
+	// may follow now, and only now (R18).
+	return x.r.Result(&lifecyclev1.Result{Ok: true, Lines: x.lines, Declared: map[string]string{cluster.DeclaredTalosVersion: ro.target.String()},
 		Summary: fmt.Sprintf("Talos %s on every node of %s (%d upgraded, %d already there)", ro.target, x.cluster, upgraded, len(ro.steps)-upgraded)})
 }
 

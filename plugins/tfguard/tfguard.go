@@ -22,6 +22,7 @@ import (
 
 	"github.com/talosbot/talosbot/internal/terraform"
 	"github.com/talosbot/talosbot/internal/version"
+	"github.com/talosbot/talosbot/plugins/cluster"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
@@ -175,7 +176,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	if err := r.StepOK("plan", plan.Summary()); err != nil {
 		return err
 	}
-	lines := plan.Lines()
+	lines := append(plan.Lines(), cluster.FollowupLines(req.GetSettings())...)
 	if len(vs) > 0 {
 		if err := r.StepFailed("guard", terraform.Describe(vs)); err != nil {
 			return err

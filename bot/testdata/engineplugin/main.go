@@ -117,7 +117,9 @@ func (p *plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		return ctx.Err()
 	case "fail":
 		_ = r.StepFailed("s1", "node did not come back")
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "roll failed", Error: "cp-1 timed out",
+		// A careless plugin that names a declared value on failure: the
+		// engine must not pass it on (R18).
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "roll failed", Error: "cp-1 timed out", Declared: map[string]string{"talos_version": a["target"]},
 			SuggestedActions: []*lifecyclev1.SuggestedAction{{Label: "Rollback node cp-1", Command: "/talos probe staging"}}})
 	}
 	if id := a["artifact"]; id != "" {
@@ -125,5 +127,5 @@ func (p *plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 	_ = r.StepOK("s1", "done")
 	_ = r.StepOK("s2", "done")
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: "rolled to " + a["target"]})
+	return r.Result(&lifecyclev1.Result{Ok: true, Summary: "rolled to " + a["target"], Declared: map[string]string{"talos_version": a["target"]}})
 }

@@ -2122,8 +2122,17 @@ type Result struct {
 	Error            string             `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	SuggestedActions []*SuggestedAction `protobuf:"bytes,5,rep,name=suggested_actions,json=suggestedActions,proto3" json:"suggested_actions,omitempty"`
 	Refusal          *Refusal           `protobuf:"bytes,6,opt,name=refusal,proto3" json:"refusal,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// declared maps each declared (Terraform) variable this run made true to
+	// its new value as Terraform writes it, e.g. talos_version → v1.13.9 or
+	// talos_kubernetes_version → v1.36.3. Set only when ok, after every node
+	// was verified (R18); the host prepares the version bump from it.
+	Declared map[string]string `protobuf:"bytes,7,rep,name=declared,proto3" json:"declared,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// invalidated names declared variables this run made untrue whatever its
+	// ending (a node rolled back: not every node runs the declared version
+	// any more, R19); a bump the host prepared for them is reverted.
+	Invalidated   []string `protobuf:"bytes,8,rep,name=invalidated,proto3" json:"invalidated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
@@ -2194,6 +2203,20 @@ func (x *Result) GetSuggestedActions() []*SuggestedAction {
 func (x *Result) GetRefusal() *Refusal {
 	if x != nil {
 		return x.Refusal
+	}
+	return nil
+}
+
+func (x *Result) GetDeclared() map[string]string {
+	if x != nil {
+		return x.Declared
+	}
+	return nil
+}
+
+func (x *Result) GetInvalidated() []string {
+	if x != nil {
+		return x.Invalidated
 	}
 	return nil
 }
@@ -2488,14 +2511,19 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\brevision\x18\x06 \x01(\x03R\brevision\"A\n" +
 	"\x0fSuggestedAction\x12\x14\n" +
 	"\x05label\x18\x01 \x01(\tR\x05label\x12\x18\n" +
-	"\acommand\x18\x02 \x01(\tR\acommand\"\xed\x01\n" +
+	"\acommand\x18\x02 \x01(\tR\acommand\"\x95\x03\n" +
 	"\x06Result\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12\x14\n" +
 	"\x05lines\x18\x03 \x03(\tR\x05lines\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12S\n" +
 	"\x11suggested_actions\x18\x05 \x03(\v2&.talosbot.lifecycle.v1.SuggestedActionR\x10suggestedActions\x128\n" +
-	"\arefusal\x18\x06 \x01(\v2\x1e.talosbot.lifecycle.v1.RefusalR\arefusal\"\x94\x02\n" +
+	"\arefusal\x18\x06 \x01(\v2\x1e.talosbot.lifecycle.v1.RefusalR\arefusal\x12G\n" +
+	"\bdeclared\x18\a \x03(\v2+.talosbot.lifecycle.v1.Result.DeclaredEntryR\bdeclared\x12 \n" +
+	"\vinvalidated\x18\b \x03(\tR\vinvalidated\x1a;\n" +
+	"\rDeclaredEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x02\n" +
 	"\bProgress\x12\x1b\n" +
 	"\tunix_nano\x18\x01 \x01(\x03R\bunixNano\x126\n" +
 	"\x04step\x18\x02 \x01(\v2 .talosbot.lifecycle.v1.StepEventH\x00R\x04step\x122\n" +
@@ -2542,7 +2570,7 @@ func file_lifecycle_v1_lifecycle_proto_rawDescGZIP() []byte {
 }
 
 var file_lifecycle_v1_lifecycle_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
 	(Effect)(0),              // 0: talosbot.lifecycle.v1.Effect
 	(Need)(0),                // 1: talosbot.lifecycle.v1.Need
@@ -2577,6 +2605,7 @@ var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
 	nil,                      // 30: talosbot.lifecycle.v1.Settings.ExtraEntry
 	nil,                      // 31: talosbot.lifecycle.v1.Backups.ProtectedByEntry
 	nil,                      // 32: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	nil,                      // 33: talosbot.lifecycle.v1.Result.DeclaredEntry
 }
 var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
 	5,  // 0: talosbot.lifecycle.v1.Command.args:type_name -> talosbot.lifecycle.v1.Arg
@@ -2606,21 +2635,22 @@ var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
 	3,  // 24: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
 	26, // 25: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
 	21, // 26: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	23, // 27: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
-	24, // 28: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
-	25, // 29: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
-	27, // 30: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
-	4,  // 31: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
-	18, // 32: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
-	18, // 33: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
-	7,  // 34: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
-	22, // 35: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
-	28, // 36: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
-	34, // [34:37] is the sub-list for method output_type
-	31, // [31:34] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	33, // 27: talosbot.lifecycle.v1.Result.declared:type_name -> talosbot.lifecycle.v1.Result.DeclaredEntry
+	23, // 28: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
+	24, // 29: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
+	25, // 30: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
+	27, // 31: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
+	4,  // 32: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
+	18, // 33: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
+	18, // 34: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
+	7,  // 35: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
+	22, // 36: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
+	28, // 37: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
+	35, // [35:38] is the sub-list for method output_type
+	32, // [32:35] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_lifecycle_v1_lifecycle_proto_init() }
@@ -2640,7 +2670,7 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifecycle_v1_lifecycle_proto_rawDesc), len(file_lifecycle_v1_lifecycle_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
