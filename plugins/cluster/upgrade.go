@@ -13,6 +13,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
 // DefaultNodeTimeout bounds one node's upgrade or rollback (reboot included)
@@ -266,9 +267,4 @@ func orUnknown(s string) string {
 
 // RefusalPlan turns a *RuleError into a refused plan (nothing will run) and
 // passes any other error through, for plugins' Plan methods.
-func RefusalPlan(err error) (*lifecyclev1.OperationPlan, error) {
-	if re, ok := AsRuleError(err); ok {
-		return &lifecyclev1.OperationPlan{Refusal: re.Refusal(), Summary: "refused: " + re.Reason}, nil
-	}
-	return nil, err
-}
+func RefusalPlan(err error) (*lifecyclev1.OperationPlan, error) { return sdk.RefusalPlan(err) }

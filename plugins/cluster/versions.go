@@ -12,30 +12,15 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/compatibility"
 	"google.golang.org/protobuf/types/known/emptypb"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
-// RuleError is a refusal: the runbook rule that forbids an operation, why,
-// and how to proceed. Plugins turn it into OperationPlan.refusal.
-type RuleError struct {
-	Rule, Reason, Fix string
-}
+// RuleError is the SDK's refusal type under its historical name; new code
+// uses sdk.Refusal directly.
+type RuleError = sdk.Refusal
 
-func (e *RuleError) Error() string {
-	return fmt.Sprintf("%s: %s; %s", e.Rule, e.Reason, e.Fix)
-}
-
-// Refusal is the protocol form.
-func (e *RuleError) Refusal() *lifecyclev1.Refusal {
-	return &lifecyclev1.Refusal{Rule: e.Rule, Reason: e.Reason, Fix: e.Fix}
-}
-
-// AsRuleError returns the RuleError in err's chain, if any.
-func AsRuleError(err error) (*RuleError, bool) {
-	var re *RuleError
-	ok := errors.As(err, &re)
-	return re, ok
-}
+// AsRuleError returns the refusal in err's chain, if any.
+func AsRuleError(err error) (*RuleError, bool) { return sdk.AsRefusal(err) }
 
 // Release is a Talos release version vMAJOR.MINOR.PATCH.
 type Release struct{ Major, Minor, Patch int }

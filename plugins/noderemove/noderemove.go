@@ -149,7 +149,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	t, err := check(ctx, req, s)
 	if err != nil {
 		if re, ok := cluster.AsRuleError(err); ok {
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Refusal()})
+			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Proto()})
 		}
 		return err
 	}
@@ -173,7 +173,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		if !gate.Passed {
 			re := &cluster.RuleError{Rule: "R1", Reason: "the health gate before the removal failed: " + strings.Join(gate.Reasons, "; "),
 				Fix: "fix what the gate names (/talos health) first; never remove a node from an unhealthy cluster"}
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused: the health gate failed; nothing was changed", Error: re.Error(), Refusal: re.Refusal()})
+			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused: the health gate failed; nothing was changed", Error: re.Error(), Refusal: re.Proto()})
 		}
 
 		_ = r.StepStarted("reset", "")

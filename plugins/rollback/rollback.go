@@ -160,7 +160,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	defer s.Close() //nolint:errcheck
 	refuse := func(err error) error {
 		re, _ := cluster.AsRuleError(err)
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Refusal()})
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Proto()})
 	}
 	t, err := check(ctx, req, s)
 	if err != nil {

@@ -303,7 +303,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	ro, err := compute(ctx, req, s)
 	if err != nil {
 		if re, ok := cluster.AsRuleError(err); ok {
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Refusal()})
+			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Proto()})
 		}
 		return err
 	}
@@ -362,7 +362,7 @@ var errReported = errors.New("result reported")
 func (x *run) fail(summary string, err error, actions ...*lifecyclev1.SuggestedAction) error {
 	res := &lifecyclev1.Result{Ok: false, Summary: summary, Error: err.Error(), Lines: x.lines, SuggestedActions: actions}
 	if re, ok := cluster.AsRuleError(err); ok {
-		res.Refusal = re.Refusal()
+		res.Refusal = re.Proto()
 	}
 	if serr := x.r.Result(res); serr != nil {
 		return serr

@@ -102,7 +102,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	inv, t, err := check(req)
 	if err != nil {
 		re, _ := cluster.AsRuleError(err)
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Refusal()})
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Proto()})
 	}
 	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
 	if err != nil {

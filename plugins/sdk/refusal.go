@@ -1,0 +1,71 @@
+package sdk
+
+import (
+	"errors"
+	"fmt"
+
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+)
+
+// Refusal is the one refusal type of the plugin side: the runbook rule that
+// forbids an operation, why, and how to proceed. It is an error, so the
+// functions that check a rule return it and callers pass it up unchanged;
+// Plan turns it into OperationPlan.refusal (RefusalPlan) and Run into a
+// refused Result (RefusedResult). It lives here rather than in
+// plugins/cluster so a plugin can refuse without linking client-go.
+type Refusal struct {
+	// Rule names the runbook rule, e.g. "R1" (docs/RUNBOOK.md).
+	Rule string
+	// Reason says what is wrong, in the operator's terms.
+	Reason string
+	// Fix says how to proceed; every refusal carries one.
+	Fix string
+}
+
+// Refuse returns a *Refusal; the usual way to construct one inline.
+func Refuse(rule, reason, fix string) *Refusal {
+	return &Refusal{Rule: rule, Reason: reason, Fix: fix}
+}
+
+func (r *Refusal) Error() string {
+	return fmt.Sprintf("%s: %s; %s", r.Rule, r.Reason, r.Fix)
+}
+
+// Proto is the protocol form.
+func (r *Refusal) Proto() *lifecyclev1.Refusal {
+	return &lifecyclev1.Refusal{Rule: r.Rule, Reason: r.Reason, Fix: r.Fix}
+}
+
+// AsRefusal returns the *Refusal in err's chain, if any.
+func AsRefusal(err error) (*Refusal, bool) {
+	var r *Refusal
+	ok := errors.As(err, &r)
+	return r, ok
+}
+
+// RefusalPlan turns a *Refusal anywhere in err's chain into a refused plan
+// (nothing will run) and passes any other error through, for Plan methods:
+//
+//	if err := checkRule(...); err != nil {
+//		return sdk.RefusalPlan(err)
+//	}
+func RefusalPlan(err error) (*lifecyclev1.OperationPlan, error) {
+	if r, ok := AsRefusal(err); ok {
+		return &lifecyclev1.OperationPlan{Refusal: r.Proto(), Summary: "refused: " + r.Reason}, nil
+	}
+	return nil, err
+}
+
+// RefusedResult is the final Result of a run that a rule stopped (the host
+// re-checks rules at run time), or nil when err holds no *Refusal. summary
+// defaults to "refused".
+func RefusedResult(err error, summary string) *lifecyclev1.Result {
+	r, ok := AsRefusal(err)
+	if !ok {
+		return nil
+	}
+	if summary == "" {
+		summary = "refused"
+	}
+	return &lifecyclev1.Result{Ok: false, Summary: summary, Error: err.Error(), Refusal: r.Proto()}
+}
