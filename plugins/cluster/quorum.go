@@ -65,7 +65,7 @@ func (q Quorum) Summary() string {
 // it cannot learn becomes a problem.
 func ReadQuorum(ctx context.Context, c *Clients, inv Inventory) Quorum {
 	var q Quorum
-	targets := EtcdTargets(inv)
+	targets := EtcdTargets(inv) // rule:R4-quorum
 	resp, err := c.Machine.EtcdStatus(client.WithNodes(ctx, targets...), &emptypb.Empty{})
 	var ok map[string]*machineapi.EtcdStatus
 	var fails []nodeFailure
@@ -148,9 +148,9 @@ func ReadQuorum(ctx context.Context, c *Clients, inv Inventory) Quorum {
 
 // CheckDisruption is rule R16 around one control plane: every member is
 // healthy with one agreed leader, so taking `node` down leaves a majority.
-func (q Quorum) CheckDisruption(node string) error {
-	if len(q.Problems) > 0 || len(q.Healthy) < len(q.Members) || q.Leader == "" {
-		return fmt.Errorf("etcd quorum is not safe around %s (R16): %s", node, q.Summary())
+func (q Quorum) CheckDisruption(node string) error { // rule:R16-before
+	if err := q.CheckRestored(); err != nil {
+		return fmt.Errorf("etcd quorum is not safe around %s: %w", node, err)
 	}
 	if len(q.Members) == 1 {
 		// A one-control-plane cluster has no quorum to keep: its API is down
@@ -160,6 +160,16 @@ func (q Quorum) CheckDisruption(node string) error {
 	if after := len(q.Healthy) - 1; q.IsMember(node) && after < Majority(len(q.Members)) {
 		return fmt.Errorf("etcd quorum would be lost while %s is down (R16): %d of %d members would remain, %d needed",
 			node, after, len(q.Members), Majority(len(q.Members)))
+	}
+	return nil
+}
+
+// CheckRestored is rule R16 after a control plane is back (and the first half
+// of CheckDisruption): every member healthy under one agreed leader, no
+// problems reported. The one quorum-restored predicate of every plugin.
+func (q Quorum) CheckRestored() error {
+	if len(q.Problems) > 0 || len(q.Healthy) < len(q.Members) || q.Leader == "" { // rule:R16-after
+		return fmt.Errorf("etcd quorum not restored (R16): %s", q.Summary())
 	}
 	return nil
 }
@@ -182,7 +192,7 @@ func (q Quorum) CheckRemoval(node string) *RuleError {
 	case n == 2:
 		return &RuleError{Rule: "R9", Reason: fmt.Sprintf("etcd has only two members: removing %s leaves one member that cannot keep quorum through any later failure", node),
 			Fix: "add a third control plane and wait until it is a voting member (R7) before removing this one"}
-	case healthyAfter < Majority(n):
+	case healthyAfter < Majority(n): // rule:R9
 		return &RuleError{Rule: "R9", Reason: fmt.Sprintf("removing %s would leave %d healthy member(s), fewer than the majority %d of the current %d members (%s)",
 			node, healthyAfter, Majority(n), n, q.Summary()), Fix: fix}
 	}

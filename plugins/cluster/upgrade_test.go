@@ -134,6 +134,19 @@ func TestQuorumRules(t *testing.T) {
 	if re := one.CheckRemoval("cp-1"); re == nil || !strings.Contains(re.Reason, "last control plane") {
 		t.Fatalf("last: %v", re)
 	}
+	// R16 after a control plane is back: CheckRestored, the one predicate.
+	if err := three.CheckRestored(); err != nil {
+		t.Fatalf("healthy 3 not restored: %v", err)
+	}
+	for name, q := range map[string]Quorum{
+		"a member down": {Members: three.Members, Healthy: []string{"cp-1", "cp-3"}, Leader: "cp-1"},
+		"no leader":     {Members: three.Members, Healthy: three.Members},
+		"a problem":     {Members: three.Members, Healthy: three.Members, Leader: "cp-1", Problems: []string{"member list unavailable"}},
+	} {
+		if err := q.CheckRestored(); err == nil || !strings.Contains(err.Error(), "not restored (R16)") {
+			t.Errorf("%s: CheckRestored = %v, want R16 not restored", name, err)
+		}
+	}
 }
 
 func TestTalosDriftNote(t *testing.T) {

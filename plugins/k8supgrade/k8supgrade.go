@@ -192,9 +192,10 @@ func (ru *run) execute(ctx context.Context, req *lifecyclev1.OperationRequest, n
 	if err := cluster.ReportGate(r, gateBefore, gate); err != nil {
 		return err
 	}
-	if !gate.Passed {
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "Kubernetes upgrade refused: " + gate.Summary(), Lines: gate.Lines(),
-			Refusal: refuse("R1", gate.Err().Error(), "fix the failing probes, then run the same command again")})
+	if err := cluster.CheckGateBefore("the Kubernetes upgrade", gate.Reasons); err != nil {
+		res := sdk.RefusedResult(err, "Kubernetes upgrade refused: "+gate.Summary())
+		res.Lines = gate.Lines()
+		return r.Result(res)
 	}
 
 	for _, cp := range inv.ControlPlanes() {

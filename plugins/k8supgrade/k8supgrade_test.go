@@ -223,6 +223,27 @@ func TestUpgradeK8s(t *testing.T) {
 		refused(t, e, e.request(target), "R20", "Talos v1.12.6 on cp-1, cp-2, cp-3, worker-1", "too new", "upgrade Talos first")
 	})
 
+	t.Run("refuses without a snapshot directory (R12)", func(t *testing.T) {
+		e := startEnv(t, kube, supportsTarget)
+		req := e.request(target)
+		req.Settings.SnapshotDir = ""
+		refused(t, e, req, "R12", "snapshot_dir", "--dry-run")
+	})
+
+	t.Run("refuses when the gate before fails (R1)", func(t *testing.T) {
+		e := startEnv(t, kube, supportsTarget)
+		ctx := ctxFor(t, 2*time.Minute)
+		if err := e.c.Inject(ctx, "cp-2", sim.Fault{UnhealthyService: "kubelet"}); err != nil {
+			t.Fatal(err)
+		}
+		rec, _ := sdktest.Run(ctx, New(), e.request(target), nil)
+		res := rec.FinalResult()
+		if res.GetOk() || res.GetRefusal().GetRule() != "R1" || !strings.Contains(res.GetRefusal().GetReason(), "cp-2: kubelet unhealthy") {
+			t.Fatalf("want an R1 refusal naming cp-2's kubelet, got %v", res)
+		}
+		wantCounts(t, "after a failed gate", e.applies(), map[string]int{"cp-1": 0, "cp-2": 0, "cp-3": 0, "worker-1": 0})
+	})
+
 	t.Run("dry run reports the plan and changes nothing", func(t *testing.T) {
 		e := startEnv(t, kube, supportsTarget)
 		ctx := ctxFor(t, 2*time.Minute)

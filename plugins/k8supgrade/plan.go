@@ -45,8 +45,9 @@ type assessment struct {
 	snapshotDir string
 }
 
+// refuse is sdk.Refusal in protocol form, for the assessment's refusal.
 func refuse(rule, reason, fix string) *lifecyclev1.Refusal {
-	return &lifecyclev1.Refusal{Rule: rule, Reason: reason, Fix: fix}
+	return sdk.Refuse(rule, reason, fix).Proto()
 }
 
 // assess reads the cluster and applies rules R20 and R21. A nil error with a refusal means
@@ -81,9 +82,9 @@ func assess(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req 
 		a.warnings = append(a.warnings, fmt.Sprintf("Kubernetes v%d.%d may remove deprecated APIs: check manifests, Helm charts and Flux sources for removed API versions before upgrading: %s",
 			t.Major, t.Minor, cluster.K8sDeprecationGuide))
 	}
-	if !a.dryRun && a.snapshotDir == "" {
-		a.refusal = refuse("R12", "no snapshot directory is configured, so the etcd snapshot that must precede the upgrade cannot be taken",
-			"set snapshot_dir in the bot configuration to a disk outside the cluster (a --dry-run works without it)")
+	if err := cluster.CheckSnapshotDir(a.snapshotDir, "the Kubernetes upgrade (a --dry-run works without it)"); err != nil && !a.dryRun {
+		re, _ := sdk.AsRefusal(err)
+		a.refusal = re.Proto()
 		return a, nil
 	}
 	for _, d := range differences {

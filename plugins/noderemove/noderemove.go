@@ -168,10 +168,8 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		if err := cluster.ReportGate(r, "gate-before/", gate); err != nil {
 			return err
 		}
-		if !gate.Passed {
-			re := &cluster.RuleError{Rule: "R1", Reason: "the health gate before the removal failed: " + strings.Join(gate.Reasons, "; "),
-				Fix: "fix what the gate names (/talos health) first; never remove a node from an unhealthy cluster"}
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused: the health gate failed; nothing was changed", Error: re.Error(), Refusal: re.Proto()})
+		if err := cluster.CheckGateBefore("the removal", gate.Reasons); err != nil {
+			return r.Result(sdk.RefusedResult(err, "refused: the health gate failed; nothing was changed"))
 		}
 
 		_ = r.StepStarted("reset", "")

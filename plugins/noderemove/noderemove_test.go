@@ -178,3 +178,22 @@ func TestRemoveWorker(t *testing.T) {
 		t.Fatal("worker removal touched etcd or did not reset the worker")
 	}
 }
+
+// TestFailingBeforeGateRefusesRemoval is R1 in the removal: cp-2's kubelet
+// is unhealthy, so cp-3 is not reset and etcd keeps three members.
+func TestFailingBeforeGateRefusesRemoval(t *testing.T) {
+	c := startSim(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Inject(ctx, "cp-2", sim.Fault{UnhealthyService: "kubelet"}); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := sdktest.Run(ctx, New(), request(c, nil, "cp-3"), nil)
+	res := rec.FinalResult()
+	if res.GetOk() || res.GetRefusal().GetRule() != "R1" || !strings.Contains(res.GetRefusal().GetReason(), "cp-2: kubelet unhealthy") {
+		t.Fatalf("want an R1 refusal naming cp-2's kubelet, got %v", res)
+	}
+	if c.Calls("cp-3", "Reset") != 0 || len(members(t, c)) != 3 {
+		t.Fatal("the refused removal changed the cluster")
+	}
+}

@@ -82,14 +82,26 @@ func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Se
 				others = append(others, cp.Name)
 			}
 		}
-		if len(others) > 0 {
-			return nil, &cluster.RuleError{Rule: "R19",
-				Reason: fmt.Sprintf("control plane(s) %s are not healthy etcd members (another rollback, upgrade or reboot may be running): %s",
+		// The one R19 check: the node itself may be the unhealthy one (that
+		// is why it is rolled back), every other control plane must be a
+		// healthy member. With no agreed leader none is, so this also
+		// refuses when etcd has no quorum at all.
+		if len(others) > 0 { // rule:R19
+			return nil, sdk.Refuse("R19",
+				fmt.Sprintf("control plane(s) %s are not healthy etcd members (another rollback, upgrade or reboot may be running): %s",
 					strings.Join(others, ", "), q.Summary()),
-				Fix: "never roll back several control planes at once: wait until every other control plane is back and healthy (/talos health)"}
+				"never roll back several control planes at once: wait until every other control plane is back and healthy (/talos health)")
 		}
-		if err := q.CheckDisruption(n.Name); err != nil {
-			return nil, &cluster.RuleError{Rule: "R19", Reason: err.Error(), Fix: "restore etcd quorum first (/talos health)"}
+		// R16 around the reboot: the members left must keep a majority (a
+		// two-member etcd cannot lose one). One control plane has no quorum
+		// to keep.
+		after := len(q.Healthy)
+		if q.IsHealthy(n.Name) {
+			after--
+		}
+		if m := len(q.Members); m > 1 && after < cluster.Majority(m) { // rule:R16-rollback
+			return nil, sdk.Refuse("R16", fmt.Sprintf("etcd quorum would be lost while %s reboots: %d of %d members would remain, %d needed", n.Name, after, m, cluster.Majority(m)),
+				"add a control plane and wait until it is a voting member (R7), or restore the cluster from the etcd snapshot")
 		}
 	}
 	return &target{inv: s.Inv, node: n, version: tag}, nil
@@ -181,10 +193,9 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	if err := cluster.ReportGate(r, "gate-before/", gate); err != nil {
 		return err
 	}
-	if bad := othersFailing(gate, inv, t.node.Name); len(bad) > 0 {
-		re := &cluster.RuleError{Rule: "R1", Reason: "the health gate before the rollback failed: " + strings.Join(bad, "; "),
-			Fix: "fix what the gate names (/talos health); a rollback fixes one node, not the cluster"}
-		return refuse(re)
+	if err := cluster.CheckGateBefore("the rollback", othersFailing(gate, inv, t.node.Name)); err != nil {
+		// A rollback fixes one node, not the cluster.
+		return refuse(err)
 	}
 
 	ev := func(st lifecyclev1.StepStatus, detail, to string) {
@@ -218,12 +229,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 
 	if t.node.IsControlPlane() {
 		_ = r.StepStarted("quorum-after", "")
-		q, err := cluster.WaitQuorum(ctx, s.Clients, inv, cluster.GateTimeout(req.GetSettings()), func(q cluster.Quorum) error {
-			if len(q.Problems) > 0 || len(q.Healthy) < len(q.Members) || q.Leader == "" {
-				return fmt.Errorf("etcd quorum not restored: %s", q.Summary())
-			}
-			return nil
-		})
+		q, err := cluster.WaitQuorum(ctx, s.Clients, inv, cluster.GateTimeout(req.GetSettings()), cluster.Quorum.CheckRestored)
 		if err != nil {
 			_ = r.StepFailed("quorum-after", err.Error())
 			return r.Result(&lifecyclev1.Result{Ok: false, Summary: t.node.Name + " is back on " + res.Version + " but etcd is not healthy", Error: err.Error(), Lines: lines, Invalidated: invalidated})

@@ -129,3 +129,40 @@ func TestOneControlPlaneRollbackPerProcess(t *testing.T) {
 		r3()
 	}
 }
+
+// TestFailingBeforeGateRefusesRollback is R1 in the rollback: cp-1's kubelet
+// is unhealthy, which is not the node being rolled back, so worker-1 is not
+// touched.
+func TestFailingBeforeGateRefusesRollback(t *testing.T) {
+	c := startSim(t, 1, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := c.Inject(ctx, "cp-1", sim.Fault{UnhealthyService: "kubelet"}); err != nil {
+		t.Fatal(err)
+	}
+	req := request(t, c, Command, map[string]string{"node": "worker-1"})
+	rec, _ := sdktest.Run(ctx, New(), req, nil)
+	res := rec.FinalResult()
+	if res.GetOk() || res.GetRefusal().GetRule() != "R1" || !strings.Contains(res.GetRefusal().GetReason(), "cp-1: kubelet unhealthy") {
+		t.Fatalf("want an R1 refusal naming cp-1's kubelet, got %v", res)
+	}
+	if c.Calls("worker-1", "Rollback") != 0 {
+		t.Fatal("worker-1 was rolled back after a failed gate")
+	}
+}
+
+// TestRollbackRefusesTwoMemberEtcd is R16 in the rollback: both members of
+// a two-member etcd are healthy, but rebooting one leaves no majority.
+func TestRollbackRefusesTwoMemberEtcd(t *testing.T) {
+	c := startSim(t, 2, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	req := request(t, c, Command, map[string]string{"node": "cp-1"})
+	plan, err := New().Plan(ctx, req)
+	if err != nil || plan.GetRefusal().GetRule() != "R16" || !strings.Contains(plan.GetRefusal().GetReason(), "1 of 2 members would remain") {
+		t.Fatalf("want an R16 refusal, got %v %v", plan, err)
+	}
+	if c.Calls("cp-1", "Rollback") != 0 {
+		t.Fatal("cp-1 was rolled back")
+	}
+}

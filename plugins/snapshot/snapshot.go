@@ -67,10 +67,8 @@ func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*li
 		return planList(inv), nil
 	}
 	opts := cluster.SnapshotOptionsFrom(req.GetSettings())
-	if opts.Dir == "" {
-		return &lifecyclev1.OperationPlan{Refusal: &lifecyclev1.Refusal{Rule: "R12",
-			Reason: "no snapshot directory is configured, so the snapshot cannot be stored off-cluster",
-			Fix:    "set snapshot_dir in the bot configuration to a disk outside the cluster"}}, nil
+	if err := cluster.CheckSnapshotDir(opts.Dir, "the snapshot"); err != nil {
+		return sdk.RefusalPlan(err)
 	}
 	plan := &lifecyclev1.OperationPlan{
 		Summary: fmt.Sprintf("etcd snapshot of %s into %s/%s, keep %s (read-only: no disruption)",

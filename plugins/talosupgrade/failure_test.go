@@ -137,3 +137,30 @@ func TestImagePullFailureLegacyStops(t *testing.T) {
 		t.Fatal("worker-2 touched")
 	}
 }
+
+// TestQuorumBeforeRefusesTwoMemberEtcd is R16's check before a control plane
+// goes down: the gate passes on a healthy two-control-plane cluster, but
+// rebooting either member leaves 1 of 2, no majority. The roll stops at the
+// first quorum-before and no node is upgraded.
+func TestQuorumBeforeRefusesTwoMemberEtcd(t *testing.T) {
+	e := start(t, 2, 0, false, nil)
+	ctx := ctxFor(t, 2*time.Minute)
+	req := e.request(t, target)
+	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
+	res := rec.FinalResult()
+	if res.GetOk() || !strings.Contains(res.GetError(), "R16") || !strings.Contains(res.GetError(), "1 of 2 members would remain") {
+		t.Fatalf("want an R16 stop before the first control plane, got %v", res)
+	}
+	var quorumFailed bool
+	for _, s := range rec.Steps() {
+		quorumFailed = quorumFailed || (strings.HasSuffix(s.GetStepId(), "/quorum-before") && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_FAILED)
+	}
+	if !quorumFailed {
+		t.Fatalf("no quorum-before step failed:\n%s", dump(rec.Steps()))
+	}
+	for _, n := range e.names() {
+		if c := e.upgradeCalls(n); c != 0 {
+			t.Fatalf("%s got %d upgrade calls although quorum would be lost", n, c)
+		}
+	}
+}

@@ -121,3 +121,12 @@ func TestUnknownNodeInSelectionRefused(t *testing.T) {
 	req.Args["nodes"] = "worker-1,worker-9"
 	refusedEverywhere(t, e, req, "R15", "worker-9")
 }
+
+// TestRefusesWithoutSnapshotDir is R12's precondition: with nowhere off the
+// cluster to keep the snapshot, the upgrade is refused before anything runs.
+func TestRefusesWithoutSnapshotDir(t *testing.T) {
+	e := start(t, 1, 1, false, nil)
+	req := e.request(t, target)
+	req.Settings.SnapshotDir = ""
+	refusedEverywhere(t, e, req, "R12", "snapshot_dir")
+}

@@ -201,10 +201,8 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	if req.GetSettings().GetSnapshotDir() == "" {
-		return &lifecyclev1.OperationPlan{Refusal: &lifecyclev1.Refusal{Rule: "R12",
-			Reason: "no snapshot directory is configured, so the snapshot that must precede an upgrade cannot be stored off-cluster",
-			Fix:    "set snapshot_dir in the bot configuration to a disk outside the cluster"}}, nil
+	if err := cluster.CheckSnapshotDir(req.GetSettings().GetSnapshotDir(), "an upgrade"); err != nil {
+		return sdk.RefusalPlan(err)
 	}
 	s, err := cluster.Open(ctx, inv, req.GetCredentials())
 	if err != nil {
@@ -282,6 +280,9 @@ type run struct {
 
 // Run executes the roll.
 func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
+	if err := cluster.CheckSnapshotDir(req.GetSettings().GetSnapshotDir(), "an upgrade"); err != nil {
+		return r.Result(sdk.RefusedResult(err, "refused"))
+	}
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return err
@@ -405,10 +406,8 @@ func (x *run) execute(ctx context.Context) error {
 	if err := cluster.ReportGate(x.r, "gate-before/", gate); err != nil {
 		return err
 	}
-	if !gate.Passed {
-		re := &cluster.RuleError{Rule: "R1", Reason: "the health gate before the upgrade failed: " + strings.Join(gate.Reasons, "; "),
-			Fix: "fix what the gate names (/talos health), then run the upgrade again"}
-		return x.fail("refused: the health gate failed; no node was touched", re)
+	if err := cluster.CheckGateBefore("the upgrade", gate.Reasons); err != nil {
+		return x.fail("refused: the health gate failed; no node was touched", err)
 	}
 
 	// 3. Node by node (R15, R16).
@@ -480,15 +479,6 @@ func rollbackAction(node, clusterName string) *lifecyclev1.SuggestedAction {
 	return &lifecyclev1.SuggestedAction{Label: "Rollback node " + node, Command: "/talos rollback " + node + " " + clusterName}
 }
 
-// quorumSafe is the R16 check after a control plane is back: every member
-// healthy under one leader.
-func quorumSafe(q cluster.Quorum) error {
-	if len(q.Problems) > 0 || len(q.Healthy) < len(q.Members) || q.Leader == "" {
-		return fmt.Errorf("etcd quorum not restored (R16): %s", q.Summary())
-	}
-	return nil
-}
-
 // node upgrades one node; a non-nil error has been reported as the Result.
 func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	to := x.roll.target.String()
@@ -551,7 +541,7 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 
 	if cp {
 		_ = x.r.StepStarted(n.id("quorum-after"), "")
-		q, err := cluster.WaitQuorum(ctx, x.s.Clients, x.s.Inv, x.gateTO, quorumSafe)
+		q, err := cluster.WaitQuorum(ctx, x.s.Clients, x.s.Inv, x.gateTO, cluster.Quorum.CheckRestored)
 		if err != nil {
 			_ = x.r.StepFailed(n.id("quorum-after"), err.Error())
 			return x.fail(fmt.Sprintf("etcd quorum did not recover after %s; the roll stopped, no later node was touched", n.node.Name), err,

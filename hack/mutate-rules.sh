@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# mutate-rules.sh: prove that each runbook rule's one enforcing line is
+# caught by the tests docs/RUNBOOK.md names for it, in every plugin or package
+# that relies on it.
+#
+# For each row below it copies the working tree (tracked and untracked, not
+# ignored files) into a temporary directory once, disables the marked line
+# (`// rule:<id>` in the code; perl substitution), runs the named tests of one
+# package there, and restores the file. The good outcome is that the tests
+# FAIL ("killed"). A mutation whose tests pass ("SURVIVED"), a marker that is
+# not found, or a mutation that does not compile makes the script exit 1.
+# The working tree is never modified.
+#
+#   hack/mutate-rules.sh            every row (several minutes)
+#   hack/mutate-rules.sh R1 R16     only rows whose id starts with R1 or R16
+#
+# Tests that need kube-apiserver or OpenTofu source ~/.cache/talosbot/tools/env
+# (make tools) when it exists.
+set -uo pipefail
+
+root=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
+filters=("$@")
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/mutate-rules.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+(cd "$root" && git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf -) | tar -C "$tmp" -xf -
+if [ -f "$HOME/.cache/talosbot/tools/env" ]; then
+	set -a; . "$HOME/.cache/talosbot/tools/env"; set +a
+fi
+export TALOSBOT_TALOSCTL=${TALOSBOT_TALOSCTL:-/work/shared/tools/talosctl}
+
+bad=0
+killed=0
+# mutate ID FILE PERL-SUBSTITUTION PACKAGE TEST-REGEX
+mutate() {
+	local id=$1 file=$2 subst=$3 pkg=$4 run=$5
+	if [ ${#filters[@]} -gt 0 ]; then
+		local f hit=0
+		for f in "${filters[@]}"; do [[ $id == "$f"* ]] && hit=1; done
+		[ $hit = 1 ] || return 0
+	fi
+	local src="$tmp/$file"
+	cp "$src" "$src.orig"
+	perl -pi -e "$subst" "$src"
+	if cmp -s "$src" "$src.orig"; then
+		echo "ERROR    $id: the substitution changed nothing in $file (marker moved?)"
+		bad=1
+		mv "$src.orig" "$src"
+		return
+	fi
+	local out
+	out=$(cd "$tmp" && go test -count=1 -timeout 15m -run "$run" "$pkg" 2>&1)
+	local rc=$?
+	mv "$src.orig" "$src"
+	if grep -q '\[build failed\]\|\[setup failed\]' <<<"$out"; then
+		echo "ERROR    $id: the mutated $file does not compile:"
+		grep -v '^ok\|^FAIL$' <<<"$out" | head -5
+		bad=1
+	elif [ $rc = 0 ]; then
+		if grep -q 'no tests to run' <<<"$out"; then
+			echo "ERROR    $id: no test in $pkg matches $run"
+		else
+			echo "SURVIVED $id: $file disabled, $pkg -run '$run' still passes"
+		fi
+		bad=1
+	else
+		echo "killed   $id: $pkg -run '$run' fails with $file disabled"
+		killed=$((killed + 1))
+	fi
+}
+
+# Substitutions. never: the refusal's condition is false. always: the
+# early "all is well" return always taken.
+never() { echo "s/\\bif ((?:[^;{]*; )?)(.*) \\{ (\\/\\/ rule:$1)\$/if \$1false \\&\\& (\$2) { \$3/"; }
+always() { echo "s/\\bif ((?:[^;{]*; )?)(.*) \\{ (\\/\\/ rule:$1)\$/if \$1true || (\$2) { \$3/"; }
+
+# R1: the one gate-before refusal, cluster.CheckGateBefore, in each plugin that runs it.
+mutate R1/talosupgrade plugins/cluster/rules.go "$(always R1)" ./plugins/talosupgrade '^TestFailingBeforeGateRefuses$'
+mutate R1/k8supgrade plugins/cluster/rules.go "$(always R1)" ./plugins/k8supgrade '^TestUpgradeK8s$/gate_before_fails'
+mutate R1/noderemove plugins/cluster/rules.go "$(always R1)" ./plugins/noderemove '^TestFailingBeforeGateRefusesRemoval$'
+mutate R1/rollback plugins/cluster/rules.go "$(always R1)" ./plugins/rollback '^TestFailingBeforeGateRefusesRollback$'
+# R4 at the quorum read: only the first control plane asked.
+mutate R4/cluster plugins/cluster/quorum.go 's/EtcdTargets\(inv\) (\/\/ rule:R4-quorum)$/EtcdTargets(inv)[:1] $1/' ./plugins/cluster '^TestReadQuorumAsksEveryControlPlane$'
+# R9: removal leaving fewer healthy members than a majority.
+mutate R9/noderemove plugins/cluster/quorum.go 's/case (.*): (\/\/ rule:R9)$/case false \&\& ($1): $2/' ./plugins/noderemove '^TestRemovalRefusedWhileAMemberIsDown$'
+# R12: the one snapshot-dir refusal, cluster.CheckSnapshotDir, in each plugin that snapshots.
+mutate R12/talosupgrade plugins/cluster/rules.go "$(always R12)" ./plugins/talosupgrade '^TestRefusesWithoutSnapshotDir$'
+mutate R12/k8supgrade plugins/cluster/rules.go "$(always R12)" ./plugins/k8supgrade '^TestUpgradeK8s$/without_a_snapshot_directory'
+mutate R12/snapshot plugins/cluster/rules.go "$(always R12)" ./plugins/snapshot '^TestPlanRefusesWithoutSnapshotDir$'
+# R16 before a control plane goes down: Quorum.CheckDisruption returns nil.
+mutate R16-before/talosupgrade plugins/cluster/quorum.go 's/\{ (\/\/ rule:R16-before)$/{ return nil $1/' ./plugins/talosupgrade '^TestQuorumBeforeRefusesTwoMemberEtcd$'
+# R16 after: the one quorum-restored predicate, Quorum.CheckRestored.
+mutate R16-after/talosupgrade plugins/cluster/quorum.go "$(never R16-after)" ./plugins/talosupgrade '^TestQuorumFailureMidRollStops$'
+mutate R16-after/cluster plugins/cluster/quorum.go "$(never R16-after)" ./plugins/cluster '^TestQuorumRules$'
+# R16 around a rollback's reboot.
+mutate R16-rollback/rollback plugins/rollback/rollback.go "$(never R16-rollback)" ./plugins/rollback '^TestRollbackRefusesTwoMemberEtcd$'
+# R19: the one "another control plane is down" refusal.
+mutate R19/rollback plugins/rollback/rollback.go "$(never R19)" ./plugins/rollback '^TestRollbackRefusesWhileAnotherControlPlaneIsDown$'
+# Self-approval (engine safety): a requester who is also an approver.
+mutate self-approval/approvals approvals/policy.go 's/\bif (user == op\.Requester \&\& !pol\.AllowSelfApproval) \{/if false \&\& ($1) {/' ./approvals '^TestSelfApprovalRefusedForRequesterWhoIsAnApprover$'
+
+echo "$killed mutation(s) killed"
+if [ $bad != 0 ]; then
+	echo "FAIL: a rule's enforcing line is not caught by its named test (see above)"
+	exit 1
+fi
+echo "ok: every rule's enforcing line is caught"
