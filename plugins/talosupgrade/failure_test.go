@@ -118,8 +118,11 @@ func TestNodeNeverReturnsTimesOut(t *testing.T) {
 	}
 }
 
-// TestImagePullFailureLegacyStopsWithoutRollback: the legacy upgrade
-// sequence fails on the node (image pull), which stays up on its version.
+// TestImagePullFailureLegacyStops: the legacy Upgrade API pulls and
+// validates the installer before it acknowledges (Talos v1.13.9
+// internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go), so a
+// registry failure is the RPC's error: the node never left its version, the
+// roll stops, and no rollback is offered.
 func TestImagePullFailureLegacyStops(t *testing.T) {
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
@@ -130,7 +133,7 @@ func TestImagePullFailureLegacyStops(t *testing.T) {
 	req.Settings.NodeTimeoutMs = 60_000
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "upgrade sequence failed on worker-1") || len(res.GetSuggestedActions()) != 0 {
+	if res.GetOk() || !strings.Contains(res.GetError(), "upgrade worker-1") || !strings.Contains(res.GetError(), "error validating installer image") || len(res.GetSuggestedActions()) != 0 {
 		t.Fatalf("want a sequence failure without a rollback offer, got %v", res)
 	}
 	if e.upgradeCalls("worker-2") != 0 {
