@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -110,6 +111,35 @@ func byNode[T withMetadata](inv Inventory, targets []string, msgs []T) (map[stri
 		} else if _, good := ok[name]; !good {
 			fs = append(fs, nodeFailure{node: name, msg: "no reply"})
 		}
+	}
+	return ok, fs
+}
+
+// perNode makes one call per target, concurrently, instead of one
+// one-to-many call: apid answers a one-to-many call only once every backend
+// has answered, and a node whose etcd is stopped makes machined wait for its
+// local etcd until the caller's deadline (Talos v1.13.9
+// internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go,
+// EtcdStatus), which would turn the answers of the healthy members into one
+// deadline error for all of them.
+func perNode[T withMetadata](ctx context.Context, inv Inventory, targets []string, call func(context.Context) ([]T, error)) (map[string]T, []nodeFailure) {
+	msgs := make([][]T, len(targets))
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Go(func() { msgs[i], errs[i] = call(client.WithNode(ctx, t)) })
+	}
+	wg.Wait()
+	ok := map[string]T{}
+	var fs []nodeFailure
+	for i, t := range targets {
+		if errs[i] != nil {
+			fs = append(fs, failureOf(inv.NameOf(t), errs[i]))
+			continue
+		}
+		o, f := byNode(inv, []string{t}, msgs[i])
+		maps.Copy(ok, o)
+		fs = append(fs, f...)
 	}
 	return ok, fs
 }
@@ -316,12 +346,10 @@ func probeServices(ctx context.Context, g *gateRun) ProbeResult {
 func probeEtcdStatus(ctx context.Context, g *gateRun) ProbeResult {
 	targets := EtcdTargets(g.inv)
 	tctx := client.WithNodes(ctx, targets...)
-	resp, err := g.c.Machine.EtcdStatus(tctx, &emptypb.Empty{})
-	if err != nil {
-		d, u := describeFailures(allFailed(g.inv, targets, err))
-		return ProbeResult{Status: StatusFail, Detail: d, Unreachable: u}
-	}
-	ok, fails := byNode(g.inv, targets, resp.GetMessages())
+	ok, fails := perNode(ctx, g.inv, targets, func(nctx context.Context) ([]*machineapi.EtcdStatus, error) {
+		resp, err := g.c.Machine.EtcdStatus(nctx, &emptypb.Empty{})
+		return resp.GetMessages(), err
+	})
 	failDetail, unreachable := describeFailures(fails)
 	var problems []string
 	if failDetail != "" {

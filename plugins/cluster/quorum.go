@@ -66,14 +66,12 @@ func (q Quorum) Summary() string {
 func ReadQuorum(ctx context.Context, c *Clients, inv Inventory) Quorum {
 	var q Quorum
 	targets := EtcdTargets(inv) // rule:R4-quorum
-	resp, err := c.Machine.EtcdStatus(client.WithNodes(ctx, targets...), &emptypb.Empty{})
-	var ok map[string]*machineapi.EtcdStatus
-	var fails []nodeFailure
-	if err != nil {
-		fails = allFailed(inv, targets, err)
-	} else {
-		ok, fails = byNode(inv, targets, resp.GetMessages())
-	}
+	// One call per member (perNode): a member whose etcd is down must not
+	// hide the answers of the others.
+	ok, fails := perNode(ctx, inv, targets, func(nctx context.Context) ([]*machineapi.EtcdStatus, error) {
+		resp, err := c.Machine.EtcdStatus(nctx, &emptypb.Empty{})
+		return resp.GetMessages(), err
+	})
 	if d, _ := describeFailures(fails); d != "" {
 		q.Problems = append(q.Problems, d)
 	}
