@@ -68,7 +68,15 @@ func ReadQuorum(ctx context.Context, c *Clients, inv Inventory) Quorum {
 	targets := EtcdTargets(inv) // rule:R4-quorum
 	// One call per member (perNode): a member whose etcd is down must not
 	// hide the answers of the others.
-	ok, fails := perNode(ctx, inv, targets, func(nctx context.Context) ([]*machineapi.EtcdStatus, error) {
+	// A member whose etcd is down answers only at the deadline, so the status
+	// calls get half of what is left: the member list below needs the rest.
+	sctx := ctx
+	if dl, has := ctx.Deadline(); has {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+		defer cancel()
+	}
+	ok, fails := perNode(sctx, inv, targets, func(nctx context.Context) ([]*machineapi.EtcdStatus, error) {
 		resp, err := c.Machine.EtcdStatus(nctx, &emptypb.Empty{})
 		return resp.GetMessages(), err
 	})
