@@ -762,3 +762,12 @@ func TestDiagnosticRPCs(t *testing.T) {
 		t.Fatalf("disks: %v %v", disks, err)
 	}
 }
+
+// Two nodes with one hostname would collide in discovery, Kubernetes and etcd: refused.
+func TestNamingCollisionRefused(t *testing.T) {
+	_, err := sim.Start(t.Context(), sim.Options{Dir: t.TempDir(), ControlPlanes: 1, Workers: 1,
+		Naming: func(sim.NodeInfo) sim.NodeNames { return sim.NodeNames{Hostname: "same"} }})
+	if err == nil || !strings.Contains(err.Error(), `the same hostname "same"`) {
+		t.Fatalf("colliding names: %v", err)
+	}
+}

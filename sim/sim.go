@@ -244,6 +244,10 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 
+	if err = c.checkNames(); err != nil {
+		return nil, err
+	}
+
 	var specs []etcdsim.MemberSpec
 
 	for _, n := range c.nodes {
@@ -512,6 +516,29 @@ func (c *Cluster) addNode(i int, lis net.Listener) {
 	c.nodes = append(c.nodes, n)
 	c.byName[info.Name] = n
 	c.byIP[info.IP] = n
+}
+
+// checkNames refuses an Options.Naming that gives two nodes the same hostname, Node name or
+// etcd member name (Talos nodes would collide in discovery, Kubernetes and etcd).
+func (c *Cluster) checkNames() error {
+	seen := map[string]string{}
+
+	for _, n := range c.nodes {
+		for kind, name := range map[string]string{"hostname": n.info.Hostname, "Node name": n.info.NodeName, "etcd member name": n.info.EtcdMember} {
+			if kind == "etcd member name" && n.info.Role != RoleControlPlane {
+				continue
+			}
+
+			key := kind + "\x00" + name
+			if other, dup := seen[key]; dup {
+				return fmt.Errorf("sim: Options.Naming gives %s and %s the same %s %q; names must be unique", other, n.info.Name, kind, name)
+			}
+
+			seen[key] = n.info.Name
+		}
+	}
+
+	return nil
 }
 
 func (c *Cluster) nodeByName(name string) *node { return c.byName[name] }
