@@ -345,7 +345,6 @@ func probeServices(ctx context.Context, g *gateRun) ProbeResult {
 // through raft and would hang without one) alarms and membership size.
 func probeEtcdStatus(ctx context.Context, g *gateRun) ProbeResult {
 	targets := EtcdTargets(g.inv)
-	tctx := client.WithNodes(ctx, targets...)
 	ok, fails := perNode(ctx, g.inv, targets, func(nctx context.Context) ([]*machineapi.EtcdStatus, error) {
 		resp, err := g.c.Machine.EtcdStatus(nctx, &emptypb.Empty{})
 		return resp.GetMessages(), err
@@ -407,7 +406,15 @@ func probeEtcdStatus(ctx context.Context, g *gateRun) ProbeResult {
 	}
 
 	if leaderOK {
-		problems = append(problems, etcdClusterChecks(tctx, g, targets, memberName)...)
+		// Only the members that answered: one that did not would hold the
+		// one-to-many calls below until their deadline.
+		var answered []string
+		for _, t := range targets {
+			if _, yes := ok[g.inv.NameOf(t)]; yes {
+				answered = append(answered, t)
+			}
+		}
+		problems = append(problems, etcdClusterChecks(client.WithNodes(ctx, answered...), g, answered, memberName)...)
 	}
 	if len(problems) > 0 {
 		return ProbeResult{Status: StatusFail, Detail: strings.Join(problems, "; "), Unreachable: unreachable}
