@@ -36,6 +36,26 @@ func run(ctx context.Context, t *testing.T, req *lifecyclev1.OperationRequest) *
 	return rec.FinalResult()
 }
 
+// runAnswered runs drift until every node answered: a node that just
+// rebooted is unreachable through another control plane's apid until that
+// apid's backend backoff lets it dial again (as on Talos), so the reading
+// settles within the backoff.
+func runAnswered(ctx context.Context, t *testing.T, req *lifecyclev1.OperationRequest) *lifecyclev1.Result {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		res := run(ctx, t, req)
+		if !strings.Contains(strings.Join(res.GetLines(), "\n"), "cannot read the Talos version") || time.Now().After(deadline) {
+			return res
+		}
+		select {
+		case <-ctx.Done():
+			return res
+		case <-time.After(200 * time.Millisecond): // polling the plugin under a deadline
+		}
+	}
+}
+
 func mustContain(t *testing.T, res *lifecyclev1.Result, wants ...string) {
 	t.Helper()
 	all := strings.Join(res.GetLines(), "\n")
@@ -108,7 +128,7 @@ func TestDriftAfterSimUpgrade(t *testing.T) {
 
 	// Mid-roll: one node upgraded. Drift is reported and Terraform must not move yet (R18).
 	upgrade(ctx, t, cli, addr("worker-1"), "v1.13.9")
-	res = run(ctx, t, req)
+	res = runAnswered(ctx, t, req)
 	if res.GetOk() {
 		t.Fatalf("drift expected after upgrading worker-1: %v", res)
 	}
@@ -119,7 +139,7 @@ func TestDriftAfterSimUpgrade(t *testing.T) {
 	for _, n := range []string{"cp-1", "cp-2", "cp-3"} {
 		upgrade(ctx, t, cli, addr(n), "v1.13.9")
 	}
-	res = run(ctx, t, req)
+	res = runAnswered(ctx, t, req)
 	mustContain(t, res, `❌ talos: every node runs Talos v1.13.9 but Terraform declares talos_version = "v1.12.6"`,
 		`→ set talos_version = "v1.13.9" in variables_talos.tf, then /talos tf plan and apply`)
 	if res.GetOk() || res.GetSummary() != "staging: 1 difference between Terraform and the cluster" {
