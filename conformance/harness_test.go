@@ -245,10 +245,3 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() err
 		}
 	}
 }
-
-// waitingFor marks a test that fails only because a simulator piece another change adds is
-// not there yet; the reason names that piece.
-func waitingFor(t *testing.T, what string) {
-	t.Helper()
-	t.Skip("waiting for: " + what)
-}
