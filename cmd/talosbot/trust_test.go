@@ -68,7 +68,7 @@ func TestServeTrustRegressions(t *testing.T) {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	must(t, err)
 
-	web, tokens := servetest.ConsoleUsers(t, "alice", "bob", "dave")
+	web, tokens := servetest.ConsoleUsers(t, "alice", "bob", "carol", "dave")
 	addr := servetest.FreeAddr(t)
 	dataDir := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "talosbot.yaml")
@@ -84,7 +84,7 @@ clusters:
     credentials: {source: files, talosconfig: "file:%s"}
     declared: {schematic_id: %s}
 policy:
-  production: {approvers: [bob, dave], operators: [alice, bob, dave, "%s", %s]}
+  production: {approvers: [bob, dave], operators: [alice, bob, dave, "%s", %s], viewers: [carol]}
 releases: {talos: [v1.12.6, v1.13.9]}
 chat:
 %s  discord: {token: env:TB_DISCORD, application_id: "%s", public_key: %s, api_url: "%s"}
@@ -136,6 +136,25 @@ audit: {token: env:TB_AUDIT}
 			return b.HasMessage("ops", func(m servetest.Message) bool { return strings.Contains(m.Text, answer) })
 		})
 	}
+
+	// Why 1: a snapshot applies retention, so a viewer running it deleted
+	// backups. Taking a snapshot is an operator command now: carol, a viewer,
+	// is refused, the refusal is audited, and no snapshot file is written.
+	t.Run("viewer takes a snapshot", func(t *testing.T) {
+		b.T = t
+		say("carol", "/talos snapshot production", "carol is a viewer in production")
+		// The answer can reach the channel before the audit append commits.
+		b.WaitFor("carol's refused snapshot audited", func() bool {
+			return count(audit("user=carol&result=refused"), func(r state.AuditRecord) bool { return r.Command == "snapshot" }) == 1
+		})
+		entries, err := os.ReadDir(filepath.Join(dataDir, "snapshots"))
+		if err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if len(entries) != 0 {
+			t.Fatalf("a viewer's snapshot wrote %d entries to the snapshot dir", len(entries))
+		}
+	})
 
 	// Why 2: one console token holder was everyone. Now alice's token names
 	// alice only: naming bob or dave in the body is refused, and approvals
