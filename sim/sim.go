@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/siderolabs/crypto/x509"
+	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"k8s.io/client-go/kubernetes"
 
@@ -615,6 +616,21 @@ func (c *Cluster) NodeVersion(name string) string {
 	}
 
 	return n.talosVersion()
+}
+
+// NodeBooted reports whether a node finished its boot sequence (machine stage running, as
+// MachineStatusEvent publishes it): a node can already run its new version while it still boots
+// and refuses connections (for assertions in tests).
+func (c *Cluster) NodeBooted(name string) bool {
+	n, err := c.node(name)
+	if err != nil {
+		return false
+	}
+
+	n.mu.Lock()
+	defer n.mu.Unlock()
+
+	return n.stage == machineapi.MachineStatusEvent_RUNNING
 }
 
 // Close stops every node, etcd and the control API, and removes a temp Dir.

@@ -110,7 +110,17 @@ chat:
 		} else {
 			// Every node has had its call: kill as the last one comes back,
 			// during the closing quorum check and gates.
-			b.WaitFor("the last node back", func() bool { return atTarget(c) == len(c.Nodes()) })
+			b.WaitFor("the last node back", func() bool {
+				if atTarget(c) != len(c.Nodes()) {
+					return false
+				}
+				for _, n := range c.Nodes() {
+					if !c.NodeBooted(n.Name) {
+						return false
+					}
+				}
+				return true
+			})
 		}
 		if st := opState(opID); st != "running" {
 			t.Fatalf("the operation ended (%s) before kill %d", st, killed+1)
@@ -126,7 +136,13 @@ chat:
 		t.Fatalf("final resume: HTTP %d", code)
 	}
 	if st := b.AwaitEnd("ops", opID, 3*time.Minute); st != "succeeded" {
-		t.Fatalf("final run: %s; bot log:\n%s", st, b.Stderr)
+		var texts []string
+		for _, m := range b.Messages("ops") {
+			if m.Field("Operation") == opID {
+				texts = append(texts, m.Text)
+			}
+		}
+		t.Fatalf("final run: %s:\n%s\nbot log:\n%s", st, strings.Join(texts, "\n"), b.Stderr)
 	}
 	must(t, b.Cmd.Process.Signal(syscall.SIGTERM))
 	_ = b.Cmd.Wait()

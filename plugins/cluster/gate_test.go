@@ -3,7 +3,9 @@ package cluster
 import (
 	"context"
 	"errors"
+	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,21 +36,36 @@ type fakeMachine struct {
 	status  map[string]*machineapi.EtcdMemberStatus // by address; nil entry = node error
 	alarms  []*machineapi.EtcdMemberAlarm
 	members int
+	mu      sync.Mutex // the probes call concurrently, one call per node
 	targets [][]string
 }
 
 func (f *fakeMachine) EtcdStatus(ctx context.Context, _ *emptypb.Empty, _ ...grpc.CallOption) (*machineapi.EtcdStatusResponse, error) {
 	md, _ := metadata.FromOutgoingContext(ctx)
-	f.targets = append(f.targets, md.Get("nodes"))
+	nodes, one := md.Get("nodes"), false
+	if len(nodes) == 0 {
+		// "node": apid proxies one to one, and the reply carries no hostname.
+		nodes, one = md.Get("node"), true
+	}
+	f.mu.Lock()
+	f.targets = append(f.targets, nodes)
+	f.mu.Unlock()
 	resp := &machineapi.EtcdStatusResponse{}
-	for _, n := range md.Get("nodes") {
+	for _, n := range nodes {
 		st, ok := f.status[n]
 		if !ok || st == nil {
+			if one {
+				return nil, status.Error(codes.Unavailable, "connection refused")
+			}
 			resp.Messages = append(resp.Messages, &machineapi.EtcdStatus{Metadata: &common.Metadata{Hostname: n,
 				Error: "connection refused", Status: status.New(codes.Unavailable, "x").Proto()}})
 			continue
 		}
-		resp.Messages = append(resp.Messages, &machineapi.EtcdStatus{Metadata: &common.Metadata{Hostname: n}, MemberStatus: st})
+		host := n
+		if one {
+			host = ""
+		}
+		resp.Messages = append(resp.Messages, &machineapi.EtcdStatus{Metadata: &common.Metadata{Hostname: host}, MemberStatus: st})
 	}
 	return resp, nil
 }
@@ -109,10 +126,18 @@ func TestEtcdTargetsAreEveryControlPlane(t *testing.T) {
 	if r := runEtcd(f); r.Status != StatusOK || !strings.Contains(r.Detail, "leader cp-1 agreed by 3") {
 		t.Fatalf("healthy: %s", r.Line())
 	}
+	// One call per control plane (a stopped etcd holds a one-to-many call
+	// until its deadline), and together they ask every control plane.
+	var asked []string
 	for _, tg := range f.targets {
-		if strings.Join(tg, ",") != "10.0.0.1,10.0.0.2,10.0.0.3" {
-			t.Fatalf("etcd status targeted %v", tg)
+		if len(tg) != 1 {
+			t.Fatalf("etcd status targeted %v in one call, want one node per call", tg)
 		}
+		asked = append(asked, tg[0])
+	}
+	sort.Strings(asked)
+	if strings.Join(asked, ",") != "10.0.0.1,10.0.0.2,10.0.0.3" {
+		t.Fatalf("etcd status asked %v", asked)
 	}
 }
 
