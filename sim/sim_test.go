@@ -536,29 +536,30 @@ func TestUpgradeRollback(t *testing.T) {
 		t.Fatal("boot id did not change")
 	}
 
-	// The boot sequence is in the new boot's history.
-	hist, err := cli.Events(client.WithNode(ctx, ip), client.WithTailEvents(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	sawRunning := false
-
-	for !sawRunning {
-		e, err := hist.Recv()
+	// The boot sequence is in the new boot's history. The node may still be
+	// booting (and refusing connections) right after its new boot id shows.
+	eventually(t, 30*time.Second, "the new boot's running stage in the event history", func() error {
+		hist, err := cli.Events(client.WithNode(ctx, ip), client.WithTailEvents(-1))
 		if err != nil {
-			t.Fatalf("history: %v", err)
+			return err
 		}
 
-		ev, err := client.UnmarshalEvent(e)
-		if err != nil {
-			continue
-		}
+		for {
+			e, err := hist.Recv()
+			if err != nil {
+				return fmt.Errorf("history: %w", err)
+			}
 
-		if ms, ok := ev.Payload.(*machineapi.MachineStatusEvent); ok && ms.Stage == machineapi.MachineStatusEvent_RUNNING && ms.Status.Ready {
-			sawRunning = true
+			ev, err := client.UnmarshalEvent(e)
+			if err != nil {
+				continue
+			}
+
+			if ms, ok := ev.Payload.(*machineapi.MachineStatusEvent); ok && ms.Stage == machineapi.MachineStatusEvent_RUNNING && ms.Status.Ready {
+				return nil
+			}
 		}
-	}
+	})
 
 	if n := c.Calls("cp-2", "/machine.MachineService/Upgrade"); n != 1 {
 		t.Fatalf("upgrade calls %d, want 1", n)
