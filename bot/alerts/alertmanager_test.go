@@ -1,7 +1,6 @@
 package alerts_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,10 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -24,12 +20,12 @@ import (
 	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/bot/alerts"
+	"github.com/talosbot/talosbot/internal/amtest"
 	"github.com/talosbot/talosbot/bot/chat/web"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/state"
 )
 
-const alertmanagerBin = "/usr/bin/prometheus-alertmanager"
 
 // noPlugins is a plugin host with no plugins: this test needs the engine's
 // bot commands and buttons only.
@@ -126,78 +122,11 @@ receivers:
           authorization: {type: Bearer, credentials: not-the-token}
 `
 
-// startAlertmanager runs the Debian Alertmanager on a loopback port and
-// returns its base URL.
+// startAlertmanager runs the Debian Alertmanager on a loopback port with
+// amConfig and returns its base URL.
 func startAlertmanager(t *testing.T, webhookURL string) string {
 	t.Helper()
-	if _, err := os.Stat(alertmanagerBin); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing: apt-get install prometheus-alertmanager", alertmanagerBin)
-		}
-		t.Skipf("%s is missing (apt-get install prometheus-alertmanager); skipping", alertmanagerBin)
-	}
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "alertmanager.yml")
-	if err := os.WriteFile(cfgPath, []byte(fmt.Sprintf(amConfig, webhookURL, token)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(alertmanagerBin, "--config.file="+cfgPath, "--storage.path="+filepath.Join(dir, "data"),
-		"--web.listen-address=127.0.0.1:0", "--cluster.listen-address=", "--log.level=debug")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var logMu sync.Mutex
-	var logs bytes.Buffer
-	addr := make(chan string, 1)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		re := regexp.MustCompile(`msg="Listening on" address=(\S+)`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			logMu.Lock()
-			logs.WriteString(sc.Text() + "\n")
-			logMu.Unlock()
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-done
-		_ = cmd.Wait()
-		if t.Failed() {
-			logMu.Lock()
-			t.Logf("alertmanager log:\n%s", logs.String())
-			logMu.Unlock()
-		}
-	})
-	var base string
-	select {
-	case a := <-addr:
-		base = "http://" + a
-	case <-done:
-		t.Fatalf("alertmanager exited before listening:\n%s", logs.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("alertmanager did not report its listen address within 30s")
-	}
-	waitUntil(t, "alertmanager ready", 30*time.Second, func() bool {
-		resp, err := http.Get(base + "/-/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
-	return base
+	return amtest.StartConfig(t, fmt.Sprintf(amConfig, webhookURL, token))
 }
 
 // postAlert feeds one alert to Alertmanager through its own API.

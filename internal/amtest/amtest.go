@@ -27,14 +27,7 @@ const Binary = "/usr/bin/prometheus-alertmanager"
 // the binary the test is skipped, or failed in CI.
 func Start(t testing.TB, webhookURL, token string) string {
 	t.Helper()
-	if _, err := os.Stat(Binary); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing: apt-get install prometheus-alertmanager", Binary)
-		}
-		t.Skipf("%s is missing (apt-get install prometheus-alertmanager); skipping", Binary)
-	}
-	dir := t.TempDir()
-	cfg := fmt.Sprintf(`
+	return StartConfig(t, fmt.Sprintf(`
 route:
   receiver: bot
   group_by: [alertname, cluster]
@@ -48,7 +41,20 @@ receivers:
         send_resolved: true
         http_config:
           authorization: {type: Bearer, credentials: %s}
-`, webhookURL, token)
+`, webhookURL, token))
+}
+
+// StartConfig runs Alertmanager with the configuration cfg on a loopback
+// port and returns its base URL, skipping (or failing in CI) without it.
+func StartConfig(t testing.TB, cfg string) string {
+	t.Helper()
+	if _, err := os.Stat(Binary); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is missing: apt-get install prometheus-alertmanager", Binary)
+		}
+		t.Skipf("%s is missing (apt-get install prometheus-alertmanager); skipping", Binary)
+	}
+	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "alertmanager.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
