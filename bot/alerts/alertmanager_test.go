@@ -20,12 +20,11 @@ import (
 	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/bot/alerts"
-	"github.com/talosbot/talosbot/internal/amtest"
 	"github.com/talosbot/talosbot/bot/chat/web"
 	"github.com/talosbot/talosbot/config"
+	"github.com/talosbot/talosbot/internal/amtest"
 	"github.com/talosbot/talosbot/state"
 )
-
 
 // noPlugins is a plugin host with no plugins: this test needs the engine's
 // bot commands and buttons only.
