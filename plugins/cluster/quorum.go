@@ -23,6 +23,9 @@ type Quorum struct {
 	Leader string
 	// Problems lists why members are not healthy, one entry per problem.
 	Problems []string
+	// cutShort: the status calls ran out of their time, so the reading says
+	// more about the deadline than about the cluster.
+	cutShort bool
 }
 
 // Majority is the number of voting members a membership of n needs.
@@ -80,6 +83,7 @@ func ReadQuorum(ctx context.Context, c *Clients, inv Inventory) Quorum {
 		resp, err := c.Machine.EtcdStatus(nctx, &emptypb.Empty{})
 		return resp.GetMessages(), err
 	})
+	q.cutShort = sctx.Err() != nil
 	if d, _ := describeFailures(fails); d != "" {
 		q.Problems = append(q.Problems, d)
 	}
@@ -220,12 +224,14 @@ func WaitQuorum(ctx context.Context, c *Clients, inv Inventory, within time.Dura
 		if err == nil {
 			return q, nil
 		}
-		if ctx.Err() != nil && lastErr != nil {
-			// This reading was cut short by the deadline: the one before
-			// says more about the cluster than "deadline exceeded".
+		// A reading cut short by the deadline says more about the deadline
+		// than about the cluster: it never replaces a complete one.
+		if lastErr == nil || !q.cutShort || last.cutShort {
+			last, lastErr = q, err
+		}
+		if ctx.Err() != nil {
 			return last, lastErr
 		}
-		last, lastErr = q, err
 		select {
 		case <-ctx.Done():
 			return last, lastErr
