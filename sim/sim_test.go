@@ -130,17 +130,31 @@ func version(ctx context.Context, cli *client.Client, ip string) (string, error)
 func bootID(ctx context.Context, t *testing.T, cli *client.Client, ip string) string {
 	t.Helper()
 
-	r, err := cli.Read(client.WithNode(ctx, ip), "/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		t.Fatalf("read boot id: %v", err)
-	}
+	// A node that just came back may still be booting, or its apid backend
+	// still backing off, and refuse the connection for a moment: retry that.
+	var id string
 
-	b, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatalf("read boot id: %v", err)
-	}
+	eventually(t, 30*time.Second, "the boot id of "+ip, func() error {
+		r, err := cli.Read(client.WithNode(ctx, ip), "/proc/sys/kernel/random/boot_id")
+		if err != nil {
+			if status.Code(err) == codes.Unavailable {
+				return err
+			}
 
-	return strings.TrimSpace(string(b))
+			t.Fatalf("read boot id: %v", err)
+		}
+
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return fmt.Errorf("read boot id: %w", err)
+		}
+
+		id = strings.TrimSpace(string(b))
+
+		return nil
+	})
+
+	return id
 }
 
 func TestClusterBasics(t *testing.T) {
