@@ -290,12 +290,24 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	inv := s.Inv
 	defer s.Close() //nolint:errcheck
 	resumed := req.GetAttempt() > 1
+	var ro *roll
 	if resumed {
 		// The interrupted run may have left a node rebooting: wait for every
 		// node to answer and etcd to agree on a leader before planning again.
-		settle(ctx, s, cluster.NodeTimeout(req.GetSettings()))
+		// A node can answer once and still be on its way back (its API goes
+		// down again as the boot goes on), so a node that cannot be read
+		// (R1) is waited for again, within the node timeout.
+		deadline := time.Now().Add(cluster.NodeTimeout(req.GetSettings()))
+		for {
+			settle(ctx, s, time.Until(deadline))
+			ro, err = compute(ctx, req, s)
+			if re, ok := cluster.AsRuleError(err); !ok || re.Rule != "R1" || !time.Now().Before(deadline) || ctx.Err() != nil {
+				break
+			}
+		}
+	} else {
+		ro, err = compute(ctx, req, s)
 	}
-	ro, err := compute(ctx, req, s)
 	if err != nil {
 		if re, ok := cluster.AsRuleError(err); ok {
 			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Proto()})

@@ -163,6 +163,11 @@ func startGateway(t *testing.T, h *stubHandler, replays ...chat.Replays) (*disco
 	if _, err := fake.WaitFor(ctx, func(rs []discordfake.Record) bool { return len(filter(rs, rest("PUT", "/commands"))) == 1 }); err != nil {
 		t.Fatal(err)
 	}
+	// The fake counts a session as identified only once it sent READY, which
+	// can come after the adapter's command registration: wait for it too.
+	if err := fake.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
 	return fake, a, ctx
 }
 
