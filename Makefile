@@ -47,9 +47,12 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants changes in:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags demo ./cmd/talosbot
+	bash hack/check-packages.sh
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags demo ./cmd/talosbot
 
+# Options go in DEMO_ARGS, e.g. make demo DEMO_ARGS='--listen 127.0.0.1:9090 --keep --reboot-delay 20s'
+# (bin/talosbot-demo demo --help lists them).
 demo: build
 	./bin/talosbot-demo demo $(DEMO_ARGS)
 

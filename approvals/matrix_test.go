@@ -1,4 +1,4 @@
-package approvals
+package approvals_test
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/builtin"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
@@ -166,7 +168,7 @@ func TestPolicyMatrix(t *testing.T) {
 	checked := 0
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
-			cfg, errs := config.Decode([]byte(clusters + v.policy))
+			cfg, errs := config.Decode([]byte(approvals.Clusters + v.policy))
 			if cfg == nil {
 				t.Fatalf("not YAML: %v", errs)
 			}
@@ -177,20 +179,20 @@ func TestPolicyMatrix(t *testing.T) {
 			if !v.valid && len(errs) == 0 {
 				t.Fatalf("config check accepts a typo")
 			}
-			p := New(cfg)
+			p := approvals.New(cfg)
 			for _, env := range []string{config.EnvStaging, config.EnvProduction} {
 				cl := cfg.Cluster(env)
 				for _, cmd := range cat {
 					for _, user := range users {
 						checked++
-						req := bot.PolicyRequest{User: user, Cluster: cl, Command: cmd.Name, Disruptive: cmd.Disruptive, Writes: cmd.Writes, Now: now,
+						req := engine.PolicyRequest{User: user, Cluster: cl, Command: cmd.Name, Disruptive: cmd.Disruptive, Writes: cmd.Writes, Now: now,
 							// bot commands that change state are housekeeping (freeze, unfreeze, abandon, cancel, resume)
 							Housekeeping: !cmd.Operation && cmd.Disruptive}
 						err := p.Authorize(ctx, req)
 						changes := cmd.Disruptive || cmd.Writes
 						where := fmt.Sprintf("%s %q by %q", env, cmd.Name, user)
 						switch {
-						case (user == "carol" && !slices.Contains(v.open, env) || p.RoleOf(env, user) == RoleViewer) && changes && err == nil:
+						case (user == "carol" && !slices.Contains(v.open, env) || p.RoleOf(env, user) == approvals.RoleViewer) && changes && err == nil:
 							t.Errorf("%s: a viewer changes something", where)
 						case (user == "mallory" || user == "") && err == nil && !slices.Contains(v.open, env):
 							t.Errorf("%s: a user with no role is allowed (%s)", where, p.RoleOf(env, user))

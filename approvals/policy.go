@@ -1,6 +1,6 @@
 // Package approvals decides who may request, approve and run what: roles per
 // environment, N-of-M approvals bound to a plan digest, self-approval and
-// expiry. The engine (package bot) asks; this package answers from config.
+// expiry. The engine (package bot/engine) asks; this package answers from config.
 package approvals
 
 import (
@@ -10,20 +10,40 @@ import (
 	"strings"
 	"time"
 
-	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
-// Policy implements bot.Policy from the configuration.
+// Policy implements engine.Policy from the configuration.
 type Policy struct {
 	cfg *config.Config
+	// declared is each command's manifest min_approvals (commands that
+	// declare none are absent).
+	declared map[string]int
 }
 
 // New returns the policy for cfg.
 func New(cfg *config.Config) *Policy { return &Policy{cfg: cfg} }
 
-var _ bot.Policy = (*Policy)(nil)
+// WithManifests returns the policy that also applies what the commands of
+// these manifests declare (Command.min_approvals). The policy learns it from
+// the manifests, so it names no command itself.
+func (p *Policy) WithManifests(ms []*lifecyclev1.Manifest) *Policy {
+	out := &Policy{cfg: p.cfg, declared: map[string]int{}}
+	for _, m := range ms {
+		for _, c := range m.GetCommands() {
+			if n := int(c.GetMinApprovals()); n > 0 {
+				out.declared[c.GetName()] = n
+			}
+		}
+	}
+	return out
+}
+
+var _ engine.Policy = (*Policy)(nil)
 
 func (p *Policy) env(name string) config.Policy { return p.cfg.Policy[name] }
 
@@ -63,7 +83,7 @@ func (p *Policy) RoleOf(env, user string) Role {
 // every maintenance window (unless --outside-window). Viewers may only run
 // read-only commands: a WRITE command (e.g. a snapshot, which applies
 // retention) needs an operator although it needs no approval.
-func (p *Policy) Authorize(_ context.Context, req bot.PolicyRequest) error {
+func (p *Policy) Authorize(_ context.Context, req engine.PolicyRequest) error {
 	env := req.Cluster.Environment
 	switch p.RoleOf(env, req.User) {
 	case RoleOperator:
@@ -82,10 +102,10 @@ func (p *Policy) Authorize(_ context.Context, req bot.PolicyRequest) error {
 		return fmt.Errorf("cluster %s is frozen by %s since %s: %q; disruptive commands wait until `/talos unfreeze %s`",
 			req.Cluster.Name, f.By, f.Since.UTC().Format("2006-01-02 15:04 MST"), f.Reason, req.Cluster.Name)
 	}
-	if env == config.EnvProduction && req.Args[bot.FlagOutsideWindow] != "true" {
+	if env == config.EnvProduction && req.Args[engine.FlagOutsideWindow] != "true" {
 		if ws := p.env(env).Windows; len(ws) > 0 && !InWindow(ws, req.Now) {
 			return fmt.Errorf("%s is outside every production maintenance window (%s); wait for the window, or add --%s (it needs approval and is flagged in the audit)",
-				req.Now.UTC().Format("Mon 15:04 MST"), DescribeWindows(ws), bot.FlagOutsideWindow)
+				req.Now.UTC().Format("Mon 15:04 MST"), DescribeWindows(ws), engine.FlagOutsideWindow)
 		}
 	}
 	return nil
@@ -124,6 +144,38 @@ func InWindow(ws []config.Window, t time.Time) bool {
 	return false
 }
 
+// NextOpening returns the first time after t at which one of the windows
+// opens, within the coming eight days (a window opens at least weekly), and
+// false when none does (no windows, or none with a valid day and time).
+func NextOpening(ws []config.Window, t time.Time) (time.Time, bool) {
+	var best time.Time
+	for _, w := range ws {
+		loc, err := time.LoadLocation(w.Timezone)
+		if err != nil {
+			continue
+		}
+		start, err := time.Parse("15:04", w.Start)
+		if err != nil {
+			continue
+		}
+		lt := t.In(loc)
+		for d := 0; d <= 8; d++ {
+			// time.Date per day keeps the wall-clock start across a DST change.
+			at := time.Date(lt.Year(), lt.Month(), lt.Day()+d, start.Hour(), start.Minute(), 0, 0, loc)
+			if !at.After(t) || !slices.ContainsFunc(w.Days, func(day string) bool {
+				return strings.EqualFold(day, at.Weekday().String()[:3])
+			}) {
+				continue
+			}
+			if best.IsZero() || at.Before(best) {
+				best = at
+			}
+			break
+		}
+	}
+	return best, !best.IsZero()
+}
+
 // DescribeWindows renders windows for messages: "tue,thu 20:00–23:00 Europe/Berlin".
 func DescribeWindows(ws []config.Window) string {
 	parts := make([]string, 0, len(ws))
@@ -136,7 +188,7 @@ func DescribeWindows(ws []config.Window) string {
 // Promotion enforces R6: a production disruptive operation with target X
 // needs a succeeded staging operation of the same command and target within
 // promotion_max_age. --skip-staging allows it with one extra approval.
-func (p *Policy) Promotion(op *state.Operation, last bot.StagingLookup, now time.Time) ([]string, error) {
+func (p *Policy) Promotion(op *state.Operation, last engine.StagingLookup, now time.Time) ([]string, error) {
 	if op.Environment != config.EnvProduction || !op.Disruptive || op.Target == "" {
 		return nil, nil
 	}
@@ -149,10 +201,10 @@ func (p *Policy) Promotion(op *state.Operation, last bot.StagingLookup, now time
 		return nil, err
 	}
 	if prev != nil {
-		return []string{bot.FlagPromotedFrom + prev.ID}, nil
+		return []string{engine.FlagPromotedFrom + prev.ID}, nil
 	}
-	if op.Args[bot.FlagSkipStaging] == "true" {
-		return []string{bot.FlagSkipStaging}, nil
+	if op.Args[engine.FlagSkipStaging] == "true" {
+		return []string{engine.FlagSkipStaging}, nil
 	}
 	staging := "staging"
 	for _, cl := range p.cfg.Clusters {
@@ -161,27 +213,44 @@ func (p *Policy) Promotion(op *state.Operation, last bot.StagingLookup, now time
 			break
 		}
 	}
-	return nil, fmt.Errorf("R6: %s %s has not succeeded on staging in the last %s; run `/talos %s %s %s` first, or add --%s (needs one extra approval, flagged in the audit)",
-		op.Command, op.Target, maxAge, op.Command, op.Target, staging, bot.FlagSkipStaging)
+	// A multi-hop target spells its path ("v1.11.6 → v1.12.6 → v1.13.9"):
+	// staging must have taken the same path, and the command names the
+	// final version (docs/RELEASES.md "Multi-hop upgrades").
+	arg, same := op.Target, ""
+	if i := strings.LastIndex(op.Target, pathSep); i >= 0 {
+		arg, same = op.Target[i+len(pathSep):], " (from the same minor, so that staging takes the same path)"
+	}
+	return nil, fmt.Errorf("R6: %s %s has not succeeded on staging in the last %s; run `/talos %s %s %s` first%s, or add --%s (needs one extra approval, flagged in the audit)",
+		op.Command, op.Target, chat.Duration(maxAge), op.Command, arg, staging, same, engine.FlagSkipStaging)
 }
+
+// pathSep separates the stops of a multi-hop target.
+const pathSep = " → "
 
 // RequiredApprovals returns how many approvals op needs: every disruptive
 // command in production needs min_approvals unless no_approval_commands
-// names it; in staging only those approval_commands names.
+// names it; in staging only those approval_commands names. A command whose
+// manifest declares min_approvals always needs approval (no list exempts it)
+// and, in production, at least that many unless allow_self_approval is set
+// (a solo operator).
 func (p *Policy) RequiredApprovals(op *state.Operation) int {
 	if !op.Disruptive {
 		return 0
 	}
 	pol := p.env(op.Environment)
-	need := pol.NeedsApproval(op.Environment, op.Command)
-	if op.Args[bot.FlagOutsideWindow] == "true" || slices.Contains(op.Flags, bot.FlagSkipStaging) {
+	declared := p.declared[op.Command]
+	need := pol.NeedsApproval(op.Environment, op.Command) || declared > 0
+	if op.Args[engine.FlagOutsideWindow] == "true" || slices.Contains(op.Flags, engine.FlagSkipStaging) {
 		need = true // outside the window, or without staging, only with approval
 	}
 	if !need {
 		return 0
 	}
 	n := max(pol.MinApprovals, 1)
-	if slices.Contains(op.Flags, bot.FlagSkipStaging) {
+	if declared > 0 && op.Environment == config.EnvProduction && !pol.AllowSelfApproval {
+		n = max(n, declared)
+	}
+	if slices.Contains(op.Flags, engine.FlagSkipStaging) {
 		n++ // skipping staging needs one extra approval
 	}
 	return n

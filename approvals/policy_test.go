@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -117,13 +118,13 @@ policy:
   staging: {operators: [alice], viewers: [carol]}
   production: {operators: [alice], approvers: [bob], viewers: [carol]}
 `)
-	req := bot.PolicyRequest{User: "carol", Cluster: cfg.Cluster("production"), Command: "snapshot", Writes: true, Now: time.Now()}
+	req := engine.PolicyRequest{User: "carol", Cluster: cfg.Cluster("production"), Command: "snapshot", Writes: true, Now: time.Now()}
 	if err := p.Authorize(context.Background(), req); err == nil || !strings.Contains(err.Error(), "carol is a viewer in production and may only read") {
 		t.Fatalf("viewer snapshot: %v", err)
 	}
 	req.User = "alice"
 	// An operator may, also while frozen: a snapshot does not disrupt.
-	req.Frozen = &bot.Freeze{By: "bob", Reason: "drill", Since: time.Now()}
+	req.Frozen = &engine.Freeze{By: "bob", Reason: "drill", Since: time.Now()}
 	if err := p.Authorize(context.Background(), req); err != nil {
 		t.Fatalf("operator snapshot: %v", err)
 	}
@@ -146,8 +147,8 @@ policy:
 	}{
 		{"production upgrade", state.Operation{Environment: "production", Command: "upgrade talos", Disruptive: true}, 2},
 		{"production rollback, exempt", state.Operation{Environment: "production", Command: "rollback", Disruptive: true}, 0},
-		{"exempt, but outside the window", state.Operation{Environment: "production", Command: "rollback", Disruptive: true, Args: map[string]string{bot.FlagOutsideWindow: "true"}}, 2},
-		{"skip-staging adds one", state.Operation{Environment: "production", Command: "upgrade talos", Disruptive: true, Flags: []string{bot.FlagSkipStaging}}, 3},
+		{"exempt, but outside the window", state.Operation{Environment: "production", Command: "rollback", Disruptive: true, Args: map[string]string{engine.FlagOutsideWindow: "true"}}, 2},
+		{"skip-staging adds one", state.Operation{Environment: "production", Command: "upgrade talos", Disruptive: true, Flags: []string{engine.FlagSkipStaging}}, 3},
 		{"read-only", state.Operation{Environment: "production", Command: "health"}, 0},
 		{"staging listed", state.Operation{Environment: "staging", Command: "upgrade talos", Disruptive: true}, 1},
 		{"staging not listed", state.Operation{Environment: "staging", Command: "rollback", Disruptive: true}, 0},
@@ -168,20 +169,124 @@ policy:
     maintenance_windows: [{days: [tue], start: "20:00", end: "23:00", timezone: UTC}]
 `)
 	monday := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	req := bot.PolicyRequest{User: "alice", Cluster: cfg.Cluster("production"), Command: "upgrade talos", Disruptive: true, Now: monday}
+	req := engine.PolicyRequest{User: "alice", Cluster: cfg.Cluster("production"), Command: "upgrade talos", Disruptive: true, Now: monday}
 	if err := p.Authorize(context.Background(), req); err == nil || !strings.Contains(err.Error(), "outside every production maintenance window") {
 		t.Fatalf("outside window: %v", err)
 	}
-	req.Args = map[string]string{bot.FlagOutsideWindow: "true"}
+	req.Args = map[string]string{engine.FlagOutsideWindow: "true"}
 	if err := p.Authorize(context.Background(), req); err != nil {
 		t.Fatalf("--outside-window: %v", err)
 	}
-	req.Frozen = &bot.Freeze{By: "bob", Reason: "drill", Since: monday}
+	req.Frozen = &engine.Freeze{By: "bob", Reason: "drill", Since: monday}
 	if err := p.Authorize(context.Background(), req); err == nil || !strings.Contains(err.Error(), "frozen by bob") {
 		t.Fatalf("frozen: %v", err)
 	}
 	req.Housekeeping = true // unfreeze, abandon: allowed while frozen
 	if err := p.Authorize(context.Background(), req); err != nil {
 		t.Fatalf("housekeeping: %v", err)
+	}
+}
+
+// The R6 refusal says its window in words ("14 days"), not "336h0m0s".
+func TestPromotionRefusalSaysTheWindowInWords(t *testing.T) {
+	cfg := &config.Config{Clusters: []config.Cluster{{Name: "staging", Environment: config.EnvStaging}}}
+	p := New(cfg)
+	op := &state.Operation{Environment: config.EnvProduction, Disruptive: true, Command: "upgrade talos", Target: "v1.13.9"}
+	_, err := p.Promotion(op, func(string, string, time.Time) (*state.Operation, error) { return nil, nil }, time.Now())
+	if err == nil || !strings.Contains(err.Error(), "in the last 14 days;") || strings.Contains(err.Error(), "336h") {
+		t.Fatalf("R6 refusal: %v", err)
+	}
+}
+
+// A command whose manifest declares min_approvals needs that many in
+// production (however low min_approvals is, whatever no_approval_commands
+// says), approval also in staging, and the policy's own minimum where a solo
+// operator may approve their own request. Without the manifests the policy
+// falls back to its configuration.
+func TestDeclaredMinApprovals(t *testing.T) {
+	mans := []*lifecyclev1.Manifest{{Name: "r", Commands: []*lifecyclev1.Command{{Name: "recover", MinApprovals: 2}, {Name: "upgrade talos"}}}}
+	base, _ := mustPolicy(t, `
+policy:
+  staging: {operators: [alice]}
+  production: {operators: [alice, bob], approvers: [alice, bob], min_approvals: 1, no_approval_commands: [recover]}
+`)
+	p := base.WithManifests(mans)
+	op := func(env, cmd string) *state.Operation {
+		return &state.Operation{ID: "op1", Cluster: env, Environment: env, Command: cmd, Disruptive: true, Requester: "alice"}
+	}
+	for _, c := range []struct {
+		p    *Policy
+		env  string
+		cmd  string
+		want int
+	}{
+		{p, config.EnvProduction, "recover", 2},
+		{p, config.EnvProduction, "upgrade talos", 1},
+		{p, config.EnvStaging, "recover", 1},
+		{p, config.EnvStaging, "upgrade talos", 0},
+		{base, config.EnvProduction, "recover", 0}, // exempted by the config when nothing is declared
+	} {
+		if got := c.p.RequiredApprovals(op(c.env, c.cmd)); got != c.want {
+			t.Errorf("%s %s: %d approvals, want %d", c.env, c.cmd, got, c.want)
+		}
+	}
+	solo, _ := mustPolicy(t, `
+policy:
+  staging: {operators: [alice]}
+  production: {operators: [alice], approvers: [alice], min_approvals: 1, allow_self_approval: true}
+`)
+	if got := solo.WithManifests(mans).RequiredApprovals(op(config.EnvProduction, "recover")); got != 1 {
+		t.Errorf("solo operator: %d approvals, want 1", got)
+	}
+}
+
+// A multi-hop target (the path) must match a staging run of the same path;
+// the refusal names the command with the final version.
+func TestPromotionOfAPathNeedsTheSamePathOnStaging(t *testing.T) {
+	cfg := &config.Config{Clusters: []config.Cluster{{Name: "staging", Environment: config.EnvStaging}}}
+	p := New(cfg)
+	path := "v1.11.6 → v1.12.6 → v1.13.9"
+	op := &state.Operation{Environment: config.EnvProduction, Disruptive: true, Command: "upgrade talos", Target: path}
+	var asked string
+	_, err := p.Promotion(op, func(_, target string, _ time.Time) (*state.Operation, error) { asked = target; return nil, nil }, time.Now())
+	if asked != path {
+		t.Fatalf("looked up %q, want the whole path", asked)
+	}
+	if err == nil || !strings.Contains(err.Error(), "run `/talos upgrade talos v1.13.9 staging` first (from the same minor") {
+		t.Fatalf("R6 refusal: %v", err)
+	}
+	flags, err := p.Promotion(op, func(_, target string, _ time.Time) (*state.Operation, error) {
+		if target == path {
+			return &state.Operation{ID: "op-staging"}, nil
+		}
+		return nil, nil
+	}, time.Now())
+	if err != nil || len(flags) != 1 || flags[0] != engine.FlagPromotedFrom+"op-staging" {
+		t.Fatalf("promoted: %v %v", flags, err)
+	}
+}
+
+// NextOpening is the first opening after now, across windows and days, in
+// each window's own zone (a DST change keeps the wall-clock start), and
+// none without a usable window.
+func TestNextOpening(t *testing.T) {
+	ws := []config.Window{
+		{Days: []string{"tue", "thu"}, Start: "20:00", End: "23:00", Timezone: "Europe/Berlin"},
+		{Days: []string{"sat"}, Start: "22:00", End: "02:00", Timezone: "UTC"},
+	}
+	for now, want := range map[string]string{
+		"2026-11-30T12:00:00Z": "2026-12-01T19:00:00Z", // Monday → Tuesday 20:00 CET
+		"2026-12-01T19:30:00Z": "2026-12-03T19:00:00Z", // inside Tuesday's window → Thursday
+		"2026-12-04T08:00:00Z": "2026-12-05T22:00:00Z", // Friday → Saturday's UTC window
+		"2026-03-30T12:00:00Z": "2026-03-31T18:00:00Z", // after the spring change: 20:00 CEST
+	} {
+		n, _ := time.Parse(time.RFC3339, now)
+		got, ok := NextOpening(ws, n)
+		if !ok || got.UTC().Format(time.RFC3339) != want {
+			t.Errorf("NextOpening(%s) = %s, %t; want %s", now, got.UTC().Format(time.RFC3339), ok, want)
+		}
+	}
+	if _, ok := NextOpening(nil, time.Now()); ok {
+		t.Error("an opening without windows")
 	}
 }

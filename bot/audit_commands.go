@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/talosbot/talosbot/bot/auditview"
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/grammar"
 	"github.com/talosbot/talosbot/config"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
@@ -26,7 +28,7 @@ func auditCommands() []botCommand {
 		return &lifecyclev1.Arg{Name: name, Flag: true, Description: desc}
 	}
 	return []botCommand{
-		{CommandSpec{Command: &lifecyclev1.Command{Name: "audit", Summary: "audit trail, newest first, with a button for the next page", Effect: ro,
+		{grammar.CommandSpec{Command: &lifecyclev1.Command{Name: "audit", Summary: "audit trail, newest first, with a button for the next page", Effect: ro,
 			Args: []*lifecyclev1.Arg{
 				flag("cluster", "only this cluster"),
 				flag("user", "only what this user did"),
@@ -40,20 +42,20 @@ func auditCommands() []botCommand {
 				flag("before", "paging cursor set by the More button: records with a smaller seq"),
 			},
 			Example: `/talos audit --cluster production --result failed --since 7d`}},
-			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
-				return e.auditQuery(ctx, from, inv)
+			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+				return auditQuery(ctx, e, from, inv)
 			}},
-		{CommandSpec{Command: &lifecyclev1.Command{Name: "audit head", Effect: ro,
+		{grammar.CommandSpec{Command: &lifecyclev1.Command{Name: "audit head", Effect: ro,
 			Summary: "verify the audit chain and post its head (seq and hash) to pin outside the bot; check it later with `talosbot audit verify --expect-head HASH`",
 			Example: "/talos audit head"}},
-			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
-				return e.auditHead(ctx, from, inv)
+			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+				return auditHead(ctx, e, from, inv)
 			}},
-		{CommandSpec{Command: &lifecyclev1.Command{Name: "op", Summary: "an operation's maintenance record: who, plan, snapshot, steps, validation", Effect: ro,
+		{grammar.CommandSpec{Command: &lifecyclev1.Command{Name: "op", Summary: "an operation's maintenance record: who, plan, snapshot, steps, validation", Effect: ro,
 			Args:    []*lifecyclev1.Arg{{Name: "id", Required: true, Description: "the operation id"}},
 			Example: "/talos op 3f2a9c01bd4e"}},
-			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
-				return e.maintenanceRecord(ctx, from, inv)
+			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+				return maintenanceRecord(ctx, e, from, inv)
 			}},
 	}
 }
@@ -61,23 +63,23 @@ func auditCommands() []botCommand {
 // auditAuthorize lets a user read the audit of cluster, or of every cluster
 // when cluster is "": reading needs a role (viewer or better) in each
 // environment whose records would be shown.
-func (e *Engine) auditAuthorize(ctx context.Context, user, cluster string) error {
+func auditAuthorize(ctx context.Context, e *engine.Engine, user, cluster string) error {
 	var cls []*config.Cluster
 	if cluster != "" {
-		cl := e.o.Config.Cluster(cluster)
+		cl := e.Config().Cluster(cluster)
 		if cl == nil {
-			return fmt.Errorf("unknown cluster %q; clusters: %s", cluster, strings.Join(e.o.Config.ClusterNames(), ", "))
+			return fmt.Errorf("unknown cluster %q; clusters: %s", cluster, strings.Join(e.Config().ClusterNames(), ", "))
 		}
 		cls = append(cls, cl)
 	} else {
-		for i := range e.o.Config.Clusters {
-			cls = append(cls, &e.o.Config.Clusters[i])
+		for i := range e.Config().Clusters {
+			cls = append(cls, &e.Config().Clusters[i])
 		}
 	}
 	var readable, refused []string
 	var firstErr error
 	for _, cl := range cls {
-		err := e.o.Policy.Authorize(ctx, PolicyRequest{User: user, Cluster: cl, Command: "audit", Disruptive: false, Now: e.now()})
+		err := e.Policy().Authorize(ctx, engine.PolicyRequest{User: user, Cluster: cl, Command: "audit", Disruptive: false, Now: e.Now()})
 		if err != nil {
 			refused = append(refused, cl.Name)
 			if firstErr == nil {
@@ -97,21 +99,21 @@ func (e *Engine) auditAuthorize(ctx context.Context, user, cluster string) error
 		user, strings.Join(refused, ", "), strings.Join(readable, " or --cluster "))
 }
 
-func (e *Engine) auditQuery(ctx context.Context, from Origin, inv *Invocation) error {
-	q, err := auditview.ParseFilter(func(k string) string { return inv.Args[k] }, e.now(), auditDefaultLimit, auditMaxLimit)
+func auditQuery(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+	q, err := auditview.ParseFilter(func(k string) string { return inv.Args[k] }, e.Now(), auditDefaultLimit, auditMaxLimit)
 	if err != nil {
-		e.o.Sink.Reply(ctx, from, (&UsageError{Msg: err.Error(), Usage: Usage(inv.Spec.Command)}).Error())
+		e.Sink().Reply(ctx, from, (&grammar.UsageError{Msg: err.Error(), Usage: grammar.Usage(inv.Spec.Command)}).Error())
 		return err
 	}
-	if err := e.auditAuthorize(ctx, from.User, q.Cluster); err != nil {
-		e.refuse(ctx, from, q.Cluster, inv, err)
+	if err := auditAuthorize(ctx, e, from.User, q.Cluster); err != nil {
+		e.Refuse(ctx, from, q.Cluster, inv, err)
 		return err
 	}
 	page := q
 	page.Limit = q.Limit + 1 // one extra record says whether there is a next page
-	recs, err := e.o.Store.QueryAudit(ctx, page)
+	recs, err := e.Store().QueryAudit(ctx, page)
 	if err != nil {
-		e.o.Sink.Reply(ctx, from, "could not read the audit trail: "+err.Error())
+		e.Sink().Reply(ctx, from, "could not read the audit trail: "+err.Error())
 		return err
 	}
 	more := len(recs) > q.Limit
@@ -119,7 +121,7 @@ func (e *Engine) auditQuery(ctx context.Context, from Origin, inv *Invocation) e
 		recs = recs[:q.Limit]
 	}
 	var b strings.Builder
-	desc := auditview.FilterArgs(state.AuditQuery{Cluster: q.Cluster, Actor: q.Actor, Command: q.Command, Result: q.Result, Action: q.Action, OpID: q.OpID, Since: q.Since, Until: q.Until})
+	desc := auditview.DescribeFilter(state.AuditQuery{Cluster: q.Cluster, Actor: q.Actor, Command: q.Command, Result: q.Result, Action: q.Action, OpID: q.OpID, Since: q.Since, Until: q.Until})
 	if desc == "" {
 		desc = "all records"
 	}
@@ -130,32 +132,32 @@ func (e *Engine) auditQuery(ctx context.Context, from Origin, inv *Invocation) e
 	b.WriteString(":\n")
 	if len(recs) == 0 {
 		b.WriteString("no audit records match")
-		e.o.Sink.Reply(ctx, from, b.String())
+		e.Sink().Reply(ctx, from, b.String())
 		return nil
 	}
 	b.WriteString("```\n" + auditview.ChatTable(recs) + "\n```")
 	if !more {
-		e.o.Sink.Reply(ctx, from, b.String())
+		e.Sink().Reply(ctx, from, b.String())
 		return nil
 	}
 	next := q
 	next.BeforeSeq = recs[len(recs)-1].Seq
-	buttons, err := e.CommandButtons(ctx, []Suggestion{{Label: "More", Command: "/talos audit " + auditview.FilterArgs(next)}})
+	buttons, err := e.CommandButtons(ctx, []engine.Suggestion{{Label: "More", Command: "/talos audit " + auditview.FilterArgs(next)}})
 	if err != nil {
-		e.o.Sink.Reply(ctx, from, b.String()+"\n(could not offer the next page: "+err.Error()+")")
+		e.Sink().Reply(ctx, from, b.String()+"\n(could not offer the next page: "+err.Error()+")")
 		return nil
 	}
-	e.o.Sink.ReplyButtons(ctx, from, b.String(), buttons)
+	e.Sink().ReplyButtons(ctx, from, b.String(), buttons)
 	return nil
 }
 
-func (e *Engine) maintenanceRecord(ctx context.Context, from Origin, inv *Invocation) error {
+func maintenanceRecord(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
 	id := inv.Args["id"]
 	var (
 		op   *state.Operation
 		apps []state.Approval
 	)
-	err := e.o.Store.View(ctx, func(tx *state.Tx) error {
+	err := e.Store().View(ctx, func(tx *state.Tx) error {
 		var err error
 		if op, err = tx.Operation(id); err != nil {
 			return err
@@ -164,30 +166,30 @@ func (e *Engine) maintenanceRecord(ctx context.Context, from Origin, inv *Invoca
 		return err
 	})
 	if errors.Is(err, state.ErrNotFound) {
-		e.o.Sink.Reply(ctx, from, fmt.Sprintf("no operation %q; find ids with /talos audit or /talos status", id))
+		e.Sink().Reply(ctx, from, fmt.Sprintf("no operation %q; find ids with /talos audit or /talos status", id))
 		return err
 	}
 	if err != nil {
-		e.o.Sink.Reply(ctx, from, "could not read operation "+id+": "+err.Error())
+		e.Sink().Reply(ctx, from, "could not read operation "+id+": "+err.Error())
 		return err
 	}
-	if cl := e.o.Config.Cluster(op.Cluster); cl != nil {
-		if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: "op", Disruptive: false, Now: e.now()}); err != nil {
-			e.refuse(ctx, from, op.Cluster, inv, err)
+	if cl := e.Config().Cluster(op.Cluster); cl != nil {
+		if err := e.Policy().Authorize(ctx, engine.PolicyRequest{User: from.User, Cluster: cl, Command: "op", Disruptive: false, Now: e.Now()}); err != nil {
+			e.Refuse(ctx, from, op.Cluster, inv, err)
 			return err
 		}
-	} else if err := e.auditAuthorize(ctx, from.User, ""); err != nil {
+	} else if err := auditAuthorize(ctx, e, from.User, ""); err != nil {
 		// A cluster removed from the config: only users who can read every
 		// configured cluster see its records.
-		e.refuse(ctx, from, op.Cluster, inv, err)
+		e.Refuse(ctx, from, op.Cluster, inv, err)
 		return err
 	}
-	recs, err := e.o.Store.QueryAudit(ctx, state.AuditQuery{OpID: id, Limit: 100000})
+	recs, err := e.Store().QueryAudit(ctx, state.AuditQuery{OpID: id, Limit: 100000})
 	if err != nil {
-		e.o.Sink.Reply(ctx, from, "could not read the audit trail: "+err.Error())
+		e.Sink().Reply(ctx, from, "could not read the audit trail: "+err.Error())
 		return err
 	}
-	e.o.Sink.Reply(ctx, from, auditview.MaintenanceRecord(op, recs, apps))
+	e.Sink().Reply(ctx, from, auditview.MaintenanceRecord(op, recs, apps))
 	return nil
 }
 
@@ -196,28 +198,28 @@ func (e *Engine) maintenanceRecord(ctx context.Context, from Origin, inv *Invoca
 // `talosbot audit verify --expect-head HASH` then detects a chain rewritten
 // or cut back as a whole, which the chain alone cannot show. The head
 // reveals nothing about the records, so any role in any cluster may ask.
-func (e *Engine) auditHead(ctx context.Context, from Origin, inv *Invocation) error {
+func auditHead(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
 	var err error
-	for i := range e.o.Config.Clusters {
-		cl := &e.o.Config.Clusters[i]
-		if err = e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Now: e.now()}); err == nil {
+	for i := range e.Config().Clusters {
+		cl := &e.Config().Clusters[i]
+		if err = e.Policy().Authorize(ctx, engine.PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Now: e.Now()}); err == nil {
 			break
 		}
 	}
 	if err != nil {
-		e.refuse(ctx, from, "", inv, err)
+		e.Refuse(ctx, from, "", inv, err)
 		return err
 	}
-	rep, err := e.o.Store.VerifyAudit(ctx)
+	rep, err := e.Store().VerifyAudit(ctx)
 	if err != nil {
-		e.o.Sink.Reply(ctx, from, "⚠️ the audit chain does not verify, so there is no head to pin: "+err.Error())
+		e.Sink().Reply(ctx, from, "⚠️ the audit chain does not verify, so there is no head to pin: "+err.Error())
 		return err
 	}
 	if rep.Records == 0 {
-		e.o.Sink.Reply(ctx, from, "the audit trail is empty: there is no head to pin yet")
+		e.Sink().Reply(ctx, from, "the audit trail is empty: there is no head to pin yet")
 		return nil
 	}
-	e.o.Sink.Reply(ctx, from, fmt.Sprintf("🔗 Audit head: record %d of %d, sha256 `%s`\n"+
+	e.Sink().Reply(ctx, from, fmt.Sprintf("🔗 Audit head: record %d of %d, sha256 `%s`\n"+
 		"Copy it somewhere the bot cannot write. Later, `talosbot audit verify --url URL --expect-head %s` fails if the chain was rewritten or cut back below this record.",
 		rep.HeadSeq, rep.Records, rep.Head, rep.Head))
 	return nil

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -91,7 +91,7 @@ func TestAuditCommandFiltersNewestFirstAndMorePages(t *testing.T) {
 	// "More" runs the next page as the clicking user.
 	more := e.sink.button(t, "reply", "More")
 	before := e.sink.replyCount()
-	if err := e.eng.Act(ctx, bot.Origin{User: "bob", Channel: "stg"}, more); err != nil {
+	if err := e.eng.Act(ctx, engine.Origin{User: "bob", Channel: "stg"}, more); err != nil {
 		t.Fatal(err)
 	}
 	if e.sink.replyCount() != before+1 {
@@ -169,7 +169,7 @@ func TestOpShowsMaintenanceRecord(t *testing.T) {
 	}
 	e.await(id, state.StateAwaitingApproval)
 	ctx := context.Background()
-	if err := e.eng.Act(ctx, bot.Origin{User: "bob"}, e.sink.button(t, id, "Approve")); err != nil {
+	if err := e.eng.Act(ctx, engine.Origin{User: "bob"}, e.sink.button(t, id, "Approve")); err != nil {
 		t.Fatal(err)
 	}
 	op := e.await(id, state.StateSucceeded)

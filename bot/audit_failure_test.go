@@ -12,6 +12,7 @@ import (
 
 	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/plugins/host"
 	"github.com/talosbot/talosbot/state"
 )
@@ -74,7 +75,7 @@ func TestAuditAppendFailureIsLoggedAndCounted(t *testing.T) {
 	defer mgr.Close()
 	obs := &failObserver{}
 	var logs syncBuffer
-	eng, err := bot.New(context.Background(), bot.Options{Config: e.cfg, Store: ro, Plugins: mgr, Credentials: e.creds,
+	eng, err := bot.New(context.Background(), engine.Options{Config: e.cfg, Store: ro, Plugins: mgr, Credentials: e.creds,
 		Policy: approvals.New(e.cfg), Sink: e.sink, Clock: e.clock.Now, Observer: obs,
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	if err != nil {
@@ -83,14 +84,14 @@ func TestAuditAppendFailureIsLoggedAndCounted(t *testing.T) {
 	defer eng.Close()
 
 	// carol is a viewer in production: refused by policy.
-	if _, err := eng.Submit(context.Background(), bot.Origin{User: "carol", Channel: "prd"}, "/talos roll v2"); err == nil {
+	if _, err := eng.Submit(context.Background(), engine.Origin{User: "carol", Channel: "prd"}, "/talos roll v2"); err == nil {
 		t.Fatal("a viewer's disruptive command was not refused")
 	}
 	if got := obs.get(); len(got) != 1 || got[0] != "refused" {
 		t.Fatalf("AuditFailed calls = %v, want [refused]", got)
 	}
-	err = eng.Act(context.Background(), bot.Origin{User: "carol", Channel: "prd"}, "forged-token")
-	var ae *bot.ActionError
+	err = eng.Act(context.Background(), engine.Origin{User: "carol", Channel: "prd"}, "forged-token")
+	var ae *engine.ActionError
 	if !errors.As(err, &ae) || !errors.Is(err, state.ErrReadOnly) {
 		t.Fatalf("forged click: err = %v, want the refusal joined with the append failure", err)
 	}

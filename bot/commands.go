@@ -1,3 +1,7 @@
+// Package bot is talosbot's command router and the commands the bot answers
+// itself: help, status, resume, abandon, cancel, the audit commands and the
+// freeze commands. New assembles the engine (package engine) with them;
+// everything that does cluster work is a plugin.
 package bot
 
 import (
@@ -6,14 +10,20 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talosbot/talosbot/approvals"
+	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/grammar"
+	"github.com/talosbot/talosbot/config"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/state"
 )
 
 // botCommand is a command the bot serves itself (no plugin).
 type botCommand struct {
-	spec CommandSpec
-	run  func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error
+	spec grammar.CommandSpec
+	run  func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error
 }
 
 // botCommands lists every bot command. Each feature file contributes its own
@@ -23,11 +33,12 @@ func botCommands() []botCommand {
 	out = append(out, coreCommands()...)
 	out = append(out, auditCommands()...)
 	out = append(out, policyCommands()...)
+	out = append(out, releaseCommands()...)
 	return out
 }
 
-func botCommandSpecs() []CommandSpec {
-	var out []CommandSpec
+func botCommandSpecs() []grammar.CommandSpec {
+	var out []grammar.CommandSpec
 	for _, c := range botCommands() {
 		out = append(out, c.spec)
 	}
@@ -39,57 +50,84 @@ func coreCommands() []botCommand {
 	id := func(what string) []*lifecyclev1.Arg {
 		return []*lifecyclev1.Arg{{Name: "id", Required: true, Description: "the operation id to " + what}}
 	}
-	spec := func(c *lifecyclev1.Command) CommandSpec { return CommandSpec{Command: c} }
+	spec := func(c *lifecyclev1.Command) grammar.CommandSpec { return grammar.CommandSpec{Command: c} }
 	return []botCommand{
-		{spec(&lifecyclev1.Command{Name: "help", Summary: "list commands, or show one command's usage", Effect: ro,
-			Args: []*lifecyclev1.Arg{{Name: "command", Description: "a command name, e.g. upgrade"}}, Example: "/talos help upgrade talos"}),
-			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
-				e.o.Sink.Reply(ctx, from, e.help(inv.Args["command"]))
+		{grammar.CommandSpec{Rest: true, Command: &lifecyclev1.Command{Name: "help", Summary: "list commands, or show one command's usage", Effect: ro,
+			Args: []*lifecyclev1.Arg{{Name: "command", Description: "a command name, e.g. upgrade or upgrade talos"}}, Example: "/talos help upgrade talos"}},
+			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+				e.Sink().Reply(ctx, from, help(e, inv.Args["command"]))
 				return nil
 			}},
-		{spec(&lifecyclev1.Command{Name: "status", Summary: "cluster locks and operations in flight", Effect: ro,
+		{spec(&lifecyclev1.Command{Name: "status", Summary: "per cluster: lock, freeze, maintenance window, running versions, last operation and operations in flight", Effect: ro,
 			Args: []*lifecyclev1.Arg{{Name: "cluster"}}, Example: "/talos status production"}),
-			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
-				txt, err := e.status(ctx, inv.Args["cluster"])
+			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+				txt, err := status(ctx, e, from.User, inv.Args["cluster"])
 				if err != nil {
-					e.o.Sink.Reply(ctx, from, err.Error())
+					e.Sink().Reply(ctx, from, err.Error())
 					return err
 				}
-				e.o.Sink.Reply(ctx, from, txt)
+				e.Sink().Reply(ctx, from, txt)
 				return nil
 			}},
 		{spec(&lifecyclev1.Command{Name: "resume", Summary: "continue an interrupted operation (steps already done are skipped)", Effect: dis, Args: id("resume"), Example: "/talos resume 3f2a9c01bd4e"}),
-			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
+			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
 				return e.Resume(ctx, from, inv.Args["id"])
 			}},
 		{spec(&lifecyclev1.Command{Name: "abandon", Summary: "give up an interrupted operation and release its cluster lock", Effect: dis, Args: id("abandon"), Example: "/talos abandon 3f2a9c01bd4e"}),
-			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
+			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
 				return e.Abandon(ctx, from, inv.Args["id"])
 			}},
+		{spec(&lifecyclev1.Command{Name: "pause", Summary: "stop a running roll before its next node (resume continues it)", Effect: dis, Args: id("pause"), Example: "/talos pause 3f2a9c01bd4e"}),
+			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+				return e.Pause(ctx, from, inv.Args["id"])
+			}},
 		{spec(&lifecyclev1.Command{Name: "cancel", Summary: "cancel an operation that has not finished", Effect: dis, Args: id("cancel"), Example: "/talos cancel 3f2a9c01bd4e"}),
-			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
+			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
 				return e.Cancel(ctx, from, inv.Args["id"])
 			}},
 	}
 }
 
-func (e *Engine) botCommand(ctx context.Context, from Origin, inv *Invocation) error {
+// New builds the engine with the bot's own commands: the talosbot that
+// chat adapters talk to. Call Recover once at start-up, before serving.
+func New(ctx context.Context, o engine.Options) (*engine.Engine, error) {
+	o.Commands = Router{}
+	return engine.New(ctx, o)
+}
+
+// Catalogue reads every plugin's manifest and returns the whole command
+// catalogue (the bot's own commands first), for config.CheckCommands: New
+// checks the configuration against it, and so does `talosbot config check`.
+func Catalogue(ctx context.Context, plugins engine.Plugins) ([]config.CommandInfo, error) {
+	return engine.Catalogue(ctx, plugins, Router{})
+}
+
+// Router serves the bot's own commands for the engine (engine.Commands).
+type Router struct{}
+
+var _ engine.Commands = Router{}
+
+// Specs lists the bot's own commands for the grammar.
+func (Router) Specs() []grammar.CommandSpec { return botCommandSpecs() }
+
+// Serve runs the bot command inv names.
+func (Router) Serve(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
 	for _, c := range botCommands() {
 		if c.spec.Name == inv.Spec.Name {
-			return c.run(e, ctx, from, inv)
+			return c.run(ctx, e, from, inv)
 		}
 	}
 	return fmt.Errorf("bot command %q has no handler", inv.Spec.Name)
 }
 
-func (e *Engine) help(name string) string {
+func help(e *engine.Engine, name string) string {
 	if name != "" {
-		if s, ok := e.grammar.Lookup(name); ok {
+		if s, ok := e.Grammar().Lookup(name); ok {
 			return helpFor(s)
 		}
 		// "help upgrade" lists every command starting with that word.
 		var b strings.Builder
-		for _, s := range e.grammar.Specs() {
+		for _, s := range e.Grammar().Specs() {
 			if strings.HasPrefix(s.Name, name+" ") {
 				b.WriteString(helpFor(s) + "\n")
 			}
@@ -97,11 +135,11 @@ func (e *Engine) help(name string) string {
 		if b.Len() > 0 {
 			return strings.TrimSpace(b.String())
 		}
-		return fmt.Sprintf("unknown command %q. %s", name, e.grammar.commandList())
+		return fmt.Sprintf("unknown command %q. %s", name, e.Grammar().CommandList())
 	}
 	var b strings.Builder
 	b.WriteString("talosbot commands:\n")
-	for _, s := range e.grammar.Specs() {
+	for _, s := range e.Grammar().Specs() {
 		tag := ""
 		switch {
 		case s.GetEffect() == lifecyclev1.Effect_EFFECT_DISRUPTIVE && s.Plugin != "":
@@ -109,14 +147,14 @@ func (e *Engine) help(name string) string {
 		case s.GetEffect() == lifecyclev1.Effect_EFFECT_WRITE:
 			tag = " ✏️ operators only (writes files)"
 		}
-		fmt.Fprintf(&b, "• `%s` — %s%s\n", Usage(s.Command), s.GetSummary(), tag)
+		fmt.Fprintf(&b, "• `%s` — %s%s\n", grammar.Usage(s.Command), s.GetSummary(), tag)
 	}
 	return strings.TrimSpace(b.String())
 }
 
-func helpFor(s CommandSpec) string {
+func helpFor(s grammar.CommandSpec) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "`%s` — %s", Usage(s.Command), s.GetSummary())
+	fmt.Fprintf(&b, "`%s` — %s", grammar.Usage(s.Command), s.GetSummary())
 	for _, a := range s.GetArgs() {
 		if a.GetDescription() != "" {
 			n := a.GetName()
@@ -132,40 +170,105 @@ func helpFor(s CommandSpec) string {
 	return b.String()
 }
 
-// status shows each cluster's lock (holder, age, requester) and operations in
-// flight.
-func (e *Engine) status(ctx context.Context, cluster string) (string, error) {
-	names := e.o.Config.ClusterNames()
+// status shows, per cluster: the lock (holder, age), the freeze (who, why,
+// since), the maintenance window (open now, or when it next opens), what the
+// status providers read from the cluster (the running Talos and Kubernetes
+// versions; engine.StatusFacts, each bounded by timeouts.status, "not read
+// (why)" when the cluster does not answer), the last change that succeeded
+// (its target and age, from the store), the last operation with its result,
+// and the operations in flight with their next commands.
+func status(ctx context.Context, e *engine.Engine, user, cluster string) (string, error) {
+	names := e.Config().ClusterNames()
 	if cluster != "" {
-		if e.o.Config.Cluster(cluster) == nil {
+		if e.Config().Cluster(cluster) == nil {
 			return "", fmt.Errorf("unknown cluster %q; clusters: %s", cluster, strings.Join(names, ", "))
 		}
 		names = []string{cluster}
 	}
+	now := e.Now()
+	// Every cluster's providers at once, before the store is read, so that
+	// status costs one timeout at most, and no store transaction waits on a
+	// cluster.
+	facts := e.StatusFacts(ctx, user, names)
+	ago := func(t time.Time) string { return now.Sub(t).Truncate(time.Second).String() + " ago" }
 	var b strings.Builder
-	err := e.o.Store.View(ctx, func(tx *state.Tx) error {
-		for _, n := range names {
+	for _, n := range names {
+		fr, err := e.Freeze(ctx, n)
+		if err != nil {
+			return "", err
+		}
+		err = e.Store().View(ctx, func(tx *state.Tx) error {
 			l, err := tx.Lock(n)
 			if err != nil {
 				return err
 			}
+			cl := e.Config().Cluster(n)
+			fmt.Fprintf(&b, "*%s* (%s)\n", n, cl.Environment)
 			if l == nil {
-				fmt.Fprintf(&b, "*%s*: unlocked\n", n)
+				b.WriteString("  lock: free\n")
 			} else {
-				fmt.Fprintf(&b, "*%s*: locked by `%s` (%s) for %s, requested by %s\n", n, l.OpID, l.Command, e.now().Sub(l.Since).Truncate(time.Second), l.Holder)
+				fmt.Fprintf(&b, "  lock: held by `%s` (%s) for %s, requested by %s\n", l.OpID, l.Command, now.Sub(l.Since).Truncate(time.Second), l.Holder)
 			}
-			ops, err := tx.Operations(state.OpFilter{Cluster: n, States: []state.OpState{state.StateAwaitingApproval, state.StateApproved, state.StateRunning, state.StateInterrupted}})
+			if fr != nil {
+				fmt.Fprintf(&b, "  🧊 frozen by %s since %s (%s): %q — `/talos unfreeze %s`\n", fr.By, fr.Since.UTC().Format("2006-01-02 15:04 MST"), ago(fr.Since), fr.Reason, n)
+			} else {
+				b.WriteString("  freeze: none\n")
+			}
+			if ws := e.Config().Policy[cl.Environment].Windows; len(ws) > 0 {
+				open := "closed now"
+				if approvals.InWindow(ws, now) {
+					open = "open now"
+				} else if next, ok := approvals.NextOpening(ws, now); ok {
+					open = fmt.Sprintf("closed now, next opens %s (in %s)", next.Format("Mon 2006-01-02 15:04 MST"), chat.Duration(next.Sub(now)))
+				}
+				fmt.Fprintf(&b, "  maintenance window: %s (%s)\n", open, approvals.DescribeWindows(ws))
+			}
+			for _, l := range facts[n] {
+				b.WriteString("  " + l + "\n")
+			}
+			all, err := tx.Operations(state.OpFilter{Cluster: n})
 			if err != nil {
 				return err
 			}
-			for _, op := range ops {
-				fmt.Fprintf(&b, "  • `%s` %s — %s, by %s, %s ago\n", op.ID, op.Command, op.State, op.Requester, e.now().Sub(op.CreatedAt).Truncate(time.Second))
+			var last, lastChange *state.Operation
+			for _, op := range all {
+				if !op.State.Terminal() {
+					continue
+				}
+				if last == nil || op.EndedAt.After(last.EndedAt) {
+					last = op
+				}
+				if op.State == state.StateSucceeded && op.Disruptive && op.Target != "" && op.Args[sdk.ArgDryRun] != "true" &&
+					(lastChange == nil || op.EndedAt.After(lastChange.EndedAt)) {
+					lastChange = op
+				}
+			}
+			if lastChange != nil {
+				fmt.Fprintf(&b, "  last change: /talos %s → %s, succeeded %s (`%s`)\n", lastChange.Command, lastChange.Target, ago(lastChange.EndedAt), lastChange.ID)
+			}
+			if last != nil {
+				fmt.Fprintf(&b, "  last operation: `%s` /talos %s — %s %s, by %s", last.ID, last.Command, last.State, ago(last.EndedAt), last.Requester)
+				if r := strings.SplitN(last.Result, "\n", 2)[0]; r != "" && r != string(last.State) {
+					b.WriteString(": " + r)
+				}
+				b.WriteString("\n")
+			}
+			for _, op := range all {
+				switch op.State {
+				case state.StateAwaitingApproval, state.StateApproved, state.StateRunning, state.StateInterrupted:
+				default:
+					continue
+				}
+				fmt.Fprintf(&b, "  • `%s` %s — %s, by %s, %s\n", op.ID, op.Command, op.State, op.Requester, ago(op.CreatedAt))
 				if op.State == state.StateInterrupted {
 					fmt.Fprintf(&b, "    interrupted: `/talos resume %s` or `/talos abandon %s`\n", op.ID, op.ID)
 				}
 			}
+			return nil
+		})
+		if err != nil {
+			return "", err
 		}
-		return nil
-	})
-	return strings.TrimSpace(b.String()), err
+	}
+	return strings.TrimSpace(b.String()), nil
 }

@@ -16,6 +16,9 @@ import (
 	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/bot/chat/web"
+	"github.com/talosbot/talosbot/bot/credentials"
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/render"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/host"
 	"github.com/talosbot/talosbot/state"
@@ -54,8 +57,8 @@ func newConsoleEnv(t *testing.T, cfgText string) *consoleEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := bot.New(context.Background(), bot.Options{Config: cfg, Store: st, Plugins: mgr, Credentials: bot.FileCredentials{},
-		Policy: approvals.New(cfg), Sink: bot.NewRenderer(console, nil, nil), Clock: clock.Now})
+	eng, err := bot.New(context.Background(), engine.Options{Config: cfg, Store: st, Plugins: mgr, Credentials: credentials.FileCredentials{},
+		Policy: approvals.New(cfg), Sink: render.NewRenderer(console, nil, nil), Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,15 +173,38 @@ func TestConsoleTwoPersonFlow(t *testing.T) {
 	c.opMessage("stg", "roll", "succeeded")
 	c.command("alice", "prd", "/talos roll v5")
 	m := c.opMessage("prd", "roll", "awaiting_approval")
-	if field(m, "Plan digest") == "" || field(m, "Approval expires") == "" || !strings.Contains(m.Text, "Plan: roll to v5\n1. first node\n2. second node") {
-		t.Fatalf("approval message lacks plan, digest or expiry: %+v", m)
+	if field(m, "Plan digest") == "" || !strings.Contains(field(m, "Expires"), "in 30 min, ") || !strings.Contains(m.Text, "roll to v5") ||
+		field(m, "Approvals") != "0/1 — may approve: bob, dave" || !strings.Contains(m.Text, "see Details in the thread") {
+		t.Fatalf("approval card lacks plan, digest, approvers or expiry: %+v", m)
 	}
+	// The steps are behind the card, in its thread.
+	c.waitText("prd", "1. first node\n2. second node")
 	c.mustClick("bob", m, "Approve")
 	done := c.opMessage("prd", "roll", "succeeded")
+	// A second click answers the clicker by name (the console has no
+	// private messages; Slack's is ephemeral), not as an anonymous error.
+	c.click("bob", m, "Approve")
+	c.waitText("prd", "bob: refused: this button is unknown or no longer valid")
 	if !strings.Contains(done.Text, "▰▰ 2/2") || !strings.Contains(done.Text, "rolled to v5") || len(done.Buttons) != 0 {
 		t.Fatalf("final summary: %+v", done)
 	}
 	c.waitText("prd", "👍 approved by bob (1/1)")
+	if !strings.HasPrefix(field(done, "Approved by"), "bob (") {
+		t.Errorf("the finished card does not say who approved: %+v", done.Fields)
+	}
+	if field(m, "Estimated duration") != "no past runs of this command on this cluster" {
+		t.Errorf("first production run estimate %q", field(m, "Estimated duration"))
+	}
+	// The second request is estimated from the first run.
+	c.command("alice", "prd", "/talos roll v5")
+	var again consoleMsg
+	c.waitMessage("prd", "a second roll awaiting approval", func(x consoleMsg) bool {
+		again = x
+		return x.ID != m.ID && field(x, "State") == "awaiting_approval"
+	})
+	if est := field(again, "Estimated duration"); !strings.HasPrefix(est, "about ") || !strings.Contains(est, "1 past run(s)") {
+		t.Errorf("estimate from one past run: %q", est)
+	}
 }
 
 func TestConsoleSoloOperatorFlow(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -31,7 +31,7 @@ func (h *recHook) RunStarting(_ context.Context, op *state.Operation) ([]string,
 
 func (h *recHook) RunProgress(_ context.Context, op *state.Operation) { h.add("progress " + op.ID) }
 
-func (h *recHook) RunEnded(_ context.Context, op *state.Operation, out bot.RunOutput) []string {
+func (h *recHook) RunEnded(_ context.Context, op *state.Operation, out engine.RunOutput) []string {
 	h.add(fmt.Sprintf("end %s %s %v", op.ID, op.State, out.Declared))
 	return []string{"hook ended " + op.ID}
 }
@@ -73,12 +73,14 @@ func TestRunHooks(t *testing.T) {
 	if got := strings.Join(h.of(id), " | "); got != "start "+id+" running | progress | end "+id+" succeeded map[talos_version:v2]" {
 		t.Fatalf("calls: %s", got)
 	}
-	e.sink.mu.Lock()
-	threads := strings.Join(e.sink.threads, "\n")
-	e.sink.mu.Unlock()
-	if !strings.Contains(threads, "hook started "+id) || !strings.Contains(threads, "hook ended "+id) {
-		t.Fatalf("threads:\n%s", threads)
-	}
+	// The thread is posted by the renderer after the result is stored:
+	// wait for it rather than read it once.
+	waitFor(t, "the hook's lines in the thread", func() bool {
+		e.sink.mu.Lock()
+		threads := strings.Join(e.sink.threads, "\n")
+		e.sink.mu.Unlock()
+		return strings.Contains(threads, "hook started "+id) && strings.Contains(threads, "hook ended "+id)
+	})
 
 	id, _ = e.submit("alice", "stg", "/talos roll v3 staging --mode fail")
 	e.await(id, state.StateFailed)
@@ -88,7 +90,7 @@ func TestRunHooks(t *testing.T) {
 	}
 
 	id, _ = e.submit("alice", "stg", "/talos roll v9 staging")
-	op := e.await(id, state.StateFailed)
+	op := e.await(id, state.StateRefused)
 	if !strings.Contains(op.Error, "the hook refuses this run: fix X") || !strings.Contains(strings.Join(op.Flags, ","), "refused") {
 		t.Fatalf("refused run: %+v", op)
 	}
@@ -107,7 +109,7 @@ func TestRunHooks(t *testing.T) {
 	e.promote("v4")
 	id, _ = e.submit("alice", "prd", "/talos roll v4 production")
 	e.await(id, state.StateAwaitingApproval)
-	if err := e.eng.Cancel(context.Background(), bot.Origin{User: "alice", Channel: "prd"}, id); err != nil {
+	if err := e.eng.Cancel(context.Background(), engine.Origin{User: "alice", Channel: "prd"}, id); err != nil {
 		t.Fatal(err)
 	}
 	e.await(id, state.StateCancelled)
@@ -116,7 +118,7 @@ func TestRunHooks(t *testing.T) {
 	}
 }
 
-func newEnvWithHooks(t *testing.T, hooks ...bot.RunHook) *env {
+func newEnvWithHooks(t *testing.T, hooks ...engine.RunHook) *env {
 	t.Helper()
 	e := newEnv(t)
 	e.close()

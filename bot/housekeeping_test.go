@@ -7,8 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -22,7 +23,7 @@ func TestPruneDropsOldTokensAndCancelMarksOfEndedOperations(t *testing.T) {
 	unknown := "this button is unknown or no longer valid"
 
 	// A command button (no operation).
-	cmdButtons, err := e.eng.CommandButtons(ctx, []bot.Suggestion{{Label: "Health", Command: "/talos probe"}})
+	cmdButtons, err := e.eng.CommandButtons(ctx, []engine.Suggestion{{Label: "Health", Command: "/talos probe"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,22 @@ func TestPruneDropsOldTokensAndCancelMarksOfEndedOperations(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.await(cancelled, state.StateRunning)
-	if err := e.eng.Cancel(ctx, bot.Origin{User: "alice", Channel: "stg"}, cancelled); err != nil {
+	// Cancel once the plugin runs (its first step started): a cancel that
+	// lands while the run is still starting stops it before the plugin is
+	// called, and the plugin then never sees a cancellation to mark.
+	started, stop := context.WithTimeout(ctx, 60*time.Second)
+	defer stop()
+	if _, err := e.eng.Await(started, cancelled, func(o *state.Operation) bool {
+		for _, st := range o.Steps {
+			if st.ID == "s1" && st.Status == "running" {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.eng.Cancel(ctx, engine.Origin{User: "alice", Channel: "stg"}, cancelled); err != nil {
 		t.Fatal(err)
 	}
 	e.await(cancelled, state.StateCancelled)
@@ -46,7 +62,7 @@ func TestPruneDropsOldTokensAndCancelMarksOfEndedOperations(t *testing.T) {
 	waiting, _ := e.submit("alice", "prd", "/talos roll v2")
 	e.await(waiting, state.StateAwaitingApproval)
 	approveWaiting := e.sink.button(t, waiting, "Approve")
-	if err := e.eng.Act(ctx, bot.Origin{User: "bob"}, e.sink.button(t, waiting, "Deny")); err != nil {
+	if err := e.eng.Act(ctx, engine.Origin{User: "bob"}, e.sink.button(t, waiting, "Deny")); err != nil {
 		t.Fatal(err)
 	}
 	e.await(waiting, state.StateDenied)
@@ -58,15 +74,15 @@ func TestPruneDropsOldTokensAndCancelMarksOfEndedOperations(t *testing.T) {
 	if n, err := e.eng.Prune(ctx); err != nil || n != 0 {
 		t.Fatalf("prune of young records: %d, %v", n, err)
 	}
-	e.clock.Add(bot.TokenRetention + 1)
+	e.clock.Add(engine.TokenRetention + 1)
 	n, err := e.eng.Prune(ctx)
 	if err != nil || n < 5 { // the command button, the denied op's 3 buttons, the cancel mark (and the staging ops' buttons, if any)
 		t.Fatalf("prune = %d, %v; want at least 5 records pruned", n, err)
 	}
-	if err := e.eng.Act(ctx, bot.Origin{User: "bob"}, cmdButtons[0].ID); err == nil || !strings.Contains(err.Error(), unknown) {
+	if err := e.eng.Act(ctx, engine.Origin{User: "bob"}, cmdButtons[0].ID); err == nil || !strings.Contains(err.Error(), unknown) {
 		t.Fatalf("pruned command button: %v", err)
 	}
-	if err := e.eng.Act(ctx, bot.Origin{User: "bob"}, approveWaiting); err == nil || !strings.Contains(err.Error(), unknown) {
+	if err := e.eng.Act(ctx, engine.Origin{User: "bob"}, approveWaiting); err == nil || !strings.Contains(err.Error(), unknown) {
 		t.Fatalf("pruned button of a denied operation: %v", err)
 	}
 	if err := e.store.View(ctx, func(tx *state.Tx) error {
@@ -77,7 +93,7 @@ func TestPruneDropsOldTokensAndCancelMarksOfEndedOperations(t *testing.T) {
 	}
 	// The pending operation's button is still the real thing: it reaches
 	// the approval logic (which finds the request expired), not "unknown".
-	if err := e.eng.Act(ctx, bot.Origin{User: "bob"}, approvePending); err == nil || strings.Contains(err.Error(), unknown) || !strings.Contains(err.Error(), "expired") {
+	if err := e.eng.Act(ctx, engine.Origin{User: "bob"}, approvePending); err == nil || strings.Contains(err.Error(), unknown) || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("button of a pending operation: %v", err)
 	}
 }

@@ -2,82 +2,58 @@ package bot
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/grammar"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
-
-// freezesBucket holds one Freeze per frozen cluster.
-const freezesBucket = "freezes"
 
 // policyCommands are the policy commands (/talos freeze, /talos unfreeze).
 func policyCommands() []botCommand {
 	dis := lifecyclev1.Effect_EFFECT_DISRUPTIVE
 	return []botCommand{
-		{CommandSpec{Command: &lifecyclev1.Command{Name: "freeze", Effect: dis,
+		{grammar.CommandSpec{Command: &lifecyclev1.Command{Name: "freeze", Effect: dis,
 			Summary: "refuse disruptive operations on a cluster until it is unfrozen",
 			Args:    []*lifecyclev1.Arg{{Name: "cluster", Required: true}, {Name: "reason", Required: true, Description: "why, shown to everyone who is refused (quote it)"}},
 			Example: `/talos freeze production "etcd restore drill"`}},
-			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
-				return e.setFreeze(ctx, from, inv, true)
+			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+				return setFreeze(ctx, e, from, inv, true)
 			}},
-		{CommandSpec{Command: &lifecyclev1.Command{Name: "unfreeze", Effect: dis,
+		{grammar.CommandSpec{Command: &lifecyclev1.Command{Name: "unfreeze", Effect: dis,
 			Summary: "allow disruptive operations on a frozen cluster again",
 			Args:    []*lifecyclev1.Arg{{Name: "cluster", Required: true}}, Example: "/talos unfreeze production"}},
-			func(e *Engine, ctx context.Context, from Origin, inv *Invocation) error {
-				return e.setFreeze(ctx, from, inv, false)
+			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+				return setFreeze(ctx, e, from, inv, false)
 			}},
 	}
 }
 
-// freeze returns the cluster's freeze, or nil.
-func (e *Engine) freeze(ctx context.Context, cluster string) (*Freeze, error) {
-	var f *Freeze
-	err := e.o.Store.View(ctx, func(tx *state.Tx) error {
-		raw, err := tx.GetKV(freezesBucket, cluster)
-		if errors.Is(err, state.ErrNotFound) || (err == nil && raw == nil) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		f = &Freeze{}
-		return json.Unmarshal(raw, f)
-	})
-	return f, err
-}
-
-func (e *Engine) setFreeze(ctx context.Context, from Origin, inv *Invocation, on bool) error {
+func setFreeze(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation, on bool) error {
 	name := inv.Args["cluster"]
-	cl, err := e.resolveCluster(name, from.Channel)
+	cl, err := e.ResolveCluster(name, from.Channel)
 	if err != nil {
-		e.o.Sink.Reply(ctx, from, err.Error())
+		e.Sink().Reply(ctx, from, err.Error())
 		return err
 	}
 	// Freezing is an operator's act: viewers may not, and a freeze does not
 	// itself need the cluster unfrozen.
-	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: true, Now: e.now(), Housekeeping: true}); err != nil {
-		e.refuse(ctx, from, cl.Name, inv, err)
+	if err := e.Policy().Authorize(ctx, engine.PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: true, Now: e.Now(), Housekeeping: true}); err != nil {
+		e.Refuse(ctx, from, cl.Name, inv, err)
 		return err
 	}
-	cur, err := e.freeze(ctx, cl.Name)
+	cur, err := e.Freeze(ctx, cl.Name)
 	if err != nil {
 		return err
 	}
 	var msg string
-	err = e.o.Store.Update(ctx, func(tx *state.Tx) error {
-		ev := state.AuditEvent{Time: e.now(), Actor: from.User, Cluster: cl.Name, Command: inv.Spec.Name, Result: "ok"}
+	err = e.Store().Update(ctx, func(tx *state.Tx) error {
+		ev := state.AuditEvent{Time: e.Now(), Actor: from.User, Cluster: cl.Name, Command: inv.Spec.Name, Result: "ok"}
 		switch {
 		case on:
-			f := Freeze{Reason: inv.Args["reason"], By: from.User, Since: e.now()}
-			raw, err := json.Marshal(f)
-			if err != nil {
-				return err
-			}
-			if err := tx.PutKV(freezesBucket, cl.Name, raw); err != nil {
+			f := engine.Freeze{Reason: inv.Args["reason"], By: from.User, Since: e.Now()}
+			if err := engine.PutFreeze(tx, cl.Name, f); err != nil {
 				return err
 			}
 			ev.Action, ev.Detail = "frozen", map[string]string{"reason": f.Reason}
@@ -86,7 +62,7 @@ func (e *Engine) setFreeze(ctx context.Context, from Origin, inv *Invocation, on
 			msg = cl.Name + " is not frozen"
 			return nil
 		default:
-			if err := tx.DeleteKV(freezesBucket, cl.Name); err != nil {
+			if err := engine.DeleteFreeze(tx, cl.Name); err != nil {
 				return err
 			}
 			ev.Action, ev.Detail = "unfrozen", map[string]string{"was": cur.Reason, "frozen_by": cur.By}
@@ -96,9 +72,9 @@ func (e *Engine) setFreeze(ctx context.Context, from Origin, inv *Invocation, on
 		return err
 	})
 	if err != nil {
-		e.o.Sink.Reply(ctx, from, "could not change the freeze: "+err.Error())
+		e.Sink().Reply(ctx, from, "could not change the freeze: "+err.Error())
 		return err
 	}
-	e.o.Sink.Reply(ctx, from, msg)
+	e.Sink().Reply(ctx, from, msg)
 	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -14,7 +14,7 @@ func TestPromotionGate(t *testing.T) {
 	e := newEnv(t)
 	_, _ = e.submit("alice", "prd", "/talos roll v7")
 	// Refused before staging, naming the staging command to run.
-	recs := waitAudit(t, e, state.AuditQuery{Action: "failed", Cluster: "production"})
+	recs := waitAudit(t, e, state.AuditQuery{Action: "refused", Cluster: "production"})
 	if !strings.Contains(recs[0].Detail["error"], "R6: roll v7 has not succeeded on staging") || !strings.Contains(recs[0].Detail["error"], "run `/talos roll v7 staging` first") {
 		t.Fatalf("refusal = %q", recs[0].Detail["error"])
 	}
@@ -30,7 +30,7 @@ func TestPromotionGate(t *testing.T) {
 	// A staging run older than promotion_max_age (14d) no longer counts.
 	e.clock.Add(15 * 24 * time.Hour)
 	id2, _ := e.submit("alice", "prd", "/talos roll v7")
-	if op := e.await(id2, state.StateFailed); !strings.Contains(op.Error, "R6") {
+	if op := e.await(id2, state.StateRefused); !strings.Contains(op.Error, "R6") {
 		t.Fatalf("stale staging run accepted: %+v", op)
 	}
 }
@@ -43,13 +43,13 @@ func TestSkipStagingNeedsExtraApprovalAndIsFlagged(t *testing.T) {
 	}
 	e.await(id, state.StateAwaitingApproval)
 	approve := e.sink.button(t, id, "Approve")
-	if err := e.eng.Act(context.Background(), bot.Origin{User: "bob"}, approve); err != nil {
+	if err := e.eng.Act(context.Background(), engine.Origin{User: "bob"}, approve); err != nil {
 		t.Fatal(err)
 	}
 	if op, _ := e.eng.Operation(context.Background(), id); op.State != state.StateAwaitingApproval {
 		t.Fatalf("one approval ran a --skip-staging operation: %s", op.State)
 	}
-	if err := e.eng.Act(context.Background(), bot.Origin{User: "dave"}, approve); err != nil {
+	if err := e.eng.Act(context.Background(), engine.Origin{User: "dave"}, approve); err != nil {
 		t.Fatal(err)
 	}
 	e.await(id, state.StateSucceeded)
@@ -134,7 +134,7 @@ func TestMaintenanceWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.await(id, state.StateAwaitingApproval) // allowed, but only with approval
-	if err := e.eng.Cancel(context.Background(), bot.Origin{User: "alice"}, id); err != nil {
+	if err := e.eng.Cancel(context.Background(), engine.Origin{User: "alice"}, id); err != nil {
 		t.Fatal(err)
 	}
 	e.await(id, state.StateCancelled)
@@ -154,14 +154,14 @@ func TestSoloOperatorConfirmsOwnApproval(t *testing.T) {
 	id, _ := e.submit("alice", "prd", "/talos roll v4")
 	e.await(id, state.StateAwaitingApproval)
 	ctx := context.Background()
-	if err := e.eng.Act(ctx, bot.Origin{User: "alice"}, e.sink.button(t, id, "Approve")); err != nil {
+	if err := e.eng.Act(ctx, engine.Origin{User: "alice"}, e.sink.button(t, id, "Approve")); err != nil {
 		t.Fatal(err)
 	}
 	e.sink.waitReply(t, "You are approving your own request "+id)
 	if op, _ := e.eng.Operation(ctx, id); op.State != state.StateAwaitingApproval {
 		t.Fatalf("self-approval ran without the confirm step: %s", op.State)
 	}
-	if err := e.eng.Act(ctx, bot.Origin{User: "alice"}, e.sink.button(t, "reply", "Confirm my approval")); err != nil {
+	if err := e.eng.Act(ctx, engine.Origin{User: "alice"}, e.sink.button(t, "reply", "Confirm my approval")); err != nil {
 		t.Fatal(err)
 	}
 	e.await(id, state.StateSucceeded)
@@ -191,10 +191,10 @@ func TestFreezeAfterApprovalRequestStopsTheRun(t *testing.T) {
 	if _, err := e.submit("bob", "prd", `/talos freeze production "incident"`); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.eng.Act(context.Background(), bot.Origin{User: "bob"}, approve); err != nil {
+	if err := e.eng.Act(context.Background(), engine.Origin{User: "bob"}, approve); err != nil {
 		t.Fatal(err)
 	}
-	op := e.await(id, state.StateFailed)
+	op := e.await(id, state.StateRefused)
 	if !strings.Contains(op.Error, "frozen") {
 		t.Fatalf("ran on a frozen cluster: %+v", op)
 	}
@@ -205,7 +205,7 @@ func TestDryRunDoesNotCountAsStaging(t *testing.T) {
 	id, _ := e.submit("alice", "stg", "/talos roll v13 --dry-run")
 	e.await(id, state.StateSucceeded)
 	id, _ = e.submit("alice", "prd", "/talos roll v13")
-	if op := e.await(id, state.StateFailed); !strings.Contains(op.Error, "R6") {
+	if op := e.await(id, state.StateRefused); !strings.Contains(op.Error, "R6") {
 		t.Fatalf("a staging dry run satisfied R6: %+v", op)
 	}
 }
@@ -327,7 +327,7 @@ func TestViewerMayNotResumeAWriteOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.eng.Resume(ctx, bot.Origin{User: "carol", Channel: "prd"}, "stashed"); err == nil {
+	if err := e.eng.Resume(ctx, engine.Origin{User: "carol", Channel: "prd"}, "stashed"); err == nil {
 		t.Fatal("a viewer resumed a WRITE operation")
 	}
 	if op, _ := e.eng.Operation(ctx, "stashed"); op.State != state.StateInterrupted {

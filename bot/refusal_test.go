@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -24,7 +24,7 @@ func TestHandleRefusalAuditsAndAnswers(t *testing.T) {
 		{User: "500000000000000001", What: "replay", Reason: "interaction 42 was already handled", Detail: map[string]string{"via": "discord"}},
 		{User: "dave", Channel: "stg", What: "action", Reason: "this button is unknown or no longer valid; run the command again"},
 	} {
-		var ae *bot.ActionError
+		var ae *engine.ActionError
 		if err := e.eng.HandleRefusal(ctx, r); !errors.As(err, &ae) || ae.Msg != r.Reason {
 			t.Fatalf("HandleRefusal(%s) = %v, want the reason as an ActionError", r.What, err)
 		}

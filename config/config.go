@@ -122,17 +122,50 @@ type Window struct {
 	Timezone string   `yaml:"timezone"`
 }
 
-// Releases lists the known Talos releases (for the latest-patch rule, R10).
+// Releases says where the known releases come from (docs/RELEASES.md):
+// Image Factory when FactoryURL is set (cached in the store), else or when
+// it cannot be reached and nothing is cached, the Talos list here. They
+// feed the latest-patch rule (R10), multi-hop plans and new-release
+// notices (releases.go has the defaults and checks).
 type Releases struct {
 	Talos                []string `yaml:"talos"`
 	RefuseNonLatestPatch bool     `yaml:"refuse_non_latest_patch"`
+	// Kubernetes lists the Kubernetes patch releases that upgrades may
+	// target ("1.36.3"); machinery's compatibility says which of them a
+	// Talos version supports.
+	Kubernetes []string `yaml:"kubernetes,omitempty"`
+	// FactoryURL is the Image Factory to read Talos versions from
+	// (https://factory.talos.dev); empty: the configured list only.
+	FactoryURL string `yaml:"factory_url,omitempty"`
+	// Refresh is how old the cached factory list may be before it is read
+	// again (default 6h).
+	Refresh Duration `yaml:"refresh,omitempty"`
+	// ListedOnly makes Talos a list of the only versions upgrades may
+	// target or pass through; newer factory versions are still reported.
+	ListedOnly bool `yaml:"listed_only,omitempty"`
+	// NoticeSchedule is the cron schedule of the new-release check
+	// (default daily at 09:00, "off" to disable).
+	NoticeSchedule string `yaml:"notice_schedule,omitempty"`
 }
 
 // Timeouts bound the long-running parts of operations.
 type Timeouts struct {
+	// Gate bounds one health-gate run, which is also the gate before a node
+	// (default 1m).
 	Gate Duration `yaml:"gate"`
-	Node Duration `yaml:"node"`
-	Run  Duration `yaml:"run"`
+	// GateAfter is how long the gate after a node (between nodes, the
+	// closing gate, after a rollback or removal, on resume) is re-run until
+	// it passes (default 10m).
+	GateAfter Duration `yaml:"gate_after"`
+	// Health is how long `/talos health` re-runs the gate until it passes
+	// (default 2m).
+	Health Duration `yaml:"health"`
+	Node   Duration `yaml:"node"`
+	Run    Duration `yaml:"run"`
+	// Status bounds each status provider's answer to `/talos status` (the
+	// Talos and Kubernetes versions read from the cluster), so that status
+	// answers fast when a cluster is down (default 5s).
+	Status Duration `yaml:"status"`
 }
 
 // Chat configures the chat adapters.
@@ -277,7 +310,10 @@ func yamlMessage(err error) string {
 // Defaults used when a field is left empty.
 const (
 	DefaultListen          = "127.0.0.1:8080"
-	DefaultGateTimeout     = 30 * time.Second
+	DefaultGateTimeout     = time.Minute
+	DefaultGateAfter       = 10 * time.Minute
+	DefaultHealthWait      = 2 * time.Minute
+	DefaultStatusTimeout   = 5 * time.Second
 	DefaultNodeTimeout     = 20 * time.Minute
 	DefaultRunTimeout      = 4 * time.Hour
 	DefaultExpiry          = 30 * time.Minute
@@ -299,13 +335,23 @@ func (c *Config) ApplyDefaults() {
 	if c.Timeouts.Gate == 0 {
 		c.Timeouts.Gate = Duration(DefaultGateTimeout)
 	}
+	if c.Timeouts.GateAfter == 0 {
+		c.Timeouts.GateAfter = Duration(DefaultGateAfter)
+	}
+	if c.Timeouts.Health == 0 {
+		c.Timeouts.Health = Duration(DefaultHealthWait)
+	}
 	if c.Timeouts.Node == 0 {
 		c.Timeouts.Node = Duration(DefaultNodeTimeout)
 	}
 	if c.Timeouts.Run == 0 {
 		c.Timeouts.Run = Duration(DefaultRunTimeout)
 	}
+	if c.Timeouts.Status == 0 {
+		c.Timeouts.Status = Duration(DefaultStatusTimeout)
+	}
 	c.Snapshots.applyDefaults(c.Clusters)
+	c.Releases.applyDefaults()
 	if c.Alerts.ClusterLabel == "" {
 		c.Alerts.ClusterLabel = DefaultClusterLabel
 	}

@@ -76,13 +76,11 @@ func (c *Config) Validate() []FieldError {
 		errs = append(errs, validateCredentials(p+".credentials", cl.Credentials)...)
 	}
 	errs = append(errs, c.validatePolicy()...)
-	for i, r := range c.Releases.Talos {
-		if !releaseRE.MatchString(r) {
-			add(fmt.Sprintf("releases.talos[%d]", i), "%q is not a Talos release tag like v1.13.9", r)
-		}
-	}
-	if c.Timeouts.Gate <= 0 || c.Timeouts.Node <= 0 || c.Timeouts.Run <= 0 {
-		add("timeouts", "gate, node and run timeouts must be positive")
+	errs = append(errs, c.Releases.validate()...)
+	if c.Timeouts.Gate <= 0 || c.Timeouts.GateAfter <= 0 || c.Timeouts.Health <= 0 || c.Timeouts.Node <= 0 || c.Timeouts.Run <= 0 || c.Timeouts.Status <= 0 {
+		add("timeouts", "gate, gate_after, health, node, run and status timeouts must be positive")
+	} else {
+		errs = append(errs, c.Timeouts.validateGate()...)
 	}
 	errs = append(errs, c.Snapshots.validate(c)...)
 	if s := c.Chat.Slack; s != nil {
@@ -318,6 +316,27 @@ func (w *Web) validate() []FieldError {
 				add(p+".token", "%s", msg)
 			}
 			refs[u.Token] = u.Name
+		}
+	}
+	return errs
+}
+
+// validateGate checks the health gate's waits against each other: a wait
+// after a node shorter than one gate run could never see a run finish, and
+// no wait may outlast the operation that holds it.
+func (t Timeouts) validateGate() []FieldError {
+	var errs []FieldError
+	if t.GateAfter < t.Gate {
+		errs = append(errs, FieldError{Path: "timeouts.gate_after", Msg: fmt.Sprintf(
+			"%s is shorter than one gate run (timeouts.gate %s): raise timeouts.gate_after or lower timeouts.gate", t.GateAfter.D(), t.Gate.D())})
+	}
+	for _, w := range []struct {
+		key string
+		d   Duration
+	}{{"gate", t.Gate}, {"gate_after", t.GateAfter}, {"health", t.Health}} {
+		if w.d > t.Run {
+			errs = append(errs, FieldError{Path: "timeouts." + w.key, Msg: fmt.Sprintf(
+				"%s is longer than an operation may run (timeouts.run %s): lower it or raise timeouts.run", w.d.D(), t.Run.D())})
 		}
 	}
 	return errs

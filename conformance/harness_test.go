@@ -69,7 +69,7 @@ func startCluster(t *testing.T, opts sim.Options, withKube bool) *cluster {
 
 			cl.kube = k
 
-			return sim.KubeBackend{Client: k.Client, Kubeconfig: k.Kubeconfig, Stop: k.Stop}, nil
+			return sim.KubeBackend{Client: k.Client, Kubeconfig: k.Kubeconfig, Stop: k.Stop, Restart: k.Restart}, nil
 		}
 	}
 

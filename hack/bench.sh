@@ -16,9 +16,9 @@ done <<'LIST'
 ./state|^BenchmarkAuditQuery$|2000x
 ./plugins/host|^BenchmarkColdStart$|20x
 ./plugins/host|^BenchmarkPlanCall$|2s
-./plugins/cluster|^BenchmarkGate$|5x
-./plugins/cluster|^BenchmarkSnapshotWrite$|3x
-./plugins/cluster|^BenchmarkDrill$|3x
+./plugins/cluster/gate|^BenchmarkGate$|5x
+./plugins/cluster/etcd|^BenchmarkSnapshotWrite$|3x
+./plugins/cluster/etcd|^BenchmarkDrill$|3x
 ./bot/chat/slack|^BenchmarkSocketModeAck200$|20x
 ./sim|^BenchmarkStart$|3x
 ./sim|^BenchmarkStartWithKube$|3x

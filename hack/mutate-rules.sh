@@ -79,18 +79,26 @@ mutate R1/k8supgrade plugins/cluster/rules.go "$(always R1)" ./plugins/k8supgrad
 mutate R1/noderemove plugins/cluster/rules.go "$(always R1)" ./plugins/noderemove '^TestFailingBeforeGateRefusesRemoval$'
 mutate R1/rollback plugins/cluster/rules.go "$(always R1)" ./plugins/rollback '^TestFailingBeforeGateRefusesRollback$'
 # R4 at the quorum read: only the first control plane asked.
-mutate R4/cluster plugins/cluster/quorum.go 's/EtcdTargets\(inv\) (\/\/ rule:R4-quorum)$/EtcdTargets(inv)[:1] $1/' ./plugins/cluster '^TestReadQuorumAsksEveryControlPlane$'
+mutate R4/etcd plugins/cluster/etcd/quorum.go 's/EtcdTargets\(inv\) (\/\/ rule:R4-quorum)$/EtcdTargets(inv)[:1] $1/' ./plugins/cluster/etcd '^TestReadQuorumAsksEveryControlPlane$'
+# R5: the one plan guard before an upgrade, planguard.BeforeUpgrade, in each upgrade that runs it.
+mutate R5/talosupgrade plugins/cluster/planguard/planguard.go "$(never R5)" ./plugins/talosupgrade '^TestPlanGuardBeforeUpgradeRefuses$'
+mutate R5/k8supgrade plugins/cluster/planguard/planguard.go "$(never R5)" ./plugins/k8supgrade '^TestUpgradeK8s$/plan_guard'
 # R9: removal leaving fewer healthy members than a majority.
-mutate R9/noderemove plugins/cluster/quorum.go 's/case (.*): (\/\/ rule:R9)$/case false \&\& ($1): $2/' ./plugins/noderemove '^TestRemovalRefusedWhileAMemberIsDown$'
+mutate R9/noderemove plugins/cluster/etcd/quorum.go 's/case (.*): (\/\/ rule:R9)$/case false \&\& ($1): $2/' ./plugins/noderemove '^TestRemovalRefusedWhileAMemberIsDown$'
 # R12: the one snapshot-dir refusal, cluster.CheckSnapshotDir, in each plugin that snapshots.
+# R10: the adjacent-minor rule's one place, releases.SkipsMinor, for a node's step and for a planned path.
+mutate R10/talos internal/releases/version.go "$(never R10)" ./plugins/cluster/talos '^TestCheckUpgradePath$'
+
 mutate R12/talosupgrade plugins/cluster/rules.go "$(always R12)" ./plugins/talosupgrade '^TestRefusesWithoutSnapshotDir$'
 mutate R12/k8supgrade plugins/cluster/rules.go "$(always R12)" ./plugins/k8supgrade '^TestUpgradeK8s$/without_a_snapshot_directory'
 mutate R12/snapshot plugins/cluster/rules.go "$(always R12)" ./plugins/snapshot '^TestPlanRefusesWithoutSnapshotDir$'
 # R16 before a control plane goes down: Quorum.CheckDisruption returns nil.
-mutate R16-before/talosupgrade plugins/cluster/quorum.go 's/\{ (\/\/ rule:R16-before)$/{ return nil $1/' ./plugins/talosupgrade '^TestQuorumBeforeRefusesTwoMemberEtcd$'
+mutate R20-preflight/k8supgrade plugins/k8supgrade/plan.go 's/if (len\(pre\.findings\) > 0) \{ (\/\/ rule:R20-preflight)$/if false \&\& $1 { $2/' ./plugins/k8supgrade '^TestPreflightRefusesAtPlanTime$/feature_gate'
+
+mutate R16-before/talosupgrade plugins/cluster/etcd/quorum.go 's/\{ (\/\/ rule:R16-before)$/{ return nil $1/' ./plugins/talosupgrade '^TestQuorumBeforeRefusesTwoMemberEtcd$'
 # R16 after: the one quorum-restored predicate, Quorum.CheckRestored.
-mutate R16-after/talosupgrade plugins/cluster/quorum.go "$(never R16-after)" ./plugins/talosupgrade '^TestQuorumFailureMidRollStops$'
-mutate R16-after/cluster plugins/cluster/quorum.go "$(never R16-after)" ./plugins/cluster '^TestQuorumRules$'
+mutate R16-after/talosupgrade plugins/cluster/etcd/quorum.go "$(never R16-after)" ./plugins/talosupgrade '^TestQuorumFailureMidRollStops$'
+mutate R16-after/etcd plugins/cluster/etcd/quorum.go "$(never R16-after)" ./plugins/cluster/etcd '^TestQuorumRules$'
 # R16 around a rollback's reboot.
 mutate R16-rollback/rollback plugins/rollback/rollback.go "$(never R16-rollback)" ./plugins/rollback '^TestRollbackRefusesTwoMemberEtcd$'
 # R19: the one "another control plane is down" refusal.

@@ -275,6 +275,7 @@ func TestResourcesFollowLifecycle(t *testing.T) {
 
 	t.Run("upgrade, reboot and rollback", func(t *testing.T) {
 		id := get[*cluster.Identity](ctx, t, cli, cp2, cluster.LocalIdentity).TypedSpec().NodeID
+		installImage := get[*config.MachineConfig](ctx, t, cli, cp2, config.ActiveID).Config().Machine().Install().Image()
 
 		watch := make(chan state.Event, 64)
 		if err := cli.COSI.Watch(client.WithNode(ctx, cp2), runtime.NewMachineStatus().Metadata(), watch); err != nil {
@@ -304,7 +305,8 @@ func TestResourcesFollowLifecycle(t *testing.T) {
 		}
 
 		// A new boot has a new in-memory state (versions start again), the same identity and
-		// the new install image in its config.
+		// the same machine config: an upgrade does not rewrite machine.install.image
+		// (TestUpgradeKeepsMachineConfig).
 		v := get[*runtime.Version](ctx, t, cli, cp2, "version")
 		if v.Metadata().Version().String() != "1" {
 			t.Fatalf("Version resource version %s after reboot, want 1", v.Metadata().Version())
@@ -314,8 +316,8 @@ func TestResourcesFollowLifecycle(t *testing.T) {
 			t.Fatalf("identity changed across reboot: %s → %s", id, got)
 		}
 
-		if img := get[*config.MachineConfig](ctx, t, cli, cp2, config.ActiveID).Config().Machine().Install().Image(); img != upgradeImage {
-			t.Fatalf("install image %s", img)
+		if img := get[*config.MachineConfig](ctx, t, cli, cp2, config.ActiveID).Config().Machine().Install().Image(); img != installImage || img == upgradeImage {
+			t.Fatalf("install image %s after the upgrade to %s, want %s kept", img, upgradeImage, installImage)
 		}
 
 		members, err := safe.StateListAll[*cluster.Member](client.WithNode(ctx, cp1), cli.COSI)

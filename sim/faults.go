@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Fault is the set of faults active on one node. The zero value means healthy.
@@ -27,6 +29,13 @@ type Fault struct {
 	// NoEtcdLeader stops enough other etcd members that the cluster loses quorum, so the
 	// remaining members (including this node's) have no leader.
 	NoEtcdLeader bool
+	// EtcdDataLost stops the node's etcd member and deletes its data directory (a lost disk
+	// or a corrupted database), control planes only. The node's etcd service then waits to
+	// join (Preparing) as Talos's does with an empty data directory; it joins by itself while
+	// the other members keep a quorum. Clearing the fault does not bring the data back. On a
+	// majority (Cluster.LoseEtcdQuorum) it loses quorum for good: recover with EtcdRecover
+	// and Bootstrap{RecoverEtcd}.
+	EtcdDataLost bool
 	// ImagePullFailure makes image pulls (ImageService.Pull, upgrades) fail.
 	ImagePullFailure bool
 	// BootFailure makes the next boot into a new version fail: the node comes back on its old
@@ -49,6 +58,7 @@ type faultJSON struct {
 	UnhealthyService  string `json:"unhealthyService,omitempty"`
 	EtcdStopped       bool   `json:"etcdStopped,omitempty"`
 	NoEtcdLeader      bool   `json:"noEtcdLeader,omitempty"`
+	EtcdDataLost      bool   `json:"etcdDataLost,omitempty"`
 	ImagePullFailure  bool   `json:"imagePullFailure,omitempty"`
 	BootFailure       bool   `json:"bootFailure,omitempty"`
 	NeverReturn       bool   `json:"neverReturn,omitempty"`
@@ -61,7 +71,7 @@ func (f Fault) MarshalJSON() ([]byte, error) {
 	j := faultJSON{
 		Unreachable: f.Unreachable, UnhealthyService: f.UnhealthyService, EtcdStopped: f.EtcdStopped,
 		NoEtcdLeader: f.NoEtcdLeader, ImagePullFailure: f.ImagePullFailure, BootFailure: f.BootFailure,
-		NeverReturn: f.NeverReturn, StaticPodNotReady: f.StaticPodNotReady,
+		NeverReturn: f.NeverReturn, StaticPodNotReady: f.StaticPodNotReady, EtcdDataLost: f.EtcdDataLost,
 	}
 
 	if f.Latency > 0 {
@@ -83,13 +93,13 @@ func (f *Fault) UnmarshalJSON(b []byte) error {
 	dec.DisallowUnknownFields()
 
 	if err := dec.Decode(&j); err != nil {
-		return fmt.Errorf("fault: %w (fields: latency, unreachable, unhealthyService, etcdStopped, noEtcdLeader, imagePullFailure, bootFailure, neverReturn, slowReboot, staticPodNotReady)", err)
+		return fmt.Errorf("fault: %w (fields: latency, unreachable, unhealthyService, etcdStopped, noEtcdLeader, etcdDataLost, imagePullFailure, bootFailure, neverReturn, slowReboot, staticPodNotReady)", err)
 	}
 
 	*f = Fault{
 		Unreachable: j.Unreachable, UnhealthyService: j.UnhealthyService, EtcdStopped: j.EtcdStopped,
 		NoEtcdLeader: j.NoEtcdLeader, ImagePullFailure: j.ImagePullFailure, BootFailure: j.BootFailure,
-		NeverReturn: j.NeverReturn, StaticPodNotReady: j.StaticPodNotReady,
+		NeverReturn: j.NeverReturn, StaticPodNotReady: j.StaticPodNotReady, EtcdDataLost: j.EtcdDataLost,
 	}
 
 	var err error
@@ -116,7 +126,7 @@ func (c *Cluster) Inject(ctx context.Context, nodeName string, f Fault) error {
 		return err
 	}
 
-	if (f.EtcdStopped || f.NoEtcdLeader) && n.info.Role != RoleControlPlane {
+	if (f.EtcdStopped || f.NoEtcdLeader || f.EtcdDataLost) && n.info.Role != RoleControlPlane {
 		return fmt.Errorf("sim: etcd faults need a control-plane node; %s is a worker", n.info.Name)
 	}
 
@@ -158,14 +168,18 @@ func (c *Cluster) Inject(ctx context.Context, nodeName string, f Fault) error {
 		switch {
 		case f.EtcdStopped && !old.EtcdStopped:
 			errs = append(errs, m.Stop())
-		case !f.EtcdStopped && old.EtcdStopped && running && !n.leftEtcd():
+		case !f.EtcdStopped && old.EtcdStopped && running && !n.leftEtcd() && !m.Removed():
 			errs = append(errs, m.Restart(ctx))
+		}
+
+		if f.EtcdDataLost && !old.EtcdDataLost {
+			errs = append(errs, n.loseEtcdData())
 		}
 	}
 
 	switch {
 	case f.NoEtcdLeader && !old.NoEtcdLeader:
-		errs = append(errs, c.breakQuorum(n))
+		errs = append(errs, c.breakQuorum(ctx, n))
 	case !f.NoEtcdLeader && old.NoEtcdLeader:
 		errs = append(errs, c.restoreQuorum(ctx, n))
 	}
@@ -210,7 +224,7 @@ func (c *Cluster) Faults() map[string]Fault {
 }
 
 // breakQuorum stops running members other than n's until fewer than a quorum run.
-func (c *Cluster) breakQuorum(n *node) error {
+func (c *Cluster) breakQuorum(ctx context.Context, n *node) error {
 	members := c.etcd.Members()
 	quorum := len(members)/2 + 1
 
@@ -253,6 +267,28 @@ func (c *Cluster) breakQuorum(n *node) error {
 	}
 
 	c.leaderless[n.info.Name] = stopped
+
+	// The fault is in place once the members still running know they have no
+	// leader: until raft's election timeout passes they keep the old one and
+	// answer as if nothing happened, so a caller that reads etcd at once would
+	// race the survivor stepping down (a gate test failed on exactly that on a
+	// loaded machine). Wait for it, under the caller's deadline.
+	// Bounded: a member that comes back meanwhile (a node booting) can give
+	// the cluster its quorum again, and then the fault cannot hold.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+
+	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		for _, m := range c.etcd.Members() {
+			if m.Running() && m.KnowsLeader() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("etcd members still follow a leader after stopping %v: %w", stopped, err)
+	}
 
 	return nil
 }
@@ -331,6 +367,8 @@ func (c *Cluster) CallCounts() map[string]map[string]int {
 //	GET    /faults   active faults by node
 //	GET    /calls    call counts by node and full method
 //	GET    /nodes    the node list
+//	POST   /etcd/lose-quorum   LoseEtcdQuorum: {"lost":["cp-2","cp-3"]}
+//	GET    /etcd     EtcdView: each control plane's etcd service and member, leader, voters
 func (c *Cluster) ServeControl(addr string) (string, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -422,6 +460,18 @@ func (c *Cluster) controlHandler() http.Handler {
 		writeJSON(w, c.Faults())
 	})
 
+	mux.HandleFunc("POST /etcd/lose-quorum", func(w http.ResponseWriter, r *http.Request) {
+		lost, err := c.LoseEtcdQuorum(r.Context())
+		if err != nil {
+			fail(w, http.StatusInternalServerError, err)
+
+			return
+		}
+
+		writeJSON(w, map[string][]string{"lost": lost})
+	})
+
+	mux.HandleFunc("GET /etcd", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, c.EtcdView(r.Context())) })
 	mux.HandleFunc("GET /faults", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, c.Faults()) })
 	mux.HandleFunc("GET /calls", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, c.CallCounts()) })
 	mux.HandleFunc("GET /nodes", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, c.Nodes()) })

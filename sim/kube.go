@@ -375,6 +375,12 @@ type KubeBackend struct {
 	Kubeconfig []byte
 	// Stop stops the server; the sim's Close calls it before stopping etcd. Nil: nothing to stop.
 	Stop func()
+	// Restart, optional, replaces the server process by a new one at the same address with the
+	// same credentials (testenv.Kube.Restart). The sim calls it once etcd was bootstrapped
+	// again (disaster recovery), as Talos's ControlPlaneStaticPodController recreates the
+	// kube-apiserver static pod once etcd is healthy again: a process that kept running would
+	// serve its watch cache, newer than the restored data. Nil: the apiserver keeps running.
+	Restart func(ctx context.Context) error
 }
 
 // startKubeOnEtcd runs Options.KubeOnEtcd against the control planes' etcd members. On Talos
@@ -406,6 +412,7 @@ func (c *Cluster) startKubeOnEtcd(ctx context.Context) error {
 	}
 
 	c.kubeStop = kb.Stop
+	c.kubeRestart = kb.Restart
 	c.opts.Kube = kb.Client
 
 	if len(c.opts.Kubeconfig) == 0 {
@@ -480,7 +487,7 @@ func (n *node) restartKubelet(ctx context.Context, image string) {
 	// The new kubelet registers (posting its version) as it comes up; its service turns
 	// healthy at the same time.
 	if ctx.Err() == nil {
-		if err := k.setVersions(ctx, n.info.NodeName, imageTag(image), n.talosVersion()); err != nil {
+		if err := k.setVersions(ctx, n.info.NodeName, kubeletVersionOf(image), n.talosVersion()); err != nil {
 			n.c.log.Warn("kube: update kubelet version", "node", n.info.Name, "err", err)
 		}
 	}

@@ -515,7 +515,15 @@ func (s *machined) Reset(_ context.Context, req *machineapi.ResetRequest) (*mach
 
 	actor := newUUID()
 
-	s.n.startSequence(sequenceRequest{actor: actor, sequence: seqReset, graceful: req.Graceful, reboot: req.Reboot})
+	var labels []string
+
+	for _, p := range req.GetSystemPartitionsToWipe() {
+		if p.GetWipe() {
+			labels = append(labels, p.GetLabel())
+		}
+	}
+
+	s.n.startSequence(sequenceRequest{actor: actor, sequence: seqReset, graceful: req.Graceful, reboot: req.Reboot, wipeLabels: labels})
 
 	return &machineapi.ResetResponse{Messages: []*machineapi.Reset{{ActorId: actor}}}, nil
 }

@@ -94,6 +94,8 @@ type node struct {
 
 	callMu sync.Mutex
 	calls  map[string]int
+	// recovery counts what EtcdRecover and Bootstrap accepted (under callMu).
+	recovery RecoveryCounts
 
 	logs *nodeLogs
 
@@ -114,6 +116,7 @@ type node struct {
 	wiped       bool
 	fault       Fault
 	etcdLeft    bool
+	etcdSvc     etcdService   // the etcd service where it is not "the member runs from its data" (recover.go)
 	returnCh    chan struct{} // closed to release a node held down by NeverReturn
 
 	staticMu sync.Mutex // serialises the kubelet's work on the node's static pods
@@ -150,7 +153,8 @@ func newUUID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// renderConfig regenerates config.yaml from the node's images. Caller holds mu (or owns n).
+// renderConfig renders the node's first machine config from its images (an upgrade keeps
+// the config; see switchVersion). Caller holds mu (or owns n).
 func (n *node) renderConfig() {
 	cfg, err := machineConfig(n.c.opts.Name, n.info.Role, "https://"+n.c.firstCPIP()+":6443", n.c.pkiCAPEM(), n.img)
 	if err != nil {
@@ -191,7 +195,22 @@ func (n *node) kubeletVersion() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 
-	return imageTag(n.img.Kubelet)
+	return kubeletVersionOf(n.img.Kubelet)
+}
+
+// kubeletVersionOf is the version a kubelet image's binary reports: its tag without the
+// variant suffix of Sidero's -fat and -slim kubelet images (the kubelet itself says
+// "v1.36.3"; pkg/cluster/kubernetes/kubelet.go extractKubeletVersionSuffix).
+func kubeletVersionOf(image string) string {
+	tag := imageTag(image)
+
+	for _, suffix := range []string{"-fat", "-slim"} {
+		if v, ok := strings.CutSuffix(tag, suffix); ok {
+			return v
+		}
+	}
+
+	return tag
 }
 
 func (n *node) member() *etcdsim.Member {
@@ -263,6 +282,12 @@ func (n *node) before(ctx context.Context, method string) error {
 
 	if err := n.serviceAvailable(method); err != nil {
 		return err
+	}
+
+	if hook := n.c.opts.OnCall; hook != nil {
+		if err := hook(ctx, n.info.Name, method); err != nil {
+			return err
+		}
 	}
 
 	if d := n.currentFault().Latency; d > 0 {
@@ -441,6 +466,9 @@ type sequenceRequest struct {
 	kexec    bool // upgrade reboot mode DEFAULT
 	graceful bool // reset
 	reboot   bool // reset: reboot afterwards instead of staying down
+	// wipeLabels (reset): the system partitions to wipe (ResetRequest.SystemPartitionsToWipe);
+	// empty wipes the whole system disk.
+	wipeLabels []string
 }
 
 // startSequence runs a sequence in the background, as machined's API handlers do after they
@@ -608,13 +636,19 @@ func (n *node) resetPhases(req sequenceRequest) []phase {
 
 	out = append(out, ph("preReset", noop("sendResetSignal")))
 	out = append(out, stopAllPhases(false)...)
-	out = append(out, ph("forceCleanup", noop("forceCleanup")), ph("reset", task{name: "resetSystemDisk", run: func(context.Context) error {
-		n.mu.Lock()
-		n.wiped = true
-		n.mu.Unlock()
+	if len(req.wipeLabels) > 0 {
+		out = append(out, ph("forceCleanup", noop("forceCleanup")), ph("resetSpec", task{name: "resetSystemDiskSpec", run: func(context.Context) error {
+			return n.wipePartitions(req.wipeLabels)
+		}}))
+	} else {
+		out = append(out, ph("forceCleanup", noop("forceCleanup")), ph("reset", task{name: "resetSystemDisk", run: func(context.Context) error {
+			n.mu.Lock()
+			n.wiped = true
+			n.mu.Unlock()
 
-		return nil
-	}}))
+			return nil
+		}}))
+	}
 
 	if req.reboot {
 		return append(out, n.rebootPhase())
@@ -672,6 +706,7 @@ func (n *node) goDown(ctx context.Context) {
 		}
 	}
 
+	n.stopEtcdJoin()
 	n.stopFront()
 	n.events.reset()
 	n.logs.reset()
@@ -719,6 +754,9 @@ func (n *node) waitReturn(ctx context.Context) bool {
 
 // switchVersion applies what the reboot changes: an installed or staged upgrade, a rollback,
 // or (with BootFailure) the A/B fallback to the old version. It returns a note for the events.
+// The machine config is not touched: Talos hands the running config to the installer and
+// boots the new version from the same persisted config, so patches (extraArgs and the like)
+// and machine.install.image stay as they were (docs/SIMULATOR.md, "Upgrade keeps the config").
 func (n *node) switchVersion(req sequenceRequest) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -732,7 +770,6 @@ func (n *node) switchVersion(req sequenceRequest) string {
 	switch {
 	case req.rollback:
 		n.version, n.prevVersion = n.prevVersion, n.version
-		n.img.Install = installerImage(n.info.Schematic, n.version)
 	case image != "":
 		target, ok := n.c.images.version(image)
 		if !ok {
@@ -750,17 +787,17 @@ func (n *node) switchVersion(req sequenceRequest) string {
 		}
 
 		n.version = target
-		n.img.Install = image
 	}
-
-	n.renderConfig()
 
 	return ""
 }
 
 // comeUp is the boot half of a reboot.
 func (n *node) comeUp(ctx context.Context, note string) {
-	if m := n.member(); m != nil && !n.leftEtcd() && !n.currentFault().EtcdStopped {
+	if m := n.member(); m != nil && !n.currentFault().EtcdStopped && n.etcdJoins(m) {
+		// An empty data directory (EPHEMERAL wiped, data lost): the etcd service's join loop.
+		n.startEtcdJoin()
+	} else if m != nil && !n.leftEtcd() && !n.currentFault().EtcdStopped {
 		if err := m.Restart(ctx); err != nil {
 			n.c.log.Warn("restart etcd member", "node", n.info.Name, "err", err)
 		}
@@ -810,11 +847,16 @@ func (n *node) serviceStates(ctx context.Context) []*machineapi.ServiceInfo {
 		}
 
 		state, healthy, msg := "Running", true, ""
+		event, unknown := "Service started", false
 
 		if id == "etcd" {
 			m := n.member()
+			svcState, svcMsg := n.etcdServiceOverride()
 
 			switch {
+			case svcState != "":
+				// Still in (or failed in) its pre stage: no health check ran yet.
+				state, healthy, event, unknown = svcState, false, svcMsg, true
 			case n.leftEtcd() || m == nil || m.Removed():
 				state, healthy, msg = "Finished", false, "etcd member left the cluster"
 			case !m.Running():
@@ -842,9 +884,9 @@ func (n *node) serviceStates(ctx context.Context) []*machineapi.ServiceInfo {
 			State: state,
 			Events: &machineapi.ServiceEvents{Events: []*machineapi.ServiceEvent{
 				{Msg: "Starting service", State: "Preparing", Ts: tsProto(ts)},
-				{Msg: "Service started", State: state, Ts: tsProto(ts)},
+				{Msg: event, State: state, Ts: tsProto(ts)},
 			}},
-			Health: &machineapi.ServiceHealth{Healthy: healthy, LastMessage: msg, LastChange: tsProto(ts)},
+			Health: &machineapi.ServiceHealth{Unknown: unknown, Healthy: healthy, LastMessage: msg, LastChange: tsProto(ts)},
 		})
 	}
 

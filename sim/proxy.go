@@ -240,8 +240,12 @@ func (n *node) forwardOne(ss grpc.ServerStream, method string, conn *grpc.Client
 // forwardMany fans a call out to every target and merges the replies like apid's one-2-many mode.
 func (n *node) forwardMany(ss grpc.ServerStream, method string, targets []string, md metadata.MD) error {
 	kind := n.c.kinds[method]
+	if kind.clientStreams && kind.serverStreams {
+		return status.Errorf(codes.InvalidArgument, "one-2-many proxying is not supported for bidirectional-streaming method %s", method)
+	}
+
 	if kind.clientStreams {
-		return status.Errorf(codes.InvalidArgument, "one-2-many proxying is not supported for client-streaming method %s", method)
+		return n.forwardManyUpload(ss, method, targets, md)
 	}
 
 	req := &frame{}
@@ -298,6 +302,102 @@ func (n *node) forwardMany(ss grpc.ServerStream, method string, targets []string
 			})
 			if err != nil {
 				got = errorMessage(false, target, err)
+			}
+
+			replies[i] = got
+		})
+	}
+
+	wg.Wait()
+
+	return ss.SendMsg(&frame{payload: slices.Concat(replies...)})
+}
+
+// forwardManyUpload is grpc-proxy's one-2-many mode for a client-streaming call with a unary
+// reply (EtcdRecover): every message from the client goes to every target still accepting, and
+// the targets' replies (or their errors) are merged into one reply.
+func (n *node) forwardManyUpload(ss grpc.ServerStream, method string, targets []string, md metadata.MD) error {
+	ctx, cancel := context.WithCancel(ss.Context())
+	defer cancel()
+
+	type backend struct {
+		cs      grpc.ClientStream
+		err     error // could not open the stream
+		stopped bool  // the target ended the stream; its status comes with the reply
+	}
+
+	bs := make([]backend, len(targets))
+
+	for i, target := range targets {
+		conn, err := n.remoteConn(target)
+		if err == nil {
+			bs[i].cs, err = conn.NewStream(outgoing(ctx, md), bidi, method, grpc.ForceCodec(rawCodec{}))
+		}
+
+		bs[i].err = err
+	}
+
+	for {
+		f := &frame{}
+		if err := ss.RecvMsg(f); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+
+			return err
+		}
+
+		var wg sync.WaitGroup
+
+		for i := range bs {
+			if bs[i].err != nil || bs[i].stopped {
+				continue
+			}
+
+			wg.Go(func() {
+				if err := bs[i].cs.SendMsg(f); err != nil {
+					bs[i].stopped = true
+				}
+			})
+		}
+
+		wg.Wait()
+	}
+
+	replies := make([][]byte, len(targets))
+
+	var wg sync.WaitGroup
+
+	for i, target := range targets {
+		wg.Go(func() {
+			if bs[i].err != nil {
+				replies[i] = errorMessage(false, target, bs[i].err)
+
+				return
+			}
+
+			_ = bs[i].cs.CloseSend()
+
+			var got []byte
+
+			for {
+				f := &frame{}
+				if err := bs[i].cs.RecvMsg(f); err != nil {
+					if !errors.Is(err, io.EOF) {
+						got = errorMessage(false, target, err)
+					}
+
+					break
+				}
+
+				out, err := appendUnaryMeta(f.payload, target)
+				if err != nil {
+					got = errorMessage(false, target, err)
+
+					break
+				}
+
+				got = append(got, out...)
 			}
 
 			replies[i] = got

@@ -173,7 +173,7 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 	add("network.StatusController", ns)
 
 	out = append(out, n.addressResources()...)
-	out = append(out, n.kubeResources(img)...) // staticpods.go
+	out = append(out, n.kubeResources(img, cfg)...) // staticpods.go
 
 	services := n.serviceResources(ctx)
 	for _, s := range services {

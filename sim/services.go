@@ -1,7 +1,10 @@
 package sim
 
 import (
+	"context"
 	"strings"
+
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -117,4 +120,32 @@ func (s *lifecycleService) Upgrade(req *machineapi.LifecycleServiceUpgradeReques
 	return srv.Send(&machineapi.LifecycleServiceUpgradeResponse{Progress: &machineapi.LifecycleServiceInstallProgress{
 		Response: &machineapi.LifecycleServiceInstallProgress_ExitCode{ExitCode: 0},
 	}})
+}
+
+// ImagePull is the legacy MachineService.ImagePull
+// (internal/app/machined/internal/server/v1alpha1/v1alpha1_images.go, deprecated for
+// ImageService.Pull but still served by v1.13, and what `talosctl upgrade-k8s` pre-pulls
+// with): the image lands in the CRI or system namespace; an image the registry does not have
+// is NotFound "error pulling image: …".
+func (s *machined) ImagePull(_ context.Context, req *machineapi.ImagePullRequest) (*machineapi.ImagePullResponse, error) {
+	var ns string
+
+	switch req.GetNamespace() {
+	case common.ContainerdNamespace_NS_CRI:
+		ns = nsCRI
+	case common.ContainerdNamespace_NS_SYSTEM:
+		ns = nsSystem
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "invalid namespace %s", req.GetNamespace())
+	}
+
+	if _, err := s.n.pull(ns, req.GetReference()); err != nil {
+		if status.Code(err) == codes.NotFound && !strings.HasPrefix(status.Convert(err).Message(), "error pulling image") {
+			return nil, status.Errorf(codes.NotFound, "error pulling image: %s", status.Convert(err).Message())
+		}
+
+		return nil, err
+	}
+
+	return &machineapi.ImagePullResponse{Messages: []*machineapi.ImagePull{{}}}, nil
 }

@@ -113,6 +113,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock. Nil: time.Now.
 	Now func() time.Time
+	// OnCall, when set, runs for every call a node's machined serves, after it is counted and
+	// before it is handled (node is the inventory name, method the full gRPC method). An error
+	// ends the call with that error, unhandled. Tests use it to hold a call while they act, for
+	// example to kill a client at the moment one step of its work reached the node; it must
+	// return once ctx (the call's) ends.
+	OnCall func(ctx context.Context, node, method string) error
 	// Naming gives each node its Talos hostname, Kubernetes Node name and etcd member name.
 	// Nil (or empty fields) derive them as Talos does: hostname = the inventory name, Node name
 	// and etcd member name = the hostname. DistinctNames makes them all differ.
@@ -182,6 +188,8 @@ type Cluster struct {
 
 	// kubeStop stops a kube-apiserver started by Options.KubeOnEtcd.
 	kubeStop func()
+	// kubeRestart restarts it (KubeBackend.Restart); nil when it cannot.
+	kubeRestart func(ctx context.Context) error
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -525,10 +533,15 @@ func (c *Cluster) checkNames() error {
 	seen := map[string]string{}
 
 	for _, n := range c.nodes {
-		for kind, name := range map[string]string{"hostname": n.info.Hostname, "Node name": n.info.NodeName, "etcd member name": n.info.EtcdMember} {
-			if kind == "etcd member name" && n.info.Role != RoleControlPlane {
-				continue
-			}
+		// A slice, not a map: the first collision reported must not depend on map order (a
+		// hostname collision usually implies a Node name one too).
+		names := [][2]string{{"hostname", n.info.Hostname}, {"Node name", n.info.NodeName}, {"etcd member name", n.info.EtcdMember}}
+		if n.info.Role != RoleControlPlane {
+			names = names[:2] // a worker has no etcd member
+		}
+
+		for _, kn := range names {
+			kind, name := kn[0], kn[1]
 
 			key := kind + "\x00" + name
 			if other, dup := seen[key]; dup {

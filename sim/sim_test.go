@@ -1029,3 +1029,48 @@ func BenchmarkStart(b *testing.B) {
 		}
 	}
 }
+
+// NoEtcdLeader is in place when Inject returns: the surviving member already
+// knows it has no leader (raft steps it down only after its election
+// timeout, and a gate read in between once saw the old leader).
+func TestNoEtcdLeaderHoldsWhenInjectReturns(t *testing.T) {
+	c, _ := startSim(t, sim.Options{ControlPlanes: 3})
+	ctx := t.Context()
+
+	var member string
+
+	for _, n := range c.Nodes() {
+		if n.Name == "cp-1" {
+			member = n.EtcdMember
+		}
+	}
+
+	m := c.Etcd().Member(member)
+	if m == nil || !m.KnowsLeader() {
+		t.Fatalf("member %q of cp-1 should follow a leader before the fault", member)
+	}
+
+	if err := c.Inject(ctx, "cp-1", sim.Fault{NoEtcdLeader: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	if m.KnowsLeader() {
+		t.Fatal("cp-1's member still follows a leader when Inject returned")
+	}
+
+	if err := m.Healthy(ctx); err == nil || !strings.Contains(err.Error(), "no leader") {
+		t.Fatalf("health of cp-1's member = %v, want no leader", err)
+	}
+
+	if err := c.Clear(ctx, "cp-1"); err != nil {
+		t.Fatal(err)
+	}
+
+	eventually(t, 30*time.Second, "a leader again after Clear", func() error {
+		if !m.KnowsLeader() {
+			return errors.New("no leader yet")
+		}
+
+		return nil
+	})
+}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cosi-project/runtime/pkg/resource"
 	"github.com/cosi-project/runtime/pkg/resource/meta"
+	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	corev1 "k8s.io/api/core/v1"
@@ -78,7 +79,7 @@ func (n *node) syncStaticPods(ctx context.Context, initial bool) ([]string, erro
 
 	var changed []string
 
-	versions := n.staticPodConfigVersions(ctx)
+	versions, commands := n.staticPodConfigVersions(ctx)
 
 	for _, comp := range StaticPodComponents() {
 		want := img.forComponent(comp)
@@ -120,7 +121,7 @@ func (n *node) syncStaticPods(ctx context.Context, initial bool) ([]string, erro
 			Spec: corev1.PodSpec{
 				NodeName:    n.info.NodeName,
 				HostNetwork: true,
-				Containers:  []corev1.Container{{Name: comp, Image: want, Command: staticPodCommand(comp)}},
+				Containers:  []corev1.Container{{Name: comp, Image: want, Command: commands[comp]}},
 				Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 			},
 		}
@@ -287,25 +288,64 @@ func configResourceType(comp string) resource.Type {
 
 // staticPodConfigVersions refreshes the node's resources (the config just changed) and returns
 // each component's config resource version, as ControlPlaneStaticPodController stamps it on
-// the static pod (internal/app/machined/pkg/controllers/k8s/control_plane_static_pod.go).
-func (n *node) staticPodConfigVersions(ctx context.Context) map[string]string {
-	out := map[string]string{}
+// the static pod (internal/app/machined/pkg/controllers/k8s/control_plane_static_pod.go), and
+// the command line of its StaticPod resource (extraArgs merged), which the kubelet runs.
+func (n *node) staticPodConfigVersions(ctx context.Context) (versions map[string]string, commands map[string][]string) {
+	versions, commands = map[string]string{}, map[string][]string{}
+
+	for _, comp := range StaticPodComponents() {
+		commands[comp] = staticPodCommand(comp)
+	}
 
 	if n.cosi == nil {
-		return out
+		return versions, commands
 	}
 
 	st, err := n.cosi.current(ctx)
 	if err != nil {
 		n.c.log.Warn("static pods: read config resources", "node", n.info.Name, "err", err)
 
-		return out
+		return versions, commands
 	}
 
 	for _, comp := range StaticPodComponents() {
 		r, err := st.Get(ctx, resource.NewMetadata(k8s.ControlPlaneNamespaceName, configResourceType(comp), comp, resource.VersionUndefined))
 		if err == nil {
-			out[comp] = r.Metadata().Version().String()
+			versions[comp] = r.Metadata().Version().String()
+		}
+
+		sp, err := st.Get(ctx, resource.NewMetadata(k8s.NamespaceName, k8s.StaticPodType, comp, resource.VersionUndefined))
+		if err != nil {
+			continue
+		}
+
+		if pod, ok := sp.(*k8s.StaticPod); ok {
+			if cmd := podCommand(pod.TypedSpec().Pod); len(cmd) > 0 {
+				commands[comp] = cmd
+			}
+		}
+	}
+
+	return versions, commands
+}
+
+// podCommand is the first container's command of a StaticPod resource's pod document.
+func podCommand(pod map[string]any) []string {
+	spec, _ := pod["spec"].(map[string]any)
+	containers, _ := spec["containers"].([]any)
+
+	if len(containers) == 0 {
+		return nil
+	}
+
+	c, _ := containers[0].(map[string]any)
+	raw, _ := c["command"].([]any)
+
+	out := make([]string, 0, len(raw))
+
+	for _, a := range raw {
+		if s, ok := a.(string); ok {
+			out = append(out, s)
 		}
 	}
 
@@ -332,19 +372,28 @@ func kubeResourceTypes() []meta.ResourceWithRD {
 // every node the kubelet spec (kubelet_spec.go). Of the bootstrap manifests (manifest.go) the
 // sim renders only kube-proxy's, with Options.BootstrapManifests (kubeproxy.go); CoreDNS,
 // flannel and the RBAC objects are not rendered. See docs/SIMULATOR.md.
-func (n *node) kubeResources(img images) []desiredResource {
+//
+// The extraArgs of the machine config (cluster.apiServer/controllerManager/scheduler and
+// machine.kubelet) go into the components' command lines and the kubelet's arguments, and
+// machine.kubelet.extraConfig into the kubelet's configuration, as Talos merges them
+// (control_plane_static_pod.go, kubelet_spec.go; see extraArgs for how far). cfg may be nil
+// (a config that does not load): then there are none.
+func (n *node) kubeResources(img images, cfg talosconfig.Provider) []desiredResource {
 	var out []desiredResource
 
 	add := func(owner string, r resource.Resource) { out = append(out, desiredResource{res: r, owner: owner}) }
 
+	extra := extraArgsOf(cfg)
+
 	ks := k8s.NewKubeletSpec(k8s.NamespaceName, k8s.KubeletID)
 	ks.TypedSpec().Image = img.Kubelet
 	ks.TypedSpec().ExpectedNodename = n.cosiNodename()
-	ks.TypedSpec().Args = []string{
+	ks.TypedSpec().Args = withExtraArgs([]string{
 		"--config=/etc/kubernetes/kubelet.yaml",
 		"--hostname-override=" + n.cosiNodename(),
 		"--node-ip=" + n.info.IP,
-	}
+	}, extra.kubelet)
+	ks.TypedSpec().Config = kubeletConfiguration(extra.kubeletConfig)
 	add("k8s.KubeletSpecController", ks)
 
 	if n.info.Role != RoleControlPlane {
@@ -361,16 +410,19 @@ func (n *node) kubeResources(img images) []desiredResource {
 		LocalPort:            6443,
 		ServiceCIDRs:         []string{"10.96.0.0/12"},
 		AdvertisedAddress:    n.info.IP,
+		ExtraArgs:            argValues(extra.byComponent[ComponentAPIServer]),
 	}
 	add("k8s.ControlPlaneAPIServerController", api)
 
 	cm := k8s.NewControllerManagerConfig()
 	*cm.TypedSpec() = k8s.ControllerManagerConfigSpec{Enabled: true, Image: img.ControllerManager,
-		PodCIDRs: []string{"10.244.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/12"}}
+		PodCIDRs: []string{"10.244.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/12"},
+		ExtraArgs: argValues(extra.byComponent[ComponentControllerManager])}
 	add("k8s.ControlPlaneControllerManagerController", cm)
 
 	sc := k8s.NewSchedulerConfig()
-	*sc.TypedSpec() = k8s.SchedulerConfigSpec{Enabled: true, Image: img.Scheduler}
+	*sc.TypedSpec() = k8s.SchedulerConfigSpec{Enabled: true, Image: img.Scheduler,
+		ExtraArgs: argValues(extra.byComponent[ComponentScheduler])}
 	add("k8s.ControlPlaneSchedulerController", sc)
 
 	bm := k8s.NewBootstrapManifestsConfig()
@@ -399,7 +451,7 @@ func (n *node) kubeResources(img images) []desiredResource {
 			"spec": map[string]any{
 				"hostNetwork": true,
 				"containers": []any{map[string]any{
-					"name": comp, "image": img.forComponent(comp), "command": toAny(staticPodCommand(comp)),
+					"name": comp, "image": img.forComponent(comp), "command": toAny(withExtraArgs(staticPodCommand(comp), extra.byComponent[comp])),
 				}},
 			},
 		}

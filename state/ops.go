@@ -182,7 +182,9 @@ func (t *Tx) Transition(id string, to OpState, mutate func(*Operation)) (*Operat
 	if to.Terminal() && op.EndedAt.IsZero() {
 		op.EndedAt = now
 	}
-	if from == StateApproved && to == StateAwaitingApproval {
+	// Back to awaiting approval (a re-plan, before a run or on a resume):
+	// the approvals were for the old digest.
+	if (from == StateApproved || from == StateInterrupted) && to == StateAwaitingApproval {
 		if err := t.DeleteApprovals(id); err != nil {
 			return nil, err
 		}

@@ -11,11 +11,11 @@ import (
 // wantAllowed is the transition table as the brief states it, written out
 // independently of transitions() so a change there fails this test.
 var wantAllowed = map[OpState][]OpState{
-	StatePlanned:          {StateAwaitingApproval, StateApproved, StateRunning, StateCancelled, StateFailed},
-	StateAwaitingApproval: {StateApproved, StateDenied, StateExpired, StateCancelled, StateFailed},
-	StateApproved:         {StateRunning, StateAwaitingApproval, StateCancelled, StateExpired, StateFailed},
-	StateRunning:          {StateSucceeded, StateFailed, StateCancelled, StateInterrupted},
-	StateInterrupted:      {StateRunning, StateCancelled},
+	StatePlanned:          {StateAwaitingApproval, StateApproved, StateRunning, StateCancelled, StateFailed, StateRefused},
+	StateAwaitingApproval: {StateApproved, StateDenied, StateExpired, StateCancelled, StateFailed, StateRefused},
+	StateApproved:         {StateRunning, StateAwaitingApproval, StateCancelled, StateExpired, StateFailed, StateRefused},
+	StateRunning:          {StateSucceeded, StateFailed, StateCancelled, StateInterrupted, StateRefused},
+	StateInterrupted:      {StateRunning, StateCancelled, StateAwaitingApproval},
 }
 
 func allowed(from, to OpState) bool {
@@ -29,8 +29,8 @@ func allowed(from, to OpState) bool {
 
 func TestCanTransitionAllPairs(t *testing.T) {
 	states := AllStates()
-	if len(states) != 10 {
-		t.Fatalf("AllStates has %d states, want 10", len(states))
+	if len(states) != 11 {
+		t.Fatalf("AllStates has %d states, want 11", len(states))
 	}
 	for _, from := range states {
 		for _, to := range states {
@@ -49,7 +49,7 @@ func TestCanTransitionAllPairs(t *testing.T) {
 
 func TestTerminal(t *testing.T) {
 	want := map[OpState]bool{
-		StateSucceeded: true, StateFailed: true, StateCancelled: true, StateDenied: true, StateExpired: true,
+		StateSucceeded: true, StateFailed: true, StateCancelled: true, StateDenied: true, StateExpired: true, StateRefused: true,
 	}
 	for _, s := range AllStates() {
 		if s.Terminal() != want[s] {

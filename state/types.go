@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -22,6 +23,11 @@ const (
 	StateDenied           OpState = "denied"
 	StateExpired          OpState = "expired"
 	StateInterrupted      OpState = "interrupted"
+	// StateRefused ends an operation a rule or the policy stopped before it
+	// changed anything (a plan refusal, R6, a freeze at run time, a required
+	// silence). Records written before it existed say "failed" with the
+	// flag "refused"; they stay as they are and read as before.
+	StateRefused OpState = "refused"
 )
 
 // AllStates lists every state, in lifecycle order. It returns a fresh slice so
@@ -30,7 +36,7 @@ func AllStates() []OpState {
 	return []OpState{
 		StatePlanned, StateAwaitingApproval, StateApproved, StateRunning,
 		StateSucceeded, StateFailed, StateCancelled, StateDenied, StateExpired,
-		StateInterrupted,
+		StateInterrupted, StateRefused,
 	}
 }
 
@@ -39,18 +45,21 @@ func AllStates() []OpState {
 func transitions(from OpState) []OpState {
 	switch from {
 	case StatePlanned:
-		return []OpState{StateAwaitingApproval, StateApproved, StateRunning, StateCancelled, StateFailed}
+		return []OpState{StateAwaitingApproval, StateApproved, StateRunning, StateCancelled, StateFailed, StateRefused}
 	case StateAwaitingApproval:
-		return []OpState{StateApproved, StateDenied, StateExpired, StateCancelled, StateFailed}
+		return []OpState{StateApproved, StateDenied, StateExpired, StateCancelled, StateFailed, StateRefused}
 	case StateApproved:
 		// approved → awaiting_approval happens when the re-plan before Run
 		// produced a different digest: the approvals are voided.
-		return []OpState{StateRunning, StateAwaitingApproval, StateCancelled, StateExpired, StateFailed}
+		return []OpState{StateRunning, StateAwaitingApproval, StateCancelled, StateExpired, StateFailed, StateRefused}
 	case StateRunning:
-		return []OpState{StateSucceeded, StateFailed, StateCancelled, StateInterrupted}
+		// refused: a hook (a required silence) or the plugin refused the
+		// run before it changed anything.
+		return []OpState{StateSucceeded, StateFailed, StateCancelled, StateInterrupted, StateRefused}
 	case StateInterrupted:
-		// running again = resume; cancelled = abandon.
-		return []OpState{StateRunning, StateCancelled}
+		// running again = resume; cancelled = abandon; awaiting_approval =
+		// a resume whose new plan differs from the approved one.
+		return []OpState{StateRunning, StateCancelled, StateAwaitingApproval}
 	default:
 		return nil
 	}
@@ -70,7 +79,7 @@ func CanTransition(from, to OpState) bool {
 // Terminal reports whether no further transition is possible.
 func (s OpState) Terminal() bool {
 	switch s {
-	case StateSucceeded, StateFailed, StateCancelled, StateDenied, StateExpired:
+	case StateSucceeded, StateFailed, StateCancelled, StateDenied, StateExpired, StateRefused:
 		return true
 	}
 	return false
@@ -107,6 +116,14 @@ type Artifact struct {
 	Revision int64  `json:"revision,omitempty"`
 }
 
+// SnapshotOf reports whether a is a snapshot of cluster: snapshot ids are
+// "<cluster>/<file>" (docs/BACKUPS.md), the one convention both retention
+// protection and the maintenance record go by, so neither needs to know
+// which plugin took it or what it named the artifact.
+func (a Artifact) SnapshotOf(cluster string) bool {
+	return cluster != "" && strings.HasPrefix(a.ID, cluster+"/")
+}
+
 // Operation is one requested lifecycle command and everything known about it.
 type Operation struct {
 	ID          string            `json:"id"`
@@ -134,6 +151,31 @@ type Operation struct {
 	EndedAt     time.Time         `json:"ended_at,omitzero"`
 	ExpiresAt   time.Time         `json:"expires_at,omitzero"`
 	Attempts    int               `json:"attempts,omitempty"` // times it entered running
+	// History keeps the step results of every earlier attempt (a resume
+	// starts the next one with the new plan's steps); older records have none.
+	History []Attempt `json:"history,omitempty"`
+}
+
+// Attempt is one earlier run of an operation, with its step results.
+type Attempt struct {
+	N         int       `json:"n"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
+	// End is how the attempt ended (interrupted).
+	End   string `json:"end"`
+	Steps []Step `json:"steps"`
+}
+
+// DoneIn returns the earliest attempt in which step id finished ok (0: none).
+func (o *Operation) DoneIn(id string) int {
+	for _, a := range o.History {
+		for _, s := range a.Steps {
+			if s.ID == id && s.Status == "ok" {
+				return a.N
+			}
+		}
+	}
+	return 0
 }
 
 // Approval is one user's approval of one plan digest of an operation.

@@ -21,6 +21,9 @@ import (
 	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/bot/alerts"
 	"github.com/talosbot/talosbot/bot/chat/web"
+	"github.com/talosbot/talosbot/bot/credentials"
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/render"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/amtest"
 	"github.com/talosbot/talosbot/state"
@@ -224,8 +227,8 @@ alerts:
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := bot.New(ctx, bot.Options{Config: cfg, Store: st, Plugins: noPlugins{}, Credentials: bot.FileCredentials{},
-		Policy: approvals.New(cfg), Sink: bot.NewRenderer(console, nil, nil)})
+	eng, err := bot.New(ctx, engine.Options{Config: cfg, Store: st, Plugins: noPlugins{}, Credentials: credentials.FileCredentials{},
+		Policy: approvals.New(cfg), Sink: render.NewRenderer(console, nil, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +268,7 @@ alerts:
 	// status; mallory has no role and is refused (and audited).
 	click(t, srv.URL, "alice", msg.ID, msg.Buttons[0].ActionID)
 	waitUntil(t, "alice's status reply", 10*time.Second, func() bool {
-		_, n := findMsg(console, "prd", func(m web.Message) bool { return strings.Contains(m.Text, "*production*: unlocked") })
+		_, n := findMsg(console, "prd", func(m web.Message) bool { return strings.Contains(m.Text, "*production* (production)\n  lock: free") })
 		return n > 0
 	})
 	click(t, srv.URL, "mallory", msg.ID, msg.Buttons[1].ActionID)
@@ -288,11 +291,15 @@ alerts:
 
 	// Basic auth (Alertmanager's basic_auth) works too; staging has no
 	// channel, so its alert goes to the fallback channel.
+	groupsBeforeBasic := kvCount(t, st)
 	postAlert(t, am, map[string]string{"alertname": "KubeNodeNotReady", "cluster": "staging", "node": "w-1", "via": "basic"}, start, time.Time{})
 	waitUntil(t, "the basic-auth alert in ops", 30*time.Second, func() bool {
 		_, n := findMsg(console, "ops", func(m web.Message) bool { return strings.Contains(m.Title, "KubeNodeNotReady") })
 		return n > 0
 	})
+	// The receiver posts, then records the group: wait for the record too,
+	// or it lands in the count below.
+	waitUntil(t, "the basic-auth alert's group record", 30*time.Second, func() bool { return kvCount(t, st) > groupsBeforeBasic })
 
 	// A receiver with the wrong token: 401, and nothing changes.
 	groups := kvCount(t, st)

@@ -1,76 +1,43 @@
 package alerts
 
-import "github.com/talosbot/talosbot/config"
+import (
+	"bytes"
+	_ "embed"
+	"fmt"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/talosbot/talosbot/config"
+)
+
+// defaultRules is the text of the default rules. They are data, not code:
+// the commands they suggest are plugin commands, which the core never names
+// (config.CheckCommands checks them against the manifests, as it checks any
+// configured rule).
+//
+//go:embed default-rules.yaml
+var defaultRules []byte
 
 // DefaultRules are runbook suggestions for the common etcd, node and Talos
-// alerts (kube-prometheus / etcd-mixin / node-exporter names). The demo
-// ships them; a real config can copy them into alerts.rules.
+// alerts (kube-prometheus / etcd-mixin / node-exporter names), from
+// default-rules.yaml. The demo ships them; a real config can copy them into
+// alerts.rules.
 func DefaultRules() []config.AlertRule {
-	health := "/talos health {{cluster}}"
-	status := "/talos status {{cluster}}"
-	return []config.AlertRule{
-		{
-			Name:     "etcd-no-leader",
-			MatchRE:  map[string]string{"alertname": "etcdNoLeader|EtcdNoLeader"},
-			Text:     "etcd on {{cluster}} has no leader: the control plane cannot write. Run the health gate to see which members disagree; do not start any lifecycle operation until every member reports the same leader (R3).",
-			Runbook:  "https://www.talos.dev/v1.12/advanced/etcd-maintenance/",
-			Commands: []string{health, status},
-		},
-		{
-			Name:     "etcd-members-down",
-			MatchRE:  map[string]string{"alertname": "etcdMembersDown|etcdInsufficientMembers|EtcdMembersDown|EtcdInsufficientMembers"},
-			Text:     "etcd members are down on {{cluster}}. Check quorum with the health gate. Never remove a control-plane node while quorum is at risk (R9); take a snapshot while a healthy member remains (R12).",
-			Runbook:  "https://www.talos.dev/v1.12/advanced/etcd-maintenance/",
-			Commands: []string{health, "/talos snapshot {{cluster}}"},
-		},
-		{
-			Name:     "etcd-space",
-			MatchRE:  map[string]string{"alertname": "etcdDatabaseQuotaLowSpace|etcdBackendQuotaLowSpace|etcdDatabaseHighFragmentationRatio|etcdExcessiveDatabaseGrowth"},
-			Text:     "etcd on {{cluster}} is running out of space. Take a verified snapshot first, then defragment one member at a time (talosctl etcd defrag).",
-			Runbook:  "https://www.talos.dev/v1.12/advanced/etcd-maintenance/#space-quota",
-			Commands: []string{"/talos snapshot {{cluster}}", health},
-		},
-		{
-			Name:     "etcd-slow",
-			MatchRE:  map[string]string{"alertname": "etcdHighFsyncDurations|etcdHighCommitDurations|etcdHighNumberOfLeaderChanges|etcdHighNumberOfFailedGRPCRequests"},
-			Text:     "etcd on {{cluster}} is slow or unstable (disk latency or leader churn). Check the members with the health gate before any upgrade; an upgrade now would make it worse.",
-			Runbook:  "https://etcd.io/docs/v3.6/faq/#what-does-the-etcd-warning-apply-entries-took-too-long-mean",
-			Commands: []string{health},
-		},
-		{
-			Name:     "node-not-ready",
-			MatchRE:  map[string]string{"alertname": "KubeNodeNotReady|KubeNodeUnreachable|KubeletDown|NodeDown"},
-			Text:     "A node of {{cluster}} is not ready. Run the health gate. If the node is gone for good, replace it: reset it gracefully and delete the Kubernetes node while the inventory still has it, then remove it from Terraform (R8); for a control plane, only while quorum survives (R9).",
-			Runbook:  "https://www.talos.dev/v1.12/talos-guides/howto/scaling-down/",
-			Commands: []string{health, status},
-		},
-		{
-			Name:     "node-resources",
-			MatchRE:  map[string]string{"alertname": "NodeFilesystemSpaceFillingUp|NodeFilesystemAlmostOutOfSpace|NodeMemoryHighUtilization|NodeClockNotSynchronising|NodeClockSkewDetected"},
-			Text:     "A node of {{cluster}} is short of disk, memory or time sync. Fix it before any upgrade: an upgrade needs free space on EPHEMERAL and agreeing clocks.",
-			Runbook:  "https://www.talos.dev/v1.12/learn-more/troubleshooting/",
-			Commands: []string{health},
-		},
-		{
-			Name:     "control-plane-down",
-			MatchRE:  map[string]string{"alertname": "KubeAPIDown|KubeAPIErrorBudgetBurn|KubeControllerManagerDown|KubeSchedulerDown"},
-			Text:     "The Kubernetes control plane of {{cluster}} is unhealthy. Talos keeps working while Kubernetes is down: check the control-plane services with the health gate.",
-			Runbook:  "https://www.talos.dev/v1.12/learn-more/troubleshooting/",
-			Commands: []string{health, status},
-		},
-		{
-			Name:     "talos",
-			MatchRE:  map[string]string{"alertname": "Talos.*"},
-			Text:     "Talos reports a problem on {{cluster}}. Run the health gate to see every node's Talos version and services.",
-			Runbook:  "https://www.talos.dev/v1.12/learn-more/troubleshooting/",
-			Commands: []string{health},
-		},
-		{
-			Name:     "flux",
-			MatchRE:  map[string]string{"alertname": "Flux.*|GitOps.*"},
-			Text:     "Flux is not reconciling on {{cluster}}. A stalled Flux stops every lifecycle operation (R3) until its Kustomizations and HelmReleases are Ready again.",
-			Runbook:  "https://fluxcd.io/flux/cheatsheets/troubleshooting/",
-			Commands: []string{health},
-		},
+	rules, err := parseRules(defaultRules)
+	if err != nil {
+		// The file is compiled in and TestDefaultRules parses it: this is a
+		// build defect, like a bad regexp.MustCompile.
+		panic(err)
 	}
+	return rules
+}
+
+func parseRules(doc []byte) ([]config.AlertRule, error) {
+	var rules []config.AlertRule
+	dec := yaml.NewDecoder(bytes.NewReader(doc))
+	dec.KnownFields(true)
+	if err := dec.Decode(&rules); err != nil {
+		return nil, fmt.Errorf("bot/alerts/default-rules.yaml: %w", err)
+	}
+	return rules, nil
 }

@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/state"
 )
@@ -25,9 +25,9 @@ import (
 const Bucket = "alerts"
 
 // ButtonMinter mints buttons that run commands as the clicking user through
-// the engine's policy (bot.Engine.CommandButtons).
+// the engine's policy (engine.Engine.CommandButtons).
 type ButtonMinter interface {
-	CommandButtons(ctx context.Context, sugg []bot.Suggestion) ([]bot.Button, error)
+	CommandButtons(ctx context.Context, sugg []engine.Suggestion) ([]engine.Button, error)
 }
 
 // Observer counts handled notifications (bot/metrics implements it).
@@ -174,17 +174,17 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // group is what the alerts bucket keeps per alert group.
 type group struct {
-	GroupKey  string       `json:"group_key"`
-	Rule      string       `json:"rule"`
-	Cluster   string       `json:"cluster,omitempty"`
-	Channel   string       `json:"channel"`
-	Ref       string       `json:"ref"`
-	Status    string       `json:"status"`
-	Commands  []string     `json:"commands,omitempty"`
-	Buttons   []bot.Button `json:"buttons,omitempty"`
-	Digest    string       `json:"digest"` // of the last message sent: repeats are not re-sent
-	FirstSeen time.Time    `json:"first_seen"`
-	UpdatedAt time.Time    `json:"updated_at"`
+	GroupKey  string          `json:"group_key"`
+	Rule      string          `json:"rule"`
+	Cluster   string          `json:"cluster,omitempty"`
+	Channel   string          `json:"channel"`
+	Ref       string          `json:"ref"`
+	Status    string          `json:"status"`
+	Commands  []string        `json:"commands,omitempty"`
+	Buttons   []engine.Button `json:"buttons,omitempty"`
+	Digest    string          `json:"digest"` // of the last message sent: repeats are not re-sent
+	FirstSeen time.Time       `json:"first_seen"`
+	UpdatedAt time.Time       `json:"updated_at"`
 }
 
 // groupID is the kv key of a group: group keys are long and contain label
@@ -279,9 +279,9 @@ func (r *Receiver) Handle(ctx context.Context, p *Payload) (string, error) {
 	}
 	cmds := r.commands(rule, cluster, labels)
 	if fresh || !equal(cmds, g.Commands) {
-		sugg := make([]bot.Suggestion, 0, len(cmds))
+		sugg := make([]engine.Suggestion, 0, len(cmds))
 		for _, c := range cmds {
-			sugg = append(sugg, bot.Suggestion{Label: strings.TrimPrefix(c, "/talos "), Command: c})
+			sugg = append(sugg, engine.Suggestion{Label: strings.TrimPrefix(c, "/talos "), Command: c})
 		}
 		g.Buttons = nil
 		if len(sugg) > 0 {
@@ -426,7 +426,7 @@ func alertName(p *Payload) string {
 // maxListed bounds the alerts listed in one message.
 const maxListed = 10
 
-func render(p *Payload, rule *Rule, cluster string, known bool, buttons []bot.Button) chat.Message {
+func render(p *Payload, rule *Rule, cluster string, known bool, buttons []engine.Button) chat.Message {
 	firing := 0
 	for _, a := range p.Alerts {
 		if a.Status == StatusFiring {

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/bot/alerts"
 	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/state"
 )
@@ -67,16 +67,16 @@ func (a *recAdapter) snapshot() (posts, edits int, msgs map[string]chat.Message)
 // recMinter records the suggestions it minted buttons for.
 type recMinter struct {
 	mu   sync.Mutex
-	sugg []bot.Suggestion
+	sugg []engine.Suggestion
 }
 
-func (m *recMinter) CommandButtons(_ context.Context, s []bot.Suggestion) ([]bot.Button, error) {
+func (m *recMinter) CommandButtons(_ context.Context, s []engine.Suggestion) ([]engine.Button, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var out []bot.Button
+	var out []engine.Button
 	for _, x := range s {
 		m.sugg = append(m.sugg, x)
-		out = append(out, bot.Button{ID: fmt.Sprintf("tok%d", len(m.sugg)), Label: x.Label})
+		out = append(out, engine.Button{ID: fmt.Sprintf("tok%d", len(m.sugg)), Label: x.Label})
 	}
 	return out, nil
 }

@@ -72,7 +72,14 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 // FilterArgs renders q back as `--name value` flags (quoted where needed), so
 // a "more" button can run the next page. Times are absolute, so the next page
 // covers the same window as the first.
-func FilterArgs(q state.AuditQuery) string {
+func FilterArgs(q state.AuditQuery) string { return filterArgs(q, time.RFC3339Nano) }
+
+// DescribeFilter is FilterArgs for people: the times to the second
+// ("--since 2026-11-30T08:31:02Z"), never with nanoseconds. It is not for a
+// command that must cover the exact same window (a "more" page).
+func DescribeFilter(q state.AuditQuery) string { return filterArgs(q, time.RFC3339) }
+
+func filterArgs(q state.AuditQuery, layout string) string {
 	var parts []string
 	add := func(name, v string) {
 		if v != "" {
@@ -86,10 +93,10 @@ func FilterArgs(q state.AuditQuery) string {
 	add("action", q.Action)
 	add("op_id", q.OpID)
 	if !q.Since.IsZero() {
-		add("since", q.Since.UTC().Format(time.RFC3339Nano))
+		add("since", q.Since.UTC().Format(layout))
 	}
 	if !q.Until.IsZero() {
-		add("until", q.Until.UTC().Format(time.RFC3339Nano))
+		add("until", q.Until.UTC().Format(layout))
 	}
 	if q.Limit > 0 {
 		add("limit", strconv.Itoa(q.Limit))
@@ -101,7 +108,7 @@ func FilterArgs(q state.AuditQuery) string {
 }
 
 // quote wraps v in double quotes when the command tokenizer would split or
-// reinterpret it (bot.Tokenize: whitespace, quotes, backslashes).
+// reinterpret it (grammar.Tokenize: whitespace, quotes, backslashes).
 func quote(v string) string {
 	if v != "" && !strings.ContainsAny(v, " \t\r\n\u00a0\"'\\“”‘’") {
 		return v

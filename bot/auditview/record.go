@@ -13,6 +13,16 @@ import (
 	"github.com/talosbot/talosbot/state"
 )
 
+// Record keys the maintenance record reads (operation args, artifact names
+// with spaces and dashes as underscores, or audit details): they name kinds
+// of evidence, never a plugin or a command. KeyCommit is the detail the Git
+// follow-up (bot/gitbump) records.
+const (
+	KeyTerraformPlan = "terraform_plan"
+	KeyGitCommit     = "git_commit"
+	KeyCommit        = "commit"
+)
+
 // MaintenanceRecord renders the maintenance record of one operation (rule
 // R22): requester and approvers, plan and digest, snapshot id and sha256,
 // Terraform plan summary and Git commit where recorded, start and end, every
@@ -77,7 +87,7 @@ func MaintenanceRecord(op *state.Operation, recs []state.AuditRecord, approvals 
 
 	snaps := 0
 	for _, a := range op.Artifacts {
-		if isSnapshot(a) {
+		if a.SnapshotOf(op.Cluster) {
 			snaps++
 			fmt.Fprintf(&b, "Snapshot: %s sha256 %s (%d bytes", a.ID, orNone(a.SHA256), a.Size)
 			if a.Location != "" {
@@ -93,39 +103,40 @@ func MaintenanceRecord(op *state.Operation, recs []state.AuditRecord, approvals 
 		b.WriteString("Snapshot: none taken by this operation\n")
 	}
 	for _, a := range op.Artifacts {
-		if !isSnapshot(a) {
+		if !a.SnapshotOf(op.Cluster) {
 			fmt.Fprintf(&b, "Artifact: %s %s sha256 %s (%d bytes)\n", a.Name, a.ID, orNone(a.SHA256), a.Size)
 		}
 	}
-	fmt.Fprintf(&b, "Terraform plan: %s\n", orDefault(lookup(op, recs, "terraform_plan", "terraform", "tf_plan"), "not recorded (no Terraform integration for this operation)"))
-	fmt.Fprintf(&b, "Git commit: %s\n", orDefault(lookup(op, recs, "git_commit", "commit"), "not recorded"))
+	fmt.Fprintf(&b, "Terraform plan: %s\n", orDefault(lookup(op, recs, KeyTerraformPlan), "not recorded (no Terraform integration for this operation)"))
+	fmt.Fprintf(&b, "Git commit: %s\n", orDefault(lookup(op, recs, KeyGitCommit, KeyCommit), "not recorded"))
 
 	fmt.Fprintf(&b, "Started: %s\n", stamp(op.StartedAt))
 	fmt.Fprintf(&b, "Ended: %s", stamp(op.EndedAt))
 	if !op.StartedAt.IsZero() && !op.EndedAt.IsZero() {
-		fmt.Fprintf(&b, " (took %s)", op.EndedAt.Sub(op.StartedAt).Truncate(time.Second))
+		fmt.Fprintf(&b, " (took %s)", chat.Duration(op.EndedAt.Sub(op.StartedAt)))
 	}
 	b.WriteString("\n")
 	if op.Attempts > 1 {
 		fmt.Fprintf(&b, "Attempts: %d (resumed after an interruption)\n", op.Attempts)
 	}
 
-	if len(op.Steps) > 0 {
-		b.WriteString("Steps:\n")
-		for _, s := range op.Steps {
-			line := "  " + chat.StatusMark(s.Status) + " " + s.Title
-			if s.Node != "" && !strings.Contains(s.Title, s.Node) {
-				line += " [" + s.Node + "]"
-			}
-			line += " — " + s.Status
-			if s.Detail != "" {
-				line += ": " + firstLine(s.Detail)
-			}
-			if d := s.EndedAt.Sub(s.StartedAt); !s.StartedAt.IsZero() && !s.EndedAt.IsZero() && d >= time.Second {
-				line += fmt.Sprintf(" (%s)", d.Truncate(time.Second))
-			}
-			b.WriteString(line + "\n")
+	// Every attempt's step results: the earlier ones from the history, the
+	// last from the operation's steps.
+	for _, a := range op.History {
+		fmt.Fprintf(&b, "Steps, attempt %d (%s", a.N, orNone(a.End))
+		if !a.StartedAt.IsZero() {
+			fmt.Fprintf(&b, ", started %s", stamp(a.StartedAt))
 		}
+		b.WriteString("):\n")
+		writeSteps(&b, a.Steps)
+	}
+	if len(op.Steps) > 0 {
+		if len(op.History) > 0 {
+			fmt.Fprintf(&b, "Steps, attempt %d (%s):\n", op.Attempts, op.State)
+		} else {
+			b.WriteString("Steps:\n")
+		}
+		writeSteps(&b, op.Steps)
 	}
 	fmt.Fprintf(&b, "Validation: %s\n", validation(op, plan))
 	if len(recs) > 0 {
@@ -184,10 +195,6 @@ func approvers(op *state.Operation, recs []state.AuditRecord, apps []state.Appro
 		parts = append(parts, fmt.Sprintf("%s (%s)", u, stamp(at[u])))
 	}
 	return strings.Join(parts, ", ")
-}
-
-func isSnapshot(a state.Artifact) bool {
-	return strings.Contains(strings.ToLower(a.Name), "snapshot")
 }
 
 // lookup finds a value recorded under one of keys: operation args, artifact
@@ -279,4 +286,22 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// writeSteps writes one attempt's step results.
+func writeSteps(b *strings.Builder, steps []state.Step) {
+	for _, s := range steps {
+		line := "  " + chat.StatusMark(s.Status) + " " + s.Title
+		if s.Node != "" && !strings.Contains(s.Title, s.Node) {
+			line += " [" + s.Node + "]"
+		}
+		line += " — " + s.Status
+		if s.Detail != "" {
+			line += ": " + firstLine(s.Detail)
+		}
+		if d := s.EndedAt.Sub(s.StartedAt); !s.StartedAt.IsZero() && !s.EndedAt.IsZero() && d >= time.Second {
+			line += " (" + chat.Duration(d) + ")"
+		}
+		b.WriteString(line + "\n")
+	}
 }

@@ -7,8 +7,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/bot/auditview"
+	"github.com/talosbot/talosbot/bot/grammar"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
@@ -35,7 +35,7 @@ func TestMaintenanceRecordR22(t *testing.T) {
 			{ID: "verify", Title: "all nodes at target", Status: "ok"},
 		},
 		Artifacts: []state.Artifact{
-			{ID: "snap-20260501", Name: "etcd snapshot", SHA256: "feedbeef", Size: 1234, Location: "/var/lib/talosbot/snapshots/x.db", Revision: 42},
+			{ID: "production/snap-20260501", Name: "etcd snapshot", SHA256: "feedbeef", Size: 1234, Location: "/var/lib/talosbot/snapshots/x.db", Revision: 42},
 			{ID: "tfplan-1", Name: "terraform plan", SHA256: "0a0b", Location: "/plans/1.json"},
 		},
 		CreatedAt: t0, StartedAt: t0.Add(time.Minute), EndedAt: t0.Add(10 * time.Minute), Attempts: 2,
@@ -53,10 +53,10 @@ func TestMaintenanceRecordR22(t *testing.T) {
 		"Requested by: alice at 2026-05-01 10:00:00 UTC (`/talos upgrade talos v1.13.9`)",
 		"Approved by: erin (2026-05-01 10:00:20 UTC), dave (2026-05-01 10:00:30 UTC)",
 		"Plan: upgrade Talos v1.12.6 → v1.13.9 on 5 nodes", "Plan digest: d2", "✅ precondition adjacent minor [R10]", "⚠️ node w-2 is cordoned",
-		"Snapshot: snap-20260501 sha256 feedbeef (1234 bytes, /var/lib/talosbot/snapshots/x.db, etcd revision 42)",
+		"Snapshot: production/snap-20260501 sha256 feedbeef (1234 bytes, /var/lib/talosbot/snapshots/x.db, etcd revision 42)",
 		"Terraform plan: tfplan-1 (sha256 0a0b, /plans/1.json)", "Git commit: 9f8e7d6",
-		"Started: 2026-05-01 10:01:00 UTC", "Ended: 2026-05-01 10:10:00 UTC (took 9m0s)", "Attempts: 2",
-		"✅ upgrade w-1 — ok: v1.12.6 → v1.13.9 (5m0s)", "❌ health gate (after) — failed: etcd: no leader",
+		"Started: 2026-05-01 10:01:00 UTC", "Ended: 2026-05-01 10:10:00 UTC (took 9 min)", "Attempts: 2",
+		"✅ upgrade w-1 — ok: v1.12.6 → v1.13.9 (5 min)", "❌ health gate (after) — failed: etcd: no leader",
 		"Validation: failed (1 of 2 checks): health gate (after)", "Audit: 4 records, seq 10–13",
 	} {
 		if !strings.Contains(out, want) {
@@ -92,7 +92,7 @@ func TestFilterArgsRoundTrip(t *testing.T) {
 		t.Fatalf("args %s", args)
 	}
 	// The chat tokenizer reads the values back unchanged.
-	toks, err := bot.Tokenize(args)
+	toks, err := grammar.Tokenize(args)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,5 +102,38 @@ func TestFilterArgsRoundTrip(t *testing.T) {
 	}
 	if got["user"] != in["user"] || got["op"] != "upgrade talos" || got["before"] != "99" {
 		t.Fatalf("tokenized back: %q", got)
+	}
+}
+
+// A snapshot is known by its id ("<cluster>/<file>", docs/BACKUPS.md), the
+// rule retention protection uses too: not by the name a plugin gave it.
+func TestMaintenanceRecordKnowsSnapshotsByID(t *testing.T) {
+	op := &state.Operation{ID: "s1", Cluster: "staging", Command: "any", Requester: "carol", State: state.StateSucceeded,
+		Artifacts: []state.Artifact{
+			{ID: "staging/20260501T100000Z-cp-1", Name: "etcd backup", SHA256: "aa", Size: 64},
+			{ID: "report-1", Name: "snapshot report", SHA256: "bb", Size: 8},
+			{ID: "production/20260501T100000Z-cp-1", Name: "etcd snapshot", SHA256: "cc", Size: 64},
+		}}
+	out := auditview.MaintenanceRecord(op, nil, nil)
+	for _, want := range []string{
+		"Snapshot: staging/20260501T100000Z-cp-1 sha256 aa (64 bytes)",
+		"Artifact: snapshot report report-1 sha256 bb (8 bytes)",
+		"Artifact: etcd snapshot production/20260501T100000Z-cp-1 sha256 cc (64 bytes)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("record lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// The audit heading shows --since to the second; the "more" page keeps the
+// exact window.
+func TestDescribeFilterHasNoNanoseconds(t *testing.T) {
+	q := state.AuditQuery{Since: time.Date(2026, 11, 30, 8, 31, 2, 123456789, time.UTC)}
+	if got := auditview.DescribeFilter(q); got != "--since 2026-11-30T08:31:02Z" {
+		t.Errorf("DescribeFilter = %q", got)
+	}
+	if got := auditview.FilterArgs(q); got != "--since 2026-11-30T08:31:02.123456789Z" {
+		t.Errorf("FilterArgs = %q", got)
 	}
 }

@@ -6,7 +6,9 @@ package chat
 
 import (
 	"context"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Command is a typed command line from a user in a channel.
@@ -40,10 +42,75 @@ type Button struct {
 // Message is one chat message: an operation's live message, a thread reply or
 // a plain answer.
 type Message struct {
-	Title   string   `json:"title,omitempty"`
-	Text    string   `json:"text"`
+	Title string `json:"title,omitempty"`
+	Text  string `json:"text"`
+	// Table is shown after Text (an operation's nodes); each platform
+	// draws it its own way (Slack: a table block; Discord: a monospace
+	// block; the console: an HTML table).
+	Table   *Table   `json:"table,omitempty"`
 	Fields  []Field  `json:"fields,omitempty"`
 	Buttons []Button `json:"buttons,omitempty"`
+}
+
+// Table is a small table: a header row and rows of plain-text cells.
+type Table struct {
+	Columns []string   `json:"columns"`
+	Rows    [][]string `json:"rows"`
+}
+
+// Markdown is the table as a pipe table (the console and CommonMark read it).
+func (t *Table) Markdown() string {
+	if t == nil || len(t.Columns) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	row := func(cells []string) {
+		b.WriteString("|")
+		for i := range t.Columns {
+			c := ""
+			if i < len(cells) {
+				c = strings.ReplaceAll(cells[i], "|", "/")
+			}
+			b.WriteString(" " + c + " |")
+		}
+		b.WriteString("\n")
+	}
+	row(t.Columns)
+	b.WriteString("|" + strings.Repeat(" --- |", len(t.Columns)) + "\n")
+	for _, r := range t.Rows {
+		row(r)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// Aligned is the table as padded columns, for a monospace block (Discord
+// has no tables). Widths count runes; an emoji may still be drawn wider.
+func (t *Table) Aligned() string {
+	if t == nil || len(t.Columns) == 0 {
+		return ""
+	}
+	w := make([]int, len(t.Columns))
+	all := append([][]string{t.Columns}, t.Rows...)
+	for _, r := range all {
+		for i := range w {
+			if i < len(r) {
+				w[i] = max(w[i], utf8.RuneCountInString(r[i]))
+			}
+		}
+	}
+	var b strings.Builder
+	for _, r := range all {
+		var line strings.Builder
+		for i := range w {
+			c := ""
+			if i < len(r) {
+				c = r[i]
+			}
+			line.WriteString(c + strings.Repeat(" ", w[i]-utf8.RuneCountInString(c)+2))
+		}
+		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // Adapter delivers messages to one chat platform.
@@ -53,6 +120,13 @@ type Adapter interface {
 	Post(ctx context.Context, channel, threadRef string, m Message) (ref string, err error)
 	// Edit replaces the content of a posted message.
 	Edit(ctx context.Context, channel, ref string, m Message) error
+}
+
+// Private is an adapter that can show a message to one user only (Slack's
+// ephemeral messages). An adapter without it gets the message in the
+// channel, addressed to the user by name.
+type Private interface {
+	PostPrivate(ctx context.Context, channel, user string, m Message) error
 }
 
 // Handler is what adapters call with platform input; the bot implements it.
@@ -105,8 +179,28 @@ func StatusMark(status string) string {
 		return "❌"
 	case "skipped":
 		return "⏭️"
+	case "not-checked":
+		return "❔"
+	case "refused":
+		return "⛔"
 	case "running":
 		return "⏳"
+	case "stopped":
+		return "⏹️"
 	}
 	return "▫️"
+}
+
+// StatusLabel is the word shown beside a step's marker, so a status reads
+// the same without an emoji font.
+func StatusLabel(status string) string {
+	switch status {
+	case "ok":
+		return "done"
+	case "failed", "skipped", "running", "refused", "stopped":
+		return status
+	case "not-checked":
+		return "not checked"
+	}
+	return "pending"
 }

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -107,3 +108,20 @@ func (m *Mux) Edit(ctx context.Context, channel, ref string, msg Message) error 
 	}
 	return a.Edit(ctx, channel, ref, msg)
 }
+
+// PostPrivate routes to the channel's adapter; ErrNoPrivate when it cannot
+// show a message to one user only.
+func (m *Mux) PostPrivate(ctx context.Context, channel, user string, msg Message) error {
+	a, err := m.route(channel)
+	if err != nil {
+		return err
+	}
+	p, ok := a.(Private)
+	if !ok {
+		return ErrNoPrivate
+	}
+	return p.PostPrivate(ctx, channel, user, msg)
+}
+
+// ErrNoPrivate says the adapter cannot post to one user only.
+var ErrNoPrivate = errors.New("chat: this platform has no private messages")

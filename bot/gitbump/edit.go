@@ -2,8 +2,8 @@
 // an operation that changed a declared version has succeeded (R18): it edits
 // the one variable in the configured variables file, commits it on a new
 // branch, pushes it, and optionally opens a pull request through the
-// forge's API. It implements bot.RunHook; the engine tells it which declared
-// variables a run made true (bot.RunOutput.Declared), never which plugin ran.
+// forge's API. It implements engine.RunHook; the engine tells it which declared
+// variables a run made true (engine.RunOutput.Declared), never which plugin ran.
 package gitbump
 
 import (

@@ -25,8 +25,9 @@ import (
 	"github.com/go-git/go-git/v5/storage/memory"
 	"golang.org/x/crypto/ssh/knownhosts"
 
-	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -62,7 +63,7 @@ type Options struct {
 	HTTP *http.Client
 }
 
-// Bumper implements bot.RunHook for the Git follow-up.
+// Bumper implements engine.RunHook for the Git follow-up.
 type Bumper struct {
 	o Options
 
@@ -83,8 +84,8 @@ type cachedNotes struct {
 const notesTTL = time.Minute
 
 var (
-	_ bot.RunHook      = (*Bumper)(nil)
-	_ bot.RequestNotes = (*Bumper)(nil)
+	_ engine.RunHook      = (*Bumper)(nil)
+	_ engine.RequestNotes = (*Bumper)(nil)
 )
 
 // New returns a Bumper.
@@ -114,7 +115,7 @@ func (*Bumper) RunProgress(context.Context, *state.Operation) {}
 // variables true. Any other ending (failed, cancelled, abandoned) prepares
 // nothing (R18). A run that made a variable untrue (a rollback, R19) gets
 // the revert of the bump prepared for it instead.
-func (b *Bumper) RunEnded(ctx context.Context, op *state.Operation, out bot.RunOutput) []string {
+func (b *Bumper) RunEnded(ctx context.Context, op *state.Operation, out engine.RunOutput) []string {
 	lines := b.reverts(ctx, op, out.Invalidated)
 	if op.State != state.StateSucceeded || len(out.Declared) == 0 {
 		return lines
@@ -186,10 +187,9 @@ func (b *Bumper) reverts(ctx context.Context, op *state.Operation, vars []string
 	return lines
 }
 
-// ExtraKey is the Settings.Extra key the notes go under
-// (plugins/cluster.ExtraGitFollowup; the drift report and the plan guard
-// print them).
-const ExtraKey = "git_followup"
+// ExtraKey is the Settings.Extra key the notes go under (defined once in
+// plugins/sdk; the drift report and the plan guard print them).
+const ExtraKey = sdk.ExtraGitFollowup
 
 // RequestNotes tells the plugins, for each variable of the cluster, the
 // newest branch prepared and whether it was merged into the base yet.

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/gitbump"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/state"
@@ -120,7 +120,7 @@ func TestBumpAfterSuccessChangesOneLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	op := succeededOp()
-	lines := b.RunEnded(context.Background(), op, bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
+	lines := b.RunEnded(context.Background(), op, engine.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
 	if len(lines) != 1 || !strings.Contains(lines[0], "branch talosbot/staging-talos-version-v1.13.9-op123abc") {
 		t.Fatalf("lines: %q", lines)
 	}
@@ -153,7 +153,7 @@ func TestBumpAfterSuccessChangesOneLine(t *testing.T) {
 	// a second success makes its own branch.
 	gitCmd(t, bare, "update-ref", "refs/heads/main", br)
 	lines = b.RunEnded(context.Background(), &state.Operation{ID: "op2", Cluster: "staging", State: state.StateSucceeded, Disruptive: true, Attempts: 1},
-		bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
+		engine.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
 	if len(lines) != 1 || !strings.Contains(lines[0], "already \"v1.13.9\"") {
 		t.Fatalf("after the merge: %q", lines)
 	}
@@ -173,12 +173,12 @@ func TestNoBumpUnlessSucceeded(t *testing.T) {
 	for _, s := range []state.OpState{state.StateFailed, state.StateCancelled} {
 		op := succeededOp()
 		op.State = s
-		if lines := b.RunEnded(context.Background(), op, bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}}); len(lines) != 0 {
+		if lines := b.RunEnded(context.Background(), op, engine.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}}); len(lines) != 0 {
 			t.Fatalf("%s: %q", s, lines)
 		}
 	}
 	// A succeeded operation that declared nothing (a rollback, a snapshot).
-	if lines := b.RunEnded(context.Background(), succeededOp(), bot.RunOutput{}); len(lines) != 0 {
+	if lines := b.RunEnded(context.Background(), succeededOp(), engine.RunOutput{}); len(lines) != 0 {
 		t.Fatalf("no declared change: %q", lines)
 	}
 	if got := branches(t, bare); len(got) != 1 {
@@ -201,7 +201,7 @@ func TestPushRefusedIsReportedAndChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := gitCmd(t, bare, "for-each-ref")
-	lines := b.RunEnded(context.Background(), succeededOp(), bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
+	lines := b.RunEnded(context.Background(), succeededOp(), engine.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
 	if len(lines) != 1 || !strings.Contains(lines[0], "not prepared") || !strings.Contains(lines[0], "pre-receive hook declined") {
 		t.Fatalf("lines: %q", lines)
 	}
@@ -254,7 +254,7 @@ func TestHTTPSCredentialsStayOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := b.RunEnded(context.Background(), succeededOp(), bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
+	lines := b.RunEnded(context.Background(), succeededOp(), engine.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
 	if len(lines) != 1 || !strings.Contains(lines[0], "pushed") {
 		t.Fatalf("lines: %q", lines)
 	}
@@ -262,7 +262,7 @@ func TestHTTPSCredentialsStayOut(t *testing.T) {
 	t.Setenv("TB_GIT_TOKEN", "wrong-token-value")
 	op := succeededOp()
 	op.ID = "op456"
-	lines2 := b.RunEnded(context.Background(), op, bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
+	lines2 := b.RunEnded(context.Background(), op, engine.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
 	if len(lines2) != 1 || !strings.Contains(lines2[0], "not prepared") || !strings.Contains(lines2[0], "authentication") {
 		t.Fatalf("wrong token: %q", lines2)
 	}
@@ -339,7 +339,7 @@ func TestPullRequestGitHubAndGitea(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lines := b.RunEnded(context.Background(), succeededOp(), bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
+			lines := b.RunEnded(context.Background(), succeededOp(), engine.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
 			if len(lines) != 1 || !strings.Contains(lines[0], "Pull request: https://forge.example/ops/infra/pull/7") {
 				t.Fatalf("lines: %q", lines)
 			}
@@ -360,10 +360,10 @@ func TestRollbackAfterBump(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	up := bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}}
+	up := engine.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}}
 	rollback := func(id string) []string {
 		return b.RunEnded(ctx, &state.Operation{ID: id, Cluster: "staging", Command: "rollback", Text: "/talos rollback worker-1 staging", Requester: "bob",
-			State: state.StateSucceeded, Disruptive: true, Attempts: 1}, bot.RunOutput{Invalidated: []string{"talos_version"}})
+			State: state.StateSucceeded, Disruptive: true, Attempts: 1}, engine.RunOutput{Invalidated: []string{"talos_version"}})
 	}
 	// No bump yet: nothing to revert.
 	if lines := rollback("rb0"); len(lines) != 0 {
@@ -414,7 +414,7 @@ func TestRequestNotesSayWhetherMerged(t *testing.T) {
 	if n := b.RequestNotes(ctx, "staging"); n != nil {
 		t.Fatalf("notes before any change: %v", n)
 	}
-	b.RunEnded(ctx, succeededOp(), bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
+	b.RunEnded(ctx, succeededOp(), engine.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
 	br := "talosbot/staging-talos-version-v1.13.9-op123abc"
 	note := func() string { return b.RequestNotes(ctx, "staging")[gitbump.ExtraKey] }
 	if n := note(); !strings.Contains(n, "branch "+br) || !strings.Contains(n, "not merged into main yet") {
@@ -429,7 +429,7 @@ func TestRequestNotesSayWhetherMerged(t *testing.T) {
 	}
 	op := succeededOp()
 	op.ID = "op2"
-	b.RunEnded(ctx, op, bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
+	b.RunEnded(ctx, op, engine.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
 	gitCmd(t, bare, "update-ref", "refs/heads/main", "talosbot/staging-talos-version-v1.13.9-op2")
 	if n := note(); !strings.Contains(n, "is merged into main") || !strings.Contains(n, "op2") {
 		t.Fatalf("merged: %q", n)
@@ -447,7 +447,7 @@ func TestRequestNotesUnreachableRemoteIsCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	b.RunEnded(ctx, succeededOp(), bot.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
+	b.RunEnded(ctx, succeededOp(), engine.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
 	moved := bare + ".moved"
 	if err := os.Rename(bare, moved); err != nil {
 		t.Fatal(err)

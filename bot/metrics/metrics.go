@@ -1,6 +1,6 @@
 // Package metrics exposes talosbot's Prometheus metrics: operations by command
 // and result with durations, approval latency, plugin restarts, chat events
-// and alert suggestions. A Metrics value implements bot.Observer and is handed
+// and alert suggestions. A Metrics value implements engine.Observer and is handed
 // to the plugin host (OnRestart) and the alert receiver.
 package metrics
 

@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/metrics"
 	"github.com/talosbot/talosbot/state"
 )
 
-var _ bot.Observer = (*metrics.Metrics)(nil)
+var _ engine.Observer = (*metrics.Metrics)(nil)
 
 func scrape(t *testing.T, m *metrics.Metrics) string {
 	t.Helper()

@@ -1,7 +1,7 @@
 // Package silence holds an Alertmanager silence while a disruptive
 // operation runs: created when the run starts, extended while it runs,
 // expired as soon as it ends whatever the ending, and found again at
-// start-up after a crash. It implements bot.RunHook, and tells the alert
+// start-up after a crash. It implements engine.RunHook, and tells the alert
 // receiver which alerts the bot's own work caused.
 //
 // The client speaks Alertmanager's API v2 (api/v2/openapi.yaml of

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/talosbot/talosbot/bot"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/state"
 )
@@ -47,7 +47,7 @@ type Options struct {
 	KeepaliveEvery time.Duration
 }
 
-// Manager implements bot.RunHook for silences.
+// Manager implements engine.RunHook for silences.
 type Manager struct {
 	o   Options
 	log *slog.Logger
@@ -61,7 +61,7 @@ type Manager struct {
 	work sync.Mutex
 }
 
-var _ bot.RunHook = (*Manager)(nil)
+var _ engine.RunHook = (*Manager)(nil)
 
 // New returns a Manager.
 func New(o Options) (*Manager, error) {
@@ -235,7 +235,7 @@ func (m *Manager) stopKeepalive(opID string) {
 }
 
 // RunEnded reports the alerts still firing under the silence and expires it.
-func (m *Manager) RunEnded(ctx context.Context, op *state.Operation, _ bot.RunOutput) []string {
+func (m *Manager) RunEnded(ctx context.Context, op *state.Operation, _ engine.RunOutput) []string {
 	m.stopKeepalive(op.ID)
 	m.work.Lock()
 	defer m.work.Unlock()

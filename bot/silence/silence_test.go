@@ -18,6 +18,9 @@ import (
 	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/bot/alerts"
 	"github.com/talosbot/talosbot/bot/chat/web"
+	"github.com/talosbot/talosbot/bot/credentials"
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/render"
 	"github.com/talosbot/talosbot/bot/silence"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/amtest"
@@ -123,7 +126,7 @@ type env struct {
 	am      string
 	rcv     *alerts.Receiver
 
-	eng *bot.Engine
+	eng *engine.Engine
 	mgr *silence.Manager
 }
 
@@ -209,8 +212,8 @@ func (e *env) start() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.eng, err = bot.New(context.Background(), bot.Options{Config: e.cfg, Store: e.store, Plugins: e.plugins, Credentials: bot.FileCredentials{},
-		Policy: approvals.New(e.cfg), Sink: bot.NewRenderer(e.console, nil, nil), Hooks: []bot.RunHook{e.mgr}})
+	e.eng, err = bot.New(context.Background(), engine.Options{Config: e.cfg, Store: e.store, Plugins: e.plugins, Credentials: credentials.FileCredentials{},
+		Policy: approvals.New(e.cfg), Sink: render.NewRenderer(e.console, nil, nil), Hooks: []engine.RunHook{e.mgr}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,7 +237,7 @@ func (e *env) crash() {
 
 func (e *env) submit(channel, text string) string {
 	e.t.Helper()
-	id, err := e.eng.Submit(context.Background(), bot.Origin{User: "alice", Channel: channel}, text)
+	id, err := e.eng.Submit(context.Background(), engine.Origin{User: "alice", Channel: channel}, text)
 	if err != nil {
 		e.t.Fatalf("%s: %v", text, err)
 	}
@@ -409,7 +412,7 @@ func TestSilenceExpiredOnFailureAndCancel(t *testing.T) {
 	id = e.submit("stg", "/talos roll staging")
 	e.awaitStarted(id)
 	rec = e.record(id)
-	if err := e.eng.Cancel(context.Background(), bot.Origin{User: "alice", Channel: "stg"}, id); err != nil {
+	if err := e.eng.Cancel(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, id); err != nil {
 		t.Fatal(err)
 	}
 	e.await(id, state.StateCancelled)
@@ -433,7 +436,7 @@ func TestSilenceAcrossCrashResumeAndAbandon(t *testing.T) {
 	if s := amSilence(t, e.am, rec.SilenceID); s.Status.State != "active" {
 		t.Fatalf("after the crash the silence is %s", s.Status.State)
 	}
-	if err := e.eng.Resume(ctx, bot.Origin{User: "alice", Channel: "stg"}, id); err != nil {
+	if err := e.eng.Resume(ctx, engine.Origin{User: "alice", Channel: "stg"}, id); err != nil {
 		t.Fatal(err)
 	}
 	e.awaitStarted(id)
@@ -452,7 +455,7 @@ func TestSilenceAcrossCrashResumeAndAbandon(t *testing.T) {
 	e.crash()
 	e.start()
 	e.await(id, state.StateInterrupted)
-	if err := e.eng.Abandon(ctx, bot.Origin{User: "alice", Channel: "stg"}, id); err != nil {
+	if err := e.eng.Abandon(ctx, engine.Origin{User: "alice", Channel: "stg"}, id); err != nil {
 		t.Fatal(err)
 	}
 	e.awaitExpired(rec.SilenceID)
@@ -509,7 +512,7 @@ func TestAlertmanagerUnreachable(t *testing.T) {
 
 	runs := e.plugins.runCount()
 	id = e.submit("prd", "/talos roll production")
-	op := e.await(id, state.StateFailed)
+	op := e.await(id, state.StateRefused)
 	if !strings.Contains(op.Error, "production requires an Alertmanager silence") || !strings.Contains(op.Error, "silences.require_in") {
 		t.Fatalf("refusal: %q", op.Error)
 	}
@@ -535,7 +538,7 @@ func TestResumeAfterSilenceLapsed(t *testing.T) {
 	}
 	e.start()
 	e.await(id, state.StateInterrupted)
-	if err := e.eng.Resume(ctx, bot.Origin{User: "alice", Channel: "stg"}, id); err != nil {
+	if err := e.eng.Resume(ctx, engine.Origin{User: "alice", Channel: "stg"}, id); err != nil {
 		t.Fatal(err)
 	}
 	e.awaitStarted(id)

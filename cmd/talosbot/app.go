@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,7 +19,10 @@ import (
 	"github.com/talosbot/talosbot/bot/chat/discord"
 	"github.com/talosbot/talosbot/bot/chat/slack"
 	"github.com/talosbot/talosbot/bot/chat/web"
+	"github.com/talosbot/talosbot/bot/credentials"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/metrics"
+	"github.com/talosbot/talosbot/bot/render"
 	"github.com/talosbot/talosbot/bot/schedule"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/host"
@@ -31,7 +35,7 @@ type app struct {
 	log     *slog.Logger
 	store   *state.Store
 	plugins *host.Manager
-	engine  *bot.Engine
+	engine  *engine.Engine
 	console *web.Console
 	slack   *slack.Adapter
 	discord *discord.Adapter
@@ -105,7 +109,7 @@ type appOptions struct {
 	channels      []string          // console channels
 	users         []string          // console users (demo)
 	userLabels    map[string]string
-	creds         bot.CredentialSource
+	creds         engine.CredentialSource
 	extraRoutes   func(mux *http.ServeMux)
 	// APIs (api.go): each is off while its token is empty.
 	auditToken     string
@@ -158,17 +162,26 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	}
 	creds := o.creds
 	if creds == nil {
-		creds = bot.SourceCredentials{Config: cfg}
+		creds = credentials.SourceCredentials{Config: cfg}
 	}
 	chatMux := chat.NewMux(plain, platforms)
-	sink := bot.NewRenderer(chatMux, nil, log)
+	sink := render.NewRenderer(chatMux, nil, log)
 	if a.follow, err = newFollowups(cfg, st, log); err != nil {
 		a.close()
 		return nil, err
 	}
-	a.engine, err = bot.New(ctx, bot.Options{
-		Config: cfg, Store: st, Plugins: a.plugins, Credentials: creds, Policy: approvals.New(cfg),
-		Sink: sink, Logger: log, Observer: a.metrics, Hooks: a.follow.hooks,
+	relSource, relHook, err := newReleaseSource(cfg, st)
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+	// The policy applies what manifests declare (min_approvals). Manifests
+	// are cached by the host: the engine's own call below reuses them, and a
+	// plugin that fails here is not served by the engine either.
+	mans, _ := a.plugins.Manifests(ctx)
+	a.engine, err = bot.New(ctx, engine.Options{
+		Config: cfg, Store: st, Plugins: a.plugins, Credentials: creds, Policy: approvals.New(cfg).WithManifests(mans),
+		Sink: sink, Logger: log, Observer: a.metrics, Hooks: append(slices.Clone(a.follow.hooks), relHook),
 	})
 	if err != nil {
 		a.close()
@@ -192,7 +205,7 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	}
 	// Scheduled snapshots and drills (docs/BACKUPS.md); after Recover, so a
 	// missed run catches up once against the recovered store.
-	sched, err := schedule.New(ctx, schedule.Options{Config: cfg, Store: st, Submit: a.engine.Submit, Say: sink.Reply, Log: log})
+	sched, err := schedule.New(ctx, schedule.Options{Config: cfg, Store: st, Commands: a.engine.Grammar().Specs(), Submit: a.engine.Submit, Say: sink.Reply, Log: log})
 	if err != nil {
 		a.close()
 		return nil, fmt.Errorf("snapshot schedules: %w", err)
@@ -200,6 +213,10 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	a.stopAdapters = cancelRun
 	a.runAdapter(runCtx, "schedule", sched.Run)
+	if err := a.startReleases(runCtx, relSource, creds, sink, log); err != nil {
+		a.close()
+		return nil, fmt.Errorf("release notices: %w", err)
+	}
 	if a.slack != nil {
 		a.slack.SetHandler(a.engine)
 		if cfg.Chat.Slack.Mode != "http" {

@@ -2,14 +2,13 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"github.com/talosbot/talosbot/internal/servetest"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/talosbot/talosbot/internal/servetest"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
@@ -27,39 +26,14 @@ func TestApprovalVoidedWhenANodeChangesVersion(t *testing.T) {
 	c, err := sim.Start(ctx, sim.Options{Dir: filepath.Join(dir, "sim"), Name: "production", ControlPlanes: 1, Workers: 2, RebootDelay: 300 * time.Millisecond})
 	must(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	tc := filepath.Join(dir, "talosconfig")
-	must(t, os.WriteFile(tc, c.Talosconfig(), 0o600))
-	var nodes, endpoints []string
 	var worker1 string
 	for _, n := range c.Nodes() {
-		nodes = append(nodes, fmt.Sprintf("{name: %s, address: %s, role: %s, host: %s, platform: nocloud, installer_class: default}", n.Name, n.IP, n.Role, n.Host))
-		if n.Role == sim.RoleControlPlane {
-			endpoints = append(endpoints, n.IP)
-		}
 		if n.Name == "worker-1" {
 			worker1 = n.IP
 		}
 	}
-	addr := servetest.FreeAddr(t)
-	cfg := filepath.Join(dir, "talosbot.yaml")
-	must(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
-data_dir: %s/data
-listen: %s
-clusters:
-  - name: production
-    environment: production
-    channels: [ops]
-    endpoints: [%s]
-    nodes: [%s]
-    credentials: {source: files, talosconfig: "file:%s"}
-    declared: {schematic_id: %s}
-policy:
-  production: {approvers: [bob, dave], operators: [alice, bob, dave]}
-releases: {talos: [v1.12.6, v1.13.9]}
-chat:
-  web: {enabled: true, users: [{name: alice, token: env:TB_CONSOLE_TOKEN_ALICE}, {name: bob, token: env:TB_CONSOLE_TOKEN_BOB}, {name: dave, token: env:TB_CONSOLE_TOKEN_DAVE}]}
-`, dir, addr, strings.Join(endpoints, ", "), strings.Join(nodes, ", "), tc, sim.DefaultSchematic)), 0o600))
-	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Tokens: servetest.NewTokens(t, "alice", "bob", "dave")}
+	b := servetest.Config{Dir: dir, Clusters: []servetest.Cluster{{Name: "production", Sim: c}}, Users: []string{"alice", "bob", "dave"},
+		Policy: "{production: {approvers: [bob, dave], operators: [alice, bob, dave]}}"}.Bot(t, talosbotBinary(t))
 	b.Start()
 	t.Cleanup(func() { _ = b.Cmd.Process.Signal(syscall.SIGTERM); _ = b.Cmd.Wait() })
 
@@ -69,7 +43,9 @@ chat:
 	var approval servetest.Message
 	b.WaitFor("the approval request", func() bool {
 		for _, m := range b.Messages("ops") {
-			if m.Field("State") == "awaiting_approval" {
+			// The buttons come with the update after the state change (and
+			// a second edit within a second is coalesced): wait for them.
+			if m.Field("State") == "awaiting_approval" && m.Button("Approve") != "" {
 				approval = m
 				return true
 			}

@@ -2,15 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"github.com/talosbot/talosbot/internal/servetest"
 	"math/rand/v2"
-	"os"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/talosbot/talosbot/internal/servetest"
 
 	"github.com/talosbot/talosbot/sim"
 	"github.com/talosbot/talosbot/state"
@@ -29,36 +31,27 @@ func TestCrashRecoveryTwentyKills(t *testing.T) {
 	c, err := sim.Start(ctx, sim.Options{Dir: filepath.Join(dir, "sim"), Name: "staging", ControlPlanes: 3, Workers: 2, RebootDelay: 2 * time.Second})
 	must(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	tc := filepath.Join(dir, "talosconfig")
-	must(t, os.WriteFile(tc, c.Talosconfig(), 0o600))
-	var nodes, endpoints []string
-	for _, n := range c.Nodes() {
-		nodes = append(nodes, fmt.Sprintf("{name: %s, address: %s, role: %s, host: %s, platform: nocloud, installer_class: default}", n.Name, n.IP, n.Role, n.Host))
-		if n.Role == sim.RoleControlPlane {
-			endpoints = append(endpoints, n.IP)
+	const auditTok = "crash-audit-token-5e6f"
+	b := servetest.Config{Dir: dir, Clusters: []servetest.Cluster{{Sim: c}}, Timeouts: "{gate: 20s, node: 60s}",
+		Extra: "audit: {token: env:TB_AUDIT}\n"}.Bot(t, talosbotBinary(t))
+	b.Env = []string{"TB_AUDIT=" + auditTok}
+	// resumed is how many times the operation has resumed, from the audit
+	// API: the store's record, written as the resumed run starts (the
+	// console's state lags by up to a second of coalesced edits).
+	resumed := func(id string) int {
+		req, _ := http.NewRequest("GET", "http://"+b.Addr+"/api/audit?limit=1000&action=resumed&op_id="+id, nil)
+		req.Header.Set("Authorization", "Bearer "+auditTok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return -1
 		}
+		defer resp.Body.Close()
+		var recs []state.AuditRecord
+		if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&recs) != nil {
+			return -1
+		}
+		return len(recs)
 	}
-	addr := servetest.FreeAddr(t)
-	cfg := filepath.Join(dir, "talosbot.yaml")
-	must(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
-data_dir: %s/data
-listen: %s
-clusters:
-  - name: staging
-    environment: staging
-    channels: [ops]
-    endpoints: [%s]
-    nodes: [%s]
-    credentials: {source: files, talosconfig: "file:%s"}
-    declared: {schematic_id: %s}
-releases: {talos: [v1.12.6, v1.13.9]}
-timeouts: {gate: 20s, node: 60s}
-policy: {staging: {operators: ["*"]}}
-chat:
-  web: {enabled: true, users: [{name: alice, token: env:TB_CONSOLE_TOKEN_ALICE}]}
-`, dir, addr, strings.Join(endpoints, ", "), strings.Join(nodes, ", "), tc, sim.DefaultSchematic)), 0o600))
-
-	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Tokens: servetest.NewTokens(t, "alice")}
 	opState := func(id string) string {
 		for _, m := range b.Messages("ops") {
 			if id != "" && m.Field("Operation") == id {
@@ -66,6 +59,28 @@ chat:
 			}
 		}
 		return ""
+	}
+	// The kill schedule follows the roll, not the clock. Each kill waits
+	// until its run is on (the first run's state, or the resumed run's
+	// audit record), then until plan[j] nodes' upgrade steps have started
+	// (the sim's Upgrade calls), then for a seeded number (0–3) of further
+	// calls to the sim, and kills. Three kills land before the first node
+	// (snapshot, gates), four in each node's step after its Upgrade call
+	// (reboot, gates, the next node's checks), and the last as the last
+	// node reboots. No kill lands inside an Upgrade request before Talos
+	// acknowledges it: there the request is lost with the bot, and the
+	// resumed run rightly asks again (so "exactly once" would not hold).
+	// Once every node's step has started, the roll is in its
+	// closing checks: a kill there lands as the resumed run starts, so a
+	// roll that is ahead of the schedule still gets every kill.
+	nodes := len(c.Nodes())
+	plan := []int{0, 0, 0}
+	for k := 1; k < nodes; k++ {
+		plan = append(plan, k, k, k, k)
+	}
+	plan = append(plan, nodes)
+	if len(plan) != kills {
+		t.Fatalf("the schedule has %d kills, want %d", len(plan), kills)
 	}
 	var opID string
 	killed := 0
@@ -89,46 +104,26 @@ chat:
 				t.Fatalf("resume: HTTP %d", code)
 			}
 		}
-		b.WaitFor(fmt.Sprintf("the operation to run (after %d kills)", killed), func() bool {
-			st := opState(opID)
-			return st == "running" || st == "succeeded" || st == "failed"
-		})
-		if st := opState(opID); st != "running" {
-			t.Fatalf("after %d kills the operation is %s, not running; bot log:\n%s", killed, st, b.Stderr)
-		}
-		// The kill point. Three of every four kills land at a seeded moment
-		// early in the resumed run (starting, snapshot, gate, or the next
-		// upgrade call); the fourth waits for the next upgrade call and kills
-		// at a seeded moment of that node's reboot. So the 20 kills spread
-		// over all five nodes and the roll finishes only after the last one.
-		k, phase := killed/4, killed%4
-		if phase < 3 {
-			time.Sleep(time.Duration(rng.IntN(250)) * time.Millisecond) // the kill point, not synchronisation
-		} else if before := upgradeCalls(c); before < len(c.Nodes()) {
-			b.WaitFor("the next upgrade call", func() bool { return upgradeCalls(c) > before })
-			time.Sleep(time.Duration(rng.IntN(600)) * time.Millisecond) // the kill point
+		if killed == 0 {
+			b.WaitFor("the operation to run", func() bool { return opState(opID) == "running" })
 		} else {
-			// Every node has had its call: kill as the last one comes back,
-			// during the closing quorum check and gates.
-			b.WaitFor("the last node back", func() bool {
-				if atTarget(c) != len(c.Nodes()) {
-					return false
-				}
-				for _, n := range c.Nodes() {
-					if !c.NodeBooted(n.Name) {
-						return false
-					}
-				}
-				return true
-			})
+			b.WaitFor(fmt.Sprintf("the operation to resume (after %d kills)", killed), func() bool { return resumed(opID) >= killed })
 		}
-		if st := opState(opID); st != "running" {
-			t.Fatalf("the operation ended (%s) before kill %d", st, killed+1)
+		want, depth := plan[killed], rng.IntN(4)
+		if upgradeCalls(c) >= nodes {
+			depth = 0 // the closing checks: kill as the resumed run starts
 		}
+		b.WaitForWithin(fmt.Sprintf("kill point %d: %d nodes' upgrade steps started", killed+1, want), 2*time.Minute, func() bool {
+			return upgradeCalls(c) >= want
+		})
+		base := simCalls(c)
+		b.WaitForWithin(fmt.Sprintf("kill point %d: %d more calls to the sim, no Upgrade request unanswered", killed+1, depth), 2*time.Minute, func() bool {
+			return simCalls(c) >= base+depth && !upgradeUnanswered(c)
+		})
 		must(t, b.Cmd.Process.Signal(syscall.SIGKILL))
 		_ = b.Cmd.Wait()
 		killed++
-		t.Logf("kill %d (node %d, phase %d): %d upgrade calls, %d nodes at target", killed, k+1, phase, upgradeCalls(c), atTarget(c))
+		t.Logf("kill %d (after %d upgrade steps started, %d calls in): %d upgrade calls, %d nodes at target", killed, want, depth, upgradeCalls(c), atTarget(c))
 	}
 	// Let it finish.
 	b.Start()
@@ -169,13 +164,36 @@ chat:
 	if count["interrupted"] != kills || count["resumed"] != kills || count["succeeded"] != 1 {
 		t.Fatalf("history: %d interrupted, %d resumed, %d succeeded; want %d, %d, 1", count["interrupted"], count["resumed"], count["succeeded"], kills, kills)
 	}
-	t.Logf("%d kills; audit chain of %d records verifies; every node upgraded exactly once", kills, rep.Records)
+	t.Logf("%d kills; audit chain of %d records verifies; every node upgraded exactly once", killed, rep.Records)
 }
 
 func upgradeCalls(c *sim.Cluster) int {
 	n := 0
 	for _, node := range c.Nodes() {
 		n += c.Calls(node.Name, "Upgrade")
+	}
+	return n
+}
+
+// upgradeUnanswered reports whether a node has received an Upgrade request
+// but is not on its way yet: it still runs its old version and is in no
+// sequence, so the request is still being answered.
+func upgradeUnanswered(c *sim.Cluster) bool {
+	for _, n := range c.Nodes() {
+		if c.Calls(n.Name, "Upgrade") > 0 && c.NodeBooted(n.Name) && c.NodeVersion(n.Name) != "v1.13.9" {
+			return true
+		}
+	}
+	return false
+}
+
+// simCalls is how many calls every node of c has served.
+func simCalls(c *sim.Cluster) int {
+	n := 0
+	for _, methods := range c.CallCounts() {
+		for _, k := range methods {
+			n += k
+		}
 	}
 	return n
 }

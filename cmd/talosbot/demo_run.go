@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
@@ -26,27 +27,38 @@ import (
 // demoUsers are the console's users: an operator, an approver and a viewer.
 func demoUsers() []string { return []string{"alice", "bob", "carol"} }
 
-func runDemo(ctx context.Context, out io.Writer, listen, dataDir string) error {
-	if err := loopbackOnly(listen); err != nil {
+// demoOptions are the demo's flags (demo.go).
+type demoOptions struct {
+	listen, dataDir string
+	keep            bool
+	rebootDelay     time.Duration
+}
+
+func runDemo(ctx context.Context, out io.Writer, o demoOptions) error {
+	if err := loopbackOnly(o.listen); err != nil {
+		return err
+	}
+	if o.rebootDelay <= 0 {
+		return &exitError{code: 2, err: fmt.Errorf("--reboot-delay %s: give a positive duration, e.g. --reboot-delay 8s", o.rebootDelay)}
+	}
+	// A busy port is found before anything starts: two clusters take a
+	// minute to start and would only be stopped again.
+	if err := portFree(o.listen); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if dataDir == "" {
-		d, err := os.MkdirTemp("", "talosbot-demo-")
-		if err != nil {
-			return err
-		}
-		dataDir = d
-	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	dataDir, cleanup, err := demoDataDir(o.dataDir, o.keep)
+	if err != nil {
 		return err
 	}
+	// Registered first, so it runs last: after the clusters and the bot stopped.
+	defer cleanup(out)
 	_, kubeErr := testenv.KubeAPIServerPath()
 	withKube := kubeErr == nil
-	fmt.Fprintf(out, "talosbot demo: starting two simulated clusters under %s …\n", dataDir)
+	fmt.Fprintf(out, "talosbot demo: starting two simulated clusters under %s (a node takes %s to reboot: --reboot-delay) …\n", dataDir, o.rebootDelay)
 	if !withKube {
-		fmt.Fprintf(out, "  no kube-apiserver in the tools cache (%v):\n  Kubernetes probes will report \"skipped: no Kubernetes API\". Run `make tools` to get one.\n", kubeErr)
+		fmt.Fprintf(out, "  no kube-apiserver in the tools cache (%v):\n  Kubernetes probes will report \"not checked: no Kubernetes API\". Run `make tools` to get one.\n", kubeErr)
 	}
 	specs := []struct {
 		name, env string
@@ -61,7 +73,7 @@ func runDemo(ctx context.Context, out io.Writer, listen, dataDir string) error {
 			defer wg.Done()
 			clusters[i], errs[i] = startSimCluster(ctx, simOptions{
 				dir: filepath.Join(dataDir, "clusters", s.name), name: s.name, controlPlanes: s.cps, workers: s.ws,
-				talosVersion: "v1.12.6", kubernetesVersion: "v1.35.2", kube: withKube, rebootDelay: 2 * time.Second,
+				talosVersion: "v1.12.6", kubernetesVersion: "v1.35.2", kube: withKube, rebootDelay: o.rebootDelay,
 				// As on real clusters, a node's names differ: inventory, hostname, Node, etcd member.
 				distinctNames: true,
 			})
@@ -78,7 +90,7 @@ func runDemo(ctx context.Context, out io.Writer, listen, dataDir string) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	cfg := demoConfig(dataDir, listen)
+	cfg := demoConfig(dataDir, o.listen)
 	for i, s := range specs {
 		cfg.Clusters = append(cfg.Clusters, clusters[i].inventory(s.name, s.env, nil))
 	}
@@ -101,6 +113,9 @@ func runDemo(ctx context.Context, out io.Writer, listen, dataDir string) error {
 		userLabels: map[string]string{"alice": "operator", "bob": "approver", "carol": "viewer"},
 		auditToken: token, alertsToken: token, alertsFallback: "ops"})
 	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return portBusy(o.listen, err) // taken while the clusters started
+		}
 		return err
 	}
 	defer a.close()
@@ -123,11 +138,79 @@ Audit API and Alertmanager webhook (token %s, also in %s/demo-token):
   Alertmanager webhook_configs url: %s/api/alerts/alertmanager
     http_config: {authorization: {type: Bearer, credentials_file: %s/demo-token}}
   metrics: %s/metrics
-Press Ctrl-C to stop; everything lives under %s.
-`, url, dataDir, url, url, token, dataDir, dataDir, url, url, dataDir, url, dataDir)
+Press Ctrl-C to stop; everything lives under %s (%s).
+`, url, dataDir, url, url, token, dataDir, dataDir, url, url, dataDir, url, dataDir, keptOrRemoved(o.keep))
 	<-ctx.Done()
 	fmt.Fprintln(out, "stopping the demo")
 	return nil
+}
+
+func keptOrRemoved(keep bool) string {
+	if keep {
+		return "kept on exit: --keep"
+	}
+	return "removed on exit unless --keep"
+}
+
+// portFree refuses a --listen address another process holds, with how to
+// choose another.
+func portFree(listen string) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return portBusy(listen, err)
+		}
+		return &exitError{code: 2, err: fmt.Errorf("--listen %s: %w", listen, err)}
+	}
+	return ln.Close()
+}
+
+func portBusy(listen string, err error) error {
+	host, _, _ := net.SplitHostPort(listen)
+	return &exitError{code: 2, err: fmt.Errorf("--listen %s: the port is in use (%w); choose another port: --listen %s, or with make: make demo DEMO_ARGS='--listen %s'",
+		listen, err, net.JoinHostPort(host, "PORT"), net.JoinHostPort(host, "9090"))}
+}
+
+// demoDataDir creates the demo's data dir (a new temp dir unless dir is
+// given) and returns the cleanup to run on exit. The demo's clusters, etcd
+// data and snapshots take hundreds of MB, so a dir the demo created is
+// removed unless keep; a dir that existed before is left as it was found,
+// never removed wholesale. The demo's token, a secret, never outlives the run.
+func demoDataDir(dir string, keep bool) (string, func(io.Writer), error) {
+	created := false
+	if dir == "" {
+		d, err := os.MkdirTemp("", "talosbot-demo-")
+		if err != nil {
+			return "", nil, fmt.Errorf("demo data dir: %w", err)
+		}
+		dir, created = d, true
+	} else {
+		_, err := os.Stat(dir)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			created = true
+		case err != nil:
+			return "", nil, fmt.Errorf("--data-dir: %w", err)
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", nil, fmt.Errorf("--data-dir: %w", err)
+		}
+	}
+	return dir, func(out io.Writer) {
+		_ = os.Remove(filepath.Join(dir, "demo-token"))
+		switch {
+		case keep:
+			fmt.Fprintf(out, "kept the demo's data dir %s (--keep)\n", dir)
+		case !created:
+			fmt.Fprintf(out, "left %s in place: it existed before the demo (remove it yourself)\n", dir)
+		default:
+			if err := os.RemoveAll(dir); err != nil {
+				fmt.Fprintf(out, "could not remove the demo's data dir: %v\n", err)
+				return
+			}
+			fmt.Fprintf(out, "removed the demo's data dir %s\n", dir)
+		}
+	}, nil
 }
 
 // loopbackOnly refuses a demo listen address other people can reach: the

@@ -2,16 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"github.com/talosbot/talosbot/internal/servetest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/talosbot/talosbot/internal/servetest"
 
 	"github.com/talosbot/talosbot/state"
 )
@@ -59,18 +58,9 @@ func envOr(key, def string) string {
 
 func talosbotBinary(*testing.T) string { return binPath }
 
+// buildEnginePlugin builds the engine tests' external plugin.
 func buildEnginePlugin(t *testing.T) (path, sum string) {
-	t.Helper()
-	path = filepath.Join(t.TempDir(), "engineplugin")
-	if b, err := exec.Command("go", "build", "-o", path, "../../bot/testdata/engineplugin").CombinedOutput(); err != nil {
-		t.Fatalf("build engineplugin: %v\n%s", err, b)
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.Sum256(raw)
-	return path, hex.EncodeToString(h[:])
+	return servetest.BuildPlugin(t, "../../bot/testdata/engineplugin")
 }
 
 // TestServeSIGKILLLeavesInterruptedOperation runs `talosbot serve` as a real
@@ -80,31 +70,9 @@ func buildEnginePlugin(t *testing.T) (path, sum string) {
 func TestServeSIGKILLLeavesInterruptedOperation(t *testing.T) {
 	dir := t.TempDir()
 	plugin, sum := buildEnginePlugin(t)
-	tc := filepath.Join(dir, "talosconfig")
-	if err := os.WriteFile(tc, []byte("context: e2e\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	addr := servetest.FreeAddr(t)
-	cfg := filepath.Join(dir, "talosbot.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
-data_dir: %s/data
-listen: %s
-clusters:
-  - name: staging
-    environment: staging
-    channels: [ops]
-    endpoints: [127.0.0.1]
-    nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}]
-    credentials: {source: files, talosconfig: "file:%s"}
-policy: {staging: {operators: ["*"]}}
-chat:
-  web: {enabled: true, users: [{name: alice, token: env:TB_CONSOLE_TOKEN_ALICE}]}
-plugins:
-  external: [{name: eng, path: %s, sha256: %s}]
-`, dir, addr, tc, plugin, sum)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Tokens: servetest.NewTokens(t, "alice")}
+	b := servetest.Config{Dir: dir, Clusters: []servetest.Cluster{{Nodes: []string{"{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}"},
+		Endpoints: []string{"127.0.0.1"}, Talosconfig: []byte("context: e2e\n")}},
+		Extra: fmt.Sprintf("plugins:\n  external: [{name: eng, path: %s, sha256: %s}]\n", plugin, sum)}.Bot(t, talosbotBinary(t))
 	b.Start()
 	if code := b.Post("/api/console/commands", map[string]string{"user": "alice", "channel": "ops", "text": "/talos roll v2 staging --mode wait"}); code != 202 {
 		t.Fatalf("command: HTTP %d", code)
@@ -146,7 +114,7 @@ plugins:
 	}
 	b.WaitFor("status to show the interrupted operation", func() bool {
 		return b.HasMessage("ops", func(m servetest.Message) bool {
-			return strings.Contains(m.Text, "locked by `"+opID+"`") && strings.Contains(m.Text, "/talos resume "+opID)
+			return strings.Contains(m.Text, "lock: held by `"+opID+"`") && strings.Contains(m.Text, "/talos resume "+opID)
 		})
 	})
 	// Bad input over the API gets 400 and a reason, never a crash.

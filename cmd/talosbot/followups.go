@@ -4,8 +4,8 @@ import (
 	"context"
 	"log/slog"
 
-	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/bot/alerts"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/gitbump"
 	"github.com/talosbot/talosbot/bot/silence"
 	"github.com/talosbot/talosbot/config"
@@ -15,7 +15,7 @@ import (
 // followups are the run hooks the config enables: the Alertmanager silence
 // (silences) and the Terraform version bump as a Git change (git_followup).
 type followups struct {
-	hooks    []bot.RunHook
+	hooks    []engine.RunHook
 	silences *silence.Manager
 }
 

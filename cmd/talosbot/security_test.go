@@ -132,7 +132,7 @@ audit: {token: env:SWEEP_AUDIT}
 		}
 		words := strings.Fields(strings.TrimPrefix(text, "/talos "))
 		title := "/talos " + words[0]
-		if len(words) > 1 && (words[0] == "upgrade" || words[0] == "node" || words[0] == "tf") {
+		if len(words) > 1 && (words[0] == "upgrade" || words[0] == "node" || words[0] == "tf" || words[0] == "recover") {
 			title += " " + words[1]
 		}
 		b.WaitForWithin(text+" to finish", 3*time.Minute, func() bool {
@@ -170,6 +170,10 @@ audit: {token: env:SWEEP_AUDIT}
 			return b.HasMessage("ops", func(m servetest.Message) bool { return strings.Contains(m.Text, answer) })
 		})
 	}
+	// recover: the guide opens the snapshot just taken and reads every
+	// control plane's etcd; the recovery itself is refused (quorum present).
+	run("/talos recover --guide staging")
+	sayWait("/talos recover staging", "etcd quorum is present")
 	sayWait(`/talos freeze staging "sweep"`, "staging is frozen")
 	sayWait("/talos unfreeze staging", "staging is unfrozen")
 	say("/talos audit --since 1h")

@@ -39,15 +39,6 @@ func TestServeTrustRegressions(t *testing.T) {
 	c, err := sim.Start(ctx, sim.Options{Dir: filepath.Join(dir, "sim"), Name: "production", ControlPlanes: 1, Workers: 1, RebootDelay: 300 * time.Millisecond})
 	must(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	tc := filepath.Join(dir, "talosconfig")
-	must(t, os.WriteFile(tc, c.Talosconfig(), 0o600))
-	var nodes, endpoints []string
-	for _, n := range c.Nodes() {
-		nodes = append(nodes, fmt.Sprintf("{name: %s, address: %s, role: %s, host: %s, platform: nocloud, installer_class: default}", n.Name, n.IP, n.Role, n.Host))
-		if n.Role == sim.RoleControlPlane {
-			endpoints = append(endpoints, n.IP)
-		}
-	}
 	const (
 		discordTok  = "TRUST.discord-bot-token.1f2e"
 		discordUser = "500000000000000001" // an operator on Discord
@@ -68,33 +59,16 @@ func TestServeTrustRegressions(t *testing.T) {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	must(t, err)
 
-	web, tokens := servetest.ConsoleUsers(t, "alice", "bob", "carol", "dave")
-	addr := servetest.FreeAddr(t)
-	dataDir := filepath.Join(dir, "data")
-	cfg := filepath.Join(dir, "talosbot.yaml")
-	must(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
-data_dir: %s
-listen: %s
-clusters:
-  - name: production
-    environment: production
-    channels: [ops, discord:%s, slack:%s]
-    endpoints: [%s]
-    nodes: [%s]
-    credentials: {source: files, talosconfig: "file:%s"}
-    declared: {schematic_id: %s}
-policy:
-  production: {approvers: [bob, dave], operators: [alice, bob, dave, "%s", %s], viewers: [carol]}
-releases: {talos: [v1.12.6, v1.13.9]}
-chat:
-%s  discord: {token: env:TB_DISCORD, application_id: "%s", public_key: %s, api_url: "%s"}
-  slack: {mode: http, bot_token: env:TB_SLACK_BOT, signing_secret: env:TB_SLACK_SIGNING, api_url: "%s"}
-alerts: {token: env:TB_ALERTS}
-audit: {token: env:TB_AUDIT}
-`, dataDir, addr, discordChan, slackChan, strings.Join(endpoints, ", "), strings.Join(nodes, ", "), tc, sim.DefaultSchematic, discordUser, slackUser,
-		web, df.ApplicationID(), hex.EncodeToString(pub), df.URL(), sf.APIURL())), 0o600))
-	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Tokens: tokens,
-		Env: []string{"TB_DISCORD=" + discordTok, "TB_ALERTS=" + alertsTok, "TB_AUDIT=" + auditTok, "TB_SLACK_BOT=" + slackBot, "TB_SLACK_SIGNING=" + slackSecret}}
+	b := servetest.Config{Dir: dir, Users: []string{"alice", "bob", "carol", "dave"},
+		Clusters: []servetest.Cluster{{Name: "production", Sim: c, Channels: []string{"ops", "discord:" + discordChan, "slack:" + slackChan}}},
+		Policy:   fmt.Sprintf(`{production: {approvers: [bob, dave], operators: [alice, bob, dave, "%s", %s], viewers: [carol]}}`, discordUser, slackUser),
+		Chat: fmt.Sprintf("  discord: {token: env:TB_DISCORD, application_id: \"%s\", public_key: %s, api_url: \"%s\"}\n"+
+			"  slack: {mode: http, bot_token: env:TB_SLACK_BOT, signing_secret: env:TB_SLACK_SIGNING, api_url: \"%s\"}\n",
+			df.ApplicationID(), hex.EncodeToString(pub), df.URL(), sf.APIURL()),
+		Extra: "alerts: {token: env:TB_ALERTS}\naudit: {token: env:TB_AUDIT}\n",
+	}.Bot(t, talosbotBinary(t))
+	b.Env = []string{"TB_DISCORD=" + discordTok, "TB_ALERTS=" + alertsTok, "TB_AUDIT=" + auditTok, "TB_SLACK_BOT=" + slackBot, "TB_SLACK_SIGNING=" + slackSecret}
+	addr, tokens, dataDir := b.Addr, b.Tokens, filepath.Join(dir, "data")
 	b.Start()
 	stopped := false
 	t.Cleanup(func() {
@@ -170,7 +144,7 @@ audit: {token: env:TB_AUDIT}
 		var approval servetest.Message
 		b.WaitFor("the approval request", func() bool {
 			for _, m := range b.Messages("ops") {
-				if m.Field("State") == "awaiting_approval" {
+				if m.Field("State") == "awaiting_approval" && m.Button("Approve") != "" {
 					approval = m
 					return true
 				}

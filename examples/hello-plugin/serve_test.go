@@ -1,12 +1,9 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,57 +11,19 @@ import (
 	"github.com/talosbot/talosbot/internal/servetest"
 )
 
-// build compiles this example the way docs/PLUGINS.md says and returns its
-// path and sha256.
-func build(t *testing.T) (path, sum string) {
-	t.Helper()
-	path = filepath.Join(t.TempDir(), "hello-plugin")
-	if b, err := exec.Command("go", "build", "-o", path, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build hello-plugin: %v\n%s", err, b)
-	}
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sha256.Sum256(raw)
-	return path, hex.EncodeToString(h[:])
-}
-
 // TestHelloFromChatThroughServe builds the example, configures it as an
 // external plugin with its sha256, and runs `/talos hello` from the web
 // console of a real `talosbot serve`. A wrong checksum keeps serve from
 // starting at all.
 func TestHelloFromChatThroughServe(t *testing.T) {
-	plugin, sum := build(t)
+	plugin, sum := servetest.BuildPlugin(t, ".") // as docs/PLUGINS.md builds it
 	bin := servetest.Binary(t)
 	// config writes a serve configuration that names the plugin with sha.
 	config := func(sha string) (cfg, addr string, tokens map[string]string) {
-		dir := t.TempDir()
-		tc := filepath.Join(dir, "talosconfig")
-		if err := os.WriteFile(tc, []byte("context: e2e\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		addr = servetest.FreeAddr(t)
-		web, tokens := servetest.ConsoleUsers(t, "alice")
-		cfg = filepath.Join(dir, "talosbot.yaml")
-		if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`
-data_dir: %s/data
-listen: %s
-clusters:
-  - name: staging
-    environment: staging
-    channels: [ops]
-    endpoints: [127.0.0.1]
-    nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}]
-    credentials: {source: files, talosconfig: "file:%s"}
-policy: {staging: {viewers: ["*"]}}
-chat:
-%splugins:
-  external: [{name: hello, path: %s, sha256: %s}]
-`, dir, addr, tc, web, plugin, sha)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return cfg, addr, tokens
+		b := servetest.Config{Dir: t.TempDir(), Clusters: []servetest.Cluster{{Nodes: []string{"{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}"},
+			Endpoints: []string{"127.0.0.1"}, Talosconfig: []byte("context: e2e\n")}}, Policy: `{staging: {viewers: ["*"]}}`,
+			Extra: fmt.Sprintf("plugins:\n  external: [{name: hello, path: %s, sha256: %s}]\n", plugin, sha)}.Bot(t, bin)
+		return b.Config, b.Addr, b.Tokens
 	}
 
 	// A binary that does not match its configured sha256 is never run:

@@ -8,6 +8,7 @@ package servetest
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -297,7 +298,7 @@ func (b *Bot) AwaitEnd(channel, opID string, within time.Duration) string {
 		for _, m := range b.Messages(channel) {
 			if m.Field("Operation") == opID {
 				switch s := m.Field("State"); s {
-				case "succeeded", "failed", "cancelled", "denied", "expired":
+				case "succeeded", "failed", "refused", "cancelled", "denied", "expired":
 					st = s
 					return true
 				}
@@ -306,4 +307,22 @@ func (b *Bot) AwaitEnd(channel, opID string, within time.Duration) string {
 		return false
 	})
 	return st
+}
+
+// BuildPlugin compiles the external plugin in the package directory pkg
+// (relative to the test's own directory, as `go build` takes it) and returns
+// the binary's path and the sha256 that a config's plugins.external entry
+// names.
+func BuildPlugin(t testing.TB, pkg string) (path, sum string) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), filepath.Base(filepath.Clean(pkg))+"-plugin")
+	if b, err := exec.Command("go", "build", "-o", path, pkg).CombinedOutput(); err != nil {
+		t.Fatalf("build plugin %s: %v\n%s", pkg, err, b)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(raw)
+	return path, hex.EncodeToString(h[:])
 }

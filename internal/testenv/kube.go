@@ -44,6 +44,12 @@ type Kube struct {
 	// a cluster given in KubeOptions.EtcdServers) and removes the
 	// working directory. It is safe to call more than once.
 	Stop func()
+	// Restart kills the apiserver process and starts a new one on the same
+	// port with the same credentials and etcd, returning once it is ready:
+	// a fresh process with empty watch caches, as a kube-apiserver static
+	// pod recreated by the kubelet. The simulator calls it after etcd was
+	// restored from a snapshot (its data went back in time).
+	Restart func(ctx context.Context) error
 }
 
 const (
@@ -176,10 +182,31 @@ func startKube(ctx context.Context, dir, bin string, o KubeOptions) (_ *Kube, er
 	for attempt := 1; ; attempt++ {
 		k, proc, err := startAPIServerOnce(ctx, bin, dir, files, etcdURL)
 		if err == nil {
+			var mu sync.Mutex // guards proc against Stop during Restart
+			stopped := false
 			k.Stop = sync.OnceFunc(func() {
+				mu.Lock()
+				defer mu.Unlock()
+				stopped = true
 				proc.stop()
 				stopEtcd()
 			})
+			port := proc.port
+			k.Restart = func(ctx context.Context) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if stopped {
+					return errors.New("testenv: kube-apiserver was stopped; it cannot restart")
+				}
+				proc.stop()
+				p, err := startAPIServer(bin, dir, apiserverArgs(files, etcdURL, port))
+				if err != nil {
+					return err
+				}
+				p.port = port
+				proc = p
+				return p.waitReady(ctx, k.Client.Discovery().RESTClient())
+			}
 			return k, nil
 		}
 		if !errors.Is(err, errPortInUse) || attempt == portAttempts {
@@ -199,6 +226,7 @@ func startAPIServerOnce(ctx context.Context, bin, dir string, files apiserverFil
 	if err != nil {
 		return nil, nil, err
 	}
+	proc.port = port
 	defer func() {
 		if err != nil {
 			proc.stop()
@@ -353,6 +381,7 @@ func apiserverArgs(f apiserverFiles, etcdURL string, port int) []string {
 var errPortInUse = errors.New("apiserver port already in use")
 
 type apiserverProc struct {
+	port   int
 	cmd    *exec.Cmd
 	log    *os.File
 	logDir string

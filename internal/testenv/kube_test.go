@@ -267,6 +267,30 @@ func TestStartKubeProcessKubeconfigAndStop(t *testing.T) {
 	}
 }
 
+// TestKubeRestart: Restart replaces the apiserver process at the same address with the same
+// credentials (the old clients keep working, the data is etcd's), and refuses after Stop.
+func TestKubeRestart(t *testing.T) {
+	k := StartKube(t)
+	ctx := testCtx(t)
+	cms := k.Client.CoreV1().ConfigMaps(FluxNamespace)
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Restart(ctx); err != nil {
+		t.Fatalf("Restart: %v", err)
+	}
+	if _, err := cms.Get(ctx, "kept", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the old client after Restart: %v", err)
+	}
+	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("write after Restart: %v", err)
+	}
+	k.Stop()
+	if err := k.Restart(ctx); err == nil {
+		t.Fatal("Restart after Stop succeeded")
+	}
+}
+
 // BenchmarkStartKube measures start-to-ready (etcd, apiserver, Flux CRDs);
 // stopping is not timed.
 func BenchmarkStartKube(b *testing.B) {

@@ -20,11 +20,14 @@ import (
 	"github.com/talosbot/talosbot/plugins/healthgate"
 	"github.com/talosbot/talosbot/plugins/k8supgrade"
 	"github.com/talosbot/talosbot/plugins/noderemove"
+	"github.com/talosbot/talosbot/plugins/recover"
+	"github.com/talosbot/talosbot/plugins/releaseinfo"
 	"github.com/talosbot/talosbot/plugins/rollback"
 	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/snapshot"
 	"github.com/talosbot/talosbot/plugins/talosupgrade"
 	"github.com/talosbot/talosbot/plugins/tfguard"
+	"github.com/talosbot/talosbot/plugins/uncordon"
 	"github.com/talosbot/talosbot/plugins/waitmember"
 )
 
@@ -42,6 +45,9 @@ func catalogue() map[string]func() sdk.Plugin {
 		drift.Name:        drift.New,
 		gates.Name:        gates.New,
 		waitmember.Name:   waitmember.New,
+		releaseinfo.Name:  releaseinfo.New,
+		recover.Name:      recover.New,
+		uncordon.Name:     uncordon.New,
 	}
 }
 

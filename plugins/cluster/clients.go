@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cosi-project/runtime/pkg/state"
 	clusterapi "github.com/siderolabs/talos/pkg/machinery/api/cluster"
@@ -12,6 +13,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -95,11 +98,31 @@ func NewTalosClient(ctx context.Context, talosconfig []byte, endpoints []string)
 	if len(endpoints) == 0 {
 		return nil, errors.New("no Talos endpoints: the inventory lists no control-plane address")
 	}
-	c, err := client.New(ctx, client.WithConfig(cfg), client.WithEndpoints(endpoints...))
+	c, err := client.New(ctx, client.WithConfig(cfg), client.WithEndpoints(endpoints...), client.WithGRPCDialOptions(TrackerDialOptions()...))
 	if err != nil {
 		return nil, fmt.Errorf("create Talos client: %w", err)
 	}
 	return c, nil
+}
+
+// TrackerDialOptions are the connection settings of talosctl's action
+// tracker (cmd/talosctl/pkg/talos/action/tracker.go), which follows nodes
+// through reboots: keepalive pings every 10 s with a 5 s timeout on
+// connections that carry a stream, so a stream to a node that vanished
+// without closing its connection (a reboot, a power cut) fails within
+// seconds instead of hanging; and no long reconnect backoff, so the client
+// reconnects as soon as a rebooted endpoint answers again instead of after
+// gRPC's default backoff of up to two minutes. talosctl disables the backoff
+// altogether; we keep a short one (at most 2 s) so that a node that refuses
+// connections is not redialled in a busy loop.
+func TrackerDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 20 * time.Second,
+		}),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+	}
 }
 
 // NewKubeClients builds client-go typed and dynamic clients from kubeconfig

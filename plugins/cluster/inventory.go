@@ -8,7 +8,6 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
@@ -130,6 +129,3 @@ func (inv Inventory) NameOf(address string) string {
 func EtcdTargets(inv Inventory) []string {
 	return Addresses(inv.ControlPlanes())
 }
-
-// joinNames renders a list of node names for a chat line.
-func joinNames(names []string) string { return strings.Join(names, ", ") }

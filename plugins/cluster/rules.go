@@ -3,6 +3,7 @@ package cluster
 import (
 	"strings"
 
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
@@ -11,7 +12,7 @@ import (
 // that hack/mutate-rules.sh disables to prove the named tests catch it.
 
 // CheckGateBefore is rule R1 before a disruptive operation: failing lists the
-// gate's failures that matter for it (GateResult.Reasons, or fewer when the
+// gate's failures that matter for it (gate.Result.Reasons, or fewer when the
 // plugin tolerates some); any at all refuse, naming them. operation says what
 // would have run ("the upgrade", "the removal").
 func CheckGateBefore(operation string, failing []string) error {
@@ -31,3 +32,7 @@ func CheckSnapshotDir(dir, operation string) error {
 	return sdk.Refuse("R12", "no snapshot directory is configured, so the etcd snapshot that must precede "+operation+" cannot be stored off-cluster",
 		"set snapshot_dir in the bot configuration to a disk outside the cluster")
 }
+
+// RefusalPlan turns a *sdk.Refusal into a refused plan (nothing will run) and
+// passes any other error through, for plugins' Plan methods.
+func RefusalPlan(err error) (*lifecyclev1.OperationPlan, error) { return sdk.RefusalPlan(err) }

@@ -41,17 +41,6 @@ func Open(ctx context.Context, inv Inventory, creds *lifecyclev1.Credentials) (*
 	return s, nil
 }
 
-// GateOptions returns the gate options of a disruptive run: the host's
-// settings, with Kubernetes required whenever a kubeconfig was given (a
-// disruptive operation must not pass a gate that silently skipped the
-// Kubernetes probes), draining the given nodes (nil: every node).
-func (s *Session) GateOptions(settings *lifecyclev1.Settings, drain []string) GateOptions {
-	o := GateOptionsFrom(settings)
-	o.RequireKubernetes = s.Kube != nil
-	o.DrainNodes = drain
-	return o
-}
-
 // Without returns the inventory without the named node: what the cluster is
 // after a node removal, before Terraform drops the entry (R8).
 func (inv Inventory) Without(name string) Inventory {

@@ -1,6 +1,9 @@
 // Package healthgate is the built-in plugin behind `/talos health [cluster]`:
-// it runs the standard health gate (plugins/cluster.Gate, rules R1–R3) and
-// reports one step and one result line per probe. It changes nothing.
+// it runs the standard health gate (plugins/cluster/gate, rules R1–R3) until
+// it passes or settings.health_timeout_ms runs out, as `talosctl health`
+// waits for its checks, and reports one step and one result line per probe,
+// with Talos's own check lines under the cluster-health line. A probe that
+// could not run is a skipped step marked "not checked". It changes nothing.
 package healthgate
 
 import (
@@ -10,6 +13,7 @@ import (
 
 	"github.com/talosbot/talosbot/internal/version"
 	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/gate"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
@@ -43,23 +47,20 @@ func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*life
 	if err != nil {
 		return nil, err
 	}
-	opts := cluster.GateOptionsFrom(req.GetSettings())
-	timeout := cluster.DefaultGateTimeout
-	if opts.Timeout > 0 {
-		timeout = opts.Timeout
-	}
+	timeout, wait := gate.Timeout(req.GetSettings()), gate.HealthWait(req.GetSettings())
 	plan := &lifecyclev1.OperationPlan{
-		Summary: fmt.Sprintf("Health gate of %s: %d probes in parallel over %d nodes, timeout %s (read-only)",
-			inv.Name, len(cluster.Probes()), len(inv.Nodes), timeout),
+		Summary: fmt.Sprintf("Health gate of %s: %d probes in parallel over %d nodes, re-run until it passes for up to %s, each run within %s (read-only)",
+			inv.Name, len(gate.Probes()), len(inv.Nodes), wait, timeout),
 		Target: inv.Name,
 	}
-	for _, p := range cluster.Probes() {
+	for _, p := range gate.Probes() {
 		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: p.Name, Title: p.Title + ": " + p.What, Kind: "gate"})
 	}
 	if len(req.GetCredentials().GetKubeconfig()) == 0 {
-		plan.Warnings = append(plan.Warnings, "no kubeconfig for this cluster: the Kubernetes probes will be skipped")
+		plan.Warnings = append(plan.Warnings, fmt.Sprintf("no kubeconfig for this cluster: the Kubernetes probes (%s) will be %s",
+			strings.Join(gate.KubernetesProbeTitles(), ", "), gate.NotChecked))
 	}
-	plan.CanonicalInputs = sdk.NewCanonical(req).List("nodes", cluster.Names(inv.Nodes)).Duration("timeout", timeout).Bytes()
+	plan.CanonicalInputs = sdk.NewCanonical(req).List("nodes", cluster.Names(inv.Nodes)).Duration("timeout", timeout).Duration("wait", wait).Bytes()
 	return plan, nil
 }
 
@@ -75,13 +76,18 @@ func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk
 	}
 	defer clients.Close()
 
-	for _, p := range cluster.Probes() {
+	for _, p := range gate.Probes() {
 		if err := r.StepStarted(p.Name, p.What); err != nil {
 			return err
 		}
 	}
-	res := cluster.Gate(ctx, clients, inv, cluster.GateOptionsFrom(req.GetSettings()))
-	if err := cluster.ReportGate(r, "", res); err != nil {
+	// With a kubeconfig configured, an API that does not answer is the
+	// cluster's problem, as it is for talosctl health: the probes fail. Only
+	// without one are they "not checked".
+	opts := gate.OptionsFrom(req.GetSettings())
+	opts.RequireKubernetes = len(req.GetCredentials().GetKubeconfig()) > 0
+	res := gate.Until(ctx, clients, inv, opts, gate.HealthWait(req.GetSettings()))
+	if err := gate.Report(r, "", res); err != nil {
 		return err
 	}
 	out := &lifecyclev1.Result{Ok: res.Passed, Summary: inv.Name + ": " + res.Summary(), Lines: res.Lines()}

@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/bot/render"
+	"github.com/talosbot/talosbot/plugins/cluster/gate"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
+	"github.com/talosbot/talosbot/state"
 )
 
 func request(c *sim.Cluster) *lifecyclev1.OperationRequest {
@@ -19,7 +21,7 @@ func request(c *sim.Cluster) *lifecyclev1.OperationRequest {
 	}
 	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: Command, Cluster: pc,
 		Credentials: &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()},
-		Settings:    &lifecyclev1.Settings{GateTimeoutMs: 5000}}
+		Settings:    &lifecyclev1.Settings{GateTimeoutMs: 5000, HealthTimeoutMs: 8000}}
 }
 
 func TestDescribeIsReadOnly(t *testing.T) {
@@ -48,7 +50,8 @@ func TestHealthCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(plan.GetSteps()) != len(cluster.Probes()) || len(plan.GetWarnings()) != 1 || len(plan.GetCanonicalInputs()) == 0 {
+	if len(plan.GetSteps()) != len(gate.Probes()) || len(plan.GetWarnings()) != 1 || len(plan.GetCanonicalInputs()) == 0 ||
+		!strings.Contains(plan.GetWarnings()[0], "Kubernetes nodes, Pods, Flux, PodDisruptionBudgets) will be not checked") {
 		t.Fatalf("plan = %v", plan)
 	}
 
@@ -57,24 +60,51 @@ func TestHealthCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := rec.FinalResult()
-	if !res.GetOk() || len(res.GetLines()) != len(cluster.Probes()) {
+	if !res.GetOk() || !strings.Contains(res.GetSummary(), "not checked: Kubernetes nodes, Pods, Flux, PodDisruptionBudgets") {
 		t.Fatalf("healthy sim: result %v", res)
 	}
-	final := map[string]lifecyclev1.StepStatus{}
+	final := map[string]*lifecyclev1.StepEvent{}
 	for _, s := range rec.Steps() {
-		final[s.GetStepId()] = s.GetStatus()
+		final[s.GetStepId()] = s
 	}
-	for _, p := range cluster.Probes() {
+	for _, p := range gate.Probes() {
 		want := lifecyclev1.StepStatus_STEP_STATUS_OK
 		if p.Kubernetes {
 			want = lifecyclev1.StepStatus_STEP_STATUS_SKIPPED // no kubeconfig: said, never silent
+			if !strings.HasPrefix(final[p.Name].GetDetail(), "not checked: ") {
+				t.Errorf("step %s detail %q, want \"not checked: …\"", p.Name, final[p.Name].GetDetail())
+			}
 		}
-		if final[p.Name] != want {
-			t.Errorf("step %s = %s, want %s", p.Name, final[p.Name], want)
+		if final[p.Name].GetStatus() != want {
+			t.Errorf("step %s = %s, want %s", p.Name, final[p.Name].GetStatus(), want)
 		}
 	}
-	if !strings.Contains(strings.Join(res.GetLines(), "\n"), "⚠️ Kubernetes nodes: skipped: no Kubernetes API") {
-		t.Fatalf("lines must say the Kubernetes probes were skipped: %v", res.GetLines())
+	lines := strings.Join(res.GetLines(), "\n")
+	if !strings.Contains(lines, "⏭️ Kubernetes nodes: not checked: no Kubernetes API") || strings.Contains(lines, "✅ Flux") {
+		t.Fatalf("lines must say the Kubernetes probes were not checked:\n%s", lines)
+	}
+	// Talos's own check lines follow the cluster-health line, as talosctl
+	// health prints them.
+	if !strings.Contains(lines, "\n    waiting for etcd to be healthy: OK\n") || !strings.Contains(lines, "    discovered nodes: ") {
+		t.Fatalf("lines must carry the server's check lines:\n%s", lines)
+	}
+
+	// What chat shows: the operation's message, rendered as the bot renders
+	// it, never shows a probe that did not run as passed.
+	text := rendered(plan, rec)
+	for _, p := range gate.Probes() {
+		if !p.Kubernetes {
+			continue
+		}
+		var line string
+		for _, l := range strings.Split(text, "\n") {
+			if strings.Contains(l, p.Title+": "+p.What) {
+				line = l
+			}
+		}
+		if !strings.Contains(line, "⏭️") || !strings.Contains(line, "not checked") || strings.Contains(line, "✅") {
+			t.Errorf("rendered %s as %q, want ⏭️ … not checked, never ✅:\n%s", p.Title, line, text)
+		}
 	}
 
 	if err := c.Inject(ctx, "worker-1", sim.Fault{Unreachable: true}); err != nil {
@@ -82,7 +112,28 @@ func TestHealthCommand(t *testing.T) {
 	}
 	rec, _ = sdktest.Run(ctx, New(), req, nil)
 	res = rec.FinalResult()
+	// A failing gate is re-run for settings.health_timeout_ms, then reported.
 	if res.GetOk() || !strings.Contains(res.GetError(), "unreachable: worker-1") || !strings.Contains(res.GetSummary(), "unreachable: worker-1") {
 		t.Fatalf("unreachable worker: result %v", res)
 	}
+}
+
+// rendered is the operation's chat message as bot/render renders it from
+// the plan's steps and the statuses the plugin reported (the engine stores
+// a SKIPPED step as "skipped").
+func rendered(plan *lifecyclev1.OperationPlan, rec *sdktest.Recorder) string {
+	status := map[string]*lifecyclev1.StepEvent{}
+	for _, s := range rec.Steps() {
+		status[s.GetStepId()] = s
+	}
+	names := map[lifecyclev1.StepStatus]string{lifecyclev1.StepStatus_STEP_STATUS_OK: "ok", lifecyclev1.StepStatus_STEP_STATUS_FAILED: "failed",
+		lifecyclev1.StepStatus_STEP_STATUS_SKIPPED: "skipped", lifecyclev1.StepStatus_STEP_STATUS_RUNNING: "running"}
+	op := &state.Operation{ID: "op-1", Command: Command, Cluster: "staging", State: state.StateSucceeded}
+	for _, s := range plan.GetSteps() {
+		ev := status[s.GetId()]
+		op.Steps = append(op.Steps, state.Step{ID: s.GetId(), Title: s.GetTitle(), Status: names[ev.GetStatus()], Detail: ev.GetDetail()})
+	}
+	res := rec.FinalResult()
+	op.Result = res.GetSummary() + "\n" + strings.Join(res.GetLines(), "\n")
+	return render.RenderOperation(op, nil, time.Now()).Text
 }

@@ -1,12 +1,18 @@
 // Package k8supgrade is the built-in plugin behind `/talos upgrade k8s <version> [cluster]
 // [--dry-run]`: a Kubernetes upgrade through the Talos API, separate from Talos upgrades
-// (R11). The plan (which is the dry run) reads what runs and refuses a downgrade (R21), a
-// skipped minor or a target the nodes' Talos does not support (R20). The run takes an etcd
-// snapshot and runs the gate, then per control plane, one at a time, retags the apiserver,
-// controller-manager and scheduler images in the machine config, applies it NO_REBOOT and
-// waits for the static pods; then kube-proxy; then each kubelet (control planes first); then
-// the gate again and a Terraform drift note. Every step whose effect is in place is
-// skipped, so a resumed run continues where the last one stopped. See docs/K8S-UPGRADE.md.
+// (R11), in the order of `talosctl upgrade-k8s` (Talos v1.13.9
+// pkg/cluster/kubernetes/talos_managed.go). The plan (which is the dry run) reads what runs
+// and refuses a downgrade (R21), a skipped minor, a target the nodes' Talos does not support,
+// or a target that removed a flag, admission plugin, feature gate or API resource the cluster
+// still uses (talosctl's pre-flight checks; R20). The run takes an etcd snapshot and runs the
+// gate, pre-pulls the target images, then goes component by component across all control
+// planes — kube-apiserver on every control plane, then kube-controller-manager, then
+// kube-scheduler — retagging one image in the machine config, applying it NO_REBOOT and
+// waiting for that static pod's StaticPodStatus; then kube-proxy; then each kubelet (control
+// planes first, keeping the image's -fat/-slim variant) until its Node is Ready at the
+// target; then the gate again and a Terraform drift note. Every step whose effect is in
+// place is skipped, so a resumed run continues where the last one stopped. See
+// docs/K8S-UPGRADE.md.
 package k8supgrade
 
 import (
@@ -16,8 +22,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
+	"github.com/siderolabs/talos/pkg/machinery/config"
+
 	"github.com/talosbot/talosbot/internal/version"
 	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/etcd"
+	"github.com/talosbot/talosbot/plugins/cluster/gate"
+	"github.com/talosbot/talosbot/plugins/cluster/k8s"
+	"github.com/talosbot/talosbot/plugins/cluster/k8s/preflight"
+	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
@@ -36,6 +50,15 @@ const DefaultNodeTimeout = 5 * time.Minute
 type Plugin struct {
 	// now stamps snapshot names (nil: time.Now).
 	now func() time.Time
+	// removals is the pre-flight data (nil: preflight.Kubernetes()).
+	removals preflight.Table
+}
+
+func (p *Plugin) table() preflight.Table {
+	if p.removals != nil {
+		return p.removals
+	}
+	return preflight.Kubernetes()
 }
 
 // New returns the plugin.
@@ -45,17 +68,20 @@ func New() sdk.Plugin { return &Plugin{} }
 func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
 		Name: Command,
-		Summary: "Upgrade Kubernetes (not Talos) to a patch or the next minor: etcd snapshot, gate, control planes one at a time, " +
-			"kube-proxy, kubelets, gate. --dry-run shows the plan and changes nothing",
+		Summary: "Upgrade Kubernetes (not Talos) in talosctl upgrade-k8s's order: pre-flight checks, etcd snapshot, gate, " +
+			"pre-pull, kube-apiserver on every control plane, then controller-manager, scheduler, kube-proxy, kubelets, gate; " +
+			"two or more minors go one minor at a time under one approval. --dry-run shows the plan and changes nothing",
 		Args: []*lifecyclev1.Arg{
 			{Name: "version", Description: "target Kubernetes version, e.g. v1.36.3 (the leading v is optional)", Required: true},
 			{Name: "cluster", Description: "cluster to upgrade (default: the channel's cluster)"},
-			{Name: "dry-run", Description: "only report the plan; change nothing", Flag: true, Boolean: true},
+			{Name: sdk.ArgDryRun, Description: "only report the plan; change nothing", Flag: true, Boolean: true},
 		},
 		Effect:        lifecyclev1.Effect_EFFECT_DISRUPTIVE,
 		NeedsSnapshot: true,
 		Drill:         lifecyclev1.Drill_DRILL_KUBERNETES_UPGRADE,
 		Example:       "/talos upgrade k8s v1.36.3 staging --dry-run",
+
+		PausesBetweenNodes: true, // checks sdk.PauseRequested before each node
 	}}}, nil
 }
 
@@ -69,7 +95,7 @@ func parse(req *lifecyclev1.OperationRequest) (cluster.Inventory, string, error)
 	if raw == "" {
 		return cluster.Inventory{}, "", errors.New("no target version: use /talos upgrade k8s <version>, e.g. v1.36.3")
 	}
-	target, _, err := cluster.ParseK8sVersion(raw)
+	target, _, err := k8s.ParseVersion(raw)
 	if err != nil {
 		return cluster.Inventory{}, "", err
 	}
@@ -77,7 +103,7 @@ func parse(req *lifecyclev1.OperationRequest) (cluster.Inventory, string, error)
 }
 
 // Plan reads the cluster (read-only) and returns the steps, or a refusal.
-func (*Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
 	inv, target, err := parse(req)
 	if err != nil {
 		return nil, err
@@ -92,21 +118,44 @@ func (*Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*li
 		return nil, err
 	}
 	defer clients.Close()
-	a, err := assess(ctx, clients, inv, req, target)
+	kp, err := assessPath(ctx, clients, inv, req, target, p.table())
 	if err != nil {
 		return nil, err
 	}
-	return a.plan(), nil
+	plan := kp.plan()
+	plan.Warnings = append(plan.Warnings, gate.PlanWarnings(ctx, clients)...)
+	return plan, nil
 }
 
 // run is one Run: its reporter, clients and the lines of the chat result.
 type run struct {
 	r       sdk.Reporter
 	c       *cluster.Clients
-	a       *assessment
+	req     *lifecyclev1.OperationRequest
+	table   preflight.Table
+	path    *kubePath
+	a       *assessment // the hop under way
 	timeout time.Duration
 	lines   []string
 	skipped int
+	// ended: a Result was sent (a stop, a refusal or a pause); nothing more runs.
+	ended bool
+}
+
+// end sends the run's one Result.
+func (ru *run) end(res *lifecyclev1.Result) error {
+	ru.ended = true
+	return ru.r.Result(res)
+}
+
+// paused reports (and ends the run with sdk.PausedResult) whether the host asked to pause
+// before the next step that touches node: never inside a step.
+func (ru *run) paused(node string, err *error) bool {
+	if !sdk.PauseRequested(ru.req) {
+		return false
+	}
+	*err = ru.end(sdk.PausedResult(node, append(ru.lines, ru.reached()...)))
+	return true
 }
 
 // Run executes the upgrade (or, with --dry-run, reports the plan).
@@ -127,28 +176,32 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 
 	// The rules are checked again: a resumed run does not re-plan, and the cluster may
 	// have changed since the approval.
-	a, err := assess(ctx, clients, inv, req, target)
+	kp, err := assessPath(ctx, clients, inv, req, target, p.table())
 	if err != nil {
 		return err
 	}
-	if a.refusal != nil {
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "Kubernetes upgrade to " + target + " refused", Refusal: a.refusal})
+	if ref := kp.refused(); ref != nil {
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "Kubernetes upgrade to " + target + " refused", Refusal: ref})
 	}
-	if a.dryRun {
-		for _, s := range a.plan().GetSteps() {
+	if kp.hops[0].dryRun {
+		for _, s := range kp.plan().GetSteps() {
 			if err := r.StepSkipped(s.GetId(), "dry run"); err != nil {
 				return err
 			}
 		}
-		return r.Result(&lifecyclev1.Result{Ok: true, Lines: a.dryRunLines(),
-			Summary: fmt.Sprintf("dry run: %s can go from %s to %s; nothing was changed", inv.Name, a.versions.Lowest().Version, target)})
+		how := ""
+		if kp.multi() {
+			how = " by the path " + kp.spelled
+		}
+		return r.Result(&lifecyclev1.Result{Ok: true, Lines: kp.dryRunLines(),
+			Summary: fmt.Sprintf("dry run: %s can go from %s to %s%s; nothing was changed", inv.Name, kp.hops[0].versions.Lowest().Version, target, how)})
 	}
 
 	timeout := DefaultNodeTimeout
 	if ms := req.GetSettings().GetNodeTimeoutMs(); ms > 0 {
 		timeout = time.Duration(ms) * time.Millisecond
 	}
-	ru := &run{r: r, c: clients, a: a, timeout: timeout}
+	ru := &run{r: r, c: clients, req: req, table: p.table(), path: kp, timeout: timeout}
 	return ru.execute(ctx, req, p.now)
 }
 
@@ -157,68 +210,152 @@ func (ru *run) stop(ctx context.Context, where string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%s: %w", where, ctx.Err())
 	}
+	where = ru.a.hop.title() + where
 	lines := append(ru.lines, "❌ "+where+": "+err.Error(),
-		"⏸️ the remaining steps were not run; fix the cause and run the same command again: steps already at "+ru.a.target+" are skipped")
-	return ru.r.Result(&lifecyclev1.Result{Ok: false, Lines: lines, Error: err.Error(),
-		Summary: fmt.Sprintf("Kubernetes upgrade of %s to %s stopped at %s", ru.a.cluster, ru.a.target, where)})
+		"⏸️ the remaining steps were not run; fix the cause and run the same command again (or /talos resume): steps already at "+ru.a.target+" are skipped")
+	lines = append(lines, ru.reached()...)
+	return ru.end(&lifecyclev1.Result{Ok: false, Lines: lines, Error: err.Error(),
+		Summary: fmt.Sprintf("Kubernetes upgrade of %s to %s stopped at %s", ru.a.cluster, ru.path.target, where)})
 }
 
+// reached says, for a path of several hops, which hop the run reached: the record of a
+// stop or a pause.
+func (ru *run) reached() []string {
+	if !ru.path.multi() || ru.a == nil {
+		return nil
+	}
+	h := ru.a.hop
+	done := "no hop finished"
+	if h.hop > 1 {
+		done = fmt.Sprintf("hops 1–%d done", h.hop-1)
+		if h.hop == 2 {
+			done = "hop 1 done"
+		}
+	}
+	return []string{fmt.Sprintf("🧭 path %s: %s; stopped in hop %d/%d (→ %s)", ru.path.spelled, done, h.hop, h.hops, h.target)}
+}
+
+// execute runs the path hop by hop. The first hop is the one assessed at the start; each
+// later hop is assessed again when it starts, from what runs then (its Talos support and
+// pre-flight checks included). A failure stops at that hop: no later hop starts.
 func (ru *run) execute(ctx context.Context, req *lifecyclev1.OperationRequest, now func() time.Time) error {
+	first, r := ru.path.hops[0], ru.r
+
+	// R5: with plan_before_upgrade, no upgrade on top of a Terraform
+	// migration (the same guard as the Talos upgrade's).
+	if ref := planguard.BeforeUpgrade(ctx, first.cluster, req.GetSettings(), r); ref != nil {
+		return r.Result(sdk.RefusedResult(ref, "Kubernetes upgrade of "+first.cluster+" refused: the Terraform plan guard stopped it; nothing was changed"))
+	}
+	for i, h := range ru.path.hops {
+		if i > 0 {
+			// Pause between hops, too: nothing of the next hop was touched.
+			ru.a = h
+			if err := error(nil); ru.paused("hop "+fmt.Sprint(h.hop.hop)+" ("+h.target+")", &err) {
+				return err
+			}
+			live, err := assess(ctx, ru.c, h.inv, req, h.hop, first.ids, nil, ru.table)
+			if err != nil {
+				return ru.stop(ctx, "the checks before the hop (nothing of it was changed)", err)
+			}
+			if live.refusal != nil {
+				res := sdk.RefusedResult(sdk.Refuse(live.refusal.GetRule(), live.refusal.GetReason(), live.refusal.GetFix()),
+					fmt.Sprintf("Kubernetes upgrade of %s stopped before hop %d/%d (→ %s): its checks refused it; nothing of it was changed", h.cluster, h.hop.hop, h.hop.hops, h.target))
+				res.Lines = append(append(ru.lines, "❌ "+live.refusal.GetReason()+" — "+live.refusal.GetFix()), ru.reached()...)
+				return ru.end(res)
+			}
+			h = live
+		}
+		ru.a = h
+		if err := ru.hop(ctx, req, now); err != nil || ru.ended {
+			return err
+		}
+	}
+	return ru.finish(req)
+}
+
+// hop runs one hop: snapshot, gate, pre-pull, static pods, kube-proxy, kubelets, gate.
+func (ru *run) hop(ctx context.Context, req *lifecyclev1.OperationRequest, now func() time.Time) error {
 	a, r := ru.a, ru.r
-	inv := a.inv
+	inv, px := a.inv, a.hop.prefix
 
 	// R20: snapshot, then gate, before anything changes.
-	sopts := cluster.SnapshotOptionsFor(req)
+	sopts := etcd.SnapshotOptionsFor(req)
 	sopts.Now = now
 	sopts.Step = func(id, detail string, err error) {
 		if err != nil {
-			_ = r.StepFailed(id, err.Error())
+			_ = r.StepFailed(px+id, err.Error())
 			return
 		}
-		_ = r.StepOK(id, detail)
+		_ = r.StepOK(px+id, detail)
 	}
-	snap, err := cluster.TakeSnapshot(ctx, ru.c, inv, sopts)
+	snap, err := etcd.TakeSnapshot(ctx, ru.c, inv, sopts)
 	if snap == nil {
 		return ru.stop(ctx, "etcd snapshot", err)
 	}
 	if err := r.Artifact(snap.Artifact()); err != nil {
 		return err
 	}
-	ru.lines = append(ru.lines, "✅ etcd snapshot "+snap.ID+" ("+snap.Path+")")
+	ru.lines = append(ru.lines, "✅ "+a.hop.title()+"etcd snapshot "+snap.ID+" ("+snap.Path+")")
 
-	gopts := cluster.GateOptionsFrom(req.GetSettings())
+	gopts := gate.OptionsFrom(req.GetSettings())
 	gopts.RequireKubernetes = true
-	gate := cluster.Gate(ctx, ru.c, inv, gopts)
-	if err := cluster.ReportGate(r, gateBefore, gate); err != nil {
+	verdict := gate.Run(ctx, ru.c, inv, gopts)
+	if err := gate.Report(r, px+gateBefore, verdict); err != nil {
 		return err
 	}
-	if err := cluster.CheckGateBefore("the Kubernetes upgrade", gate.Reasons); err != nil {
-		res := sdk.RefusedResult(err, "Kubernetes upgrade refused: "+gate.Summary())
-		res.Lines = gate.Lines()
-		return r.Result(res)
+	if err := cluster.CheckGateBefore("the Kubernetes upgrade", verdict.Reasons); err != nil {
+		res := sdk.RefusedResult(err, "Kubernetes upgrade refused: "+a.hop.title()+verdict.Summary())
+		res.Lines = append(verdict.Lines(), ru.reached()...)
+		return ru.end(res)
 	}
 
-	for _, cp := range inv.ControlPlanes() {
-		if err := ru.controlPlane(ctx, cp); err != nil {
-			return ru.stop(ctx, "control plane "+cp.Name, err)
+	if err := ru.prePull(ctx); err != nil {
+		return ru.stop(ctx, "the pre-pull (nothing was changed)", err)
+	}
+	// Pause between steps that touch a node (sdk.PauseRequested): checked before each
+	// one, never inside it.
+	var perr error
+	for _, comp := range k8s.StaticPodComponents() {
+		for _, cp := range inv.ControlPlanes() {
+			if ru.paused(comp+" on "+cp.Name, &perr) {
+				return perr
+			}
+			if err := ru.staticPod(ctx, comp, cp); err != nil {
+				return ru.stop(ctx, comp+" on "+cp.Name, err)
+			}
 		}
+	}
+	if ru.paused("kube-proxy", &perr) {
+		return perr
 	}
 	if err := ru.kubeProxy(ctx); err != nil {
 		return ru.stop(ctx, "kube-proxy", err)
 	}
 	for _, n := range a.kubeletOrder() {
+		if ru.paused("kubelet on "+n.Name, &perr) {
+			return perr
+		}
 		if err := ru.kubelet(ctx, n); err != nil {
 			return ru.stop(ctx, "kubelet on "+n.Name, err)
 		}
 	}
 
-	gate = cluster.Gate(ctx, ru.c, inv, gopts)
-	if err := cluster.ReportGate(r, gateAfter, gate); err != nil {
+	verdict = gate.Until(ctx, ru.c, inv, gopts, gate.AfterWait(req.GetSettings()))
+	if err := gate.Report(r, px+gateAfter, verdict); err != nil {
 		return err
 	}
-	if !gate.Passed {
-		return ru.stop(ctx, "the health gate after the upgrade", gate.Err())
+	if !verdict.Passed {
+		return ru.stop(ctx, "the health gate after the upgrade", verdict.Err())
 	}
+	if !a.hop.last() {
+		ru.lines = append(ru.lines, fmt.Sprintf("🧭 hop %d/%d done: every component at %s or newer; gate passed", a.hop.hop, a.hop.hops, a.target))
+	}
+	return nil
+}
+
+// finish ends a run whose every hop passed: the Terraform note and the result.
+func (ru *run) finish(req *lifecyclev1.OperationRequest) error {
+	a, r := ru.a, ru.r
 
 	note := fmt.Sprintf("talos_kubernetes_version = %q", a.target)
 	if decl := req.GetCluster().GetDeclared()["talos_kubernetes_version"]; decl != "" && !sameVersion(decl, a.target) {
@@ -228,16 +365,19 @@ func (ru *run) execute(ctx context.Context, req *lifecyclev1.OperationRequest, n
 		return err
 	}
 	lines := append(ru.lines, "📝 Terraform: set "+note)
-	for _, d := range differences {
+	for _, d := range differences() {
 		lines = append(lines, "ℹ️ not done (unlike talosctl upgrade-k8s): "+d)
 	}
 	summary := fmt.Sprintf("Kubernetes on %s is at %s", a.cluster, a.target)
+	if ru.path.multi() {
+		summary += " by the path " + ru.path.spelled
+	}
 	if ru.skipped > 0 {
 		summary += fmt.Sprintf(" (%d step(s) were already done and skipped)", ru.skipped)
 	}
 	// The gate after the upgrade passed: Terraform's variable may follow
 	// (R18). It is written with a leading v.
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: summary, Lines: lines,
+	return ru.end(&lifecyclev1.Result{Ok: true, Summary: summary, Lines: lines,
 		Declared: map[string]string{"talos_kubernetes_version": "v" + strings.TrimPrefix(a.target, "v")}})
 }
 
@@ -245,42 +385,119 @@ func (ru *run) step(id, node, from, detail string, st lifecyclev1.StepStatus) er
 	return ru.r.Step(&lifecyclev1.StepEvent{StepId: id, Status: st, Detail: detail, Node: node, FromVersion: from, ToVersion: ru.a.target})
 }
 
-// controlPlane upgrades one control plane's static pods. A node whose config and pods
-// already run the target is skipped; a config already at target (a run killed while
-// waiting) is not applied again, only waited for.
-func (ru *run) controlPlane(ctx context.Context, cp cluster.Node) error {
-	id, target := stepControlPlane+cp.Name, ru.a.target
-	cfg, err := cluster.ReadMachineConfig(ctx, ru.c, cp)
-	if err != nil {
-		_ = ru.step(id, cp.Name, "", err.Error(), lifecyclev1.StepStatus_STEP_STATUS_FAILED)
-		return err
-	}
-	imgs := cluster.K8sImagesOf(cfg)
-	from := imageTag(imgs.APIServer)
-	applied := false
-	if !imgs.AtVersion(cluster.K8sControlPlaneImages, target) {
-		_ = ru.step(id, cp.Name, from, "applying apiserver, controller-manager and scheduler "+target+" (NO_REBOOT)", lifecyclev1.StepStatus_STEP_STATUS_RUNNING)
-		data, err := cluster.SetK8sImages(cfg, cluster.K8sControlPlaneImages, target)
-		if err == nil {
-			err = cluster.ApplyNoReboot(ctx, ru.c, cp, data)
-		}
-		if err != nil {
-			_ = ru.step(id, cp.Name, from, err.Error(), lifecyclev1.StepStatus_STEP_STATUS_FAILED)
+// prePull pulls the target images before anything changes, as talosctl does (talos_managed.go
+// prePullImages): the three control-plane images on every control plane into the CRI
+// namespace, then every node's kubelet image (its own repository and variant) into the system
+// namespace. A node that does not serve ImagePull is skipped, as talosctl skips it; any other
+// failure stops the run with nothing changed.
+func (ru *run) prePull(ctx context.Context) error {
+	target := ru.a.target
+	_ = ru.r.StepStarted(ru.a.hop.prefix+stepPrePull, "pulling the "+target+" images")
+	var pulled, skipped []string
+	do := func(n cluster.Node, ns common.ContainerdNamespace, image string) error {
+		err := k8s.PullImage(ctx, ru.c, n, ns, image)
+		switch {
+		case errors.Is(err, k8s.ErrPullUnsupported):
+			skipped = append(skipped, n.Name)
+			return nil
+		case err != nil:
+			_ = ru.r.StepFailed(ru.a.hop.prefix+stepPrePull, err.Error())
 			return err
 		}
-		applied = true
+		pulled = append(pulled, image+" on "+n.Name)
+		return nil
 	}
-	if err := cluster.WaitStaticPods(ctx, ru.c.Kube, cp.Name, target, cluster.StaticPodComponents(), ru.timeout); err != nil {
+	cps := ru.a.inv.ControlPlanes()
+	cfgs := make([]config.Provider, len(cps))
+	for i, cp := range cps {
+		cfg, err := k8s.ReadMachineConfig(ctx, ru.c, cp)
+		if err != nil {
+			_ = ru.r.StepFailed(ru.a.hop.prefix+stepPrePull, err.Error())
+			return err
+		}
+		cfgs[i] = cfg
+	}
+	// talosctl's order: each image on every control plane, then the next image.
+	for _, comp := range k8s.StaticPodComponents() {
+		for i, cp := range cps {
+			if err := do(cp, common.ContainerdNamespace_NS_CRI, k8s.Retag(k8s.ConfigImage(cfgs[i], comp), target)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, n := range ru.a.kubeletOrder() {
+		ks, err := k8s.KubeletSpecOf(ctx, ru.c, n)
+		if err != nil {
+			_ = ru.r.StepFailed(ru.a.hop.prefix+stepPrePull, err.Error())
+			return err
+		}
+		if err := do(n, common.ContainerdNamespace_NS_SYSTEM, k8s.KubeletTarget(ks.Image, target)); err != nil {
+			return err
+		}
+	}
+	detail := fmt.Sprintf("%d image pull(s) done", len(pulled))
+	if len(skipped) > 0 {
+		detail += "; ImagePull not served by " + strings.Join(dedupeNames(skipped), ", ") + " (not pre-pulled there, as talosctl skips it)"
+	}
+	ru.lines = append(ru.lines, "✅ pre-pull: "+detail)
+	return ru.r.StepOK(ru.a.hop.prefix+stepPrePull, detail)
+}
+
+func dedupeNames(names []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// staticPod upgrades one static pod on one control plane, as talosctl's
+// upgradeStaticPodOnNode: set that component's image in the machine config, apply it
+// NO_REBOOT, wait until the node's StaticPodStatus shows the pod Ready at the new image. A
+// config already at the target (a run killed while waiting) is not applied again, only
+// waited for; a pod already there is skipped.
+func (ru *run) staticPod(ctx context.Context, comp string, cp cluster.Node) error {
+	id, target := ru.a.hop.prefix+stepStaticPod(comp, cp.Name), ru.a.target
+	fail := func(from string, err error) error {
 		_ = ru.step(id, cp.Name, from, err.Error(), lifecyclev1.StepStatus_STEP_STATUS_FAILED)
 		return err
 	}
+	cfg, err := k8s.ReadMachineConfig(ctx, ru.c, cp)
+	if err != nil {
+		return fail("", err)
+	}
+	cur := k8s.ConfigImage(cfg, comp)
+	from, want := imageTag(cur), k8s.Retag(cur, target)
+	if ru.a.done(from) {
+		// A hop before the last never takes a component back.
+		want = cur
+	}
+	applied := false
+	if !k8s.SameImage(cur, want) {
+		_ = ru.step(id, cp.Name, from, "applying "+want+" (NO_REBOOT)", lifecyclev1.StepStatus_STEP_STATUS_RUNNING)
+		data, err := k8s.SetImage(cfg, comp, want)
+		if err == nil {
+			err = k8s.ApplyNoReboot(ctx, ru.c, cp, data)
+		}
+		if err != nil {
+			return fail(from, err)
+		}
+		applied = true
+	}
+	if err := k8s.WaitStaticPod(ctx, ru.c, cp, comp, want, ru.timeout); err != nil {
+		return fail(from, err)
+	}
 	if !applied {
 		ru.skipped++
-		ru.lines = append(ru.lines, "⏭️ "+cp.Name+": control plane already at "+target)
-		return ru.step(id, cp.Name, from, "already at "+target+"; static pods Ready", lifecyclev1.StepStatus_STEP_STATUS_SKIPPED)
+		ru.lines = append(ru.lines, "⏭️ "+comp+" on "+cp.Name+" already at "+target)
+		return ru.step(id, cp.Name, from, "already at "+target+"; Ready", lifecyclev1.StepStatus_STEP_STATUS_SKIPPED)
 	}
-	ru.lines = append(ru.lines, fmt.Sprintf("✅ %s: control plane %s → %s, static pods Ready", cp.Name, from, target))
-	return ru.step(id, cp.Name, from, "static pods Ready at "+target, lifecyclev1.StepStatus_STEP_STATUS_OK)
+	ru.lines = append(ru.lines, fmt.Sprintf("✅ %s on %s %s → %s, Ready", comp, cp.Name, from, target))
+	return ru.step(id, cp.Name, from, "Ready at "+want+" (StaticPodStatus)", lifecyclev1.StepStatus_STEP_STATUS_OK)
 }
 
 // kubeProxy sets cluster.proxy.image on every control plane (where kube-proxy is enabled)
@@ -290,83 +507,97 @@ func (ru *run) kubeProxy(ctx context.Context) error {
 	var applied []string
 	enabled := false
 	for _, cp := range ru.a.inv.ControlPlanes() {
-		cfg, err := cluster.ReadMachineConfig(ctx, ru.c, cp)
+		cfg, err := k8s.ReadMachineConfig(ctx, ru.c, cp)
 		if err != nil {
-			_ = ru.r.StepFailed(stepKubeProxy, err.Error())
+			_ = ru.r.StepFailed(ru.a.hop.prefix+stepKubeProxy, err.Error())
 			return err
 		}
-		imgs := cluster.K8sImagesOf(cfg)
+		imgs := k8s.ImagesOf(cfg)
 		if !imgs.ProxyEnabled {
 			continue
 		}
 		enabled = true
-		if imgs.AtVersion(cluster.K8sProxyImage, target) {
+		want := k8s.Retag(imgs.Proxy, target)
+		if k8s.SameImage(imgs.Proxy, want) || ru.a.done(imageTag(imgs.Proxy)) {
 			continue
 		}
-		data, err := cluster.SetK8sImages(cfg, cluster.K8sProxyImage, target)
+		data, err := k8s.SetImage(cfg, k8s.ComponentKubeProxy, want)
 		if err == nil {
-			err = cluster.ApplyNoReboot(ctx, ru.c, cp, data)
+			err = k8s.ApplyNoReboot(ctx, ru.c, cp, data)
 		}
 		if err != nil {
-			_ = ru.r.StepFailed(stepKubeProxy, err.Error())
+			_ = ru.r.StepFailed(ru.a.hop.prefix+stepKubeProxy, err.Error())
 			return err
 		}
 		applied = append(applied, cp.Name)
 	}
 	if !enabled {
 		ru.skipped++
-		return ru.r.StepSkipped(stepKubeProxy, "kube-proxy is disabled in the machine config (cluster.proxy.disabled)")
+		return ru.r.StepSkipped(ru.a.hop.prefix+stepKubeProxy, "kube-proxy is disabled in the machine config (cluster.proxy.disabled)")
 	}
-	detail, dsSkipped, err := cluster.UpgradeKubeProxyDaemonSet(ctx, ru.c.Kube, target, ru.timeout)
+	detail, dsSkipped, err := k8s.UpgradeKubeProxyDaemonSet(ctx, ru.c.Kube, target, ru.timeout)
 	if err != nil {
-		_ = ru.r.StepFailed(stepKubeProxy, err.Error())
+		_ = ru.r.StepFailed(ru.a.hop.prefix+stepKubeProxy, err.Error())
 		return err
 	}
 	if len(applied) == 0 && dsSkipped {
 		ru.skipped++
-		return ru.r.StepSkipped(stepKubeProxy, "cluster.proxy.image already at "+target+"; "+detail)
+		return ru.r.StepSkipped(ru.a.hop.prefix+stepKubeProxy, "cluster.proxy.image already at "+target+"; "+detail)
 	}
 	msg := detail
 	if len(applied) > 0 {
 		msg = "cluster.proxy.image → " + target + " on " + strings.Join(applied, ", ") + "; " + detail
 	}
 	ru.lines = append(ru.lines, "✅ kube-proxy: "+msg)
-	return ru.r.StepOK(stepKubeProxy, msg)
+	return ru.r.StepOK(ru.a.hop.prefix+stepKubeProxy, msg)
 }
 
-// kubelet upgrades one node's kubelet and waits until the Node reports the target.
+// kubelet upgrades one node's kubelet, as talosctl's upgradeKubeletOnNode: the running
+// image comes from the node's KubeletSpec (the machine config may not set one), the new one
+// keeps its repository and -fat/-slim variant; apply NO_REBOOT, then wait until the Node
+// reports the target and is Ready.
 func (ru *run) kubelet(ctx context.Context, n cluster.Node) error {
-	id, target := stepKubelet+n.Name, ru.a.target
-	cfg, err := cluster.ReadMachineConfig(ctx, ru.c, n)
-	if err != nil {
-		_ = ru.step(id, n.Name, "", err.Error(), lifecyclev1.StepStatus_STEP_STATUS_FAILED)
+	id, target := ru.a.hop.prefix+stepKubelet+n.Name, ru.a.target
+	fail := func(from string, err error) error {
+		_ = ru.step(id, n.Name, from, err.Error(), lifecyclev1.StepStatus_STEP_STATUS_FAILED)
 		return err
 	}
-	from := imageTag(cluster.K8sImagesOf(cfg).Kubelet)
+	ks, err := k8s.KubeletSpecOf(ctx, ru.c, n)
+	if err != nil {
+		return fail("", err)
+	}
+	cfg, err := k8s.ReadMachineConfig(ctx, ru.c, n)
+	if err != nil {
+		return fail("", err)
+	}
+	from, want := imageTag(ks.Image), k8s.KubeletTarget(ks.Image, target)
+	waitFor := target
+	if ru.a.done(from) && !k8s.SameImage(ks.Image, want) {
+		// Past this hop's version (a hop before the last): left as it is.
+		want, waitFor = ks.Image, strings.TrimSuffix(from, k8s.KubeletSuffix(ks.Image))
+	}
 	applied := false
-	if !cluster.K8sImagesOf(cfg).AtVersion(cluster.K8sKubeletImage, target) {
-		_ = ru.step(id, n.Name, from, "applying kubelet "+target+" (NO_REBOOT)", lifecyclev1.StepStatus_STEP_STATUS_RUNNING)
-		data, err := cluster.SetK8sImages(cfg, cluster.K8sKubeletImage, target)
+	if !k8s.SameImage(ks.Image, want) {
+		_ = ru.step(id, n.Name, from, "applying "+want+" (NO_REBOOT)", lifecyclev1.StepStatus_STEP_STATUS_RUNNING)
+		data, err := k8s.SetImage(cfg, k8s.ComponentKubelet, want)
 		if err == nil {
-			err = cluster.ApplyNoReboot(ctx, ru.c, n, data)
+			err = k8s.ApplyNoReboot(ctx, ru.c, n, data)
 		}
 		if err != nil {
-			_ = ru.step(id, n.Name, from, err.Error(), lifecyclev1.StepStatus_STEP_STATUS_FAILED)
-			return err
+			return fail(from, err)
 		}
 		applied = true
 	}
-	if err := cluster.WaitKubeletVersion(ctx, ru.c.Kube, n.Name, target, ru.timeout); err != nil {
-		_ = ru.step(id, n.Name, from, err.Error(), lifecyclev1.StepStatus_STEP_STATUS_FAILED)
-		return err
+	if err := k8s.WaitKubelet(ctx, ru.c, n, waitFor, ru.timeout); err != nil {
+		return fail(from, err)
 	}
 	if !applied {
 		ru.skipped++
 		ru.lines = append(ru.lines, "⏭️ kubelet on "+n.Name+" already at "+target)
 		return ru.step(id, n.Name, from, "already at "+target, lifecyclev1.StepStatus_STEP_STATUS_SKIPPED)
 	}
-	ru.lines = append(ru.lines, fmt.Sprintf("✅ kubelet on %s %s → %s", n.Name, from, target))
-	return ru.step(id, n.Name, from, "kubelet reports "+target, lifecyclev1.StepStatus_STEP_STATUS_OK)
+	ru.lines = append(ru.lines, fmt.Sprintf("✅ kubelet on %s %s → %s (%s), Node Ready", n.Name, from, target, want))
+	return ru.step(id, n.Name, from, "Node Ready, kubelet "+target+" ("+want+")", lifecyclev1.StepStatus_STEP_STATUS_OK)
 }
 
 // imageTag is the tag of an image reference, for step details.

@@ -2,6 +2,7 @@ package k8supgrade
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,7 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/talosbot/talosbot/internal/terraform/tftest"
 	"github.com/talosbot/talosbot/internal/testenv"
+	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
@@ -65,15 +68,7 @@ type env struct {
 
 func startEnv(t *testing.T, kube *testenv.Kube, talos string) *env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 3, Workers: 1, TalosVersion: talos, KubernetesVersion: from,
-		Kube: kube.Client, Kubeconfig: kube.Kubeconfig, StaticPods: true, StaticPodReadyDelay: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("start sim: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return &env{c: c, kube: kube, dir: t.TempDir()}
+	return startEnvAt(t, kube, talos, from)
 }
 
 func (e *env) request(version string, args ...string) *lifecyclev1.OperationRequest {
@@ -208,9 +203,11 @@ func kubeletAt(t *testing.T, e *env, node, version string) {
 func TestUpgradeK8s(t *testing.T) {
 	kube := testenv.StartKube(t)
 
-	t.Run("refuses two minors at once (R20)", func(t *testing.T) {
+	t.Run("refuses two minors at once without the release of the minor in between (R20)", func(t *testing.T) {
+		// Two minors are a path of hops (hops.go); without a known 1.36 release the
+		// path cannot be planned.
 		e := startEnv(t, kube, supportsTarget)
-		refused(t, e, e.request("1.37.0"), "R20", "skips a minor", "lowest running version is v1.35.2", "v1.36.x first")
+		refused(t, e, e.request("1.37.0"), "R20", "goes one minor at a time", "no 1.36 release is configured", "releases.kubernetes")
 	})
 
 	t.Run("refuses a downgrade (R21)", func(t *testing.T) {
@@ -221,6 +218,14 @@ func TestUpgradeK8s(t *testing.T) {
 	t.Run("refuses a version the nodes' Talos does not support (R20)", func(t *testing.T) {
 		e := startEnv(t, kube, "v1.12.6")
 		refused(t, e, e.request(target), "R20", "Talos v1.12.6 on cp-1, cp-2, cp-3, worker-1", "too new", "upgrade Talos first")
+	})
+
+	t.Run("refuses a node whose Kubernetes Node cannot be found", func(t *testing.T) {
+		e := startEnv(t, kube, supportsTarget)
+		if err := kube.Client.CoreV1().Nodes().Delete(ctxFor(t, time.Minute), "worker-1", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, e, e.request(target), "identity", "cannot tell which machine", "worker-1 (", "kubectl get nodes")
 	})
 
 	t.Run("refuses without a snapshot directory (R12)", func(t *testing.T) {
@@ -244,6 +249,32 @@ func TestUpgradeK8s(t *testing.T) {
 		wantCounts(t, "after a failed gate", e.applies(), map[string]int{"cp-1": 0, "cp-2": 0, "cp-3": 0, "worker-1": 0})
 	})
 
+	t.Run("the Terraform plan guard stops it (R5)", func(t *testing.T) {
+		// With plan_before_upgrade, a plan that would replace the cluster secrets
+		// stops the upgrade before the snapshot and any machine-config change.
+		bin := tftest.Binary(t)
+		root := tftest.Root(t, bin, nil)
+		e := startEnv(t, kube, supportsTarget)
+		ctx := ctxFor(t, 2*time.Minute)
+		req := e.request(target)
+		req.Settings.Terraform = &lifecyclev1.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
+		plan, err := New().Plan(ctx, req)
+		if err != nil || plan.GetSteps()[0].GetId() != planguard.Step().GetId() {
+			t.Fatalf("the plan does not start with the guard: %v %v", plan, err)
+		}
+		t.Setenv("TF_VAR_secrets_generation", "2") // the fixture replaces talos_machine_secrets
+		t.Setenv("TF_CLI_CONFIG_FILE", "")         // a stale one on the machine is not this test's subject
+		rec, _ := sdktest.Run(ctx, New(), req, nil)
+		res := rec.FinalResult()
+		if res.GetOk() || res.GetRefusal().GetRule() != "R5" || !strings.Contains(res.GetRefusal().GetReason(), "talos_machine_secrets") {
+			t.Fatalf("want an R5 refusal, got %v", res)
+		}
+		if len(rec.Artifacts()) != 0 {
+			t.Fatal("a snapshot was taken before the guard refused")
+		}
+		wantCounts(t, "after the plan guard refused", e.applies(), map[string]int{"cp-1": 0, "cp-2": 0, "cp-3": 0, "worker-1": 0})
+	})
+
 	t.Run("dry run reports the plan and changes nothing", func(t *testing.T) {
 		e := startEnv(t, kube, supportsTarget)
 		ctx := ctxFor(t, 2*time.Minute)
@@ -260,7 +291,8 @@ func TestUpgradeK8s(t *testing.T) {
 		res := rec.FinalResult()
 		lines := strings.Join(res.GetLines(), "\n")
 		if err != nil || !res.GetOk() || !strings.Contains(res.GetSummary(), "dry run") ||
-			!strings.Contains(lines, "cp-1: control plane v1.35.2 → v1.36.3") || !strings.Contains(lines, "kubelet on worker-1 v1.35.2 → v1.36.3") {
+			!strings.Contains(lines, "kube-apiserver on cp-1 v1.35.2 → v1.36.3") || !strings.Contains(lines, "kubelet on worker-1 v1.35.2 → v1.36.3") ||
+			!strings.Contains(lines, "pre-flight checks: v1.35.2 → v1.36.3: no removed flag") {
 			t.Fatalf("dry run: %v %v", res, err)
 		}
 		wantCounts(t, "dry run", e.applies(), map[string]int{"cp-1": 0, "cp-2": 0, "cp-3": 0, "worker-1": 0})
@@ -296,8 +328,8 @@ func TestUpgradeK8s(t *testing.T) {
 				t.Fatalf("%s: Talos touched: %d upgrade calls, version %s", n.Name, e.c.Calls(n.Name, "Upgrade"), e.c.NodeVersion(n.Name))
 			}
 		}
-		// Control planes: static pods, kube-proxy image, kubelet; the worker: kubelet only.
-		wantCounts(t, "happy path", e.applies(), map[string]int{"cp-1": 3, "cp-2": 3, "cp-3": 3, "worker-1": 1})
+		// Control planes: one apply per static pod, kube-proxy image, kubelet; the worker: kubelet only.
+		wantCounts(t, "happy path", e.applies(), map[string]int{"cp-1": 5, "cp-2": 5, "cp-3": 5, "worker-1": 1})
 		if len(rec.Artifacts()) != 1 || rec.Artifacts()[0].GetName() != "etcd snapshot" {
 			t.Fatalf("want the etcd snapshot artifact first, got %v", rec.Artifacts())
 		}
@@ -305,7 +337,7 @@ func TestUpgradeK8s(t *testing.T) {
 		lines := strings.Join(res.GetLines(), "\n")
 		t.Logf("%s\n%s", res.GetSummary(), lines)
 		for _, w := range []string{`talos_kubernetes_version = "v1.36.3"`, `Terraform declares "v1.35.2"`, "manifests are not synced",
-			"cp-1: control plane v1.35.2 → v1.36.3", "kubelet on worker-1 v1.35.2 → v1.36.3"} {
+			"kube-apiserver on cp-1 v1.35.2 → v1.36.3", "kube-scheduler on cp-3 v1.35.2 → v1.36.3", "kubelet on worker-1 v1.35.2 → v1.36.3"} {
 			if !strings.Contains(lines, w) {
 				t.Fatalf("result lines lack %q:\n%s", w, lines)
 			}
@@ -319,7 +351,7 @@ func TestUpgradeK8s(t *testing.T) {
 		}
 		wantCounts(t, "second run", delta(e.applies(), before), map[string]int{"cp-1": 0, "cp-2": 0, "cp-3": 0, "worker-1": 0})
 		steps := finalSteps(rec)
-		for _, id := range []string{"controlplane/cp-1", "controlplane/cp-3", "kube-proxy", "kubelet/cp-2", "kubelet/worker-1"} {
+		for _, id := range []string{"kube-apiserver/cp-1", "kube-scheduler/cp-3", "kube-proxy", "kubelet/cp-2", "kubelet/worker-1"} {
 			if steps[id].GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_SKIPPED {
 				t.Fatalf("second run: step %s = %v, want SKIPPED", id, steps[id])
 			}
@@ -338,15 +370,16 @@ func TestUpgradeK8s(t *testing.T) {
 		res := rec.FinalResult()
 		text := res.GetSummary() + "\n" + res.GetError() + "\n" + strings.Join(res.GetLines(), "\n")
 		t.Log(text)
-		if res.GetOk() || !strings.Contains(res.GetSummary(), "stopped at control plane cp-2") ||
+		if res.GetOk() || !strings.Contains(res.GetSummary(), "stopped at kube-scheduler on cp-2") ||
 			!strings.Contains(res.GetError(), "kube-system/kube-scheduler-cp-2 not Ready") {
 			t.Fatalf("want a failure naming kube-scheduler-cp-2:\n%s", text)
 		}
-		if s := finalSteps(rec)["controlplane/cp-2"]; s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_FAILED {
-			t.Fatalf("step controlplane/cp-2 = %v", s)
+		if s := finalSteps(rec)["kube-scheduler/cp-2"]; s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_FAILED {
+			t.Fatalf("step kube-scheduler/cp-2 = %v", s)
 		}
-		// Stopped: cp-3 and every kubelet untouched.
-		wantCounts(t, "stopped at cp-2", e.applies(), map[string]int{"cp-1": 1, "cp-2": 1, "cp-3": 0, "worker-1": 0})
+		// Stopped: every apiserver and controller-manager is done (they come first), cp-3's
+		// scheduler and every kubelet untouched.
+		wantCounts(t, "stopped at cp-2", e.applies(), map[string]int{"cp-1": 3, "cp-2": 3, "cp-3": 2, "worker-1": 0})
 		kubeletAt(t, e, "worker-1", from)
 	})
 
@@ -357,14 +390,16 @@ func TestUpgradeK8s(t *testing.T) {
 
 		// First run: killed right after cp-1's control plane was done.
 		runCtx, cancel := context.WithCancel(ctx)
-		rec := &cancelAfter{Recorder: sdktest.NewRecorder(nil), step: "controlplane/cp-1", cancel: cancel}
+		rec := &cancelAfter{Recorder: sdktest.NewRecorder(nil), step: "kube-apiserver/cp-1", cancel: cancel}
 		err := New().Run(runCtx, req, rec)
 		cancel()
 		if err == nil {
 			t.Fatal("cancelled run returned no error")
 		}
 		wantCounts(t, "first run", e.applies(), map[string]int{"cp-1": 1, "cp-2": 0, "cp-3": 0, "worker-1": 0})
-		staticPodsAt(t, e, "cp-1", target)
+		if err := waitStaticPodImage(ctx, e, sim.ComponentAPIServer, "cp-1", target); err != nil {
+			t.Fatal(err)
+		}
 
 		// The plan of the resumed operation says what is already done.
 		plan, err := New().Plan(ctx, req)
@@ -380,12 +415,12 @@ func TestUpgradeK8s(t *testing.T) {
 		if err != nil || !rec2.FinalResult().GetOk() {
 			t.Fatalf("resumed run: %v %v", rec2.FinalResult(), err)
 		}
-		// cp-1's control plane is not applied again: only kube-proxy and kubelet.
-		wantCounts(t, "resumed run", delta(e.applies(), before), map[string]int{"cp-1": 2, "cp-2": 3, "cp-3": 3, "worker-1": 1})
+		// cp-1's apiserver is not applied again: the rest is.
+		wantCounts(t, "resumed run", delta(e.applies(), before), map[string]int{"cp-1": 4, "cp-2": 5, "cp-3": 5, "worker-1": 1})
 		steps := finalSteps(rec2)
-		if steps["controlplane/cp-1"].GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_SKIPPED ||
-			steps["controlplane/cp-2"].GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_OK {
-			t.Fatalf("resumed run steps: cp-1 %v, cp-2 %v", steps["controlplane/cp-1"], steps["controlplane/cp-2"])
+		if steps["kube-apiserver/cp-1"].GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_SKIPPED ||
+			steps["kube-apiserver/cp-2"].GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_OK {
+			t.Fatalf("resumed run steps: cp-1 %v, cp-2 %v", steps["kube-apiserver/cp-1"], steps["kube-apiserver/cp-2"])
 		}
 		for _, n := range e.c.Nodes() {
 			kubeletAt(t, e, n.Name, target)
@@ -393,8 +428,10 @@ func TestUpgradeK8s(t *testing.T) {
 	})
 }
 
-// assertOrder checks the runbook order: snapshot, gate, control planes one at a time (each
-// finished before the next starts), kube-proxy, kubelets with control planes first, gate.
+// assertOrder checks the order the steps report: snapshot, gate, pre-pull, then component by
+// component across all control planes (each finished before the next starts), kube-proxy,
+// kubelets with control planes first, gate. TestOrderSeenByKubernetes checks the same order
+// from the cluster's side.
 func assertOrder(t *testing.T, rec *sdktest.Recorder) {
 	t.Helper()
 	var seq []string
@@ -417,9 +454,31 @@ func assertOrder(t *testing.T, rec *sdktest.Recorder) {
 			seq = append(seq, id)
 		}
 	}
-	want := []string{"snapshot", "gate-before", "controlplane/cp-1", "controlplane/cp-2", "controlplane/cp-3", "kube-proxy",
+	want := []string{"snapshot", "gate-before", "pre-pull",
+		"kube-apiserver/cp-1", "kube-apiserver/cp-2", "kube-apiserver/cp-3",
+		"kube-controller-manager/cp-1", "kube-controller-manager/cp-2", "kube-controller-manager/cp-3",
+		"kube-scheduler/cp-1", "kube-scheduler/cp-2", "kube-scheduler/cp-3", "kube-proxy",
 		"kubelet/cp-1", "kubelet/cp-2", "kubelet/cp-3", "kubelet/worker-1", "gate-after", "drift-note"}
 	if strings.Join(seq, " ") != strings.Join(want, " ") {
 		t.Fatalf("step order:\n got %v\nwant %v", seq, want)
+	}
+}
+
+// waitStaticPodImage waits until a mirror pod runs version and is Ready.
+func waitStaticPodImage(ctx context.Context, e *env, comp, node, version string) error {
+	for {
+		p, err := e.kube.Client.CoreV1().Pods("kube-system").Get(ctx, sim.StaticPodName(comp, node), metav1.GetOptions{})
+		if err == nil && strings.HasSuffix(p.Spec.Containers[0].Image, ":"+version) {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s on %s not Ready at %s: %w", comp, node, version, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }

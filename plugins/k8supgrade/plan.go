@@ -7,27 +7,36 @@ import (
 	"strings"
 
 	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/etcd"
+	"github.com/talosbot/talosbot/plugins/cluster/gate"
+	"github.com/talosbot/talosbot/plugins/cluster/identity"
+	"github.com/talosbot/talosbot/plugins/cluster/k8s"
+	"github.com/talosbot/talosbot/plugins/cluster/k8s/preflight"
+	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
-// Step ids and prefixes of the plan.
+// Step ids and prefixes of the plan. A static pod step is "<component>/<node>", e.g.
+// "kube-apiserver/cp-1".
 const (
-	stepControlPlane = "controlplane/" // + node
-	stepKubeProxy    = "kube-proxy"
-	stepKubelet      = "kubelet/" // + node
-	stepDriftNote    = "drift-note"
-	gateBefore       = "gate-before/"
-	gateAfter        = "gate-after/"
+	stepPrePull   = "pre-pull"
+	stepKubeProxy = "kube-proxy"
+	stepKubelet   = "kubelet/" // + node
+	stepDriftNote = "drift-note"
+	gateBefore    = "gate-before/"
+	gateAfter     = "gate-after/"
 )
+
+func stepStaticPod(component, node string) string { return component + "/" + node }
 
 // differences says what this plugin does not do that `talosctl upgrade-k8s` does. It goes
 // into the plan warnings, the chat result and docs/K8S-UPGRADE.md.
-var differences = []string{
-	"bootstrap manifests are not synced (CoreDNS, the CNI, RBAC and other manifests Talos rendered at bootstrap keep their old versions; run `talosctl upgrade-k8s` with the same version afterwards or update them through GitOps)",
-	"images are not pre-pulled on the nodes before the switch",
-	"the live cluster is not scanned for deprecated API usage (only a link to the deprecation guide is given)",
-	"the kube-proxy DaemonSet's image is patched directly instead of through the manifest sync",
+func differences() []string {
+	return []string{
+		"bootstrap manifests are not synced (CoreDNS, the CNI, RBAC and other manifests Talos rendered at bootstrap keep their old versions; run `talosctl upgrade-k8s` with the same version afterwards or update them through GitOps)",
+		"the kube-proxy DaemonSet's image is patched directly instead of through the manifest sync",
+	}
 }
 
 // assessment is the read-only half of the operation: what runs, what the target is and
@@ -37,12 +46,20 @@ type assessment struct {
 	target   string
 	dryRun   bool
 	inv      cluster.Inventory
-	versions *cluster.K8sVersions
-	talos    []cluster.TalosSupport
+	versions *k8s.Versions
+	talos    []k8s.TalosSupport
+	// ids are the names every inventory node goes by on the cluster.
+	ids *identity.Map
+	// pre is what the pre-flight checks read and found (nil when a rule refused first).
+	pre      *preflightResult
 	refusal  *lifecyclev1.Refusal
 	warnings []string
 	// snapshotDir is settings.snapshot_dir ("" refuses a real run, R12).
 	snapshotDir string
+	// planGuard: the host asked for the R5 Terraform plan guard before upgrades.
+	planGuard bool
+	// hop places the assessment in its path (hops.go): 1/1 for one minor.
+	hop hopSpec
 }
 
 // refuse is sdk.Refusal in protocol form, for the assessment's refusal.
@@ -52,59 +69,101 @@ func refuse(rule, reason, fix string) *lifecyclev1.Refusal {
 
 // assess reads the cluster and applies rules R20 and R21. A nil error with a refusal means
 // the cluster answered and the rules say no.
-func assess(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req *lifecyclev1.OperationRequest, target string) (*assessment, error) {
-	a := &assessment{cluster: inv.Name, target: target, inv: inv, dryRun: req.GetArgs()["dry-run"] == "true",
-		snapshotDir: req.GetSettings().GetSnapshotDir()}
-	v, err := cluster.ReadK8sVersions(ctx, c, inv)
-	if err != nil {
-		return nil, err
+//
+// h is the hop (one minor: single(target)); ids and v, when set, are the names resolved
+// and the versions read (or, for a later hop of the plan, assumed) already.
+func assess(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req *lifecyclev1.OperationRequest, h hopSpec,
+	ids *identity.Map, v *k8s.Versions, table preflight.Table) (*assessment, error) {
+	target := h.target
+	a := &assessment{cluster: inv.Name, target: target, inv: inv, dryRun: req.GetArgs()[sdk.ArgDryRun] == "true",
+		snapshotDir: req.GetSettings().GetSnapshotDir(), planGuard: planguard.Wanted(req.GetSettings()), hop: h}
+	// Names are resolved, never assumed: a mirror pod and a Node are found by the Node name
+	// the node's kubelet registered, which need not be its inventory name.
+	a.ids = ids
+	if a.ids == nil {
+		a.ids = identity.Resolve(ctx, c, inv, identity.Options{})
+	}
+	if err := a.ids.Require(identity.Talos | identity.Kubernetes); err != nil {
+		a.versions = &k8s.Versions{StaticPods: map[string]map[string]string{}, Kubelets: map[string]string{}}
+		re, _ := sdk.AsRefusal(err)
+		a.refusal = re.Proto()
+		return a, nil
+	}
+	if v == nil {
+		var err error
+		if v, err = k8s.ReadVersions(ctx, c, a.ids); err != nil {
+			return nil, err
+		}
 	}
 	a.versions = v
-	if rule, reason, fix := cluster.K8sPathRefusal(v, target); rule != "" {
+	if rule, reason, fix := versionRule(v, h); rule != "" {
 		a.refusal = refuse(rule, reason, fix)
 		return a, nil
 	}
-	all, bad, err := cluster.CheckTalosSupportsK8s(ctx, c, inv, target)
+	all, bad, err := k8s.CheckTalosSupport(ctx, c, inv, target)
 	if err != nil {
 		return nil, err
 	}
 	a.talos = all
 	if len(bad) > 0 {
 		a.refusal = refuse("R20", fmt.Sprintf("the running Talos does not support Kubernetes %s on %d node(s): %s",
-			target, len(bad), cluster.DescribeTalosSupport(bad)),
+			target, len(bad), k8s.DescribeTalosSupport(bad)),
 			"upgrade Talos first (/talos upgrade talos …, a separate operation: R11) to a version whose compatibility covers "+target+", then run this again")
 		return a, nil
 	}
 	lo := v.Lowest()
-	_, t, _ := cluster.ParseK8sVersion(target)
-	_, l, _ := cluster.ParseK8sVersion(lo.Version)
+	// The pre-flight checks of talosctl upgrade-k8s: nothing the target removed may still be
+	// in use, or a component would not start after its switch.
+	pre, err := runPreflight(ctx, c, inv, lo.Version, target, table)
+	if err != nil {
+		return nil, fmt.Errorf("pre-flight checks: %w", err)
+	}
+	a.pre = pre
+	if len(pre.findings) > 0 { // rule:R20-preflight
+		reason, fix := pre.refusal(target)
+		a.refusal = refuse("R20", reason, fix)
+		return a, nil
+	}
+	_, t, _ := k8s.ParseVersion(target)
+	_, l, _ := k8s.ParseVersion(lo.Version)
 	if t.Minor > l.Minor {
 		a.warnings = append(a.warnings, fmt.Sprintf("Kubernetes v%d.%d may remove deprecated APIs: check manifests, Helm charts and Flux sources for removed API versions before upgrading: %s",
-			t.Major, t.Minor, cluster.K8sDeprecationGuide))
+			t.Major, t.Minor, k8s.DeprecationGuide))
 	}
 	if err := cluster.CheckSnapshotDir(a.snapshotDir, "the Kubernetes upgrade (a --dry-run works without it)"); err != nil && !a.dryRun {
 		re, _ := sdk.AsRefusal(err)
 		a.refusal = re.Proto()
 		return a, nil
 	}
-	for _, d := range differences {
+	for _, d := range differences() {
 		a.warnings = append(a.warnings, "not done (unlike talosctl upgrade-k8s): "+d)
 	}
 	return a, nil
 }
 
-// cpDone reports whether a control plane's static pods already run the target.
-func (a *assessment) cpDone(node string) bool {
-	for _, comp := range cluster.StaticPodComponents() {
-		if !sameVersion(a.versions.StaticPods[node][comp], a.target) {
-			return false
-		}
-	}
-	return true
+// staticPodDone reports whether a control plane's component already runs the target (or,
+// in a hop before the last, is past it).
+func (a *assessment) staticPodDone(node, component string) bool {
+	return a.done(a.versions.StaticPods[node][component])
 }
 
 func (a *assessment) kubeletDone(node string) bool {
-	return sameVersion(a.versions.Kubelets[node], a.target)
+	return a.done(a.versions.Kubelets[node])
+}
+
+// done reports whether a component at version v needs nothing in this hop: it runs the
+// target, or, in a hop before the last, a newer version (a component an earlier run or the
+// operator took further is never taken back).
+func (a *assessment) done(v string) bool {
+	if sameVersion(v, a.target) {
+		return true
+	}
+	if a.hop.last() || v == "" {
+		return false
+	}
+	_, cur, err1 := k8s.ParseVersion(v)
+	_, t, err2 := k8s.ParseVersion(a.target)
+	return err1 == nil && err2 == nil && cur.GT(t)
 }
 
 func sameVersion(a, b string) bool {
@@ -124,59 +183,97 @@ func (a *assessment) plan() *lifecyclev1.OperationPlan {
 	if a.dryRun {
 		mode = " (dry run: nothing will be changed)"
 	}
-	p.Summary = fmt.Sprintf("Kubernetes upgrade of %s from %s to %s%s: snapshot and gate, %d control plane(s) one at a time, kube-proxy, %d kubelet(s), gate",
+	p.Summary = fmt.Sprintf("Kubernetes upgrade of %s from %s to %s%s: snapshot and gate, pre-pull, then component by component across the %d control plane(s) "+
+		"(kube-apiserver, kube-controller-manager, kube-scheduler), kube-proxy, %d kubelet(s) control planes first, gate",
 		a.cluster, lo.Version, a.target, mode, len(a.inv.ControlPlanes()), len(a.inv.Nodes))
-	for _, s := range cluster.SnapshotSteps() {
-		p.Steps = append(p.Steps, &lifecyclev1.Step{Id: s[0], Title: "etcd snapshot: " + s[1], Kind: "snapshot"})
+	if a.planGuard {
+		p.Steps = append(p.Steps, planguard.Step())
 	}
-	for _, pr := range cluster.Probes() {
-		p.Steps = append(p.Steps, &lifecyclev1.Step{Id: gateBefore + pr.Name, Title: "gate before: " + pr.Title, Kind: "gate"})
-	}
-	for _, cp := range a.inv.ControlPlanes() {
-		from := a.versions.StaticPods[cp.Name][cluster.ComponentAPIServer]
-		title := fmt.Sprintf("%s: apiserver, controller-manager, scheduler %s → %s (NO_REBOOT), wait for static pods Ready", cp.Name, orUnknown(from), a.target)
-		if a.cpDone(cp.Name) {
-			title = cp.Name + ": control plane already at " + a.target + " (skip)"
-		}
-		p.Steps = append(p.Steps, &lifecyclev1.Step{Id: stepControlPlane + cp.Name, Title: title, Node: cp.Name,
-			FromVersion: from, ToVersion: a.target, Kind: "upgrade"})
-	}
-	p.Steps = append(p.Steps, &lifecyclev1.Step{Id: stepKubeProxy, Title: "kube-proxy image → " + a.target + " (machine config and DaemonSet, where used)",
-		ToVersion: a.target, Kind: "upgrade"})
-	for _, n := range a.kubeletOrder() {
-		from := a.versions.Kubelets[n.Name]
-		title := fmt.Sprintf("kubelet on %s %s → %s", n.Name, orUnknown(from), a.target)
-		if a.kubeletDone(n.Name) {
-			title = "kubelet on " + n.Name + " already at " + a.target + " (skip)"
-		}
-		p.Steps = append(p.Steps, &lifecyclev1.Step{Id: stepKubelet + n.Name, Title: title, Node: n.Name,
-			FromVersion: from, ToVersion: a.target, Kind: "upgrade"})
-	}
-	for _, pr := range cluster.Probes() {
-		p.Steps = append(p.Steps, &lifecyclev1.Step{Id: gateAfter + pr.Name, Title: "gate after: " + pr.Title, Kind: "gate"})
-	}
-	p.Steps = append(p.Steps, &lifecyclev1.Step{Id: stepDriftNote, Title: fmt.Sprintf("Terraform: talos_kubernetes_version = %q", a.target), Kind: "note"})
+	p.Steps = append(p.Steps, a.steps()...)
+	p.Steps = append(p.Steps, driftStep(a.target))
 	if a.refusal == nil {
-		var pre []*lifecyclev1.Precondition
-		pre = append(pre, &lifecyclev1.Precondition{Name: "version step", Ok: true, Rule: "R20",
-			Detail: fmt.Sprintf("%s → %s (lowest running: %s)", lo.Version, a.target, lo.Where)})
-		pre = append(pre, &lifecyclev1.Precondition{Name: "not a downgrade", Ok: true, Rule: "R21",
-			Detail: "highest running: " + a.versions.Highest().Version + " (" + a.versions.Highest().Where + ")"})
-		for _, t := range a.talos {
-			pre = append(pre, &lifecyclev1.Precondition{Name: "Talos supports " + a.target + " on " + t.Node, Ok: true, Rule: "R20", Detail: "Talos " + t.Talos})
-		}
-		p.Preconditions = pre
+		p.Preconditions = a.preconditions()
 	}
 	p.CanonicalInputs = a.canonical()
 	return p
 }
 
+// driftStep is the last step of the operation: the Terraform variable to set.
+func driftStep(target string) *lifecyclev1.Step {
+	return &lifecyclev1.Step{Id: stepDriftNote, Title: fmt.Sprintf("Terraform: talos_kubernetes_version = %q", target), Kind: "note"}
+}
+
+// steps are the hop's steps, in talosctl upgrade-k8s's order: snapshot, gate, pre-pull, the
+// static pods component by component, kube-proxy, the kubelets, gate. A hop before the last
+// has its ids prefixed with its version (hops.go).
+func (a *assessment) steps() []*lifecyclev1.Step {
+	px, tp := a.hop.prefix, a.hop.title()
+	var out []*lifecyclev1.Step
+	for _, s := range etcd.SnapshotSteps() {
+		out = append(out, &lifecyclev1.Step{Id: px + s[0], Title: tp + "etcd snapshot: " + s[1], Kind: "snapshot"})
+	}
+	for _, pr := range gate.Probes() {
+		out = append(out, &lifecyclev1.Step{Id: px + gateBefore + pr.Name, Title: tp + "gate before: " + pr.Title, Kind: "gate"})
+	}
+	out = append(out, &lifecyclev1.Step{Id: px + stepPrePull, Kind: "prepare",
+		Title: tp + "pre-pull the " + a.target + " images: control-plane images on every control plane, the kubelet image on every node (nothing changes if a pull fails)"})
+	for _, comp := range k8s.StaticPodComponents() {
+		for _, cp := range a.inv.ControlPlanes() {
+			from := a.versions.StaticPods[cp.Name][comp]
+			title := fmt.Sprintf("%s on %s %s → %s (NO_REBOOT), wait for its StaticPodStatus Ready", comp, cp.Name, orUnknown(from), a.target)
+			if a.staticPodDone(cp.Name, comp) {
+				title = comp + " on " + cp.Name + " already at " + orUnknown(from) + " (skip)"
+			}
+			out = append(out, &lifecyclev1.Step{Id: px + stepStaticPod(comp, cp.Name), Title: tp + title, Node: cp.Name,
+				FromVersion: from, ToVersion: a.target, Kind: "upgrade"})
+		}
+	}
+	out = append(out, &lifecyclev1.Step{Id: px + stepKubeProxy, Title: tp + "kube-proxy image → " + a.target + " (machine config and DaemonSet, where used)",
+		ToVersion: a.target, Kind: "upgrade"})
+	for _, n := range a.kubeletOrder() {
+		from := a.versions.Kubelets[n.Name]
+		title := fmt.Sprintf("kubelet on %s %s → %s%s, wait for the Node Ready at it", n.Name, orUnknown(from), a.target, a.kubeletImageNote(n.Name))
+		if a.kubeletDone(n.Name) {
+			title = "kubelet on " + n.Name + " already at " + orUnknown(from) + " (skip)"
+		}
+		out = append(out, &lifecyclev1.Step{Id: px + stepKubelet + n.Name, Title: tp + title, Node: n.Name,
+			FromVersion: from, ToVersion: a.target, Kind: "upgrade"})
+	}
+	for _, pr := range gate.Probes() {
+		out = append(out, &lifecyclev1.Step{Id: px + gateAfter + pr.Name, Title: tp + "gate after: " + pr.Title, Kind: "gate"})
+	}
+	return out
+}
+
+// preconditions are what the hop's checks found: its version step, Talos support on every
+// node and its pre-flight checks.
+func (a *assessment) preconditions() []*lifecyclev1.Precondition {
+	lo, tp := a.versions.Lowest(), a.hop.title()
+	var pre []*lifecyclev1.Precondition
+	pre = append(pre, &lifecyclev1.Precondition{Name: tp + "version step", Ok: true, Rule: "R20",
+		Detail: fmt.Sprintf("%s → %s (lowest running: %s)", lo.Version, a.target, lo.Where)})
+	if a.hop.hop == 1 {
+		pre = append(pre, &lifecyclev1.Precondition{Name: "not a downgrade", Ok: true, Rule: "R21",
+			Detail: "highest running: " + a.versions.Highest().Version + " (" + a.versions.Highest().Where + ")"})
+	}
+	for _, t := range a.talos {
+		pre = append(pre, &lifecyclev1.Precondition{Name: tp + "Talos supports " + a.target + " on " + t.Node, Ok: true, Rule: "R20", Detail: "Talos " + t.Talos})
+	}
+	pre = append(pre, &lifecyclev1.Precondition{Name: tp + "pre-flight checks (talosctl upgrade-k8s)", Ok: true, Rule: "R20",
+		Detail: a.pre.detail(len(a.inv.Nodes), lo.Version, a.target)})
+	return pre
+}
+
 // canonical is everything that changes what Run does: target, mode, nodes and what they run.
 func (a *assessment) canonical() []byte {
 	c := sdk.CanonicalFor(Command, a.cluster).
-		Str("target", a.target).Bool("dry-run", a.dryRun)
+		Str("target", a.target).Bool(sdk.ArgDryRun, a.dryRun)
 	for i, n := range a.inv.Nodes {
-		c.Sub("node", i).Str("name", n.Name).Str("address", n.Address).Str("role", n.Role).Str("kubelet", a.versions.Kubelets[n.Name])
+		s := c.Sub("node", i).Str("name", n.Name).Str("address", n.Address).Str("role", n.Role).Str("kubelet", a.versions.Kubelets[n.Name]).
+			Str("kube-node", a.ids.KubeNode(n.Name))
+		if a.pre != nil {
+			s.Str("kubelet-image", a.pre.kubelets[n.Name])
+		}
 	}
 	cps := make([]string, 0, len(a.versions.StaticPods))
 	for cp := range a.versions.StaticPods {
@@ -185,7 +282,7 @@ func (a *assessment) canonical() []byte {
 	sort.Strings(cps)
 	for i, cp := range cps {
 		s := c.Sub("static", i).Str("node", cp)
-		for _, comp := range cluster.StaticPodComponents() {
+		for _, comp := range k8s.StaticPodComponents() {
 			s.Str(comp, a.versions.StaticPods[cp][comp])
 		}
 	}
@@ -201,21 +298,23 @@ func (a *assessment) canonical() []byte {
 // dryRunLines is the dry run's chat output: what would change, and what is not done.
 func (a *assessment) dryRunLines() []string {
 	var out []string
-	for _, cp := range a.inv.ControlPlanes() {
-		if a.cpDone(cp.Name) {
-			out = append(out, "⏭️ "+cp.Name+": control plane already at "+a.target)
-			continue
+	for _, comp := range k8s.StaticPodComponents() {
+		for _, cp := range a.inv.ControlPlanes() {
+			if a.staticPodDone(cp.Name, comp) {
+				out = append(out, "⏭️ "+comp+" on "+cp.Name+" already at "+a.target)
+				continue
+			}
+			out = append(out, fmt.Sprintf("🔜 %s on %s %s → %s", comp, cp.Name, orUnknown(a.versions.StaticPods[cp.Name][comp]), a.target))
 		}
-		out = append(out, fmt.Sprintf("🔜 %s: control plane %s → %s", cp.Name,
-			orUnknown(a.versions.StaticPods[cp.Name][cluster.ComponentAPIServer]), a.target))
 	}
 	for _, n := range a.kubeletOrder() {
 		if a.kubeletDone(n.Name) {
 			out = append(out, "⏭️ kubelet on "+n.Name+" already at "+a.target)
 			continue
 		}
-		out = append(out, fmt.Sprintf("🔜 kubelet on %s %s → %s", n.Name, orUnknown(a.versions.Kubelets[n.Name]), a.target))
+		out = append(out, fmt.Sprintf("🔜 kubelet on %s %s → %s%s", n.Name, orUnknown(a.versions.Kubelets[n.Name]), a.target, a.kubeletImageNote(n.Name)))
 	}
+	out = append(out, "✅ pre-flight checks: "+a.pre.detail(len(a.inv.Nodes), a.versions.Lowest().Version, a.target))
 	for _, t := range a.talos {
 		out = append(out, fmt.Sprintf("✅ Talos %s on %s supports Kubernetes %s (R20)", t.Talos, t.Node, a.target))
 	}
@@ -223,6 +322,15 @@ func (a *assessment) dryRunLines() []string {
 		out = append(out, "⚠️ "+w)
 	}
 	return out
+}
+
+// kubeletImageNote is " (<image>)": the kubelet image the node gets (same repository and
+// variant), or "" when the pre-flight checks did not run.
+func (a *assessment) kubeletImageNote(node string) string {
+	if a.pre == nil || a.pre.kubelets[node] == "" {
+		return ""
+	}
+	return " (" + k8s.KubeletTarget(a.pre.kubelets[node], a.target) + ")"
 }
 
 func orUnknown(s string) string {

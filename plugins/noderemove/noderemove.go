@@ -11,17 +11,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 
 	"github.com/talosbot/talosbot/internal/version"
 	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/etcd"
+	"github.com/talosbot/talosbot/plugins/cluster/gate"
+	"github.com/talosbot/talosbot/plugins/cluster/identity"
+	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
@@ -56,27 +62,38 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 
 type target struct {
 	node    cluster.Node
+	ids     *identity.Map
 	removed bool // already reset and out of etcd: only the follow-up is left
-	quorum  cluster.Quorum
+	quorum  etcd.Quorum
 }
+
+// kubeNode is the node's Kubernetes Node name, "" when it has none.
+func (t *target) kubeNode() string { return t.ids.KubeNode(t.node.Name) }
 
 // check resolves the node (R8) and applies R9. It changes nothing.
 func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Session) (*target, error) {
 	name := strings.TrimSpace(req.GetArgs()["node"])
 	n, ok := s.Inv.Node(name)
 	if !ok {
-		return nil, &cluster.RuleError{Rule: "R8",
+		return nil, &sdk.Refusal{Rule: "R8",
 			Reason: fmt.Sprintf("%q is not in the inventory of %s: the bot removes a node only while the inventory (Terraform) still has its address and credentials", name, s.Inv.Name),
 			Fix: fmt.Sprintf("check the name (nodes: %s); if the entry was already removed from Terraform, restore it, apply, then remove the node here first",
 				strings.Join(cluster.Names(s.Inv.Nodes), ", "))}
 	}
-	t := &target{node: n}
-	_, verr := cluster.TalosTag(ctx, s, n)
+	t := &target{node: n, ids: identity.Resolve(ctx, s.Clients, s.Inv, identity.Options{})}
+	_, verr := talos.TalosTag(ctx, s, n)
+	if verr == nil {
+		// The reset goes to this machine and the Node deleted is its own:
+		// both names must be resolved, never guessed from the inventory name.
+		if err := t.ids.Require(identity.All, n.Name); err != nil {
+			return nil, err
+		}
+	}
 	if !n.IsControlPlane() {
-		t.removed = verr != nil && !kubeNodeExists(ctx, s, n.Name)
+		t.removed = verr != nil && t.kubeNode() == ""
 		return t, nil
 	}
-	t.quorum = cluster.ReadQuorum(ctx, s.Clients, s.Inv)
+	t.quorum = etcd.ReadQuorum(ctx, s.Clients, t.ids)
 	if !t.quorum.IsMember(n.Name) && verr != nil {
 		t.removed = true
 		return t, nil
@@ -87,12 +104,11 @@ func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Se
 	return t, nil
 }
 
-func kubeNodeExists(ctx context.Context, s *cluster.Session, name string) bool {
-	if s.Kube == nil {
-		return false
+func orInventory(name, fallback string) string {
+	if name == "" {
+		return fallback
 	}
-	_, err := s.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-	return err == nil
+	return name
 }
 
 // followUp is the Terraform half of R8.
@@ -119,17 +135,17 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	if t.removed {
 		summary = fmt.Sprintf("%s is already reset and out of the cluster; only the Terraform follow-up is left", t.node.Name)
 	}
-	plan := &lifecyclev1.OperationPlan{Summary: summary, Target: t.node.Name,
+	plan := &lifecyclev1.OperationPlan{Summary: summary, Target: t.node.Name, Warnings: gate.PlanWarnings(ctx, s.Clients),
 		CanonicalInputs: sdk.NewCanonical(req).Str("node", t.node.Name).Str("address", t.node.Address).Str("role", t.node.Role).
 			Bool("removed", t.removed).List("members", t.quorum.Members).List("nodes", cluster.Names(inv.Nodes)).Bytes()}
-	for _, pi := range cluster.Probes() {
+	for _, pi := range gate.Probes() {
 		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "gate-before/" + pi.Name, Title: "gate before: " + pi.Title, Kind: "gate"})
 	}
 	plan.Steps = append(plan.Steps,
 		&lifecyclev1.Step{Id: "reset", Title: t.node.Name + ": graceful reset (drain, leave etcd)", Node: t.node.Name, Kind: "reset"},
 		&lifecyclev1.Step{Id: "membership", Title: t.node.Name + ": gone from etcd and the Talos API", Node: t.node.Name, Kind: "quorum"},
-		&lifecyclev1.Step{Id: "kube-node", Title: "delete Kubernetes Node " + t.node.Name, Node: t.node.Name, Kind: "kubernetes"})
-	for _, pi := range cluster.Probes() {
+		&lifecyclev1.Step{Id: "kube-node", Title: "delete Kubernetes Node " + orInventory(t.kubeNode(), t.node.Name), Node: t.node.Name, Kind: "kubernetes"})
+	for _, pi := range gate.Probes() {
 		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "gate-after/" + pi.Name, Title: "gate after (without " + t.node.Name + "): " + pi.Title, Kind: "gate"})
 	}
 	plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "terraform", Title: "Terraform follow-up: remove the inventory entry, then apply", Kind: "note"})
@@ -146,14 +162,14 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	defer s.Close() //nolint:errcheck
 	t, err := check(ctx, req, s)
 	if err != nil {
-		if re, ok := cluster.AsRuleError(err); ok {
+		if re, ok := sdk.AsRefusal(err); ok {
 			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Proto()})
 		}
 		return err
 	}
 	n := t.node
-	after := inv.Without(n.Name)
-	nodeTO := cluster.NodeTimeout(req.GetSettings())
+	after := t.ids.Without(n.Name)
+	nodeTO := talos.NodeTimeout(req.GetSettings())
 	fail := func(summary string, err error) error {
 		return r.Result(&lifecyclev1.Result{Ok: false, Summary: summary, Error: err.Error()})
 	}
@@ -164,11 +180,13 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		}
 	} else {
 		// Gate before (R1), the node to remove being the one drained.
-		gate := cluster.Gate(ctx, s.Clients, inv, s.GateOptions(req.GetSettings(), []string{n.Name}))
-		if err := cluster.ReportGate(r, "gate-before/", gate); err != nil {
+		gopts := gate.OptionsFor(s, req.GetSettings(), []string{n.Name})
+		gopts.Identity = t.ids
+		verdict := gate.Run(ctx, s.Clients, inv, gopts)
+		if err := gate.Report(r, "gate-before/", verdict); err != nil {
 			return err
 		}
-		if err := cluster.CheckGateBefore("the removal", gate.Reasons); err != nil {
+		if err := cluster.CheckGateBefore("the removal", verdict.Reasons); err != nil {
 			return r.Result(sdk.RefusedResult(err, "refused: the health gate failed; nothing was changed"))
 		}
 
@@ -184,20 +202,22 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		_ = r.StepOK("reset", "graceful reset requested: Talos drains the node and leaves etcd")
 
 		_ = r.StepStarted("membership", "")
-		if err := waitGone(ctx, s, inv, n, nodeTO); err != nil {
+		if err := waitGone(ctx, s, t.ids, n, nodeTO); err != nil {
 			_ = r.StepFailed("membership", err.Error())
 			return fail(n.Name+" did not leave the cluster", err)
 		}
 		detail := n.Name + " no longer answers"
 		if n.IsControlPlane() {
-			detail = n.Name + " left etcd; " + cluster.ReadQuorum(ctx, s.Clients, after).Summary()
+			detail = n.Name + " left etcd; " + etcd.ReadQuorum(ctx, s.Clients, after).Summary()
 		}
 		_ = r.StepOK("membership", detail)
 
 		if s.Kube == nil {
-			_ = r.StepSkipped("kube-node", "no kubeconfig: delete it with kubectl delete node "+n.Name)
+			_ = r.StepSkipped("kube-node", "no kubeconfig: delete it with kubectl delete node "+orInventory(t.kubeNode(), "<its Node name>"))
+		} else if kn := t.kubeNode(); kn == "" {
+			_ = r.StepSkipped("kube-node", n.Name+" has no Kubernetes Node")
 		} else {
-			err := s.Kube.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{})
+			err := s.Kube.CoreV1().Nodes().Delete(ctx, kn, metav1.DeleteOptions{})
 			switch {
 			case err == nil:
 				_ = r.StepOK("kube-node", "deleted")
@@ -205,20 +225,22 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 				_ = r.StepSkipped("kube-node", "already gone")
 			default:
 				_ = r.StepFailed("kube-node", err.Error())
-				return fail("could not delete the Kubernetes Node "+n.Name, err)
+				return fail("could not delete the Kubernetes Node "+kn+" of "+n.Name, err)
 			}
 		}
 	}
 
 	// Gate after (R1), on the cluster as it now is.
-	gate := cluster.GateUntil(ctx, s.Clients, after, s.GateOptions(req.GetSettings(), []string{}), cluster.GateTimeout(req.GetSettings()))
-	if err := cluster.ReportGate(r, "gate-after/", gate); err != nil {
+	aopts := gate.OptionsFor(s, req.GetSettings(), []string{})
+	aopts.Identity = after
+	verdict := gate.Until(ctx, s.Clients, after.Inventory(), aopts, gate.AfterWait(req.GetSettings()))
+	if err := gate.Report(r, "gate-after/", verdict); err != nil {
 		return err
 	}
 	lines := followUp(inv, n)
 	_ = r.StepOK("terraform", lines[0])
-	if !gate.Passed {
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: n.Name + " was removed but the closing health gate failed", Error: gate.Err().Error(), Lines: lines})
+	if !verdict.Passed {
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: n.Name + " was removed but the closing health gate failed", Error: verdict.Err().Error(), Lines: lines})
 	}
 	return r.Result(&lifecyclev1.Result{Ok: true, Summary: fmt.Sprintf("%s removed from %s; now remove it from Terraform", n.Name, inv.Name), Lines: lines})
 }
@@ -226,33 +248,32 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 // waitGone waits until a reset node is out: a control plane no longer in
 // the etcd membership (as the remaining members see it), and the node's
 // Talos API no longer answering (it is wiped and powered down).
-func waitGone(ctx context.Context, s *cluster.Session, inv cluster.Inventory, n cluster.Node, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	rest := inv.Without(n.Name)
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
+func waitGone(ctx context.Context, s *cluster.Session, ids *identity.Map, n cluster.Node, timeout time.Duration) error {
+	// The node being reset is not asked (it may not answer); its member is
+	// still recognised in the others' member list by id or peer URL.
+	rest := ids.Without(n.Name)
 	last := "waiting"
-	for {
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		gone := true
 		if n.IsControlPlane() {
-			q := cluster.ReadQuorum(ctx, s.Clients, rest)
-			if q.IsMember(n.Name) || len(q.Healthy) == 0 {
+			q := etcd.ReadQuorum(ctx, s.Clients, rest)
+			still := slices.ContainsFunc(q.Listed, func(m *machineapi.EtcdMember) bool {
+				got, ok := ids.ByMember(m)
+				return ok && got.Name == n.Name
+			})
+			if still || len(q.Healthy) == 0 {
 				gone, last = false, "etcd: "+q.Summary()
 			}
 		}
 		if gone {
-			if _, err := cluster.TalosTag(ctx, s, n); err == nil {
+			if _, err := talos.TalosTag(ctx, s, n); err == nil {
 				gone, last = false, n.Name+" still answers (reset in progress)"
 			}
 		}
-		if gone {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s not gone within %s (%s): %w", n.Name, timeout, last, errors.New("timeout"))
-		case <-tick.C:
-		}
+		return gone, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s not gone within %s (%s): %w", n.Name, timeout, last, errors.New("timeout"))
 	}
+	return nil
 }

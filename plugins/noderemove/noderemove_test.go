@@ -18,7 +18,8 @@ import (
 
 func startSim(t *testing.T, kube *testenv.Kube) *sim.Cluster {
 	t.Helper()
-	opts := sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 300 * time.Millisecond, DrainTimeout: 5 * time.Second}
+	// Inventory, host, Node and etcd member names all differ (as on real clusters).
+	opts := sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 300 * time.Millisecond, DrainTimeout: 5 * time.Second, Naming: sim.DistinctNames}
 	if kube != nil {
 		opts.Kube, opts.Kubeconfig = kube.Client, kube.Kubeconfig
 	}
@@ -58,12 +59,33 @@ func members(t *testing.T, c *sim.Cluster) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// By inventory name: the sim's member names differ from them.
+	byMember := map[string]string{}
+	for _, n := range c.Nodes() {
+		byMember[n.EtcdMember] = n.Name
+	}
 	var out []string
 	for _, m := range ml.Members {
-		out = append(out, m.Name)
+		name, ok := byMember[m.Name]
+		if !ok {
+			name = "unknown member " + m.Name
+		}
+		out = append(out, name)
 	}
 	slices.Sort(out)
 	return out
+}
+
+// nodeName is the Kubernetes Node name of the sim node with this inventory name.
+func nodeName(t *testing.T, c *sim.Cluster, name string) string {
+	t.Helper()
+	for _, n := range c.Nodes() {
+		if n.Name == name {
+			return n.NodeName
+		}
+	}
+	t.Fatalf("no sim node %s", name)
+	return ""
 }
 
 // TestRemoveControlPlane: 3 control planes, remove one: 2 members remain and
@@ -90,8 +112,8 @@ func TestRemoveControlPlane(t *testing.T) {
 	if got := members(t, c); !slices.Equal(got, []string{"cp-1", "cp-2"}) {
 		t.Fatalf("etcd members %v, want cp-1, cp-2", got)
 	}
-	if _, err := kube.Client.CoreV1().Nodes().Get(ctx, "cp-3", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("Kubernetes Node cp-3 still there: %v", err)
+	if _, err := kube.Client.CoreV1().Nodes().Get(ctx, nodeName(t, c, "cp-3"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("Kubernetes Node of cp-3 still there: %v", err)
 	}
 	if !strings.Contains(strings.Join(res.GetLines(), "\n"), "remove the inventory entry of cp-3") {
 		t.Fatalf("no Terraform follow-up in %v", res.GetLines())
@@ -135,7 +157,7 @@ func TestRemovalRefusedWhileAMemberIsDown(t *testing.T) {
 func TestRemovalRefusesTwoMembers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 2})
+	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 2, Naming: sim.DistinctNames})
 	if err != nil {
 		t.Fatal(err)
 	}

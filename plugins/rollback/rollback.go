@@ -12,11 +12,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
 	"github.com/talosbot/talosbot/internal/version"
 	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/etcd"
+	"github.com/talosbot/talosbot/plugins/cluster/gate"
+	"github.com/talosbot/talosbot/plugins/cluster/identity"
+	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
@@ -55,6 +60,7 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 type target struct {
 	inv     cluster.Inventory
 	node    cluster.Node
+	ids     *identity.Map
 	version string
 }
 
@@ -62,20 +68,24 @@ type target struct {
 func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Session) (*target, error) {
 	arg := strings.TrimSpace(req.GetArgs()["node"])
 	if arg == "" || strings.ContainsAny(arg, ", ") {
-		return nil, &cluster.RuleError{Rule: "R19", Reason: fmt.Sprintf("rollback takes exactly one node, got %q", arg),
+		return nil, &sdk.Refusal{Rule: "R19", Reason: fmt.Sprintf("rollback takes exactly one node, got %q", arg),
 			Fix: "roll back one node, check it, then the next: /talos rollback <node>"}
 	}
 	n, ok := s.Inv.Node(arg)
 	if !ok {
-		return nil, &cluster.RuleError{Rule: "R19", Reason: fmt.Sprintf("%s is not in the inventory of %s", arg, s.Inv.Name),
+		return nil, &sdk.Refusal{Rule: "R19", Reason: fmt.Sprintf("%s is not in the inventory of %s", arg, s.Inv.Name),
 			Fix: "use a node name from the inventory: " + strings.Join(cluster.Names(s.Inv.Nodes), ", ")}
 	}
-	tag, err := cluster.TalosTag(ctx, s, n)
+	tag, err := talos.TalosTag(ctx, s, n)
 	if err != nil {
-		return nil, &cluster.RuleError{Rule: "R19", Reason: err.Error(), Fix: "a rollback needs the node's Talos API; check that the node is up"}
+		return nil, &sdk.Refusal{Rule: "R19", Reason: err.Error(), Fix: "a rollback needs the node's Talos API; check that the node is up"}
+	}
+	ids := identity.Resolve(ctx, s.Clients, s.Inv, identity.Options{})
+	if err := ids.Require(identity.Talos, n.Name); err != nil {
+		return nil, err
 	}
 	if n.IsControlPlane() {
-		q := cluster.ReadQuorum(ctx, s.Clients, s.Inv)
+		q := etcd.ReadQuorum(ctx, s.Clients, ids)
 		var others []string
 		for _, cp := range s.Inv.ControlPlanes() {
 			if cp.Name != n.Name && !q.IsHealthy(cp.Name) {
@@ -99,12 +109,12 @@ func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Se
 		if q.IsHealthy(n.Name) {
 			after--
 		}
-		if m := len(q.Members); m > 1 && after < cluster.Majority(m) { // rule:R16-rollback
-			return nil, sdk.Refuse("R16", fmt.Sprintf("etcd quorum would be lost while %s reboots: %d of %d members would remain, %d needed", n.Name, after, m, cluster.Majority(m)),
+		if m := len(q.Members); m > 1 && after < etcd.Majority(m) { // rule:R16-rollback
+			return nil, sdk.Refuse("R16", fmt.Sprintf("etcd quorum would be lost while %s reboots: %d of %d members would remain, %d needed", n.Name, after, m, etcd.Majority(m)),
 				"add a control plane and wait until it is a voting member (R7), or restore the cluster from the etcd snapshot")
 		}
 	}
-	return &target{inv: s.Inv, node: n, version: tag}, nil
+	return &target{inv: s.Inv, node: n, ids: ids, version: tag}, nil
 }
 
 // Plan reads the node and the quorum; it changes nothing.
@@ -122,11 +132,11 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	plan := &lifecyclev1.OperationPlan{
 		Summary:  fmt.Sprintf("Roll %s of %s back from %s to its previous Talos version", t.node.Name, inv.Name, t.version),
 		Target:   t.node.Name,
-		Warnings: []string{"do not bump talos_version in Terraform until the failure is understood (R19)"},
+		Warnings: append([]string{"do not bump talos_version in Terraform until the failure is understood (R19)"}, gate.PlanWarnings(ctx, s.Clients)...),
 		CanonicalInputs: sdk.NewCanonical(req).Str("node", t.node.Name).Str("address", t.node.Address).Str("role", t.node.Role).
 			Str("from", t.version).Int("node_timeout_ms", req.GetSettings().GetNodeTimeoutMs()).Bytes(),
 	}
-	for _, pi := range cluster.Probes() {
+	for _, pi := range gate.Probes() {
 		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "gate-before/" + pi.Name, Title: "gate before: " + pi.Title, Kind: "gate"})
 	}
 	plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "rollback", Title: fmt.Sprintf("%s: %s → previous version", t.node.Name, t.version),
@@ -134,7 +144,7 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	if t.node.IsControlPlane() {
 		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "quorum-after", Title: "etcd quorum after", Node: t.node.Name, Kind: "quorum"})
 	}
-	for _, pi := range cluster.Probes() {
+	for _, pi := range gate.Probes() {
 		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "gate-after/" + pi.Name, Title: "gate after: " + pi.Title, Kind: "gate"})
 	}
 	return plan, nil
@@ -148,7 +158,7 @@ func (p *Plugin) claim(clusterName, node string) (func(), error) {
 		p.active = map[string]string{}
 	}
 	if other, busy := p.active[clusterName]; busy {
-		return nil, &cluster.RuleError{Rule: "R19", Reason: fmt.Sprintf("a rollback of control plane %s is running on %s", other, clusterName),
+		return nil, &sdk.Refusal{Rule: "R19", Reason: fmt.Sprintf("a rollback of control plane %s is running on %s", other, clusterName),
 			Fix: "never roll back several control planes at once: wait for it to finish"}
 	}
 	p.active[clusterName] = node
@@ -168,12 +178,12 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	inv := s.Inv
 	defer s.Close() //nolint:errcheck
 	refuse := func(err error) error {
-		re, _ := cluster.AsRuleError(err)
+		re, _ := sdk.AsRefusal(err)
 		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Proto()})
 	}
 	t, err := check(ctx, req, s)
 	if err != nil {
-		if _, ok := cluster.AsRuleError(err); ok {
+		if _, ok := sdk.AsRefusal(err); ok {
 			return refuse(err)
 		}
 		return err
@@ -189,11 +199,13 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	// Gate before (R1). The node itself may be what is wrong (workloads
 	// failing after an upgrade), so only the rest of the cluster must pass:
 	// failures that name nothing but this node are tolerated.
-	gate := cluster.Gate(ctx, s.Clients, inv, s.GateOptions(req.GetSettings(), []string{t.node.Name}))
-	if err := cluster.ReportGate(r, "gate-before/", gate); err != nil {
+	gopts := gate.OptionsFor(s, req.GetSettings(), []string{t.node.Name})
+	gopts.Identity = t.ids
+	verdict := gate.Run(ctx, s.Clients, inv, gopts)
+	if err := gate.Report(r, "gate-before/", verdict); err != nil {
 		return err
 	}
-	if err := cluster.CheckGateBefore("the rollback", othersFailing(gate, inv, t.node.Name)); err != nil {
+	if err := cluster.CheckGateBefore("the rollback", othersFailing(verdict, t.ids, t.node.Name)); err != nil {
 		// A rollback fixes one node, not the cluster.
 		return refuse(err)
 	}
@@ -206,14 +218,14 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		ev(lifecyclev1.StepStatus_STEP_STATUS_FAILED, err.Error(), "")
 		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "rollback of " + t.node.Name + " failed", Error: err.Error()})
 	}
-	bootID, err := cluster.BootID(ctx, s, t.node)
+	bootID, err := talos.BootID(ctx, s, t.node)
 	if err != nil {
 		return failRes(err)
 	}
-	if err := cluster.StartRollback(ctx, s, t.node); err != nil {
+	if err := talos.StartRollback(ctx, s, t.node); err != nil {
 		return failRes(err)
 	}
-	res, err := cluster.TrackReboot(ctx, s, t.node, cluster.TrackOptions{Timeout: cluster.NodeTimeout(req.GetSettings()), OldBootID: bootID,
+	res, err := talos.TrackReboot(ctx, s, t.node, talos.TrackOptions{Timeout: talos.NodeTimeout(req.GetSettings()), OldBootID: bootID,
 		Log: func(msg string) { _ = r.Log("info", "rollback", msg) }})
 	if err != nil {
 		return failRes(err)
@@ -225,32 +237,34 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	lines := []string{fmt.Sprintf("↩️ %s rolled back %s → %s", t.node.Name, t.version, res.Version)}
 	// The node is back on its old version: not every node runs the newer
 	// one, so a talos_version bump made for it must be reverted (R19).
-	invalidated := []string{cluster.DeclaredTalosVersion}
+	invalidated := []string{talos.DeclaredVersion}
 
 	if t.node.IsControlPlane() {
 		_ = r.StepStarted("quorum-after", "")
-		q, err := cluster.WaitQuorum(ctx, s.Clients, inv, cluster.GateTimeout(req.GetSettings()), cluster.Quorum.CheckRestored)
+		q, err := etcd.WaitQuorum(ctx, s.Clients, t.ids, gate.Timeout(req.GetSettings()), etcd.Quorum.CheckRestored)
 		if err != nil {
 			_ = r.StepFailed("quorum-after", err.Error())
 			return r.Result(&lifecyclev1.Result{Ok: false, Summary: t.node.Name + " is back on " + res.Version + " but etcd is not healthy", Error: err.Error(), Lines: lines, Invalidated: invalidated})
 		}
 		_ = r.StepOK("quorum-after", q.Summary())
 	}
-	gate = cluster.GateUntil(ctx, s.Clients, inv, s.GateOptions(req.GetSettings(), []string{}), cluster.GateTimeout(req.GetSettings()))
-	if err := cluster.ReportGate(r, "gate-after/", gate); err != nil {
+	aopts := gate.OptionsFor(s, req.GetSettings(), []string{})
+	aopts.Identity = t.ids
+	verdict = gate.Until(ctx, s.Clients, inv, aopts, gate.AfterWait(req.GetSettings()))
+	if err := gate.Report(r, "gate-after/", verdict); err != nil {
 		return err
 	}
 	lines = append(lines, "📝 Terraform: do not bump talos_version until the failure is understood; if you already did, revert it before the next apply (R19).")
-	if !gate.Passed {
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: t.node.Name + " rolled back but the closing health gate failed", Error: gate.Err().Error(), Lines: lines, Invalidated: invalidated})
+	if !verdict.Passed {
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: t.node.Name + " rolled back but the closing health gate failed", Error: verdict.Err().Error(), Lines: lines, Invalidated: invalidated})
 	}
 	return r.Result(&lifecyclev1.Result{Ok: true, Summary: fmt.Sprintf("%s rolled back to %s", t.node.Name, res.Version), Lines: lines, Invalidated: invalidated})
 }
 
 // wentBack verifies the rollback: the node now runs an older version.
 func wentBack(before, after string) error {
-	b, errB := cluster.ParseRelease(before)
-	a, errA := cluster.ParseRelease(after)
+	b, errB := talos.ParseRelease(before)
+	a, errA := talos.ParseRelease(after)
 	if err := errors.Join(errB, errA); err != nil {
 		if before == after {
 			return fmt.Errorf("still runs %s after the rollback", after)
@@ -265,16 +279,24 @@ func wentBack(before, after string) error {
 
 // othersFailing returns the gate's failures that are not only about node:
 // a failing probe is tolerated when the target is the only inventory node
-// its detail names (the node being rolled back is expected to be unwell).
-func othersFailing(g *cluster.GateResult, inv cluster.Inventory, node string) []string {
+// its detail names, by any of its resolved names (a PDB names the
+// Kubernetes Node), since the node being rolled back is expected to be unwell.
+func othersFailing(g *gate.Result, ids *identity.Map, node string) []string {
+	names := func(n identity.Node) []string {
+		return slices.DeleteFunc([]string{n.Name, n.KubeNode, n.Hostname}, func(s string) bool { return s == "" })
+	}
+	mentions := func(detail string, n identity.Node) bool {
+		return slices.ContainsFunc(names(n), func(s string) bool { return mentionsName(detail, s) })
+	}
+	self, _ := ids.Of(node)
 	var out []string
 	for _, p := range g.Probes {
-		if p.Status != cluster.StatusFail {
+		if p.Status != gate.StatusFail {
 			continue
 		}
-		onlyTarget := strings.Contains(p.Detail, node)
-		for _, n := range inv.Nodes {
-			if n.Name != node && strings.Contains(p.Detail, n.Name) {
+		onlyTarget := mentions(p.Detail, self)
+		for _, n := range ids.Nodes() {
+			if n.Name != node && mentions(p.Detail, n) {
 				onlyTarget = false
 			}
 		}
@@ -283,4 +305,30 @@ func othersFailing(g *cluster.GateResult, inv cluster.Inventory, node string) []
 		}
 	}
 	return out
+}
+
+// mentionsName reports whether detail names name as a whole word: worker-1
+// is not named by "worker-10 not ready", nor cp-1 by "cp-1a". A name ends
+// where a character that cannot continue it follows: anything but a letter,
+// digit, '-' or '_', or a '.' that ends a sentence (not followed by one).
+func mentionsName(detail, name string) bool {
+	if name == "" {
+		return false
+	}
+	word := func(b byte) bool {
+		return b == '-' || b == '_' || b >= '0' && b <= '9' || b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z'
+	}
+	for from := 0; ; {
+		i := strings.Index(detail[from:], name)
+		if i < 0 {
+			return false
+		}
+		start, end := from+i, from+i+len(name)
+		before := start == 0 || !(word(detail[start-1]) || detail[start-1] == '.')
+		after := end == len(detail) || !word(detail[end]) && (detail[end] != '.' || end+1 == len(detail) || !word(detail[end+1]))
+		if before && after {
+			return true
+		}
+		from = start + 1
+	}
 }

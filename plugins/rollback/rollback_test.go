@@ -6,18 +6,25 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/talosbot/talosbot/bot/render"
 	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/gate"
+	"github.com/talosbot/talosbot/plugins/cluster/identity"
+	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
-	"github.com/talosbot/talosbot/plugins/talosupgrade"
 	"github.com/talosbot/talosbot/sim"
+	"github.com/talosbot/talosbot/state"
 )
 
 func startSim(t *testing.T, cps, workers int) *sim.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := sim.Start(ctx, sim.Options{ControlPlanes: cps, Workers: workers, RebootDelay: 300 * time.Millisecond})
+	// Inventory, host, Node and etcd member names all differ (as on real clusters).
+	c, err := sim.Start(ctx, sim.Options{ControlPlanes: cps, Workers: workers, RebootDelay: 300 * time.Millisecond, Naming: sim.DistinctNames})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,8 +32,52 @@ func startSim(t *testing.T, cps, workers int) *sim.Cluster {
 	return c
 }
 
+// upgradeNode upgrades one node with the shared upgrade calls
+// (plugins/cluster/talos; the talosupgrade plugin uses the same) and waits
+// until it is back: the state a rollback starts from.
+func upgradeNode(ctx context.Context, t *testing.T, c *sim.Cluster, name, from, to string) {
+	t.Helper()
+	inv, err := cluster.InventoryFrom(request(t, c, Command, nil).GetCluster())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := cluster.Open(ctx, inv, &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close() //nolint:errcheck
+	n, _ := inv.Node(name)
+	boot, err := talos.BootID(ctx, s, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr, err := talos.ParseRelease(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := talos.ParseRelease(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := talos.ReadNodeState(ctx, s, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := talos.TargetInstaller(ns, map[string]string{talos.DeclaredSchematic: sim.DefaultSchematic}, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := talos.StartUpgrade(ctx, s, talos.NodeUpgrade{Node: n, From: fr, To: tr, Image: img.Ref()}, talos.UpgradeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := talos.TrackReboot(ctx, s, n, talos.TrackOptions{Timeout: time.Minute, OldBootID: boot, Actor: st.Actor}); err != nil {
+		t.Fatalf("upgrade of %s: %v", name, err)
+	}
+}
+
 func request(t *testing.T, c *sim.Cluster, command string, args map[string]string) *lifecyclev1.OperationRequest {
-	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging", Declared: map[string]string{cluster.DeclaredSchematic: sim.DefaultSchematic}}
+	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging", Declared: map[string]string{talos.DeclaredSchematic: sim.DefaultSchematic}}
 	for _, n := range c.Nodes() {
 		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host, Platform: n.Platform})
 	}
@@ -42,10 +93,7 @@ func TestRollbackAfterUpgrade(t *testing.T) {
 	c := startSim(t, 1, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	up := request(t, c, talosupgrade.Command, map[string]string{"version": "v1.13.9", "nodes": "worker-1"})
-	if rec, _ := sdktest.Run(ctx, talosupgrade.New(), up, nil); !rec.FinalResult().GetOk() {
-		t.Fatalf("upgrade: %v", rec.FinalResult())
-	}
+	upgradeNode(ctx, t, c, "worker-1", "v1.12.6", "v1.13.9")
 	if c.NodeVersion("worker-1") != "v1.13.9" {
 		t.Fatal("worker-1 not upgraded")
 	}
@@ -53,6 +101,16 @@ func TestRollbackAfterUpgrade(t *testing.T) {
 	plan, err := New().Plan(ctx, req)
 	if err != nil || plan.GetRefusal() != nil {
 		t.Fatalf("plan: %v %v", err, plan)
+	}
+	// No kubeconfig: the approval card says the gate's Kubernetes probes
+	// will not be checked.
+	raw, err := protojson.Marshal(plan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	card := render.RenderOperation(&state.Operation{ID: "op", Command: Command, Cluster: "staging", State: state.StateAwaitingApproval, Plan: raw}, nil, time.Now()).Text
+	if !strings.Contains(card, "⚠️") || !strings.Contains(card, "health gate: no kubeconfig for this cluster, so its Kubernetes probes (Kubernetes nodes, Pods, Flux, PodDisruptionBudgets) are not checked") {
+		t.Fatalf("approval card must warn that the Kubernetes probes are not checked:\n%s", card)
 	}
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
@@ -164,5 +222,34 @@ func TestRollbackRefusesTwoMemberEtcd(t *testing.T) {
 	}
 	if c.Calls("cp-1", "Rollback") != 0 {
 		t.Fatal("cp-1 was rolled back")
+	}
+}
+
+// The gate before a rollback tolerates a failure that names only the node
+// rolled back, by whole name: rolling back worker-1 must not excuse a probe
+// that fails on worker-10, or on worker-12 that the inventory lacks.
+func TestGateToleranceMatchesWholeNodeNames(t *testing.T) {
+	var nodes []cluster.Node
+	for _, n := range []string{"worker-1", "worker-10", "cp-1"} {
+		nodes = append(nodes, cluster.Node{Name: n, Address: "10.0.0." + n[len(n)-1:], Role: "worker"})
+	}
+	ids := identity.Unresolved(cluster.Inventory{Name: "staging", Nodes: nodes})
+	verdict := func(detail string) *gate.Result {
+		return &gate.Result{Probes: []gate.ProbeResult{{Name: "nodes-ready", Title: "nodes ready", Status: gate.StatusFail, Detail: detail}}}
+	}
+	for detail, excused := range map[string]bool{
+		"worker-1 not Ready":                  true,
+		"node worker-1.":                      true,
+		"worker-10 not Ready":                 false,
+		"worker-1 and worker-10 not Ready":    false,
+		"pod web-1 on worker-1a is not Ready": false,
+		"cp-1 not Ready":                      false,
+		// A Kubernetes Node the inventory does not know.
+		"node worker-12 not Ready": false,
+	} {
+		got := othersFailing(verdict(detail), ids, "worker-1")
+		if excused != (len(got) == 0) {
+			t.Errorf("gate failure %q while rolling back worker-1: others failing = %v, want excused=%t", detail, got, excused)
+		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/talosbot/talosbot/internal/retention"
 	"github.com/talosbot/talosbot/internal/seal"
 	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
@@ -92,7 +93,7 @@ func (p *Plugin) planDrill(req *lifecyclev1.OperationRequest, inv cluster.Invent
 			Reason: "the drill compares the restored etcd with the live Kubernetes API, and this cluster has no kubeconfig",
 			Fix:    "set credentials.kubeconfig (or the Terraform kubeconfig output) for " + inv.Name}}, nil
 	}
-	opts := cluster.SnapshotOptionsFor(req)
+	opts := etcd.SnapshotOptionsFor(req)
 	src := "local copies in " + filepath.Join(opts.Dir, inv.Name)
 	if opts.Offsite != nil {
 		src = "off-site copies in s3://" + opts.Offsite.Bucket + "/" + opts.Offsite.Prefix + inv.Name
@@ -120,7 +121,7 @@ func (p *Plugin) runDrill(ctx context.Context, req *lifecyclev1.OperationRequest
 	if err != nil {
 		return fail(StepDrillFetch, err)
 	}
-	opts := cluster.SnapshotOptionsFor(req)
+	opts := etcd.SnapshotOptionsFor(req)
 	if opts.Dir == "" {
 		return fail(StepDrillFetch, errors.New("no snapshot directory is configured: set snapshot_dir"))
 	}
@@ -167,7 +168,7 @@ func (p *Plugin) runDrill(ctx context.Context, req *lifecyclev1.OperationRequest
 			f.Close()
 			return fail(StepDrillDecrypt, err)
 		}
-		snap, err := cluster.WriteVerified(ctx, dec, work, "plain")
+		snap, err := etcd.WriteVerified(ctx, dec, work, "plain")
 		f.Close()
 		if err != nil {
 			return fail(StepDrillDecrypt, fmt.Errorf("%s does not restore: decrypted: %w", chosen.ID, err))
@@ -179,7 +180,7 @@ func (p *Plugin) runDrill(ctx context.Context, req *lifecyclev1.OperationRequest
 		if err != nil {
 			return fail(StepDrillDecrypt, err)
 		}
-		_, _, err = cluster.CheckStream(ctx, f)
+		_, _, err = etcd.CheckStream(ctx, f)
 		f.Close()
 		if err != nil {
 			return fail(StepDrillDecrypt, fmt.Errorf("%s does not restore: %w", chosen.ID, err))
@@ -234,7 +235,7 @@ func (p *Plugin) runDrill(ctx context.Context, req *lifecyclev1.OperationRequest
 // fetch picks the snapshot (named, or the newest) and returns a local path
 // to its bytes: downloaded into work (sha256-checked) when off-site storage
 // is configured, so the drill proves the off-site path; else the local file.
-func (p *Plugin) fetch(ctx context.Context, opts cluster.SnapshotOptions, clusterName, want, work string) (retention.Item, string, string, error) {
+func (p *Plugin) fetch(ctx context.Context, opts etcd.SnapshotOptions, clusterName, want, work string) (retention.Item, string, string, error) {
 	match := func(id string) bool {
 		if want == "" {
 			return true
@@ -292,7 +293,7 @@ func (p *Plugin) fetch(ctx context.Context, opts cluster.SnapshotOptions, cluste
 		}
 		return it, dst, st.URL(obj.Key), nil
 	}
-	paths, items, err := cluster.LocalSnapshots(filepath.Join(opts.Dir, clusterName), clusterName)
+	paths, items, err := etcd.LocalSnapshots(filepath.Join(opts.Dir, clusterName), clusterName)
 	if err != nil {
 		return retention.Item{}, "", "", err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/talosbot/talosbot/internal/offsite"
 	"github.com/talosbot/talosbot/internal/seal"
 	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
@@ -41,7 +42,7 @@ func planList(inv cluster.Inventory) *lifecyclev1.OperationPlan {
 }
 
 func (p *Plugin) runList(ctx context.Context, req *lifecyclev1.OperationRequest, inv cluster.Inventory, r sdk.Reporter) error {
-	opts := cluster.SnapshotOptionsFor(req)
+	opts := etcd.SnapshotOptionsFor(req)
 	now := p.clock()()
 	by := req.GetSettings().GetBackups().GetProtectedBy()
 	keep := func(id string) string {
@@ -57,7 +58,7 @@ func (p *Plugin) runList(ctx context.Context, req *lifecyclev1.OperationRequest,
 		return "not encrypted"
 	}
 	var lines []string
-	paths, items, err := cluster.LocalSnapshots(filepath.Join(opts.Dir, inv.Name), inv.Name)
+	paths, items, err := etcd.LocalSnapshots(filepath.Join(opts.Dir, inv.Name), inv.Name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		lines = append(lines, "💾 local: none in "+filepath.Join(opts.Dir, inv.Name))

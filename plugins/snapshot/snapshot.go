@@ -1,5 +1,5 @@
 // Package snapshot is the built-in plugin behind `/talos snapshot [cluster]`:
-// a verified etcd snapshot copied off-cluster (cluster.TakeSnapshot, rule
+// a verified etcd snapshot copied off-cluster (etcd.TakeSnapshot, rule
 // R12) with retention. It is READ_ONLY: it reads etcd and writes only to the
 // bot's own snapshot directory, so it never disrupts the cluster and never
 // waits for the cluster lock.
@@ -12,6 +12,7 @@ import (
 
 	"github.com/talosbot/talosbot/internal/version"
 	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
@@ -66,7 +67,7 @@ func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*li
 	case ListCommand:
 		return planList(inv), nil
 	}
-	opts := cluster.SnapshotOptionsFrom(req.GetSettings())
+	opts := etcd.SnapshotOptionsFrom(req.GetSettings())
 	if err := cluster.CheckSnapshotDir(opts.Dir, "the snapshot"); err != nil {
 		return sdk.RefusalPlan(err)
 	}
@@ -75,7 +76,7 @@ func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*li
 			inv.Name, opts.Dir, inv.Name, opts.Retention),
 		Target: inv.Name,
 	}
-	for _, s := range cluster.SnapshotSteps() {
+	for _, s := range etcd.SnapshotSteps() {
 		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: s[0], Title: s[1], Kind: "snapshot"})
 	}
 	plan.CanonicalInputs = sdk.NewCanonical(req).Str("dir", opts.Dir).Str("retention", opts.Retention.String()).
@@ -101,7 +102,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 	defer clients.Close()
 
-	opts := cluster.SnapshotOptionsFor(req)
+	opts := etcd.SnapshotOptionsFor(req)
 	opts.Now, opts.FreeSpace = p.now, p.freeSpace
 	opts.Step = func(id, detail string, err error) {
 		if err != nil {
@@ -110,7 +111,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		}
 		_ = r.StepOK(id, detail)
 	}
-	snap, err := cluster.TakeSnapshot(ctx, clients, inv, opts)
+	snap, err := etcd.TakeSnapshot(ctx, clients, inv, opts)
 	if snap == nil {
 		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "etcd snapshot of " + inv.Name + " failed", Error: err.Error()})
 	}

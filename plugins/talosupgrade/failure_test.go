@@ -12,6 +12,25 @@ import (
 	"github.com/talosbot/talosbot/sim"
 )
 
+// requireNoRollback: a rollback is offered only where it can work (the node
+// runs the new version and answers).
+func requireNoRollback(t *testing.T, res *lifecyclev1.Result) {
+	t.Helper()
+	for _, a := range res.GetSuggestedActions() {
+		if strings.HasPrefix(a.GetCommand(), "/talos rollback") {
+			t.Fatalf("a rollback is offered where it cannot work: %v", res.GetSuggestedActions())
+		}
+	}
+}
+
+// requireState: the result says what state the node was left in.
+func requireState(t *testing.T, res *lifecyclev1.Result, want string) {
+	t.Helper()
+	if !strings.Contains(res.GetSummary(), want) || !strings.Contains(strings.Join(res.GetLines(), "\n"), want) {
+		t.Fatalf("the result does not say %q: %v", want, res)
+	}
+}
+
 func requireRollbackOffered(t *testing.T, res *lifecyclev1.Result, node string) {
 	t.Helper()
 	for _, a := range res.GetSuggestedActions() {
@@ -59,6 +78,9 @@ func TestQuorumFailureMidRollStops(t *testing.T) {
 	if !quorumFailed {
 		t.Fatalf("quorum-after of %s not reported failed:\n%s", first, dump(rec.Steps()))
 	}
+	// It runs the new version and answers: a rollback can work, and is offered.
+	requireRollbackOffered(t, res, first)
+	requireState(t, res, first+" runs "+target)
 	// The sim's counts: worker-1 and the first control plane once, nobody else.
 	for _, n := range e.names() {
 		want := 0
@@ -72,8 +94,9 @@ func TestQuorumFailureMidRollStops(t *testing.T) {
 }
 
 // TestBootFailureAutomaticRollback: worker-1's new image does not boot and
-// the bootloader falls back to v1.12.6. The operation fails, Rollback is
-// offered, worker-2 is not touched.
+// the bootloader falls back to v1.12.6. The operation fails saying the node
+// rolled back (no Rollback offered: there is nothing left to roll back),
+// worker-2 is not touched.
 func TestBootFailureAutomaticRollback(t *testing.T) {
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
@@ -85,7 +108,9 @@ func TestBootFailureAutomaticRollback(t *testing.T) {
 	if res.GetOk() || !strings.Contains(res.GetError(), "came back on "+from) || !strings.Contains(res.GetError(), "A/B fallback") {
 		t.Fatalf("want a failure naming the automatic rollback, got %v", res)
 	}
-	requireRollbackOffered(t, res, "worker-1")
+	// Talos already fell back: nothing to roll back, the upgrade may be retried.
+	requireNoRollback(t, res)
+	requireState(t, res, "worker-1 rolled back: it came back on "+from+", not "+target)
 	if e.c.NodeVersion("worker-1") != from || e.upgradeCalls("worker-1") != 1 || e.upgradeCalls("worker-2") != 0 || e.upgradeCalls("cp-1") != 0 {
 		t.Fatalf("worker-1 %s (%d calls), worker-2 %d calls, cp-1 %d calls", e.c.NodeVersion("worker-1"),
 			e.upgradeCalls("worker-1"), e.upgradeCalls("worker-2"), e.upgradeCalls("cp-1"))
@@ -112,7 +137,9 @@ func TestNodeNeverReturnsTimesOut(t *testing.T) {
 	if d := time.Since(start); d > time.Minute {
 		t.Fatalf("took %s", d)
 	}
-	requireRollbackOffered(t, res, "worker-1")
+	// A rollback needs the node's API: none is offered for a node that is down.
+	requireNoRollback(t, res)
+	requireState(t, res, "worker-1 was rebooted into "+target+" and has not come back")
 	if e.upgradeCalls("worker-2") != 0 || e.upgradeCalls("cp-1") != 0 {
 		t.Fatal("a later node was touched after the timeout")
 	}
@@ -133,9 +160,11 @@ func TestImagePullFailureLegacyStops(t *testing.T) {
 	req.Settings.NodeTimeoutMs = 60_000
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "upgrade worker-1") || !strings.Contains(res.GetError(), "error validating installer image") || len(res.GetSuggestedActions()) != 0 {
-		t.Fatalf("want a sequence failure without a rollback offer, got %v", res)
+	if res.GetOk() || !strings.Contains(res.GetError(), "upgrade worker-1") || !strings.Contains(res.GetError(), "error validating installer image") {
+		t.Fatalf("want the Upgrade RPC's failure, got %v", res)
 	}
+	requireNoRollback(t, res)
+	requireState(t, res, "worker-1 is unchanged: it runs "+from)
 	if e.upgradeCalls("worker-2") != 0 {
 		t.Fatal("worker-2 touched")
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/internal/testenv"
-	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
@@ -30,11 +30,18 @@ type env struct {
 func start(t testing.TB, cps, workers int, withKube bool, mutate func(*sim.Options)) *env {
 	t.Helper()
 	e := &env{}
+	// Inventory names, hostnames, Kubernetes Node names and etcd member
+	// names all differ, as on real clusters: nothing passes by assuming two
+	// of them are equal.
 	opts := sim.Options{ControlPlanes: cps, Workers: workers, TalosVersion: from, RebootDelay: 300 * time.Millisecond,
-		DrainTimeout: 5 * time.Second}
+		DrainTimeout: 5 * time.Second, Naming: sim.DistinctNames}
 	if withKube {
 		e.kube = testenv.StartKube(t)
 		opts.Kube, opts.Kubeconfig = e.kube.Client, e.kube.Kubeconfig
+		// The sim plays the kubelets too (mirror pods, and evicted pods
+		// finish terminating), as a drain needs: kubectl's drain waits until
+		// every evicted pod is gone.
+		opts.StaticPods = true
 	}
 	if mutate != nil {
 		mutate(&opts)
@@ -54,7 +61,7 @@ func start(t testing.TB, cps, workers int, withKube bool, mutate func(*sim.Optio
 func (e *env) request(t testing.TB, version string) *lifecyclev1.OperationRequest {
 	t.Helper()
 	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging",
-		Declared: map[string]string{cluster.DeclaredSchematic: sim.DefaultSchematic, cluster.DeclaredTalosVersion: from}}
+		Declared: map[string]string{talos.DeclaredSchematic: sim.DefaultSchematic, talos.DeclaredVersion: from}}
 	for _, n := range e.c.Nodes() {
 		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host,
 			Platform: n.Platform, InstallerClass: n.InstallerClass})
@@ -83,7 +90,7 @@ func (e *env) node(t testing.TB, req *lifecyclev1.OperationRequest, name string)
 	return nil
 }
 
-// leader is the etcd leader's name, from the sim's own etcd.
+// leader is the inventory name of the etcd leader, from the sim's own etcd.
 func (e *env) leader(t testing.TB) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -92,7 +99,26 @@ func (e *env) leader(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return e.c.Etcd().MemberByID(id).Name()
+	member := e.c.Etcd().MemberByID(id).Name()
+	for _, n := range e.c.Nodes() {
+		if n.EtcdMember == member {
+			return n.Name
+		}
+	}
+	t.Fatalf("etcd leader %s is no sim node", member)
+	return ""
+}
+
+// info is the sim's view of the node with this inventory name.
+func (e *env) info(t testing.TB, name string) sim.NodeInfo {
+	t.Helper()
+	for _, n := range e.c.Nodes() {
+		if n.Name == name {
+			return n
+		}
+	}
+	t.Fatalf("no sim node %s", name)
+	return sim.NodeInfo{}
 }
 
 // upgradeCalls counts both upgrade RPCs (legacy and LifecycleService).

@@ -23,11 +23,12 @@ func TestLifecyclePathV113(t *testing.T) {
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.TalosVersion = "v1.13.2" })
 	ctx := ctxFor(t, 3*time.Minute)
 	kc := e.kube.Client
+	w1 := e.info(t, "worker-1").NodeName
 
 	// A pod on worker-1 behind a budget that allows one disruption.
 	labels := map[string]string{"app": "web"}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-0", Namespace: "default", Labels: labels},
-		Spec: corev1.PodSpec{NodeName: "worker-1", Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}
+		Spec: corev1.PodSpec{NodeName: w1, Containers: []corev1.Container{{Name: "c", Image: "nginx"}}}}
 	if _, err := kc.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestLifecyclePathV113(t *testing.T) {
 	if p, err := kc.CoreV1().Pods("default").Get(ctx, "web-0", metav1.GetOptions{}); err == nil && p.DeletionTimestamp == nil {
 		t.Fatal("web-0 was not evicted")
 	}
-	if n, err := kc.CoreV1().Nodes().Get(ctx, "worker-1", metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
+	if n, err := kc.CoreV1().Nodes().Get(ctx, w1, metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
 		t.Fatalf("worker-1 still cordoned: %v", err)
 	}
 

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/internal/terraform/tftest"
+	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
-	"github.com/talosbot/talosbot/plugins/tfguard"
 )
 
 // TestPlanGuardBeforeUpgradeRefuses: with plan_before_upgrade, a Terraform
@@ -22,7 +22,7 @@ func TestPlanGuardBeforeUpgradeRefuses(t *testing.T) {
 	req.Settings.Terraform = &lifecyclev1.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
 	ctx := ctxFor(t, 2*time.Minute)
 	plan, err := (&Plugin{}).Plan(ctx, req)
-	if err != nil || plan.GetSteps()[0].GetId() != tfguard.GuardStep().GetId() {
+	if err != nil || plan.GetSteps()[0].GetId() != planguard.Step().GetId() {
 		t.Fatalf("the plan does not start with the guard: %v %v", plan, err)
 	}
 	t.Setenv("TF_VAR_secrets_generation", "2") // the fixture replaces talos_machine_secrets

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
@@ -58,15 +58,15 @@ func TestRefusesSchematicClassChange(t *testing.T) {
 	req := e.request(t, target)
 	// worker-2 is declared a Longhorn worker, but it runs the default
 	// schematic: upgrading it would swap its system extensions.
-	e.node(t, req, "worker-2").InstallerClass = cluster.ClassLonghorn
-	req.Cluster.Declared[cluster.DeclaredLonghornInstaller] = "factory.talos.dev/nocloud-installer/" + strings.Repeat("b", 64) + ":" + from
+	e.node(t, req, "worker-2").InstallerClass = talos.ClassLonghorn
+	req.Cluster.Declared[talos.DeclaredLonghornInstaller] = "factory.talos.dev/nocloud-installer/" + strings.Repeat("b", 64) + ":" + from
 	refusedEverywhere(t, e, req, "R14", "schematic")
 }
 
 func TestRefusesWithoutDeclaredSchematic(t *testing.T) {
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
-	delete(req.Cluster.Declared, cluster.DeclaredSchematic)
+	delete(req.Cluster.Declared, talos.DeclaredSchematic)
 	refusedEverywhere(t, e, req, "R13", "talos_image_factory_schematic_id")
 }
 

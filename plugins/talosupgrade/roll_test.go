@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/etcd"
+	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
 
@@ -25,7 +27,7 @@ func bootIDs(t *testing.T, e *env, req *lifecyclev1.OperationRequest) map[string
 	defer s.Close() //nolint:errcheck
 	out := map[string]string{}
 	for _, n := range inv.Nodes {
-		id, err := cluster.BootID(ctx, s, n)
+		id, err := talos.BootID(ctx, s, n)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +95,7 @@ func TestRollHappyPath(t *testing.T) {
 
 	// Snapshot first, then the gate, then per node: upgrade → gate before the next node.
 	steps := rec.Steps()
-	if steps[0].GetStepId() != cluster.StepSnapshotSource || len(rec.Artifacts()) != 1 {
+	if steps[0].GetStepId() != etcd.StepSnapshotSource || len(rec.Artifacts()) != 1 {
 		t.Fatalf("first step %s, artifacts %v: want the snapshot first", steps[0].GetStepId(), rec.Artifacts())
 	}
 	var seq []string

@@ -20,9 +20,15 @@ import (
 
 	"github.com/talosbot/talosbot/internal/version"
 	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/etcd"
+	"github.com/talosbot/talosbot/plugins/cluster/gate"
+	"github.com/talosbot/talosbot/plugins/cluster/identity"
+	"github.com/talosbot/talosbot/plugins/cluster/k8s"
+	"github.com/talosbot/talosbot/plugins/cluster/planguard"
+	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	"github.com/talosbot/talosbot/plugins/tfguard"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Name is the plugin's catalogue name.
@@ -55,6 +61,8 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 		NeedsSnapshot: true,
 		Drill:         lifecyclev1.Drill_DRILL_TALOS_UPGRADE,
 		Example:       "/talos upgrade talos v1.13.9 staging",
+
+		PausesBetweenNodes: true, // checks sdk.PauseRequested before each node
 	}}}, nil
 }
 
@@ -62,94 +70,64 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 type nodeStep struct {
 	idx, total int
 	node       cluster.Node
-	from       cluster.Release
+	from       talos.Release
 	image      string
-	mechanics  cluster.Mechanics
-	skip       bool // already at the target
+	mechanics  talos.Mechanics
+	skip       bool   // already at (or, in a hop before the last, past) the target
+	prefix     string // the hop's step id prefix (hops.go)
 }
 
-func (n nodeStep) id(part string) string { return "node/" + n.node.Name + "/" + part }
+func (n nodeStep) id(part string) string { return n.prefix + "node/" + n.node.Name + "/" + part }
 
 // title is the chat line of the node's step: "node 2/5 cp-2: v1.12.6 → v1.13.9".
-func (n nodeStep) title(target cluster.Release) string {
+func (n nodeStep) title(target talos.Release) string {
 	return fmt.Sprintf("node %d/%d %s: %s → %s", n.idx, n.total, n.node.Name, n.from, target)
 }
 
-// roll is the computed plan.
+// roll is the computed plan of one hop (hops.go: the path of hops).
 type roll struct {
 	inv      cluster.Inventory
-	target   cluster.Release
+	ids      *identity.Map // every node's resolved names
+	target   talos.Release
 	leader   string
 	steps    []nodeStep
 	versions map[string]string // every node's running version
-	warnings []string
+	// hop and hops place the roll in its path (1/1 for a one-hop
+	// upgrade); prefix starts its step ids (hops.go).
+	hop, hops int
+	prefix    string
 }
 
-// compute reads the cluster and decides the roll. It changes nothing. A
-// *cluster.RuleError means refuse.
-func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Session) (*roll, error) {
-	inv := s.Inv
-	target, err := cluster.ParseRelease(req.GetArgs()["version"])
-	if err != nil {
-		return nil, &cluster.RuleError{Rule: "R10", Reason: err.Error(), Fix: "give the target as vMAJOR.MINOR.PATCH, e.g. /talos upgrade talos v1.13.9"}
-	}
-	only, err := selection(inv, req.GetArgs()["nodes"])
-	if err != nil {
-		return nil, err
-	}
-	states, err := cluster.ReadNodeStates(ctx, s, inv.Nodes)
-	if err != nil {
-		return nil, &cluster.RuleError{Rule: "R1", Reason: "cannot read every node: " + err.Error(),
-			Fix: "run /talos health and bring every node back before upgrading"}
-	}
-	q := cluster.ReadQuorum(ctx, s.Clients, inv)
-	if q.Leader == "" {
-		return nil, &cluster.RuleError{Rule: "R16", Reason: "etcd has no agreed leader: " + q.Summary(),
-			Fix: "restore etcd quorum first (/talos health shows the members)"}
-	}
-	r := &roll{inv: inv, target: target, leader: q.Leader, versions: map[string]string{}}
-	for name, st := range states {
-		r.versions[name] = st.Version
-	}
-	order := cluster.UpgradeOrder(inv, q.Leader)
+// hopRoll decides the roll of one hop to target from the nodes' versions
+// at (read, or assumed after the hops before it). It changes nothing. A
+// *sdk.Refusal means refuse.
+func hopRoll(req *lifecyclev1.OperationRequest, inv cluster.Inventory, states map[string]talos.NodeState, at map[string]talos.Release,
+	target talos.Release, leader string, only map[string]bool, prefix string, last bool) (*roll, error) {
+	r := &roll{inv: inv, target: target, leader: leader, prefix: prefix}
+	order := talos.UpgradeOrder(inv, leader)
 	if only != nil {
 		order = slices.DeleteFunc(order, func(n cluster.Node) bool { return !only[n.Name] })
 	}
 	for i, n := range order {
-		st := states[n.Name]
-		from, err := cluster.ParseRelease(st.Version)
-		if err != nil {
-			return nil, &cluster.RuleError{Rule: "R10", Reason: fmt.Sprintf("%s reports version %q: %v", n.Name, st.Version, err),
-				Fix: "the bot upgrades released versions only; upgrade this node by hand"}
-		}
-		ns := nodeStep{idx: i + 1, total: len(order), node: n, from: from, skip: from == target}
+		st, from := states[n.Name], at[n.Name]
+		// A hop before the last skips a node already past it (a node the
+		// operator upgraded further, or one a resumed run finished).
+		ns := nodeStep{idx: i + 1, total: len(order), node: n, from: from, prefix: prefix,
+			skip: from == target || (!last && from.Compare(target) > 0)}
 		if !ns.skip {
-			if re := cluster.CheckUpgradePath(n.Name, from, target); re != nil {
+			if re := talos.CheckUpgradePath(n.Name, from, target); re != nil {
 				return nil, re
 			}
-			inst, err := cluster.TargetInstaller(st, req.GetCluster().GetDeclared(), target)
+			inst, err := talos.TargetInstaller(st, req.GetCluster().GetDeclared(), target)
 			if err != nil {
 				return nil, err
 			}
-			if re := cluster.CheckInstallerChange(st, inst); re != nil {
+			if re := talos.CheckInstallerChange(st, inst); re != nil {
 				return nil, re
 			}
-			ns.image, ns.mechanics = inst.Ref(), cluster.MechanicsFor(from)
+			ns.image, ns.mechanics = inst.Ref(), talos.MechanicsFor(from)
 		}
 		r.steps = append(r.steps, ns)
-	}
-	warn, re := cluster.PatchCheck(target, req.GetSettings().GetKnownTalosReleases(), req.GetSettings().GetRefuseNonLatestPatch())
-	if re != nil {
-		return nil, re
-	}
-	if warn != "" {
-		r.warnings = append(r.warnings, warn+" (R10)")
-	}
-	if len(inv.ControlPlanes()) == 1 {
-		r.warnings = append(r.warnings, "one control plane: the Kubernetes API and etcd are down while it reboots")
-	}
-	if len(req.GetCredentials().GetKubeconfig()) == 0 {
-		r.warnings = append(r.warnings, "no kubeconfig: the gates cannot check Kubernetes and v1.13+ nodes are rebooted without a client-side drain")
 	}
 	return r, nil
 }
@@ -164,7 +142,7 @@ func selection(inv cluster.Inventory, arg string) (map[string]bool, error) {
 		name = strings.TrimSpace(name)
 		n, ok := inv.Node(name)
 		if !ok {
-			return nil, &cluster.RuleError{Rule: "R15", Reason: fmt.Sprintf("--nodes names %q, which is not in the inventory of %s", name, inv.Name),
+			return nil, &sdk.Refusal{Rule: "R15", Reason: fmt.Sprintf("--nodes names %q, which is not in the inventory of %s", name, inv.Name),
 				Fix: "use node names from the inventory: " + strings.Join(cluster.Names(inv.Nodes), ", ")}
 		}
 		out[n.Name] = true
@@ -188,11 +166,16 @@ func (r *roll) canonical(req *lifecyclev1.OperationRequest) []byte {
 	st := req.GetSettings()
 	c := sdk.NewCanonical(req).Str("target", r.target.String()).Str("leader", r.leader).Str("snapshot_dir", st.GetSnapshotDir()).
 		Int("node_timeout_ms", st.GetNodeTimeoutMs()).Int("gate_timeout_ms", st.GetGateTimeoutMs())
+	r.writeSteps(c)
+	return c.List("nodes", cluster.Names(r.inv.Nodes)).Bytes()
+}
+
+// writeSteps adds every node step of the roll to c.
+func (r *roll) writeSteps(c *sdk.Canonical) {
 	for _, s := range r.steps {
-		c.Sub("step", s.idx).Str("node", s.node.Name).Str("role", s.node.Role).Str("address", s.node.Address).
+		c.Sub("step", s.idx).Str("node", s.node.Name).Str("role", s.node.Role).Str("address", s.node.Address).Str("kube_node", r.ids.KubeNode(s.node.Name)).
 			Str("from", s.from.String()).Str("image", s.image).Str("mechanics", fmt.Sprint(s.mechanics)).Bool("skip", s.skip)
 	}
-	return c.List("nodes", cluster.Names(r.inv.Nodes)).Bytes()
 }
 
 // Plan computes the roll. It reads the cluster and changes nothing.
@@ -209,43 +192,36 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 		return nil, err
 	}
 	defer s.Close() //nolint:errcheck
-	r, err := compute(ctx, req, s)
+	pa, err := compute(ctx, req, s)
 	if err != nil {
 		return cluster.RefusalPlan(err)
 	}
-	up := r.toUpgrade()
-	plan := &lifecyclev1.OperationPlan{
-		Summary: fmt.Sprintf("Talos %s on %s: %d node(s) to upgrade one at a time (workers first, etcd leader %s last), %d already there",
-			r.target, inv.Name, len(up), r.leader, len(r.steps)-len(up)),
-		Target:          r.target.String(),
-		Warnings:        r.warnings,
-		CanonicalInputs: r.canonical(req),
-	}
-	plan.Steps = planSteps(r)
-	if tfguard.Wanted(req.GetSettings()) {
-		plan.Steps = append([]*lifecyclev1.Step{tfguard.GuardStep()}, plan.Steps...)
-	}
-	plan.Preconditions = []*lifecyclev1.Precondition{
-		{Name: "upgrade path", Ok: true, Rule: "R10", Detail: fmt.Sprintf("every node at %s or one adjacent step below it", r.target)},
-		{Name: "installer platform and schematic", Ok: true, Rule: "R14", Detail: "unchanged on every node"},
-	}
+	pa.warnings = append(pa.warnings, gate.PlanWarnings(ctx, s.Clients)...)
+	plan := pa.operationPlan(req)
+	plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "node identity", Ok: true, Rule: identity.Rule, Detail: strings.Join(pa.hops[0].ids.Lines(), "; ")})
 	return plan, nil
 }
 
 func planSteps(r *roll) []*lifecyclev1.Step {
 	var steps []*lifecyclev1.Step
-	for _, s := range cluster.SnapshotSteps() {
-		steps = append(steps, &lifecyclev1.Step{Id: s[0], Title: "snapshot: " + s[1], Kind: "snapshot"})
+	for _, s := range etcd.SnapshotSteps() {
+		steps = append(steps, &lifecyclev1.Step{Id: r.prefix + s[0], Title: r.titlePrefix() + "snapshot: " + s[1], Kind: "snapshot"})
 	}
-	for _, pi := range cluster.Probes() {
-		steps = append(steps, &lifecyclev1.Step{Id: "gate-before/" + pi.Name, Title: "gate before: " + pi.Title, Kind: "gate"})
+	for _, pi := range gate.Probes() {
+		steps = append(steps, &lifecyclev1.Step{Id: r.prefix + "gate-before/" + pi.Name, Title: r.titlePrefix() + "gate before: " + pi.Title, Kind: "gate"})
+	}
+	for _, n := range r.steps {
+		if !n.skip && n.mechanics == talos.MechanicsLifecycle {
+			steps = append(steps, &lifecyclev1.Step{Id: n.id("pull"), Title: n.node.Name + ": pull " + n.image + " (every node before the first cordon)",
+				Node: n.node.Name, Image: n.image, Kind: "pull"})
+		}
 	}
 	for _, n := range r.steps {
 		cp := n.node.IsControlPlane()
 		if cp {
 			steps = append(steps, &lifecyclev1.Step{Id: n.id("quorum-before"), Title: n.node.Name + ": etcd quorum before", Node: n.node.Name, Kind: "quorum"})
 		}
-		title := n.title(r.target)
+		title := r.titlePrefix() + n.title(r.target)
 		if n.skip {
 			title += " (already there)"
 		}
@@ -256,26 +232,34 @@ func planSteps(r *roll) []*lifecyclev1.Step {
 		}
 		steps = append(steps, &lifecyclev1.Step{Id: n.id("gate"), Title: n.node.Name + ": health gate", Node: n.node.Name, Kind: "gate"})
 	}
-	steps = append(steps, &lifecyclev1.Step{Id: "verify", Title: "every node at " + r.target.String() + ", Flux ready", Kind: "verify"})
-	for _, pi := range cluster.Probes() {
-		steps = append(steps, &lifecyclev1.Step{Id: "gate-after/" + pi.Name, Title: "gate after: " + pi.Title, Kind: "gate"})
+	steps = append(steps, &lifecyclev1.Step{Id: r.prefix + "verify", Title: r.titlePrefix() + "every node at " + r.target.String() + "; Flux Ready if it can be checked", Kind: "verify"})
+	for _, pi := range gate.Probes() {
+		steps = append(steps, &lifecyclev1.Step{Id: r.prefix + "gate-after/" + pi.Name, Title: r.titlePrefix() + "gate after: " + pi.Title, Kind: "gate"})
 	}
-	steps = append(steps, &lifecyclev1.Step{Id: "drift", Title: "Terraform talos_version note", Kind: "note"})
+	if r.hop == r.hops {
+		steps = append(steps, &lifecyclev1.Step{Id: "drift", Title: "Terraform talos_version note", Kind: "note"})
+	}
 	return steps
 }
 
 // run is one Run's state.
 type run struct {
-	p       *Plugin
-	req     *lifecyclev1.OperationRequest
-	s       *cluster.Session
-	r       sdk.Reporter
-	roll    *roll
-	lines   []string
-	nodeTO  time.Duration
-	gateTO  time.Duration
+	p      *Plugin
+	req    *lifecyclev1.OperationRequest
+	s      *cluster.Session
+	r      sdk.Reporter
+	roll   *roll // the hop running now
+	path   *path
+	lines  []string
+	nodeTO time.Duration
+	gateTO time.Duration
+	// afterTO is how long the gate after a node may be re-run until it
+	// passes (settings.gate_after_timeout_ms).
+	afterTO time.Duration
 	cluster string
 	resumed bool // a later attempt of an interrupted operation
+	// pulled: nodes whose installer the roll pulled before its first cordon.
+	pulled map[string]bool
 }
 
 // Run executes the roll.
@@ -290,18 +274,20 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	inv := s.Inv
 	defer s.Close() //nolint:errcheck
 	resumed := req.GetAttempt() > 1
-	var ro *roll
+	var ro *path
 	if resumed {
 		// The interrupted run may have left a node rebooting: wait for every
 		// node to answer and etcd to agree on a leader before planning again.
 		// A node can answer once and still be on its way back (its API goes
 		// down again as the boot goes on), so a node that cannot be read
 		// (R1) is waited for again, within the node timeout.
-		deadline := time.Now().Add(cluster.NodeTimeout(req.GetSettings()))
+		deadline := time.Now().Add(talos.NodeTimeout(req.GetSettings()))
 		for {
 			settle(ctx, s, time.Until(deadline))
 			ro, err = compute(ctx, req, s)
-			if re, ok := cluster.AsRuleError(err); !ok || re.Rule != "R1" || !time.Now().Before(deadline) || ctx.Err() != nil {
+			// A node still booting may answer one call and not the next: an
+			// unreadable node (R1) or unresolvable name is waited for again.
+			if re, ok := sdk.AsRefusal(err); !ok || (re.Rule != "R1" && re.Rule != identity.Rule) || !time.Now().Before(deadline) || ctx.Err() != nil {
 				break
 			}
 		}
@@ -309,7 +295,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		ro, err = compute(ctx, req, s)
 	}
 	if err != nil {
-		if re, ok := cluster.AsRuleError(err); ok {
+		if re, ok := sdk.AsRefusal(err); ok {
 			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Proto()})
 		}
 		return err
@@ -317,9 +303,9 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	for _, w := range ro.warnings {
 		_ = r.Log("warn", "", w)
 	}
-	x := &run{p: p, req: req, s: s, r: r, roll: ro, nodeTO: cluster.NodeTimeout(req.GetSettings()),
-		gateTO: cluster.GateTimeout(req.GetSettings()), cluster: inv.Name, resumed: resumed}
-	if err := x.execute(ctx); err != nil && !errors.Is(err, errReported) {
+	x := &run{p: p, req: req, s: s, r: r, path: ro, nodeTO: talos.NodeTimeout(req.GetSettings()), pulled: map[string]bool{},
+		gateTO: gate.Timeout(req.GetSettings()), afterTO: gate.AfterWait(req.GetSettings()), cluster: inv.Name, resumed: resumed}
+	if err := x.hops(ctx); err != nil && !errors.Is(err, errReported) {
 		return err
 	}
 	return nil
@@ -328,29 +314,21 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 // settle waits, up to timeout, until every node answers, none is in the
 // middle of a sequence, and etcd agrees on a leader. Whatever is still wrong afterwards, planning reports.
 func settle(ctx context.Context, s *cluster.Session, timeout time.Duration) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if _, err := cluster.ReadNodeStates(ctx, s, s.Inv.Nodes); err == nil && cluster.ReadQuorum(ctx, s.Clients, s.Inv).Leader != "" && allSettled(ctx, s) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+	_ = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		_, err := talos.ReadNodeStates(ctx, s, s.Inv.Nodes)
+		return err == nil && allSettled(ctx, s) &&
+			etcd.ReadQuorum(ctx, s.Clients, identity.Resolve(ctx, s.Clients, s.Inv, identity.Options{})).Leader != "", nil
+	})
 }
 
-// allSettled reports whether no node is in the middle of a sequence (an
-// upgrade the interrupted run started that has not rebooted yet).
+// allSettled reports whether every node's machine is running and ready
+// (talos.Settled reads its MachineStatus), so that none is in the middle of
+// a sequence the interrupted run started.
 func allSettled(ctx context.Context, s *cluster.Session) bool {
 	results := make(chan bool, len(s.Inv.Nodes))
 	for _, n := range s.Inv.Nodes {
 		go func() {
-			ok, err := cluster.Settled(ctx, s, n, 400*time.Millisecond)
+			ok, _, err := talos.Settled(ctx, s, n)
 			results <- err == nil && ok
 		}()
 	}
@@ -367,8 +345,8 @@ var errReported = errors.New("result reported")
 // fail sends the failure as the Result and returns errReported (or the
 // error sending it), so callers stop whatever comes next.
 func (x *run) fail(summary string, err error, actions ...*lifecyclev1.SuggestedAction) error {
-	res := &lifecyclev1.Result{Ok: false, Summary: summary, Error: err.Error(), Lines: x.lines, SuggestedActions: actions}
-	if re, ok := cluster.AsRuleError(err); ok {
+	res := &lifecyclev1.Result{Ok: false, Summary: summary, Error: err.Error(), Lines: append(x.lines, x.reachedLines()...), SuggestedActions: actions}
+	if re, ok := sdk.AsRefusal(err); ok {
 		res.Refusal = re.Proto()
 	}
 	if serr := x.r.Result(res); serr != nil {
@@ -380,21 +358,21 @@ func (x *run) fail(summary string, err error, actions ...*lifecyclev1.SuggestedA
 func (x *run) execute(ctx context.Context) error {
 	ro := x.roll
 	// 0. R5: with plan_before_upgrade, no upgrade on top of a migration.
-	if ref := tfguard.BeforeUpgrade(ctx, x.cluster, x.req.GetSettings(), x.r); ref != nil {
-		return x.fail("refused: the Terraform plan guard stopped the upgrade; no node was touched",
-			&cluster.RuleError{Rule: ref.GetRule(), Reason: ref.GetReason(), Fix: ref.GetFix()})
+	if ref := planguard.BeforeUpgrade(ctx, x.cluster, x.req.GetSettings(), x.r); ref != nil {
+		return x.fail("refused: the Terraform plan guard stopped the upgrade; no node was touched", ref)
 	}
 	// 1. Verified snapshot, off-cluster (R12).
-	opts := cluster.SnapshotOptionsFor(x.req)
+	opts := etcd.SnapshotOptionsFor(x.req)
 	opts.Now, opts.FreeSpace = x.p.now, x.p.freeSpace
 	opts.Step = func(id, detail string, err error) {
+		id = ro.prefix + id
 		if err != nil {
 			_ = x.r.StepFailed(id, err.Error())
 			return
 		}
 		_ = x.r.StepOK(id, detail)
 	}
-	snap, err := cluster.TakeSnapshot(ctx, x.s.Clients, x.s.Inv, opts)
+	snap, err := etcd.TakeSnapshot(ctx, x.s.Clients, x.s.Inv, opts)
 	if snap == nil {
 		return x.fail("etcd snapshot before the upgrade failed; nothing was changed", fmt.Errorf("R12: %w", err))
 	}
@@ -408,26 +386,38 @@ func (x *run) execute(ctx context.Context) error {
 	for _, n := range ro.toUpgrade() {
 		drain = append(drain, n.node.Name)
 	}
-	x.gateStarted("gate-before/")
-	gate := cluster.Gate(ctx, x.s.Clients, x.s.Inv, x.s.GateOptions(x.req.GetSettings(), drain))
-	if x.resumed && !gate.Passed {
-		// Resuming right after a crash: give the cluster the gate timeout to
-		// finish what the interrupted run started before refusing.
-		gate = cluster.GateUntil(ctx, x.s.Clients, x.s.Inv, x.s.GateOptions(x.req.GetSettings(), drain), x.gateTO)
+	x.gateStarted(ro.prefix + "gate-before/")
+	verdict := gate.Run(ctx, x.s.Clients, x.s.Inv, x.gateOptions(drain))
+	if x.resumed && !verdict.Passed {
+		// Resuming right after a crash: a node may still be coming back, so
+		// the cluster gets the wait after a node before refusing.
+		verdict = gate.Until(ctx, x.s.Clients, x.s.Inv, x.gateOptions(drain), x.afterTO)
 	}
-	if err := cluster.ReportGate(x.r, "gate-before/", gate); err != nil {
+	if err := gate.Report(x.r, ro.prefix+"gate-before/", verdict); err != nil {
 		return err
 	}
-	if err := cluster.CheckGateBefore("the upgrade", gate.Reasons); err != nil {
+	if err := cluster.CheckGateBefore("the upgrade", verdict.Reasons); err != nil {
 		return x.fail("refused: the health gate failed; no node was touched", err)
 	}
 
-	// 3. Node by node (R15, R16).
+	// 3. The installer on every v1.13 node first, as talosctl pulls before
+	// it installs: a registry failure on any node, the last included, stops
+	// the roll before the first node is cordoned.
+	if err := x.pullAll(ctx); err != nil {
+		return err
+	}
+
+	// 4. Node by node (R15, R16).
 	upgraded := 0
 	for i, n := range ro.steps {
 		if n.skip {
 			x.skipNode(n)
 			continue
+		}
+		// Pause between nodes: the host's mark is checked before a node
+		// is touched, never inside one (sdk.PauseRequested).
+		if sdk.PauseRequested(x.req) {
+			return x.r.Result(sdk.PausedResult(n.node.Name, x.lines))
 		}
 		if err := x.node(ctx, n, ro.steps[i+1:]); err != nil {
 			return err
@@ -436,39 +426,57 @@ func (x *run) execute(ctx context.Context) error {
 	}
 
 	// 4. Final verification (R17).
-	_ = x.r.StepStarted("verify", "")
-	running, verr := x.verify(ctx)
+	_ = x.r.StepStarted(ro.prefix+"verify", "")
+	running, flux, verr := x.verify(ctx)
 	if verr != nil {
-		_ = x.r.StepFailed("verify", verr.Error())
+		_ = x.r.StepFailed(ro.prefix+"verify", verr.Error())
 		return x.fail("the roll finished but the final check failed", verr)
 	}
-	_ = x.r.StepOK("verify", fmt.Sprintf("%s on every node; Flux ready", ro.target))
+	_ = x.r.StepOK(ro.prefix+"verify", fmt.Sprintf("%s on every node; %s", ro.target, flux))
 
 	// Gate after (R1): nothing left to drain.
-	x.gateStarted("gate-after/")
-	gate = cluster.GateUntil(ctx, x.s.Clients, x.s.Inv, x.s.GateOptions(x.req.GetSettings(), []string{}), x.gateTO)
-	if err := cluster.ReportGate(x.r, "gate-after/", gate); err != nil {
+	x.gateStarted(ro.prefix + "gate-after/")
+	verdict = gate.Until(ctx, x.s.Clients, x.s.Inv, x.gateOptions([]string{}), x.afterTO)
+	if err := gate.Report(x.r, ro.prefix+"gate-after/", verdict); err != nil {
 		return err
 	}
-	if !gate.Passed {
-		return x.fail("every node runs "+ro.target.String()+" but the closing health gate failed", gate.Err())
+	if !verdict.Passed {
+		return x.fail("every node runs "+ro.target.String()+" but the closing health gate failed", verdict.Err())
+	}
+	if ro.hop < ro.hops {
+		// A hop before the last: the next hop starts from here (hops.go).
+		x.lines = append(x.lines, fmt.Sprintf("🏁 hop %d/%d done: every node at %s or later (%d upgraded, %d already there); gates passed",
+			ro.hop, ro.hops, ro.target, upgraded, len(ro.steps)-upgraded))
+		return nil
 	}
 
 	// 5. Terraform drift note (R18).
-	schematic := x.req.GetCluster().GetDeclared()[cluster.DeclaredSchematic]
-	note := cluster.TalosDriftNote(x.cluster, x.req.GetCluster().GetDeclared(), running, ro.target, schematic)
+	schematic := x.req.GetCluster().GetDeclared()[talos.DeclaredSchematic]
+	note := talos.DriftNote(x.cluster, x.req.GetCluster().GetDeclared(), running, ro.target, schematic)
 	_ = x.r.StepOK("drift", note[0])
 	x.lines = append(x.lines, note...)
 	// Every node runs the target and the gate passed: the declared version
 	// may follow now, and only now (R18).
-	return x.r.Result(&lifecyclev1.Result{Ok: true, Lines: x.lines, Declared: map[string]string{cluster.DeclaredTalosVersion: ro.target.String()},
-		Summary: fmt.Sprintf("Talos %s on every node of %s (%d upgraded, %d already there)", ro.target, x.cluster, upgraded, len(ro.steps)-upgraded)})
+	summary := fmt.Sprintf("Talos %s on every node of %s (%d upgraded, %d already there)", ro.target, x.cluster, upgraded, len(ro.steps)-upgraded)
+	if x.path.multi() {
+		summary = fmt.Sprintf("Talos %s on every node of %s after %d hops (%s; last hop: %d upgraded, %d already there)",
+			ro.target, x.cluster, ro.hops, x.path.spelled(), upgraded, len(ro.steps)-upgraded)
+	}
+	return x.r.Result(&lifecyclev1.Result{Ok: true, Lines: x.lines, Declared: map[string]string{talos.DeclaredVersion: ro.target.String()},
+		Summary: summary})
+}
+
+// gateOptions are the gate's options of this run, with the resolved names.
+func (x *run) gateOptions(drain []string) gate.Options {
+	o := gate.OptionsFor(x.s, x.req.GetSettings(), drain)
+	o.Identity = x.roll.ids
+	return o
 }
 
 // gateStarted marks every probe of a gate as running (the gate reports them
 // all at its end).
 func (x *run) gateStarted(prefix string) {
-	for _, p := range cluster.Probes() {
+	for _, p := range gate.Probes() {
 		_ = x.r.StepStarted(prefix+p.Name, p.What)
 	}
 }
@@ -487,10 +495,6 @@ func (x *run) skipNode(n nodeStep) {
 	x.lines = append(x.lines, fmt.Sprintf("⏭️ %s already at %s", n.node.Name, to))
 }
 
-func rollbackAction(node, clusterName string) *lifecyclev1.SuggestedAction {
-	return &lifecyclev1.SuggestedAction{Label: "Rollback node " + node, Command: "/talos rollback " + node + " " + clusterName}
-}
-
 // node upgrades one node; a non-nil error has been reported as the Result.
 func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	to := x.roll.target.String()
@@ -501,7 +505,7 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	cp := n.node.IsControlPlane()
 	if cp {
 		_ = x.r.StepStarted(n.id("quorum-before"), "")
-		q, err := cluster.WaitQuorum(ctx, x.s.Clients, x.s.Inv, x.gateTO, func(q cluster.Quorum) error { return q.CheckDisruption(n.node.Name) })
+		q, err := etcd.WaitQuorum(ctx, x.s.Clients, x.roll.ids, x.gateTO, func(q etcd.Quorum) error { return q.CheckDisruption(n.node.Name) })
 		if err != nil {
 			_ = x.r.StepFailed(n.id("quorum-before"), err.Error())
 			return x.fail(fmt.Sprintf("stopped before %s: etcd quorum is not safe; %s and later nodes were not touched", n.node.Name, n.node.Name), err)
@@ -510,54 +514,60 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	}
 
 	stepEv(lifecyclev1.StepStatus_STEP_STATUS_RUNNING, fmt.Sprintf("%s via %s", n.image, n.mechanics))
-	stopped := fmt.Sprintf("upgrade of %s failed; the roll stopped, no later node was touched", n.node.Name)
 	logf := func(msg string) { _ = x.r.Log("info", n.id("upgrade"), msg) }
-	bootID, err := cluster.BootID(ctx, x.s, n.node)
-	if err != nil {
+	o := &outcome{node: n.node.Name, kubeNode: x.roll.ids.KubeNode(n.node.Name), from: n.from.String(), to: to, p: &talos.Progress{}}
+	failNode := func(err error) error {
 		stepEv(lifecyclev1.StepStatus_STEP_STATUS_FAILED, err.Error())
-		return x.fail(stopped, err)
+		x.settleCordon(ctx, o)
+		x.lines = append(x.lines, "🩺 "+o.line())
+		return x.fail(fmt.Sprintf("upgrade of %s failed; the roll stopped, no later node was touched. %s", n.node.Name, o.line()), err, x.actions(o)...)
 	}
-	started, err := cluster.StartUpgrade(ctx, x.s, cluster.NodeUpgrade{Node: n.node, From: n.from, To: x.roll.target, Image: n.image},
-		cluster.UpgradeOptions{DrainTimeout: min(x.nodeTO/2, cluster.DefaultDrainTimeout), Log: logf})
+	bootID, err := talos.BootID(ctx, x.s, n.node)
 	if err != nil {
-		stepEv(lifecyclev1.StepStatus_STEP_STATUS_FAILED, err.Error())
-		if !started.Cordoned {
-			return x.fail(stopped, err)
-		}
-		// The drain failed after the new image was installed for the next
-		// boot: uncordon, and offer the rollback since the node changed.
-		_ = cluster.SetUnschedulable(context.WithoutCancel(ctx), x.s.Kube, n.node.Name, false)
-		return x.fail(stopped, err, rollbackAction(n.node.Name, x.cluster))
+		return failNode(err)
 	}
-	res, err := cluster.TrackReboot(ctx, x.s, n.node, cluster.TrackOptions{Timeout: x.nodeTO, OldBootID: bootID, Actor: started.Actor, Log: logf})
+	o.p, err = talos.StartUpgrade(ctx, x.s, talos.NodeUpgrade{Node: n.node, KubeNode: o.kubeNode, From: n.from, To: x.roll.target, Image: n.image, Pulled: x.pulled[n.node.Name]},
+		talos.UpgradeOptions{Drain: k8s.DrainOptions{Timeout: min(x.nodeTO/2, k8s.DefaultDrainTimeout), Log: logf}, Log: logf})
+	if err != nil {
+		return failNode(err)
+	}
+	res, err := talos.TrackReboot(ctx, x.s, n.node, talos.TrackOptions{Timeout: x.nodeTO, OldBootID: bootID, Actor: o.p.Actor, Log: logf})
+	var seq *talos.SequenceError
+	switch {
+	case errors.As(err, &seq):
+		o.sequenceFailed = true
+	case err == nil:
+		o.back, o.version, o.note = true, res.Version, res.Note
+	}
 	if err == nil && res.Version != to {
 		err = fmt.Errorf("%s came back on %s, not %s", n.node.Name, res.Version, to)
 		if res.Note != "" {
 			err = fmt.Errorf("%w: %s (automatic rollback)", err, res.Note)
 		}
 	}
-	if err == nil && started.Cordoned {
-		err = cluster.SetUnschedulable(ctx, x.s.Kube, n.node.Name, false)
+	if err == nil && o.p.Cordoned {
+		// Uncordon only once the Node is Ready again, as talosctl does.
+		if err = k8s.WaitReady(ctx, x.s.Kube, o.kubeNode, 0, x.nodeTO); err == nil {
+			if err = k8s.Uncordon(ctx, x.s.Kube, o.kubeNode); err == nil {
+				o.uncordoned = true
+			}
+		}
 	}
 	if err != nil {
-		stepEv(lifecyclev1.StepStatus_STEP_STATUS_FAILED, err.Error())
-		var seq *cluster.SequenceError
-		if errors.As(err, &seq) {
-			// The node stayed up on its old version: nothing to roll back.
-			return x.fail(stopped, err)
-		}
-		return x.fail(stopped, err, rollbackAction(n.node.Name, x.cluster))
+		return failNode(err)
 	}
 	stepEv(lifecyclev1.StepStatus_STEP_STATUS_OK, fmt.Sprintf("%s: boot id changed, running and ready", to))
 	x.lines = append(x.lines, fmt.Sprintf("✅ %s %s → %s", n.node.Name, n.from, to))
+	x.reach(n.node.Name, x.roll.target)
 
 	if cp {
 		_ = x.r.StepStarted(n.id("quorum-after"), "")
-		q, err := cluster.WaitQuorum(ctx, x.s.Clients, x.s.Inv, x.gateTO, cluster.Quorum.CheckRestored)
+		q, err := etcd.WaitQuorum(ctx, x.s.Clients, x.roll.ids, x.gateTO, etcd.Quorum.CheckRestored)
 		if err != nil {
 			_ = x.r.StepFailed(n.id("quorum-after"), err.Error())
-			return x.fail(fmt.Sprintf("etcd quorum did not recover after %s; the roll stopped, no later node was touched", n.node.Name), err,
-				rollbackAction(n.node.Name, x.cluster))
+			x.lines = append(x.lines, "🩺 "+o.line())
+			return x.fail(fmt.Sprintf("etcd quorum did not recover after %s; the roll stopped, no later node was touched. %s", n.node.Name, o.line()), err,
+				x.actions(o)...)
 		}
 		_ = x.r.StepOK(n.id("quorum-after"), q.Summary())
 	}
@@ -574,23 +584,26 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	if drain == nil {
 		drain = []string{}
 	}
-	gate := cluster.GateUntil(ctx, x.s.Clients, x.s.Inv, x.s.GateOptions(x.req.GetSettings(), drain), x.gateTO)
-	if !gate.Passed {
-		_ = x.r.StepFailed(n.id("gate"), strings.Join(gate.Reasons, "; "))
-		return x.fail(fmt.Sprintf("health gate after %s failed; the roll stopped, no later node was touched", n.node.Name), gate.Err(),
-			rollbackAction(n.node.Name, x.cluster))
+	verdict := gate.Until(ctx, x.s.Clients, x.s.Inv, x.gateOptions(drain), x.afterTO)
+	if !verdict.Passed {
+		_ = x.r.StepFailed(n.id("gate"), strings.Join(verdict.Reasons, "; "))
+		x.lines = append(x.lines, "🩺 "+o.line())
+		return x.fail(fmt.Sprintf("health gate after %s failed; the roll stopped, no later node was touched. %s", n.node.Name, o.line()), verdict.Err(),
+			x.actions(o)...)
 	}
-	_ = x.r.StepOK(n.id("gate"), gate.Summary())
+	_ = x.r.StepOK(n.id("gate"), verdict.Summary())
 	return nil
 }
 
 // verify is R17: every node of the roll runs the target (read from the
 // nodes now, not remembered), and Flux is Ready.
-func (x *run) verify(ctx context.Context) (map[string]string, error) {
+// The Flux note says "not checked" when Flux could not be read or has
+// nothing to be Ready, never "ready".
+func (x *run) verify(ctx context.Context) (map[string]string, string, error) {
 	running := map[string]string{}
 	var problems []string
 	for _, n := range x.s.Inv.Nodes {
-		tag, err := cluster.TalosTag(ctx, x.s, n)
+		tag, err := talos.TalosTag(ctx, x.s, n)
 		if err != nil {
 			problems = append(problems, err.Error())
 			continue
@@ -602,10 +615,18 @@ func (x *run) verify(ctx context.Context) (map[string]string, error) {
 			problems = append(problems, fmt.Sprintf("%s runs %s", st.node.Name, v))
 		}
 	}
+	flux := "Flux " + gate.NotChecked + ": " + gate.NoKubeconfig
 	if x.s.Dynamic != nil {
-		objs, _, err := cluster.FluxStatus(ctx, x.s.Dynamic)
-		if err != nil {
+		objs, installed, err := gate.FluxStatus(ctx, x.s.Dynamic)
+		switch {
+		case err != nil:
 			problems = append(problems, "Flux: "+err.Error())
+		case !installed:
+			flux = "Flux " + gate.NotChecked + ": " + gate.FluxNotInstalled
+		case len(objs) == 0:
+			flux = "Flux " + gate.NotChecked + ": " + gate.FluxEmpty
+		default:
+			flux = fmt.Sprintf("Flux Ready (%d object(s))", len(objs))
 		}
 		for _, o := range objs {
 			if !o.Ready && !o.Suspended {
@@ -614,7 +635,7 @@ func (x *run) verify(ctx context.Context) (map[string]string, error) {
 		}
 	}
 	if len(problems) > 0 {
-		return running, fmt.Errorf("after the roll (R17): %s", strings.Join(problems, "; "))
+		return running, "", fmt.Errorf("after the roll (R17): %s", strings.Join(problems, "; "))
 	}
-	return running, nil
+	return running, flux, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/internal/terraform/tftest"
+	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/plugins/tfguard"
@@ -81,7 +82,7 @@ func TestSecretsReplacementIsRefusedWithR5(t *testing.T) {
 	}
 
 	// A configured VM name is protected too.
-	req.Settings.Extra[tfguard.ExtraProtectedVMs] = "proxmox_virtual_environment_vm, talos_node"
+	req.Settings.Extra[planguard.ExtraProtectedVMs] = "proxmox_virtual_environment_vm, talos_node"
 	res = run(t, &tfguard.Plugin{Env: append(env, "TF_VAR_node_generation=2"), TempDir: tmp}, req)
 	if res.GetOk() || !strings.Contains(res.GetRefusal().GetReason(), "replace terraform_data.talos_node (node VM)") {
 		t.Fatalf("node replacement: %v", res)

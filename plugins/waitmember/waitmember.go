@@ -13,8 +13,11 @@ import (
 
 	"github.com/talosbot/talosbot/internal/version"
 	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/etcd"
+	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Name is the plugin's catalogue name.
@@ -60,18 +63,18 @@ func check(req *lifecyclev1.OperationRequest) (cluster.Inventory, target, error)
 	name := req.GetArgs()["node"]
 	n, ok := inv.Node(name)
 	if !ok {
-		return inv, target{}, &cluster.RuleError{Rule: "R7", Reason: fmt.Sprintf("%s is not in the inventory of %s", name, inv.Name),
+		return inv, target{}, &sdk.Refusal{Rule: "R7", Reason: fmt.Sprintf("%s is not in the inventory of %s", name, inv.Name),
 			Fix: "add the node to Terraform's talos_nodes inventory and apply first; the inventory names: " + strings.Join(cluster.Names(inv.Nodes), ", ")}
 	}
 	if n.Role != cluster.RoleControlPlane {
-		return inv, target{}, &cluster.RuleError{Rule: "R7", Reason: name + " is a worker; only control planes join etcd",
+		return inv, target{}, &sdk.Refusal{Rule: "R7", Reason: name + " is a worker; only control planes join etcd",
 			Fix: "a new worker needs no wait: check it with /talos health"}
 	}
 	t := target{node: n, timeout: DefaultTimeout}
 	if s := req.GetArgs()["timeout"]; s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
-			return inv, target{}, &cluster.RuleError{Rule: "R7", Reason: fmt.Sprintf("--timeout %q is not a duration", s), Fix: "use e.g. --timeout 10m"}
+			return inv, target{}, &sdk.Refusal{Rule: "R7", Reason: fmt.Sprintf("--timeout %q is not a duration", s), Fix: "use e.g. --timeout 10m"}
 		}
 		t.timeout = d
 	}
@@ -101,7 +104,7 @@ func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*life
 func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
 	inv, t, err := check(req)
 	if err != nil {
-		re, _ := cluster.AsRuleError(err)
+		re, _ := sdk.AsRefusal(err)
 		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Proto()})
 	}
 	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
@@ -114,16 +117,24 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		poll = 2 * time.Second
 	}
 	deadline := time.Now().Add(t.timeout)
-	tick := time.NewTicker(poll)
-	defer tick.Stop()
 	for _, id := range []string{"member", "voting", "leader"} {
 		_ = r.StepStarted(id, "")
 	}
-	for {
+	// The names are resolved once, within their own bound: the joining
+	// node's member is recognised by its id when it answered, else by a peer
+	// URL on its address, so a member that appears while we wait is found.
+	ictx, icancel := context.WithTimeout(ctx, min(t.timeout, 10*time.Second))
+	ids := identity.Resolve(ictx, clients, inv, identity.Options{NodeTimeout: min(t.timeout, 10*time.Second)})
+	icancel()
+	// The deadline is checked after each reading, not imposed on ctx: the
+	// last reading runs to its own bound and the report says what was
+	// missing (result is set once the node made it or the time is up).
+	var result *lifecyclev1.Result
+	err = wait.PollUntilContextCancel(ctx, poll, true, func(ctx context.Context) (bool, error) {
 		// Each read gets its own bound, so the last reading before the
 		// deadline is a real one and the report says what was missing.
 		rctx, cancel := context.WithTimeout(ctx, max(min(time.Until(deadline), 10*time.Second), 0)+time.Second)
-		q := cluster.ReadQuorum(rctx, clients, inv)
+		q := etcd.ReadQuorum(rctx, clients, ids)
 		cancel()
 		member, voting := q.IsMember(t.node.Name), q.IsHealthy(t.node.Name)
 		agreed := q.Leader != "" && len(q.Healthy) == len(q.Members) && slices.Contains(q.Members, q.Leader)
@@ -131,8 +142,9 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 			_ = r.StepOK("member", q.Summary())
 			_ = r.StepOK("voting", t.node.Name+" answers as a voting member")
 			_ = r.StepOK("leader", "leader "+q.Leader+" agreed by all "+fmt.Sprint(len(q.Members))+" members")
-			return r.Result(&lifecyclev1.Result{Ok: true,
-				Summary: fmt.Sprintf("%s is a voting etcd member and all %d members agree on leader %s: the next node may be added (R7)", t.node.Name, len(q.Members), q.Leader)})
+			result = &lifecyclev1.Result{Ok: true,
+				Summary: fmt.Sprintf("%s is a voting etcd member and all %d members agree on leader %s: the next node may be added (R7)", t.node.Name, len(q.Members), q.Leader)}
+			return true, nil
 		}
 		if time.Now().After(deadline) {
 			var missing []string
@@ -145,13 +157,14 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 				missing = append(missing, "members do not all report one leader")
 			}
 			_ = r.StepFailed("member", q.Summary())
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: fmt.Sprintf("%s did not become a voting member within %s", t.node.Name, t.timeout),
-				Error: strings.Join(missing, "; ") + " (" + q.Summary() + ")"})
+			result = &lifecyclev1.Result{Ok: false, Summary: fmt.Sprintf("%s did not become a voting member within %s", t.node.Name, t.timeout),
+				Error: strings.Join(missing, "; ") + " (" + q.Summary() + ")"}
+			return true, nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-tick.C:
-		}
+		return false, nil
+	})
+	if result == nil {
+		return err // ctx ended first
 	}
+	return r.Result(result)
 }

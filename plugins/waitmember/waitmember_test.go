@@ -30,7 +30,8 @@ func request(c *sim.Cluster, node, timeout string) *lifecyclev1.OperationRequest
 func TestWaitMember(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 3, Workers: 1})
+	// The etcd member names differ from the inventory names.
+	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 3, Workers: 1, Naming: sim.DistinctNames})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,16 +66,16 @@ func TestWaitMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close() //nolint:errcheck
-	var cp3 string
+	var cp3, cp3Member string
 	for _, n := range c.Nodes() {
 		if n.Name == "cp-3" {
-			cp3 = n.IP
+			cp3, cp3Member = n.IP, n.EtcdMember
 		}
 	}
 	if err := cli.Reset(client.WithNode(ctx, cp3), true, false); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); !c.Etcd().Member("cp-3").Removed(); {
+	for deadline := time.Now().Add(30 * time.Second); !c.Etcd().Member(cp3Member).Removed(); {
 		if time.Now().After(deadline) {
 			t.Fatal("cp-3 did not leave etcd after a graceful reset")
 		}

@@ -23,6 +23,12 @@
 // connections are 5 s old, so Leave, Add and RemoveMember of a running member
 // retry for up to ~5 s after a (re)start, as Talos does.
 //
+// Disaster recovery follows Talos's etcd service (recover.go): Member.Wipe
+// loses a member's data, Member.Bootstrap starts a new one-member cluster,
+// restored from RecoverySnapshotPath with etcdutl's snapshot.Restore when
+// asked, and Member.JoinCluster plus Promote bring an empty member back as a
+// learner and then a voter.
+//
 // etcd's zap logs go to Options.Logger at error level by default. The zap
 // and grpc global loggers are never touched (embed.Config.SetupGlobalLoggers
 // is not called), so nothing reaches stderr behind the caller's back.

@@ -7,10 +7,12 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Add joins a new member to the running cluster the way a Talos control plane
@@ -186,6 +188,14 @@ func (m *Member) Promote(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("etcdsim: member %s: promote: %w", m.spec.Name, err)
+	}
+	// The cluster has accepted the promotion; the member itself learns of it
+	// when it applies the conf change. Return once it votes, so callers (and
+	// Rejoin) never see a promoted member that still calls itself a learner.
+	if err := wait.PollUntilContextCancel(ctx, 10*time.Millisecond, true, func(context.Context) (bool, error) {
+		return !m.IsLearner(), nil
+	}); err != nil {
+		return fmt.Errorf("etcdsim: member %s: promote: promoted, but the member did not apply it: %w", m.spec.Name, err)
 	}
 	return nil
 }

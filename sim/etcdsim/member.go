@@ -74,6 +74,14 @@ func (m *Member) Running() bool {
 	}
 }
 
+// KnowsLeader reports whether the running member currently follows or is a
+// leader. After a majority stops, the survivor keeps its old leader until
+// raft's election timeout (CheckQuorum) makes it step down.
+func (m *Member) KnowsLeader() bool {
+	e := m.server()
+	return e != nil && e.Server.Leader() != 0
+}
+
 // Removed reports whether the member left or was removed from the membership.
 func (m *Member) Removed() bool { return m.isRemoved() }
 

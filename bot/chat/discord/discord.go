@@ -64,6 +64,10 @@ type Adapter struct {
 	h       chat.Handler
 	appID   string
 	threads map[string]bool // parent message ids whose thread exists
+	// clicks are the interactions of the clicks being handled now, by user
+	// and channel: an answer to one of them goes to the clicker alone, as
+	// an ephemeral follow-up on its token (PostPrivate).
+	clicks map[string]*discordgo.Interaction
 }
 
 var _ chat.Adapter = (*Adapter)(nil)
@@ -365,6 +369,29 @@ func (a *Adapter) ensureThread(ctx context.Context, ch, parent string) error {
 	return nil
 }
 
+func clickKey(user, channel string) string { return user + "\x00" + channel }
+
+// PostPrivate answers the click user is making in channel with an ephemeral
+// follow-up (only the clicker sees it). Outside a click there is no token
+// to answer on: chat.ErrNoPrivate, and the renderer posts in the channel.
+func (a *Adapter) PostPrivate(ctx context.Context, channel, user string, m chat.Message) error {
+	a.mu.RLock()
+	i := a.clicks[clickKey(user, channel)]
+	a.mu.RUnlock()
+	if i == nil {
+		return chat.ErrNoPrivate
+	}
+	text := strings.TrimSpace(strings.TrimSpace(m.Title) + "\n" + m.Text)
+	_, err := a.s.FollowupMessageCreate(i, true, &discordgo.WebhookParams{Content: truncate(text, maxContent), Flags: discordgo.MessageFlagsEphemeral,
+		AllowedMentions: &discordgo.MessageAllowedMentions{}}, discordgo.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("discord: ephemeral follow-up to %s: %w%s", user, err, hint(err))
+	}
+	return nil
+}
+
+var _ chat.Private = (*Adapter)(nil)
+
 // Discord limits (https://discord.com/developers/docs/resources/message).
 const (
 	MaxCustomID    = 100
@@ -390,13 +417,22 @@ type rendered struct {
 // become rows of five whose custom_id is the opaque token.
 func render(m chat.Message) (rendered, error) {
 	var r rendered
-	if strings.TrimSpace(m.Title) == "" && len(m.Fields) == 0 {
+	if strings.TrimSpace(m.Title) == "" && len(m.Fields) == 0 && m.Table == nil {
 		r.content = truncate(m.Text, maxContent)
 		if strings.TrimSpace(r.content) == "" && len(m.Buttons) == 0 {
 			r.content = "…" // Discord refuses an empty message
 		}
 	} else {
-		e := &discordgo.MessageEmbed{Title: truncate(m.Title, maxEmbedTitle), Description: truncate(m.Text, maxEmbedDesc)}
+		desc := m.Text
+		if t := m.Table.Aligned(); t != "" {
+			// Discord has no tables: a monospace block keeps the columns.
+			// The table is cut, never the fence, so the block stays closed.
+			room := maxEmbedDesc - utf8.RuneCountInString(desc) - len("\n```\n\n```")
+			if room > 40 {
+				desc = strings.TrimSpace(desc + "\n```\n" + truncate(t, room) + "\n```")
+			}
+		}
+		e := &discordgo.MessageEmbed{Title: truncate(m.Title, maxEmbedTitle), Description: truncate(desc, maxEmbedDesc)}
 		for _, f := range m.Fields[:min(len(m.Fields), maxEmbedFields)] {
 			name, value := truncate(f.Label, maxFieldName), truncate(f.Value, maxFieldValue)
 			if strings.TrimSpace(name) == "" {

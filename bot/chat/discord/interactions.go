@@ -184,9 +184,21 @@ func (a *Adapter) run(ctx context.Context, i *discordgo.Interaction, in input) {
 				a.log.Warn("discord: replace deferred response", "err", err)
 			}
 		case inputAction:
+			key := clickKey(in.act.User, in.act.Channel)
+			a.mu.Lock()
+			if a.clicks == nil {
+				a.clicks = map[string]*discordgo.Interaction{}
+			}
+			a.clicks[key] = i
+			a.mu.Unlock()
 			if err := h.HandleAction(ctx, in.act); err != nil {
 				a.log.Debug("discord: handler returned an error", "err", err)
 			}
+			a.mu.Lock()
+			if a.clicks[key] == i {
+				delete(a.clicks, key)
+			}
+			a.mu.Unlock()
 		}
 	}()
 }

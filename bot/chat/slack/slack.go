@@ -186,6 +186,21 @@ func (a *Adapter) Post(ctx context.Context, channel, threadRef string, m chat.Me
 	return ts, nil
 }
 
+// PostPrivate shows the message to user alone with chat.postEphemeral
+// (a click's refusal or a repeated approval concerns the clicker only).
+func (a *Adapter) PostPrivate(ctx context.Context, channel, user string, m chat.Message) error {
+	ch, err := channelID(channel)
+	if err != nil {
+		return err
+	}
+	if _, err := a.api.PostEphemeralContext(ctx, ch, user, slack.MsgOptionText(fallbackText(m), false), slack.MsgOptionBlocks(Blocks(m)...)); err != nil {
+		return fmt.Errorf("slack: chat.postEphemeral to %s in %s: %w%s", user, ch, err, hint(err))
+	}
+	return nil
+}
+
+var _ chat.Private = (*Adapter)(nil)
+
 // Edit replaces a message with chat.update.
 func (a *Adapter) Edit(ctx context.Context, channel, ref string, m chat.Message) error {
 	ch, err := channelID(channel)
@@ -226,6 +241,10 @@ const (
 	maxActionID     = 255
 	maxBlocks       = 50
 	maxFallback     = 3000
+	// A table block holds at most 100 rows and 20 columns, and a message
+	// at most one table (https://api.slack.com/reference/block-kit/blocks#table).
+	maxTableRows = 100
+	maxTableCols = 20
 )
 
 // Blocks renders a chat.Message as Block Kit: a header (title), a section
@@ -238,6 +257,9 @@ func Blocks(m chat.Message) []slack.Block {
 	}
 	if t := strings.TrimSpace(m.Text); t != "" {
 		out = append(out, slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, truncate(t, maxSectionText), false, true), nil, nil))
+	}
+	if tb := table(m.Table); tb != nil {
+		out = append(out, tb)
 	}
 	for i := 0; i < len(m.Fields); i += fieldsPerBlock {
 		var fs []*slack.TextBlockObject
@@ -277,6 +299,34 @@ func Blocks(m chat.Message) []slack.Block {
 		out = out[:maxBlocks]
 	}
 	return out
+}
+
+// table renders a chat.Table as a Block Kit table: the header row in bold
+// rich text, then plain-text rows, every row as wide as the header.
+func table(t *chat.Table) slack.Block {
+	if t == nil || len(t.Columns) == 0 {
+		return nil
+	}
+	cols := t.Columns[:min(len(t.Columns), maxTableCols)]
+	tb := slack.NewTableBlock("talosbot-table")
+	var head []slack.TableCell
+	for _, c := range cols {
+		head = append(head, slack.NewTableRichTextCell(slack.NewRichTextSection(
+			slack.NewRichTextSectionTextElement(c, &slack.RichTextSectionTextStyle{Bold: true}))))
+	}
+	tb.AddRow(head...)
+	for _, r := range t.Rows[:min(len(t.Rows), maxTableRows-1)] {
+		cells := make([]slack.TableCell, len(cols))
+		for i := range cols {
+			v := "—"
+			if i < len(r) && r[i] != "" {
+				v = r[i]
+			}
+			cells[i] = slack.NewTableRawTextCell(v)
+		}
+		tb.AddRow(cells...)
+	}
+	return tb
 }
 
 // fallbackText is the notification/accessibility text sent beside the blocks.

@@ -26,16 +26,32 @@ import (
 
 // Message is a console message as the API returns it.
 type Message struct {
-	ID        string        `json:"id"`
-	Channel   string        `json:"channel"`
-	ThreadID  string        `json:"thread_id,omitempty"`
-	Title     string        `json:"title,omitempty"`
-	Text      string        `json:"text"`
-	Fields    []chat.Field  `json:"fields"`
+	ID       string `json:"id"`
+	Channel  string `json:"channel"`
+	ThreadID string `json:"thread_id,omitempty"`
+	Title    string `json:"title,omitempty"`
+	Text     string `json:"text"`
+	// HTML is Text rendered for the page (RenderHTML: escaped, then marked up).
+	HTML      string        `json:"html"`
+	Fields    []Field       `json:"fields"`
 	Buttons   []chat.Button `json:"buttons"`
 	Version   int           `json:"version"`
 	UpdatedAt time.Time     `json:"updated_at"`
 	seq       uint64
+}
+
+// Field is a message field; HTML is its value rendered for the page.
+type Field struct {
+	chat.Field
+	HTML string `json:"html"`
+}
+
+func fields(fs []chat.Field) []Field {
+	out := make([]Field, 0, len(fs))
+	for _, f := range fs {
+		out = append(out, Field{Field: f, HTML: RenderHTML(f.Value)})
+	}
+	return out
 }
 
 // Options configure a Console.
@@ -126,14 +142,25 @@ func (c *Console) getHandler() chat.Handler {
 
 var _ chat.Adapter = (*Console)(nil)
 
+// withTable is the message's text with its table as a pipe table after it
+// (RenderHTML draws it as an HTML table).
+func withTable(m chat.Message) string {
+	if t := m.Table.Markdown(); t != "" {
+		return strings.TrimSpace(m.Text + "\n\n" + t)
+	}
+	return m.Text
+}
+
 // Post stores a new message.
 func (c *Console) Post(_ context.Context, channel, threadRef string, m chat.Message) (string, error) {
+	m.Text = withTable(m)
+	body, fs := RenderHTML(m.Text), fields(m.Fields) // outside the lock
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nextID++
 	c.seq++
 	msg := &Message{ID: "m" + strconv.Itoa(c.nextID), Channel: channel, ThreadID: threadRef, Title: m.Title, Text: m.Text,
-		Fields: nonNil(m.Fields), Buttons: nonNil(m.Buttons), Version: 1, UpdatedAt: c.o.Clock().UTC(), seq: c.seq}
+		HTML: body, Fields: fs, Buttons: nonNil(m.Buttons), Version: 1, UpdatedAt: c.o.Clock().UTC(), seq: c.seq}
 	c.msgs[msg.ID] = msg
 	c.order = append(c.order, msg)
 	c.broadcastLocked()
@@ -142,6 +169,8 @@ func (c *Console) Post(_ context.Context, channel, threadRef string, m chat.Mess
 
 // Edit replaces a message's content and bumps its version.
 func (c *Console) Edit(_ context.Context, _ string, ref string, m chat.Message) error {
+	m.Text = withTable(m)
+	body, fs := RenderHTML(m.Text), fields(m.Fields)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	msg, ok := c.msgs[ref]
@@ -149,7 +178,7 @@ func (c *Console) Edit(_ context.Context, _ string, ref string, m chat.Message) 
 		return fmt.Errorf("console: no message %q", ref)
 	}
 	c.seq++
-	msg.Title, msg.Text, msg.Fields, msg.Buttons = m.Title, m.Text, nonNil(m.Fields), nonNil(m.Buttons)
+	msg.Title, msg.Text, msg.HTML, msg.Fields, msg.Buttons = m.Title, m.Text, body, fs, nonNil(m.Buttons)
 	msg.Version++
 	msg.UpdatedAt = c.o.Clock().UTC()
 	msg.seq = c.seq

@@ -8,9 +8,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
@@ -35,18 +37,39 @@ func (p *plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 		{Name: "drills", Summary: "needs the staging drill evidence", Effect: ro, Needs: []lifecyclev1.Need{lifecyclev1.Need_NEED_STAGING_DRILLS},
 			Args: []*lifecyclev1.Arg{{Name: "cluster"}, {Name: "inputs", Flag: true, Description: "write the typed inputs the host sent to this file"}}},
 		{Name: "stash", Summary: "writes a file, leaves the cluster alone", Effect: lifecyclev1.Effect_EFFECT_WRITE, Drill: lifecyclev1.Drill_DRILL_ETCD_RESTORE, Args: []*lifecyclev1.Arg{{Name: "cluster"}}},
-		{Name: "roll", Summary: "disruptive roll", Effect: dis, Drill: lifecyclev1.Drill_DRILL_TALOS_UPGRADE, Args: []*lifecyclev1.Arg{
+		// versions answers /talos status (status_label): its Plan reports
+		// the declared "versions" of the cluster, fails on "fail", and on
+		// "down" waits for the host's deadline, as a dead cluster would.
+		{Name: "versions", Summary: "status provider", Effect: ro, StatusLabel: "versions", Args: []*lifecyclev1.Arg{{Name: "cluster"}}},
+		// push is disruptive and does not pause between nodes: the host
+		// must not offer Pause on it.
+		{Name: "push", Summary: "disruptive, no pause", Effect: dis, Args: []*lifecyclev1.Arg{{Name: "cluster"}}},
+		{Name: "roll", Summary: "disruptive roll", Effect: dis, Drill: lifecyclev1.Drill_DRILL_TALOS_UPGRADE, PausesBetweenNodes: true, Args: []*lifecyclev1.Arg{
 			{Name: "target", Required: true}, {Name: "cluster"},
 			{Name: "mode", Flag: true, Description: "ok, fail, crash or wait"},
 			{Name: "marker", Flag: true}, {Name: "drift", Flag: true},
 			{Name: "artifact", Flag: true, Description: "report an artifact with this id"},
-			{Name: "dry-run", Flag: true, Boolean: true},
+			{Name: sdk.ArgDryRun, Flag: true, Boolean: true},
 		}},
 	}}, nil
 }
 
-func (p *plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+func (p *plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
 	a := req.GetArgs()
+	switch req.GetCommand() {
+	case "versions":
+		switch v := req.GetCluster().GetDeclared()["versions"]; v {
+		case "down":
+			<-ctx.Done()
+			return nil, ctx.Err()
+		case "fail":
+			return nil, errors.New("no node answered with its Talos version")
+		default:
+			return &lifecyclev1.OperationPlan{Summary: "versions", Status: strings.Split(v, ","), CanonicalInputs: []byte("versions")}, nil
+		}
+	case "push":
+		return &lifecyclev1.OperationPlan{Summary: "push", Steps: []*lifecyclev1.Step{{Id: "p", Title: "push"}}, CanonicalInputs: []byte("push")}, nil
+	}
 	if req.GetCommand() == "stash" {
 		return &lifecyclev1.OperationPlan{Summary: "stash", Steps: []*lifecyclev1.Step{{Id: "w", Title: "write"}}, CanonicalInputs: []byte("stash")}, nil
 	}
@@ -55,6 +78,9 @@ func (p *plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*li
 	}
 	if a["target"] == "refuse" {
 		return &lifecyclev1.OperationPlan{Refusal: &lifecyclev1.Refusal{Rule: "R10", Reason: "skipping a minor", Fix: "upgrade to the next minor first"}}, nil
+	}
+	if strings.HasPrefix(a["mode"], "nodes") {
+		return nodesPlan(req), nil
 	}
 	drift := ""
 	if a["drift"] != "" {
@@ -90,6 +116,11 @@ func inputs(req *lifecyclev1.OperationRequest) string {
 
 func (p *plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
 	a := req.GetArgs()
+	if req.GetCommand() == "push" {
+		_ = r.StepStarted("p", "pushing")
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	if req.GetCommand() == "stash" {
 		_ = r.StepOK("w", "written")
 		return r.Result(&lifecyclev1.Result{Ok: true, Summary: "stashed"})
@@ -103,6 +134,9 @@ func (p *plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		}
 		_ = r.StepOK("p", "all good")
 		return r.Result(&lifecyclev1.Result{Ok: true, Summary: "healthy", Lines: []string{"✅ etcd: leader agreed"}})
+	}
+	if strings.HasPrefix(a["mode"], "nodes") {
+		return nodesRun(ctx, req, r)
 	}
 	switch a["mode"] {
 	case "crash":
@@ -128,4 +162,83 @@ func (p *plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	_ = r.StepOK("s1", "done")
 	_ = r.StepOK("s2", "done")
 	return r.Result(&lifecyclev1.Result{Ok: true, Summary: "rolled to " + a["target"], Declared: map[string]string{"talos_version": a["target"]}})
+}
+
+// nodeVersions reads --drift's file of "node=version" lines: each node's
+// version now (v1 when unlisted).
+func nodeVersions(req *lifecyclev1.OperationRequest) map[string]string {
+	out := map[string]string{}
+	for _, n := range req.GetCluster().GetNodes() {
+		out[n.GetName()] = "v1"
+	}
+	if f := req.GetArgs()["drift"]; f != "" {
+		b, _ := os.ReadFile(f)
+		for _, l := range strings.Fields(string(b)) {
+			if k, v, ok := strings.Cut(l, "="); ok {
+				out[k] = v
+			}
+		}
+	}
+	return out
+}
+
+// nodesPlan is a node-by-node roll to the target: one versioned step and a
+// check per node; its digest covers every node's version now.
+func nodesPlan(req *lifecyclev1.OperationRequest) *lifecyclev1.OperationPlan {
+	target := req.GetArgs()["target"]
+	vs := nodeVersions(req)
+	p := &lifecyclev1.OperationPlan{Summary: "roll nodes to " + target, Target: target}
+	canon := "nodes target=" + target
+	for _, n := range req.GetCluster().GetNodes() {
+		name := n.GetName()
+		p.Steps = append(p.Steps,
+			&lifecyclev1.Step{Id: "node/" + name + "/upgrade", Title: name + ": upgrade", Node: name, FromVersion: vs[name], ToVersion: target, Kind: "upgrade"},
+			&lifecyclev1.Step{Id: "node/" + name + "/check", Title: name + ": check", Node: name, Kind: "gate"})
+		canon += " " + name + "=" + vs[name]
+	}
+	p.CanonicalInputs = []byte(canon)
+	return p
+}
+
+// nodesRun upgrades node after node (writing the new version to --drift's
+// file), skipping nodes already at the target. "nodes-wait" waits, with the
+// second node's upgrade running, for the context to end; "nodes" finishes.
+func nodesRun(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
+	a := req.GetArgs()
+	target := a["target"]
+	vs := nodeVersions(req)
+	for i, n := range req.GetCluster().GetNodes() {
+		name := n.GetName()
+		up, check := "node/"+name+"/upgrade", "node/"+name+"/check"
+		if vs[name] == target {
+			_ = r.StepSkipped(up, "already at "+target)
+			_ = r.StepSkipped(check, "already at "+target)
+			continue
+		}
+		if i == 1 && a["mode"] == "nodes-pause" && req.GetAttempt() == 1 {
+			// Hold at the boundary until the host asks for the pause.
+			for !sdk.PauseRequested(req) && ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond) // polling a file another process writes
+			}
+		}
+		if sdk.PauseRequested(req) {
+			return r.Result(sdk.PausedResult(name, nil))
+		}
+		_ = r.Step(&lifecyclev1.StepEvent{StepId: up, Status: lifecyclev1.StepStatus_STEP_STATUS_RUNNING, Node: name, FromVersion: vs[name], ToVersion: target})
+		if i == 1 && a["mode"] == "nodes-wait" && req.GetAttempt() == 1 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		vs[name] = target
+		if f := a["drift"]; f != "" {
+			var lines []string
+			for _, m := range req.GetCluster().GetNodes() {
+				lines = append(lines, m.GetName()+"="+vs[m.GetName()])
+			}
+			_ = os.WriteFile(f, []byte(strings.Join(lines, "\n")), 0o600)
+		}
+		_ = r.StepOK(up, "at "+target)
+		_ = r.StepOK(check, "healthy")
+	}
+	return r.Result(&lifecyclev1.Result{Ok: true, Summary: "every node at " + target})
 }

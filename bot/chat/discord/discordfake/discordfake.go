@@ -239,6 +239,18 @@ func (s *Server) serveREST(w http.ResponseWriter, r *http.Request) {
 		reply(w, cmds)
 	case r.Method == http.MethodPost && len(parts) == 4 && parts[0] == "interactions" && parts[3] == "callback":
 		w.WriteHeader(http.StatusNoContent)
+	case r.Method == http.MethodPost && len(parts) == 3 && parts[0] == "webhooks":
+		// An interaction follow-up (an ephemeral one has flags 64); it is
+		// not a channel message the bot can edit later.
+		var in struct {
+			Content string `json:"content"`
+			Flags   int    `json:"flags"`
+		}
+		if json.Unmarshal(body, &in) != nil || in.Content == "" {
+			restErr(w, http.StatusBadRequest, 50006, "Cannot send an empty message")
+			return
+		}
+		reply(w, map[string]any{"id": s.newID(), "channel_id": "0", "content": in.Content, "flags": in.Flags, "type": 0})
 	case r.Method == http.MethodPatch && len(parts) == 5 && parts[0] == "webhooks" && parts[4] == "@original":
 		reply(w, map[string]any{"id": s.newID(), "channel_id": "0", "content": "", "type": 20})
 	case len(parts) == 3 && parts[0] == "channels" && parts[2] == "messages" && r.Method == http.MethodPost:

@@ -288,6 +288,23 @@ func (s *Server) serveAPI(w http.ResponseWriter, r *http.Request) {
 		s.notifyLocked()
 		s.mu.Unlock()
 		reply(apiReply{"ok": true, "channel": ch, "ts": ts, "message": map[string]any{"text": params.Get("text"), "ts": ts}})
+	case "chat.postEphemeral":
+		// Shown to one user only and never stored as a channel message
+		// (Slack cannot edit or thread under it either).
+		if params.Get("channel") == "" {
+			reply(apiReply{"ok": false, "error": "channel_not_found"})
+			return
+		}
+		if params.Get("user") == "" {
+			reply(apiReply{"ok": false, "error": "user_not_in_channel"})
+			return
+		}
+		s.mu.Lock()
+		s.nextID++
+		ts := fmt.Sprintf("1700000000.%06d", s.nextID)
+		s.notifyLocked()
+		s.mu.Unlock()
+		reply(apiReply{"ok": true, "message_ts": ts})
 	case "chat.update":
 		ch, ts := params.Get("channel"), params.Get("ts")
 		s.mu.Lock()

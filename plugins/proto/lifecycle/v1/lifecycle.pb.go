@@ -393,7 +393,25 @@ type Command struct {
 	Needs []Need `protobuf:"varint,8,rep,packed,name=needs,proto3,enum=talosbot.lifecycle.v1.Need" json:"needs,omitempty"`
 	// drill says that a succeeded, non-dry-run staging run of this command is
 	// evidence of this staging drill (Settings.staging_drills).
-	Drill         Drill `protobuf:"varint,9,opt,name=drill,proto3,enum=talosbot.lifecycle.v1.Drill" json:"drill,omitempty"`
+	Drill Drill `protobuf:"varint,9,opt,name=drill,proto3,enum=talosbot.lifecycle.v1.Drill" json:"drill,omitempty"`
+	// min_approvals is the fewest distinct approvals this command needs
+	// wherever it needs approval (0: the environment's policy decides). A
+	// command that declares it always needs approval, also in staging; in
+	// production it needs at least this many unless the environment allows
+	// self-approval (a solo operator), where the policy's own minimum applies.
+	MinApprovals int32 `protobuf:"varint,10,opt,name=min_approvals,json=minApprovals,proto3" json:"min_approvals,omitempty"`
+	// pauses_between_nodes: a DISRUPTIVE command that works node by node and
+	// checks the host's pause mark before it touches the next node
+	// (sdk.PauseRequested, ending with sdk.PausedResult). The host offers
+	// Pause only on runs of such a command and refuses /talos pause for any
+	// other; a host that predates the field offers no Pause.
+	PausesBetweenNodes bool `protobuf:"varint,11,opt,name=pauses_between_nodes,json=pausesBetweenNodes,proto3" json:"pauses_between_nodes,omitempty"`
+	// status_label: a READ_ONLY command that also answers /talos status. The
+	// host calls its Plan (no side effects) for every cluster status shows,
+	// with a short deadline, and prints "<status_label>: " followed by the
+	// plan's status lines, or "<status_label>: not read (<reason>)" when the
+	// Plan fails, refuses or misses the deadline. Empty: not a status provider.
+	StatusLabel   string `protobuf:"bytes,12,opt,name=status_label,json=statusLabel,proto3" json:"status_label,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -489,6 +507,27 @@ func (x *Command) GetDrill() Drill {
 		return x.Drill
 	}
 	return Drill_DRILL_UNSPECIFIED
+}
+
+func (x *Command) GetMinApprovals() int32 {
+	if x != nil {
+		return x.MinApprovals
+	}
+	return 0
+}
+
+func (x *Command) GetPausesBetweenNodes() bool {
+	if x != nil {
+		return x.PausesBetweenNodes
+	}
+	return false
+}
+
+func (x *Command) GetStatusLabel() string {
+	if x != nil {
+		return x.StatusLabel
+	}
+	return ""
 }
 
 type Manifest struct {
@@ -835,8 +874,13 @@ type Settings struct {
 	// staging_drills is set only for a command that needs NEED_STAGING_DRILLS;
 	// unset means the host did not look (the drill gate is then manual).
 	StagingDrills *StagingDrills `protobuf:"bytes,11,opt,name=staging_drills,json=stagingDrills,proto3" json:"staging_drills,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The health gate's waits (timeouts.gate_after, timeouts.health; see
+	// docs/HEALTHGATE.md). gate_timeout_ms bounds one gate run, which is also
+	// the gate before a node. Unset (an older host): the plugin's defaults.
+	GateAfterTimeoutMs int64 `protobuf:"varint,12,opt,name=gate_after_timeout_ms,json=gateAfterTimeoutMs,proto3" json:"gate_after_timeout_ms,omitempty"`
+	HealthTimeoutMs    int64 `protobuf:"varint,13,opt,name=health_timeout_ms,json=healthTimeoutMs,proto3" json:"health_timeout_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Settings) Reset() {
@@ -944,6 +988,20 @@ func (x *Settings) GetStagingDrills() *StagingDrills {
 		return x.StagingDrills
 	}
 	return nil
+}
+
+func (x *Settings) GetGateAfterTimeoutMs() int64 {
+	if x != nil {
+		return x.GateAfterTimeoutMs
+	}
+	return 0
+}
+
+func (x *Settings) GetHealthTimeoutMs() int64 {
+	if x != nil {
+		return x.HealthTimeoutMs
+	}
+	return 0
 }
 
 // Terraform tells the Terraform plugins (tf plan, drift) and the R5 plan
@@ -1748,7 +1806,11 @@ type OperationPlan struct {
 	CanonicalInputs []byte   `protobuf:"bytes,5,opt,name=canonical_inputs,json=canonicalInputs,proto3" json:"canonical_inputs,omitempty"`
 	Refusal         *Refusal `protobuf:"bytes,6,opt,name=refusal,proto3" json:"refusal,omitempty"`
 	// target is the operation's target (e.g. a version) for the promotion gate.
-	Target        string `protobuf:"bytes,7,opt,name=target,proto3" json:"target,omitempty"`
+	Target string `protobuf:"bytes,7,opt,name=target,proto3" json:"target,omitempty"`
+	// status holds the facts a status provider (Command.status_label) reports
+	// for /talos status, short, e.g. "Talos v1.13.9 · Kubernetes v1.36.3". They
+	// are display only and not part of the digest.
+	Status        []string `protobuf:"bytes,8,rep,name=status,proto3" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1830,6 +1892,13 @@ func (x *OperationPlan) GetTarget() string {
 		return x.Target
 	}
 	return ""
+}
+
+func (x *OperationPlan) GetStatus() []string {
+	if x != nil {
+		return x.Status
+	}
+	return nil
 }
 
 type StepEvent struct {
@@ -2355,7 +2424,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\brequired\x18\x03 \x01(\bR\brequired\x12\x12\n" +
 	"\x04flag\x18\x04 \x01(\bR\x04flag\x12\x18\n" +
 	"\aboolean\x18\x05 \x01(\bR\aboolean\x12#\n" +
-	"\rdefault_value\x18\x06 \x01(\tR\fdefaultValue\"\xed\x02\n" +
+	"\rdefault_value\x18\x06 \x01(\tR\fdefaultValue\"\xe7\x03\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12.\n" +
@@ -2365,7 +2434,11 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\aexample\x18\x06 \x01(\tR\aexample\x12%\n" +
 	"\x0ereads_snapshot\x18\a \x01(\bR\rreadsSnapshot\x121\n" +
 	"\x05needs\x18\b \x03(\x0e2\x1b.talosbot.lifecycle.v1.NeedR\x05needs\x122\n" +
-	"\x05drill\x18\t \x01(\x0e2\x1c.talosbot.lifecycle.v1.DrillR\x05drill\"\xcc\x01\n" +
+	"\x05drill\x18\t \x01(\x0e2\x1c.talosbot.lifecycle.v1.DrillR\x05drill\x12#\n" +
+	"\rmin_approvals\x18\n" +
+	" \x01(\x05R\fminApprovals\x120\n" +
+	"\x14pauses_between_nodes\x18\v \x01(\bR\x12pausesBetweenNodes\x12!\n" +
+	"\fstatus_label\x18\f \x01(\tR\vstatusLabel\"\xcc\x01\n" +
 	"\bManifest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12:\n" +
@@ -2395,7 +2468,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"kubeconfig\x121\n" +
 	"\x15offsite_access_key_id\x18\x03 \x01(\fR\x12offsiteAccessKeyId\x129\n" +
 	"\x19offsite_secret_access_key\x18\x04 \x01(\fR\x16offsiteSecretAccessKey\x12!\n" +
-	"\fage_identity\x18\x05 \x01(\fR\vageIdentity\"\x87\x05\n" +
+	"\fage_identity\x18\x05 \x01(\fR\vageIdentity\"\xe6\x05\n" +
 	"\bSettings\x12!\n" +
 	"\fsnapshot_dir\x18\x01 \x01(\tR\vsnapshotDir\x12&\n" +
 	"\x0fgate_timeout_ms\x18\x02 \x01(\x03R\rgateTimeoutMs\x12&\n" +
@@ -2408,7 +2481,9 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\abackups\x18\t \x01(\v2\x1e.talosbot.lifecycle.v1.BackupsR\abackups\x12>\n" +
 	"\tterraform\x18\n" +
 	" \x01(\v2 .talosbot.lifecycle.v1.TerraformR\tterraform\x12K\n" +
-	"\x0estaging_drills\x18\v \x01(\v2$.talosbot.lifecycle.v1.StagingDrillsR\rstagingDrills\x1a8\n" +
+	"\x0estaging_drills\x18\v \x01(\v2$.talosbot.lifecycle.v1.StagingDrillsR\rstagingDrills\x121\n" +
+	"\x15gate_after_timeout_ms\x18\f \x01(\x03R\x12gateAfterTimeoutMs\x12*\n" +
+	"\x11health_timeout_ms\x18\r \x01(\x03R\x0fhealthTimeoutMs\x1a8\n" +
 	"\n" +
 	"ExtraEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -2481,7 +2556,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\aRefusal\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x10\n" +
-	"\x03fix\x18\x03 \x01(\tR\x03fix\"\xc0\x02\n" +
+	"\x03fix\x18\x03 \x01(\tR\x03fix\"\xd8\x02\n" +
 	"\rOperationPlan\x12\x18\n" +
 	"\asummary\x18\x01 \x01(\tR\asummary\x121\n" +
 	"\x05steps\x18\x02 \x03(\v2\x1b.talosbot.lifecycle.v1.StepR\x05steps\x12I\n" +
@@ -2489,7 +2564,8 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\bwarnings\x18\x04 \x03(\tR\bwarnings\x12)\n" +
 	"\x10canonical_inputs\x18\x05 \x01(\fR\x0fcanonicalInputs\x128\n" +
 	"\arefusal\x18\x06 \x01(\v2\x1e.talosbot.lifecycle.v1.RefusalR\arefusal\x12\x16\n" +
-	"\x06target\x18\a \x01(\tR\x06target\"\xcd\x01\n" +
+	"\x06target\x18\a \x01(\tR\x06target\x12\x16\n" +
+	"\x06status\x18\b \x03(\tR\x06status\"\xcd\x01\n" +
 	"\tStepEvent\x12\x17\n" +
 	"\astep_id\x18\x01 \x01(\tR\x06stepId\x129\n" +
 	"\x06status\x18\x02 \x01(\x0e2!.talosbot.lifecycle.v1.StepStatusR\x06status\x12\x16\n" +

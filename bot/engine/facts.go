@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/state"
+)
+
+// Facts are what an operation's message shows beside the operation itself,
+// read from the store, the policy and the configuration when the engine
+// sends an Update. The renderer never reads the store: everything it shows
+// comes from here.
+type Facts struct {
+	// Now is the engine's clock when the facts were read: relative times
+	// ("in 30 min", "2 days ago") are counted from it.
+	Now time.Time
+	// Required is how many approvals the operation needs (0: none).
+	Required int
+	// Approvals are the approvals of the current plan digest, oldest first.
+	Approvals []state.Approval
+	// Approvers are who may still approve: configured approvers the policy
+	// accepts for this operation, minus those who already did.
+	Approvers []string
+	// Roles maps each configured node of the cluster to its role.
+	Roles map[string]string
+	// Staging is the staging run that satisfied the promotion gate (R6).
+	Staging *state.Operation
+	// Snapshot is the newest succeeded operation of the cluster that took an
+	// etcd snapshot (its command declares needs_snapshot).
+	Snapshot *state.Operation
+	// Gate is the newest finished read-only operation of the cluster whose
+	// plan ran health-gate steps (kind "gate").
+	Gate *state.Operation
+	// Past are earlier succeeded runs of the same command on the cluster,
+	// newest first (at most pastRuns): durations and ETAs come from them.
+	Past []*state.Operation
+	// Previous maps a node the plan moves to "its previous version" (a
+	// rollback names no target) to the version it ran before the newest
+	// operation on record that upgraded it to its current one.
+	Previous map[string]string
+}
+
+// pastRuns bounds Facts.Past; scanBack bounds how many of the cluster's
+// operations are read to find the facts.
+const (
+	pastRuns = 10
+	scanBack = 200
+)
+
+// emit sends u to the Sink with its Facts.
+func (e *Engine) emit(ctx context.Context, u Update) {
+	if u.Facts == nil && u.Op != nil {
+		op := u.Op
+		u.Facts = func(ctx context.Context) *Facts { return e.facts(ctx, op) }
+	}
+	e.o.Sink.Operation(ctx, u)
+}
+
+func (e *Engine) facts(ctx context.Context, op *state.Operation) *Facts {
+	f := &Facts{Now: e.now(), Required: e.o.Policy.RequiredApprovals(op), Roles: map[string]string{}}
+	if cl := e.o.Config.Cluster(op.Cluster); cl != nil {
+		for _, n := range cl.Nodes {
+			f.Roles[n.Name] = n.Role
+		}
+	}
+	var promoted string
+	for _, fl := range op.Flags {
+		if id, ok := strings.CutPrefix(fl, FlagPromotedFrom); ok {
+			promoted = id
+		}
+	}
+	err := e.o.Store.View(ctx, func(tx *state.Tx) error {
+		apps, err := tx.Approvals(op.ID)
+		if err != nil {
+			return err
+		}
+		for _, a := range apps {
+			if a.Digest == op.Digest {
+				f.Approvals = append(f.Approvals, a)
+			}
+		}
+		if f.Required > 0 {
+			members, _ := e.o.Config.Members(e.o.Config.Policy[op.Environment].Approvers)
+			for _, u := range members {
+				if slices.Contains(f.Approvers, u) || slices.ContainsFunc(f.Approvals, func(a state.Approval) bool { return a.User == u }) {
+					continue
+				}
+				if e.o.Policy.CanApprove(op, u) == nil {
+					f.Approvers = append(f.Approvers, u)
+				}
+			}
+		}
+		if promoted != "" {
+			if s, err := tx.Operation(promoted); err == nil {
+				f.Staging = s
+			}
+		}
+		back := map[string]string{} // node → the version a plan step leaves without naming a target
+		if p := decodePlan(op.Plan); p != nil {
+			for _, s := range p.GetSteps() {
+				if s.GetNode() != "" && s.GetFromVersion() != "" && s.GetToVersion() == "" {
+					back[s.GetNode()] = s.GetFromVersion()
+				}
+			}
+		}
+		ops, err := tx.Operations(state.OpFilter{Cluster: op.Cluster, Limit: scanBack})
+		if err != nil {
+			return err
+		}
+		for _, o := range ops {
+			if o.ID == op.ID || !o.State.Terminal() {
+				continue
+			}
+			spec, known := e.grammar.Lookup(o.Command)
+			switch {
+			case o.Command == op.Command && o.State == state.StateSucceeded && !dryRun(o) && len(f.Past) < pastRuns && !o.StartedAt.IsZero():
+				f.Past = append(f.Past, o)
+			}
+			if f.Snapshot == nil && known && spec.GetNeedsSnapshot() && o.State == state.StateSucceeded && !dryRun(o) {
+				f.Snapshot = o
+			}
+			if len(back) > 0 && (o.State == state.StateSucceeded || o.State == state.StateFailed) {
+				previousVersions(o, back, f)
+			}
+			if f.Gate == nil && known && spec.GetEffect() == lifecyclev1.Effect_EFFECT_READ_ONLY && hasGateSteps(o.Plan) {
+				f.Gate = o
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		e.log.Warn("read operation facts", "op", op.ID, "err", err)
+	}
+	return f
+}
+
+// previousVersions fills f.Previous from o, an older operation: a node of
+// back it upgraded to the version back names ran the step's from version
+// before. The newest such operation wins.
+func previousVersions(o *state.Operation, back map[string]string, f *Facts) {
+	p := decodePlan(o.Plan)
+	for _, s := range p.GetSteps() {
+		n := s.GetNode()
+		cur, ok := back[n]
+		if !ok || s.GetKind() != "upgrade" || s.GetToVersion() != cur || s.GetFromVersion() == cur || f.Previous[n] != "" {
+			continue
+		}
+		// Only a step that ran counts: the node really went from → to.
+		if !slices.ContainsFunc(o.Steps, func(st state.Step) bool { return st.ID == s.GetId() && st.Status == "ok" }) {
+			continue
+		}
+		if f.Previous == nil {
+			f.Previous = map[string]string{}
+		}
+		f.Previous[n] = s.GetFromVersion()
+	}
+}
+
+func decodePlan(raw []byte) *lifecyclev1.OperationPlan {
+	if len(raw) == 0 {
+		return nil
+	}
+	var p lifecyclev1.OperationPlan
+	if protojson.Unmarshal(raw, &p) != nil {
+		return nil
+	}
+	return &p
+}
+
+// hasGateSteps reports whether a stored plan has health-gate steps.
+func hasGateSteps(raw []byte) bool {
+	return slices.ContainsFunc(decodePlan(raw).GetSteps(), func(s *lifecyclev1.Step) bool { return s.GetKind() == "gate" })
+}

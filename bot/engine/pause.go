@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/talosbot/talosbot/state"
+)
+
+// Pause between nodes (docs/ENDINGS.md): the engine names a pause mark (a
+// file under the data dir) in every disruptive run's settings and creates it
+// when Pause is clicked; a plugin working node by node checks it before it
+// touches the next node and ends the run as paused (plugins/sdk/pause.go).
+// The operation then waits as interrupted, its lock held, until Resume
+// (which plans again) or Abandon. A plugin that never checks the mark runs
+// to its end, so Pause is offered (and accepted) only for a command whose
+// manifest declares pauses_between_nodes (pausable); Pause changes nothing
+// else, so it is always safe to click.
+
+func (e *Engine) pauseMark(id string) string {
+	return filepath.Join(e.o.Config.DataDir, "pause", id)
+}
+
+func (e *Engine) pauseRequested(id string) bool {
+	_, err := os.Stat(e.pauseMark(id))
+	return err == nil
+}
+
+// Pause asks a running disruptive operation to stop at its next node
+// boundary. Who may cancel may pause.
+func (e *Engine) Pause(ctx context.Context, from Origin, id string) error {
+	op, err := e.Operation(ctx, id)
+	if err != nil {
+		return e.refuseAction(ctx, from, nil, "pause", fmt.Sprintf("no operation %q", id))
+	}
+	if from.User != op.Requester && e.o.Policy.CanApprove(op, from.User) != nil {
+		return e.refuseAction(ctx, from, op, "pause", "only the requester or an approver may pause "+id)
+	}
+	if op.State != state.StateRunning || !op.Disruptive {
+		return e.refuseAction(ctx, from, op, "pause", fmt.Sprintf("operation %s is %s; only a running disruptive operation can pause", id, op.State))
+	}
+	if !e.pausable(op) {
+		return e.refuseAction(ctx, from, op, "pause", fmt.Sprintf("operation %s (/talos %s) cannot pause: its plugin does not stop between nodes, so it runs to its end; `/talos cancel %s` stops it now", id, op.Command, id))
+	}
+	mark := e.pauseMark(id)
+	if err := os.MkdirAll(filepath.Dir(mark), 0o700); err != nil {
+		return fmt.Errorf("pause %s: %w", id, err)
+	}
+	if err := os.WriteFile(mark, []byte(from.User), 0o600); err != nil {
+		return fmt.Errorf("pause %s: %w", id, err)
+	}
+	if err := e.audit(ctx, e.event(from.User, "pause requested", op, "ok", nil)); err != nil {
+		return err
+	}
+	e.o.Sink.Reply(ctx, from, "pausing "+id+" before its next node; the node in progress finishes first")
+	return nil
+}
+
+// paused ends a run its plugin paused: interrupted, lock held, with the
+// ending and Resume/Abandon.
+func (e *Engine) paused(ctx context.Context, id string, lines []string) {
+	who, _ := os.ReadFile(e.pauseMark(id))
+	by := orDefault(string(who), "someone")
+	op, err := e.transition(ctx, id, state.StateInterrupted, by, "paused", "paused", nil, func(o *state.Operation) {
+		closeRunning(o, "was running when the run paused")
+		o.Result = "⏸️ paused by " + by + " between nodes"
+		for _, l := range lines {
+			o.Result += "\n" + l
+		}
+		if end := endingText(o, state.StateInterrupted); end != "" {
+			o.Result += "\n" + end
+		}
+	})
+	if err != nil {
+		e.log.Error("record the pause", "op", id, "err", err)
+		return
+	}
+	buttons, err := e.CommandButtons(ctx, nextCommands(op, op.State))
+	if err == nil {
+		e.emit(ctx, Update{Op: op, Buttons: buttons})
+	}
+}
+
+// pausable reports whether op's command declares that it pauses between
+// nodes (Command.pauses_between_nodes): Pause is offered and accepted only
+// where the plugin honours it, so the button never promises a stop that
+// will not come.
+func (e *Engine) pausable(op *state.Operation) bool {
+	s, ok := e.grammar.Lookup(op.Command)
+	return ok && s.Plugin != "" && s.GetPausesBetweenNodes()
+}
+
+// runButtons are the buttons of a running disruptive operation: Cancel, and
+// Pause where its command pauses between nodes.
+func (e *Engine) runButtons(ctx context.Context, op *state.Operation) {
+	var buttons []Button
+	err := e.o.Store.Update(ctx, func(tx *state.Tx) error {
+		var err error
+		if e.pausable(op) {
+			buttons, err = e.mintButtons(tx, op, []Button{{Label: "Cancel", Style: "danger"}, {Label: "Pause"}}, "cancel", "pause")
+		} else {
+			buttons, err = e.mintButtons(tx, op, []Button{{Label: "Cancel", Style: "danger"}}, "cancel")
+		}
+		return err
+	})
+	if err != nil {
+		e.log.Warn("run buttons", "op", op.ID, "err", err)
+		return
+	}
+	e.emit(ctx, Update{Op: op, Buttons: buttons})
+}
+
+// clearPause removes a pause mark: a run starts (or resumes) unpaused, and
+// one that ended leaves none behind. A mark that is already gone is fine.
+func (e *Engine) clearPause(id string) { _ = os.Remove(e.pauseMark(id)) }

@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/talosbot/talosbot/plugins/host"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/state"
+)
+
+// resumeReplanned plans an interrupted operation again before it goes on.
+// The approvals were given to a digest: when the remaining plan's digest
+// differs (a node changed while talosbot was down, or the run got further
+// than the approved plan foresaw), they are void and the new plan asks for
+// approval again, saying what changed. Either way the interrupted attempt's
+// step results move to the operation's history, so the record keeps every
+// attempt.
+func (e *Engine) resumeReplanned(ctx context.Context, from Origin, op *state.Operation) error {
+	next := *op
+	next.Attempts = op.Attempts + 1 // the plugin plans the attempt it will run
+	req, err := e.request(ctx, &next)
+	if err != nil {
+		return e.refuseAction(ctx, from, op, "resume", "could not plan the resume: "+err.Error())
+	}
+	archive := func(o *state.Operation) {
+		o.History = append(o.History, state.Attempt{N: o.Attempts, StartedAt: o.StartedAt, EndedAt: o.UpdatedAt, End: string(o.State), Steps: o.Steps})
+	}
+	plan, err := e.o.Plugins.Plan(ctx, e.pluginFor(op), req)
+	if err == nil && plan.GetRefusal() != nil {
+		err = errors.New(refusalText(plan.GetRefusal()))
+	}
+	if err != nil {
+		// Right after a crash the cluster is often still settling (a node
+		// rebooting cannot be read, R1), so a plan may fail where the
+		// resumed run would not: the plugin's resume waits for the nodes
+		// and checks every rule again before it touches one. The approved
+		// plan goes on, and the thread says why it was not planned again.
+		if _, terr := e.transition(ctx, op.ID, state.StateRunning, from.User, "resumed", "", map[string]string{"replan": err.Error()}, func(o *state.Operation) {
+			archive(o)
+			o.Steps = freshSteps(o.Steps)
+			o.Result = ""
+		}); terr != nil {
+			return e.refuseAction(ctx, from, op, "resume", terr.Error())
+		}
+		if cur, _ := e.Operation(ctx, op.ID); cur != nil {
+			e.o.Sink.Thread(ctx, cur, "⚠️ could not plan the rest again ("+firstLine(err.Error())+"); resuming the approved plan — the plugin waits for the nodes and checks every rule before touching one")
+		}
+		e.goRun(func(ctx context.Context) { e.execute(ctx, op.ID) })
+		return nil
+	}
+	digest := host.Digest(plan)
+	if digest != op.Digest && op.Disruptive && e.o.Policy.RequiredApprovals(op) > 0 {
+		e.voidApprovals(ctx, op, plan, digest, archive)
+		return nil
+	}
+	planJSON, _ := protojson.Marshal(plan)
+	if _, err := e.transition(ctx, op.ID, state.StateRunning, from.User, "resumed", "", map[string]string{"digest": digest}, func(o *state.Operation) {
+		archive(o)
+		o.Digest, o.Plan, o.Target, o.Steps = digest, planJSON, plan.GetTarget(), stepsFromPlan(plan)
+		o.Result = ""
+	}); err != nil {
+		return e.refuseAction(ctx, from, op, "resume", err.Error())
+	}
+	e.goRun(func(ctx context.Context) { e.execute(ctx, op.ID) })
+	return nil
+}
+
+// freshSteps are steps as a new attempt starts them: pending.
+func freshSteps(steps []state.Step) []state.Step {
+	out := make([]state.Step, len(steps))
+	for i, s := range steps {
+		out[i] = state.Step{ID: s.ID, Title: s.Title, Node: s.Node, Status: "pending"}
+	}
+	return out
+}
+
+// planChanges words how a new plan differs from the approved one, step by
+// step: versions, images, steps added or gone.
+func planChanges(oldRaw []byte, now *lifecyclev1.OperationPlan) []string {
+	var old lifecyclev1.OperationPlan
+	if len(oldRaw) == 0 || protojson.Unmarshal(oldRaw, &old) != nil {
+		return nil
+	}
+	describe := func(s *lifecyclev1.Step) string {
+		d := s.GetTitle()
+		if s.GetFromVersion() != "" || s.GetToVersion() != "" {
+			d += fmt.Sprintf(" %s → %s", s.GetFromVersion(), s.GetToVersion())
+		}
+		if s.GetImage() != "" {
+			d += " " + s.GetImage()
+		}
+		return d
+	}
+	was := map[string]*lifecyclev1.Step{}
+	for _, s := range old.GetSteps() {
+		was[s.GetId()] = s
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range now.GetSteps() {
+		seen[s.GetId()] = true
+		o, ok := was[s.GetId()]
+		switch {
+		case !ok:
+			out = append(out, "• new: "+describe(s))
+		case describe(o) != describe(s):
+			out = append(out, "• "+describe(o)+" ⇒ now "+describe(s))
+		}
+	}
+	for _, s := range old.GetSteps() {
+		if !seen[s.GetId()] {
+			out = append(out, "• gone: "+describe(s))
+		}
+	}
+	if old.GetTarget() != now.GetTarget() {
+		out = append(out, fmt.Sprintf("• target %s ⇒ now %s", old.GetTarget(), now.GetTarget()))
+	}
+	if len(out) == 0 && !strings.EqualFold(old.GetSummary(), now.GetSummary()) {
+		out = append(out, "• "+old.GetSummary()+" ⇒ now "+now.GetSummary())
+	}
+	if len(out) == 0 {
+		out = append(out, "• the steps read the same; the inputs behind them changed (the cluster's state or the settings)")
+	}
+	return out
+}

@@ -1,0 +1,507 @@
+package render
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/plugins/host"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/state"
+)
+
+// The card is written for a tired person who must decide in 30 seconds
+// (docs/MESSAGES.md): what happens where, the nodes in order, the risks,
+// the evidence, who may approve, when it expires, how long it takes. Every
+// step stays available behind the "Details" thread post.
+
+// node is one node of an operation: its plan and its progress.
+type node struct {
+	name, role, from, to string
+	skip                 bool // already at the target when planned
+	steps                []state.Step
+}
+
+// planOf decodes the plan stored on the operation (nil when absent).
+func planOf(op *state.Operation) *lifecyclev1.OperationPlan {
+	if len(op.Plan) == 0 {
+		return nil
+	}
+	var p lifecyclev1.OperationPlan
+	if protojson.Unmarshal(op.Plan, &p) != nil {
+		return nil
+	}
+	return &p
+}
+
+// nodesOf returns the operation's nodes in plan order.
+func nodesOf(op *state.Operation, p *lifecyclev1.OperationPlan, f *engine.Facts) []*node {
+	var out []*node
+	byName := map[string]*node{}
+	get := func(name string) *node {
+		n := byName[name]
+		if n == nil {
+			n = &node{name: name}
+			if f != nil {
+				n.role = f.Roles[name]
+			}
+			byName[name] = n
+			out = append(out, n)
+		}
+		return n
+	}
+	for _, s := range p.GetSteps() {
+		if s.GetNode() == "" {
+			continue
+		}
+		n := get(s.GetNode())
+		if s.GetFromVersion() != "" && n.from == "" {
+			n.from, n.to = s.GetFromVersion(), s.GetToVersion()
+			if n.to == "" && f != nil {
+				n.to = f.Previous[n.name]
+			}
+			n.skip = n.from == n.to && n.to != ""
+		}
+	}
+	for _, s := range op.Steps {
+		if s.Node == "" {
+			continue
+		}
+		n := get(s.Node)
+		n.steps = append(n.steps, s)
+	}
+	return out
+}
+
+// status is a node's state from its steps.
+func (n *node) status() string {
+	if len(n.steps) == 0 {
+		return "pending"
+	}
+	var done, skipped, pending int
+	for _, s := range n.steps {
+		switch s.Status {
+		case "failed":
+			return "failed"
+		case "running":
+			return "running"
+		case "stopped":
+			// The run ended with this step unfinished (bot/engine/endings.go).
+			return "stopped"
+		case "ok":
+			done++
+		case "skipped":
+			skipped++
+		default:
+			pending++
+		}
+	}
+	switch {
+	case pending == len(n.steps):
+		return "pending"
+	case pending > 0:
+		return "running" // between two of its steps
+	case done == 0:
+		return "skipped"
+	}
+	return "ok"
+}
+
+// span is the time from the node's first step's start to its last step's end
+// (now while it runs); zero before it starts.
+func (n *node) span(now time.Time) time.Duration {
+	var start, end time.Time
+	for _, s := range n.steps {
+		if !s.StartedAt.IsZero() && (start.IsZero() || s.StartedAt.Before(start)) {
+			start = s.StartedAt
+		}
+		if s.EndedAt.After(end) {
+			end = s.EndedAt
+		}
+	}
+	if start.IsZero() {
+		return 0
+	}
+	if n.status() == "running" || end.IsZero() {
+		end = now
+	}
+	return end.Sub(start)
+}
+
+// mark is "✅ done": the emoji and its word, so the state reads without an
+// emoji font.
+func mark(status string) string { return chat.StatusMark(status) + " " + chat.StatusLabel(status) }
+
+func versions(n *node) string {
+	switch {
+	case n.from == "" && n.to == "":
+		return "—"
+	case n.to == "":
+		return n.from + " → previous version"
+	case n.skip:
+		return n.to + " (already there)"
+	}
+	return n.from + " → " + n.to
+}
+
+func nodeTable(nodes []*node, now time.Time) *chat.Table {
+	t := &chat.Table{Columns: []string{"Node", "Role", "From → to", "State", "Duration"}}
+	for _, n := range nodes {
+		d := "—"
+		if sp := n.span(now); sp > 0 {
+			d = Duration(sp)
+		}
+		role := n.role
+		if role == "" {
+			role = "—"
+		}
+		t.Rows = append(t.Rows, []string{n.name, role, versions(n), mark(n.status()), d})
+	}
+	return t
+}
+
+// median of ds (0 when empty).
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+// pastDurations are the past runs' whole durations and their node spans
+// (nodes that were skipped take no time and are left out).
+func pastDurations(f *engine.Facts) (runs, nodes []time.Duration) {
+	if f == nil {
+		return nil, nil
+	}
+	for _, o := range f.Past {
+		if !o.EndedAt.IsZero() && !o.StartedAt.IsZero() {
+			runs = append(runs, o.EndedAt.Sub(o.StartedAt))
+		}
+		for _, n := range nodesOf(o, nil, nil) { // the steps name their nodes; no plan to decode
+			if n.status() == "ok" {
+				if sp := n.span(o.EndedAt); sp > 0 {
+					nodes = append(nodes, sp)
+				}
+			}
+		}
+	}
+	return runs, nodes
+}
+
+// estimate is the card's "how long": the median of past runs of this command
+// on this cluster, scaled to this plan's node count when node spans exist.
+func estimate(nodes []*node, f *engine.Facts) string {
+	runs, spans := pastDurations(f)
+	if len(runs) == 0 {
+		return "no past runs of this command on this cluster"
+	}
+	todo := 0
+	for _, n := range nodes {
+		if !n.skip {
+			todo++
+		}
+	}
+	if len(spans) > 0 && todo > 0 {
+		return fmt.Sprintf("about %s (%d node(s) × %s per node, median of %d past run(s))", Duration(time.Duration(todo)*median(spans)), todo, Duration(median(spans)), len(runs))
+	}
+	return fmt.Sprintf("about %s (median of %d past run(s))", Duration(median(runs)), len(runs))
+}
+
+// eta is the time left for the nodes not finished yet, from past node spans.
+func eta(nodes []*node, f *engine.Facts, now time.Time) string {
+	_, spans := pastDurations(f)
+	if len(spans) == 0 {
+		return "unknown: no past runs of this command on this cluster"
+	}
+	per := median(spans)
+	var left time.Duration
+	for _, n := range nodes {
+		switch n.status() {
+		case "pending":
+			if !n.skip {
+				left += per
+			}
+		case "running":
+			left += max(per-n.span(now), 0)
+		}
+	}
+	if left == 0 {
+		return "any moment"
+	}
+	return fmt.Sprintf("about %s (%s per node, from %d past node run(s))", Duration(left), Duration(per), len(spans))
+}
+
+// approvalLine is "0/2 — bob, dave may approve".
+func approvalLine(f *engine.Facts) string {
+	if f == nil || f.Required == 0 {
+		return ""
+	}
+	s := fmt.Sprintf("%d/%d", len(f.Approvals), f.Required)
+	var got []string
+	for _, a := range f.Approvals {
+		got = append(got, a.User)
+	}
+	if len(got) > 0 {
+		s += " — approved by " + strings.Join(got, ", ")
+	}
+	if len(f.Approvals) < f.Required {
+		if len(f.Approvers) == 0 {
+			s += " — nobody else may approve (policy approvers)"
+		} else {
+			s += " — may approve: " + strings.Join(f.Approvers, ", ")
+		}
+	}
+	return s
+}
+
+// approvedBy is "bob 08:12 UTC, dave 08:14 UTC".
+func approvedBy(f *engine.Facts, now time.Time) string {
+	if f == nil || len(f.Approvals) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, a := range f.Approvals {
+		parts = append(parts, a.User+" ("+When(a.At, now)+")")
+	}
+	return strings.Join(parts, ", ")
+}
+
+// installers are the distinct installer images of the plan, in order.
+func installers(p *lifecyclev1.OperationPlan) []string {
+	var out []string
+	for _, s := range p.GetSteps() {
+		if img := s.GetImage(); img != "" && !slices.Contains(out, img) {
+			out = append(out, img)
+		}
+	}
+	return out
+}
+
+// fromTo is the plan's transition(s), each once: "v1.12.6 → v1.13.9".
+func fromTo(nodes []*node) string {
+	var seen []string
+	for _, n := range nodes {
+		if n.skip || (n.from == "" && n.to == "") {
+			continue
+		}
+		if v := versions(n); !slices.Contains(seen, v) {
+			seen = append(seen, v)
+		}
+	}
+	return strings.Join(seen, ", ")
+}
+
+// evMark marks one piece of evidence: "✅ ok", "❌ failed", "❔ not checked".
+func evMark(status string) string {
+	switch status {
+	case "ok":
+		return "✅ ok"
+	case "failed":
+		return "❌ failed"
+	}
+	return mark("not-checked")
+}
+
+// evidence is what the approver is shown to trust the plan: the staging run
+// (R6), the snapshot, the gate, and the plan's own preconditions. What was
+// not checked says so; it never shows as a pass.
+func evidence(op *state.Operation, p *lifecyclev1.OperationPlan, f *engine.Facts, now time.Time) []string {
+	var out []string
+	if f != nil {
+		switch {
+		case f.Staging != nil:
+			out = append(out, fmt.Sprintf("%s staging: %s succeeded on %s %s", evMark("ok"), f.Staging.ID, f.Staging.Cluster, Ago(f.Staging.EndedAt, now)))
+		case slices.Contains(op.Flags, engine.FlagSkipStaging):
+			out = append(out, evMark("not-checked")+" staging: skipped by --"+engine.FlagSkipStaging+" (one extra approval)")
+		case op.Environment == "production":
+			out = append(out, evMark("not-checked")+" staging: no staging run on record")
+		}
+		takesSnapshot := slices.ContainsFunc(p.GetSteps(), func(s *lifecyclev1.Step) bool { return s.GetKind() == "snapshot" })
+		snap := ""
+		if f.Snapshot != nil {
+			snap = fmt.Sprintf("newest %s (%s)", Ago(f.Snapshot.EndedAt, now), f.Snapshot.ID)
+		}
+		switch {
+		case takesSnapshot && snap != "":
+			out = append(out, evMark("ok")+" snapshot: a new one is taken first; "+snap)
+		case takesSnapshot:
+			out = append(out, evMark("ok")+" snapshot: a new one is taken first; none on record before")
+		case snap != "":
+			out = append(out, evMark("ok")+" snapshot: "+snap)
+		default:
+			out = append(out, evMark("not-checked")+" snapshot: none on record")
+		}
+		if g := f.Gate; g != nil {
+			st := "ok"
+			if g.State != state.StateSucceeded {
+				st = "failed"
+			}
+			out = append(out, fmt.Sprintf("%s gate: /talos %s %s %s", evMark(st), g.Command, g.State, Ago(g.EndedAt, now)))
+		} else {
+			out = append(out, evMark("not-checked")+" gate: no health run on record; the plan runs the gate before the first node")
+		}
+	}
+	for _, pc := range p.GetPreconditions() {
+		st := "ok"
+		if !pc.GetOk() {
+			st = "failed"
+		}
+		line := evMark(st) + " " + pc.GetName()
+		if pc.GetRule() != "" {
+			line += " (" + pc.GetRule() + ")"
+		}
+		if pc.GetDetail() != "" {
+			line += ": " + pc.GetDetail()
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// phases summarises the steps that belong to no node ("gate before: 11
+// done, 1 not checked"), grouped by the part of their id before "/".
+func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
+	kinds := map[string]string{}
+	for _, s := range p.GetSteps() {
+		kinds[s.GetId()] = s.GetKind()
+	}
+	type group struct {
+		name   string
+		counts map[string]int
+		detail string // a failure's or a running step's detail
+	}
+	var order []*group
+	by := map[string]*group{}
+	for _, s := range op.Steps {
+		if s.Node != "" {
+			continue
+		}
+		key, name := kinds[s.ID], kinds[s.ID]
+		switch {
+		case key == "gate":
+			key, _, _ = strings.Cut(s.ID, "/")
+			name = strings.ReplaceAll(key, "-", " ")
+		case key == "" || key == "verify" || key == "note":
+			key, name = s.ID, s.Title
+		}
+		g := by[key]
+		if g == nil {
+			g = &group{name: name, counts: map[string]int{}}
+			by[key] = g
+			order = append(order, g)
+		}
+		st := s.Status
+		if st == "skipped" && kinds[s.ID] == "gate" {
+			st = "not-checked" // a probe that could not run is not a pass
+		}
+		g.counts[st]++
+		if (st == "failed" || strings.HasPrefix(s.Detail, "⚠️")) && g.detail == "" {
+			g.detail = s.Title + ": " + firstLine(s.Detail)
+		}
+	}
+	var out []string
+	for _, g := range order {
+		var parts []string
+		for _, st := range []string{"failed", "running", "ok", "not-checked", "skipped", "pending"} {
+			if c := g.counts[st]; c > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", mark(st), c))
+			}
+		}
+		line := g.name + ": " + strings.Join(parts, ", ")
+		if g.detail != "" {
+			line += " — " + g.detail
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// nodeBar is the bar over nodes: finished / all.
+func nodeBar(nodes []*node) string {
+	done := 0
+	for _, n := range nodes {
+		if st := n.status(); st == "ok" || st == "skipped" || st == "failed" {
+			done++
+		}
+	}
+	return ProgressBar(done, len(nodes)) + " nodes"
+}
+
+// cardBody is the approval card's text.
+func cardBody(op *state.Operation, p *lifecyclev1.OperationPlan, nodes []*node, f *engine.Facts, now time.Time) string {
+	var b strings.Builder
+	if p.GetSummary() != "" {
+		b.WriteString(p.GetSummary() + "\n")
+	}
+	if ft := fromTo(nodes); ft != "" {
+		where := op.Cluster
+		if op.Environment != "" && op.Environment != op.Cluster {
+			where += " (" + op.Environment + ")"
+		}
+		fmt.Fprintf(&b, "What: %s on %s\n", ft, where)
+	}
+	if imgs := installers(p); len(imgs) > 0 {
+		b.WriteString("Installer: `" + strings.Join(imgs, "`, `") + "`\n")
+	}
+	if len(nodes) > 0 {
+		var names []string
+		for _, n := range nodes {
+			names = append(names, n.name)
+		}
+		b.WriteString("Order: " + strings.Join(names, " → ") + "\n")
+	}
+	if ws := p.GetWarnings(); len(ws) > 0 {
+		b.WriteString("\nRisks:\n")
+		for _, w := range ws {
+			b.WriteString("• ⚠️ warning: " + w + "\n")
+		}
+	}
+	if ev := evidence(op, p, f, now); len(ev) > 0 {
+		b.WriteString("\nEvidence:\n")
+		for _, l := range ev {
+			b.WriteString("• " + l + "\n")
+		}
+	}
+	fmt.Fprintf(&b, "\n%d step(s): see Details in the thread.", len(p.GetSteps()))
+	return b.String()
+}
+
+// Details is the thread post behind the card: every step of the plan, once
+// each (titles already carry their node and versions).
+func Details(op *state.Operation) string {
+	p := planOf(op)
+	if p == nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Details: the %d steps of plan %s\n", len(p.GetSteps()), host.ShortDigest(op.Digest))
+	for i, s := range p.GetSteps() {
+		line := fmt.Sprintf("%d. %s", i+1, s.GetTitle())
+		if s.GetNode() != "" && !strings.Contains(s.GetTitle(), s.GetNode()) {
+			line += " [" + s.GetNode() + "]"
+		}
+		if (s.GetFromVersion() != "" || s.GetToVersion() != "") && !strings.Contains(s.GetTitle(), s.GetFromVersion()+" →") {
+			line += " " + s.GetFromVersion() + " → " + orWord(s.GetToVersion(), "previous version")
+		}
+		b.WriteString(line + "\n")
+	}
+	return strings.TrimSpace(b.String())
+}
+
+func orWord(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}

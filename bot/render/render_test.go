@@ -1,0 +1,208 @@
+package render
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/state"
+)
+
+// manualClock fires AfterFunc callbacks only when advanced.
+type manualClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []manualTimer
+}
+
+type manualTimer struct {
+	at time.Time
+	f  func()
+}
+
+func (c *manualClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *manualClock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timers = append(c.timers, manualTimer{at: c.now.Add(d), f: f})
+	return func() bool { return false }
+}
+
+func (c *manualClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	var due []func()
+	kept := c.timers[:0]
+	for _, t := range c.timers {
+		if !t.at.After(c.now) {
+			due = append(due, t.f)
+		} else {
+			kept = append(kept, t)
+		}
+	}
+	c.timers = kept
+	c.mu.Unlock()
+	for _, f := range due {
+		f()
+	}
+}
+
+type countingAdapter struct {
+	mu    sync.Mutex
+	posts int
+	edits []chat.Message
+}
+
+func (a *countingAdapter) Post(context.Context, string, string, chat.Message) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.posts++
+	return fmt.Sprintf("ref%d", a.posts), nil
+}
+
+func (a *countingAdapter) Edit(_ context.Context, _, _ string, m chat.Message) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.edits = append(a.edits, m)
+	return nil
+}
+
+func TestRendererCoalescesEditsAndDeliversLatest(t *testing.T) {
+	clock := &manualClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	ad := &countingAdapter{}
+	r := NewRenderer(ad, clock, nil)
+	ctx := context.Background()
+	op := &state.Operation{ID: "op1", Command: "upgrade talos", Cluster: "production", Channel: "ops", State: state.StateRunning,
+		Steps: []state.Step{{ID: "a", Title: "cp-1", Status: "pending"}, {ID: "b", Title: "cp-2", Status: "pending"}}}
+	r.Operation(ctx, engine.Update{Op: op}) // first render posts
+	for i := range 50 {                     // a burst of progress within one second
+		o := *op
+		o.Steps = []state.Step{{ID: "a", Title: "cp-1", Status: "ok", Detail: fmt.Sprint(i)}, {ID: "b", Title: "cp-2", Status: "running"}}
+		r.Operation(ctx, engine.Update{Op: &o})
+	}
+	if ad.posts != 1 || len(ad.edits) != 0 {
+		t.Fatalf("posts=%d edits=%d before the interval passed", ad.posts, len(ad.edits))
+	}
+	clock.Advance(MinEditInterval)
+	if len(ad.edits) != 1 {
+		t.Fatalf("edits = %d, want exactly 1 coalesced edit", len(ad.edits))
+	}
+	if got := ad.edits[0].Text; got != "▰▱ 1/2\n✅ done cp-1 — 49\n⏳ running cp-2" {
+		t.Fatalf("latest state not delivered: %q", got)
+	}
+	// Well after the interval, an update is sent at once.
+	clock.Advance(5 * time.Second)
+	final := *op
+	final.State = state.StateSucceeded
+	r.Operation(ctx, engine.Update{Op: &final})
+	if len(ad.edits) != 2 || ad.edits[1].Title != "✅ succeeded · /talos upgrade talos · production" {
+		t.Fatalf("final edit: %+v", ad.edits)
+	}
+}
+
+func TestProgressBar(t *testing.T) {
+	for _, c := range []struct {
+		done, total int
+		want        string
+	}{{3, 5, "▰▰▰▱▱ 3/5"}, {0, 2, "▱▱ 0/2"}, {10, 20, "▰▰▰▰▰▱▱▱▱▱ 10/20"}} {
+		if got := ProgressBar(c.done, c.total); got != c.want {
+			t.Errorf("ProgressBar(%d,%d) = %q, want %q", c.done, c.total, got, c.want)
+		}
+	}
+}
+
+func TestResultLinesRepeatingStepDetailsAreDropped(t *testing.T) {
+	op := &state.Operation{Command: "health", Cluster: "staging", State: state.StateSucceeded,
+		Steps:  []state.Step{{ID: "v", Title: "Talos version", Status: "ok", Detail: "v1.12.6 on all 2 nodes"}},
+		Result: "staging: health gate passed\n✅ Talos version: v1.12.6 on all 2 nodes\nmanifest sync is not done"}
+	got := RenderOperation(op, nil, time.Now()).Text
+	want := "▰ 1/1\n✅ done Talos version — v1.12.6 on all 2 nodes\nstaging: health gate passed\nmanifest sync is not done"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestRendererForgetsFinishedOperations(t *testing.T) {
+	clock := &manualClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	r := NewRenderer(&countingAdapter{}, clock, nil)
+	op := &state.Operation{ID: "op1", Command: "health", Cluster: "staging", Channel: "ops", State: state.StateSucceeded}
+	r.Operation(context.Background(), engine.Update{Op: op})
+	clock.Advance(forgetAfter - time.Second)
+	r.mu.Lock()
+	kept := len(r.ops)
+	r.mu.Unlock()
+	clock.Advance(2 * time.Second)
+	r.mu.Lock()
+	left := len(r.ops)
+	r.mu.Unlock()
+	if kept != 1 || left != 0 {
+		t.Fatalf("views kept=%d then left=%d, want 1 then 0", kept, left)
+	}
+}
+
+// flakyAdapter fails the first failEdits edits (all of them when negative).
+type flakyAdapter struct {
+	countingAdapter
+	failEdits int
+	attempts  int
+}
+
+func (a *flakyAdapter) Edit(ctx context.Context, ch, ref string, m chat.Message) error {
+	a.mu.Lock()
+	a.attempts++
+	fail := a.failEdits < 0 || a.attempts <= a.failEdits
+	a.mu.Unlock()
+	if fail {
+		return fmt.Errorf("chat API: 503")
+	}
+	return a.countingAdapter.Edit(ctx, ch, ref, m)
+}
+
+func TestRendererRetriesAFailedFinalEdit(t *testing.T) {
+	clock := &manualClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	ad := &flakyAdapter{failEdits: 2}
+	r := NewRenderer(ad, clock, nil)
+	ctx := context.Background()
+	op := &state.Operation{ID: "op1", Command: "upgrade talos", Cluster: "production", Channel: "ops", State: state.StateRunning}
+	r.Operation(ctx, engine.Update{Op: op}) // posts
+	clock.Advance(5 * time.Second)
+	final := *op
+	final.State = state.StateSucceeded
+	r.Operation(ctx, engine.Update{Op: &final}) // edit fails (1)
+	if ad.attempts != 1 || len(ad.edits) != 0 {
+		t.Fatalf("attempts=%d edits=%d after the first try", ad.attempts, len(ad.edits))
+	}
+	clock.Advance(MinEditInterval) // retry fails (2)
+	clock.Advance(2 * MinEditInterval)
+	if ad.attempts != 3 || len(ad.edits) != 1 || ad.edits[0].Title != "✅ succeeded · /talos upgrade talos · production" {
+		t.Fatalf("attempts=%d edits=%+v, want the final state delivered by the third attempt", ad.attempts, ad.edits)
+	}
+	clock.Advance(time.Minute)
+	if ad.attempts != 3 {
+		t.Fatalf("attempts=%d after success, want no more", ad.attempts)
+	}
+}
+
+func TestRendererGivesUpAfterBoundedEditRetries(t *testing.T) {
+	clock := &manualClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	ad := &flakyAdapter{failEdits: -1}
+	r := NewRenderer(ad, clock, nil)
+	ctx := context.Background()
+	op := &state.Operation{ID: "op1", Command: "health", Cluster: "staging", Channel: "ops", State: state.StateRunning}
+	r.Operation(ctx, engine.Update{Op: op})
+	clock.Advance(5 * time.Second)
+	final := *op
+	final.State = state.StateFailed
+	r.Operation(ctx, engine.Update{Op: &final})
+	for range 10 {
+		clock.Advance(time.Minute)
+	}
+	if ad.attempts != maxEditRetries+1 {
+		t.Fatalf("attempts=%d, want %d (one try and %d retries)", ad.attempts, maxEditRetries+1, maxEditRetries)
+	}
+}

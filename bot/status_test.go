@@ -1,0 +1,108 @@
+package bot_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/state"
+)
+
+// statusConfig has one cluster whose status provider answers, one that is
+// down (the provider waits for the host's deadline) and one whose provider
+// fails; production has a maintenance window (the test clock is Monday
+// 2026-11-30 12:00 UTC). The timeout is what the down cluster costs the
+// test, and must be well above a loaded machine's round trip to the plugin
+// process (2 s was not, under the flake check's load, for the clusters that
+// do answer).
+const statusConfig = `
+data_dir: %s
+timeouts: {status: 8s}
+clusters:
+  - name: staging
+    environment: staging
+    channels: [stg]
+    endpoints: [127.0.0.1]
+    nodes: [{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}]
+    credentials: {source: files, talosconfig: "file:%s"}
+    declared: {versions: "Talos v1.13.9 (1 node),Kubernetes v1.36.3"}
+  - name: production
+    environment: production
+    channels: [prd]
+    endpoints: [127.0.0.5]
+    nodes: [{name: cp-1, address: 127.0.0.5, role: controlplane, host: pve1}]
+    credentials: {source: files, talosconfig: "file:%s"}
+    declared: {versions: down}
+  - name: lab
+    environment: staging
+    channels: [lab]
+    endpoints: [127.0.0.9]
+    nodes: [{name: cp-1, address: 127.0.0.9, role: controlplane, host: pve1}]
+    credentials: {source: files, talosconfig: "file:%[3]s"}
+    declared: {versions: fail}
+policy:
+  staging:
+    operators: [alice, bob]
+  production:
+    approvers: [bob, dave]
+    operators: [alice, bob]
+    viewers: [carol]
+    maintenance_windows: [{days: [tue, thu], start: "20:00", end: "23:00", timezone: UTC}]
+`
+
+// Status prints the versions a status provider read from each cluster
+// (through its Plan, no plugin named by the bot); a cluster that does not
+// answer within timeouts.status, or whose provider fails, reads "not read"
+// with the reason, never a value; and a closed window says when it opens.
+func TestStatusShowsVersionsAndNotReadWhenTheClusterIsDown(t *testing.T) {
+	e := newEnvConfig(t, statusConfig)
+	if _, err := e.submit("carol", "prd", "/talos status"); err != nil {
+		t.Fatal(err)
+	}
+	got := e.sink.waitReply(t, "*lab* (staging)")
+	mustContain(t, "status", got,
+		"*staging* (staging)\n  lock: free\n  freeze: none\n  versions: Talos v1.13.9 (1 node) · Kubernetes v1.36.3\n",
+		"*production* (production)",
+		"maintenance window: closed now, next opens Tue 2026-12-01 20:00 UTC (in 1 day 8 h) (tue,thu 20:00–23:00 UTC)",
+		"versions: not read (no answer within 8 s, timeouts.status)",
+		"versions: not read (plugin \"eng\": plan: no node answered with its Talos version)")
+	for _, l := range strings.Split(got, "\n") {
+		if strings.Contains(l, "versions:") && strings.Contains(l, "not read") && strings.Contains(l, "v1.") {
+			t.Errorf("a cluster that was not read shows a version: %q", l)
+		}
+	}
+}
+
+// Pause is offered only where the command's manifest says it pauses
+// between nodes: a disruptive run of another command shows Cancel alone,
+// and /talos pause on it says why not and what stops it, changing nothing.
+func TestPauseNotOfferedForACommandThatDoesNotPause(t *testing.T) {
+	e := newEnvConfig(t, nodesConfig)
+	id, err := e.submit("alice", "stg", "/talos push")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sink.button(t, id, "Cancel")
+	e.sink.mu.Lock()
+	have := e.sink.buttons[id]
+	e.sink.mu.Unlock()
+	for _, b := range have {
+		if b.Label == "Pause" {
+			t.Fatalf("Pause offered on a command that does not pause: %v", have)
+		}
+	}
+	var ae *engine.ActionError
+	err = e.eng.Pause(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, id)
+	if !errors.As(err, &ae) || !strings.Contains(ae.Msg, "cannot pause: its plugin does not stop between nodes") || !strings.Contains(ae.Msg, "/talos cancel "+id) {
+		t.Fatalf("pause of a non-pausing run: %v", err)
+	}
+	if op, _ := e.eng.Operation(context.Background(), id); op.State != state.StateRunning {
+		t.Fatalf("a refused pause changed the run: %s", op.State)
+	}
+	if err := e.eng.Cancel(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, id); err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateCancelled)
+}

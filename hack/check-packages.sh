@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# check-packages.sh: every package of the module (`go list ./...`, and the
+# demo-only ones) has a row in the package table of docs/ARCHITECTURE.md,
+# named in backquotes in the row's first cell; a row naming no package is an
+# error too. Run by `make lint`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+doc=docs/ARCHITECTURE.md
+mod=$(go list -m)
+# The first cell of every table row, e.g. "`sim`, `sim/etcdsim`".
+cells=$(awk -F'|' '/^\| `/ {print $2}' "$doc")
+named=$(grep -oE '`[^`]+`' <<<"$cells" | tr -d '`' | sed 's#/$##' | sort -u)
+pkgs=$({ go list ./...; go list -tags demo ./...; } | sed "s#^$mod/\{0,1\}##" | sort -u)
+bad=0
+while read -r p; do
+	[ -n "$p" ] || continue
+	if ! grep -qxF "$p" <<<"$named"; then
+		echo "$doc: package $p has no row in the package table; add one that says its one concept"
+		bad=1
+	fi
+done <<<"$pkgs"
+while read -r n; do
+	# tools/ is a separate module; it has its own row.
+	[ "$n" = tools ] && continue
+	if ! grep -qxF "$n" <<<"$pkgs"; then
+		echo "$doc: the package table names $n, which is not a package of the module; remove or rename the row"
+		bad=1
+	fi
+done <<<"$named"
+exit $bad

@@ -1,0 +1,73 @@
+package releases
+
+import (
+	"strings"
+	"time"
+)
+
+// Settings.Extra keys by which the bot hands the release data to plugins
+// (bot/releasenotice.Hook sets them on every request). They hold versions
+// and a description, never secrets.
+const (
+	// NoteVersions is every known Talos release, comma-separated.
+	NoteVersions = "releases.versions"
+	// NoteTargets is the releases upgrades may target or pass through
+	// (the allow-list with releases.listed_only).
+	NoteTargets = "releases.targets"
+	// NoteOrigin is List.Describe: where the list came from and its age.
+	NoteOrigin = "releases.origin"
+	// NoteKubernetes is releases.kubernetes, comma-separated.
+	NoteKubernetes = "releases.kubernetes"
+	// NoteFactory is releases.factory_url ("" when none), for the
+	// schematic look-ups of R13/R14.
+	NoteFactory = "releases.factory_url"
+)
+
+// Notes is the release data as a plugin receives it.
+type Notes struct {
+	Versions, Targets, Kubernetes []Version
+	Origin, FactoryURL            string
+}
+
+// NotesOf is what the bot puts in Settings.Extra.
+func NotesOf(l *List, kubernetes []string, now time.Time) map[string]string {
+	return map[string]string{
+		NoteVersions:   strings.Join(Tags(l.Versions), ","),
+		NoteTargets:    strings.Join(Tags(l.Targets()), ","),
+		NoteOrigin:     l.Describe(now),
+		NoteKubernetes: strings.Join(kubernetes, ","),
+		NoteFactory:    l.URL,
+	}
+}
+
+// ReadNotes reads Settings.Extra. ok is false when the bot sent no release
+// data (an older bot, or no list at all): callers fall back to
+// Settings.known_talos_releases.
+func ReadNotes(extra map[string]string) (n Notes, ok bool) {
+	if _, ok := extra[NoteVersions]; !ok {
+		return n, false
+	}
+	split := func(s string) []string {
+		if s == "" {
+			return nil
+		}
+		return strings.Split(s, ",")
+	}
+	return Notes{
+		Versions:   ParseAll(split(extra[NoteVersions])),
+		Targets:    ParseAll(split(extra[NoteTargets])),
+		Kubernetes: ParseAll(split(extra[NoteKubernetes])),
+		Origin:     extra[NoteOrigin],
+		FactoryURL: extra[NoteFactory],
+	}, true
+}
+
+// Known are the releases a plugin plans against: the bot's release data
+// (Settings.Extra, ReadNotes) when there is some, else the configured
+// Talos releases (Settings.known_talos_releases) and no Kubernetes ones.
+func Known(extra map[string]string, configuredTalos []string) (talos, kubernetes []Version) {
+	if n, ok := ReadNotes(extra); ok {
+		return n.Targets, n.Kubernetes
+	}
+	return ParseAll(configuredTalos), nil
+}

@@ -1,0 +1,332 @@
+package releases
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/talosbot/talosbot/state"
+)
+
+// Where a List came from.
+const (
+	OriginFactory = "image factory"
+	OriginCache   = "cache"
+	OriginConfig  = "config"
+)
+
+// KV bucket and key of the cached factory list.
+const (
+	kvBucket = "releases"
+	kvTalos  = "talos"
+)
+
+// fetchTimeout bounds one read of the factory: a command that needs the
+// list must not wait for a hung factory longer than this.
+const fetchTimeout = 15 * time.Second
+
+// retryAfterFailure is the least time between two reads of a factory that
+// failed, so that an outage costs one timeout per period, not per command.
+const retryAfterFailure = 5 * time.Minute
+
+// Fetcher lists the Talos versions Image Factory serves
+// (factory.Client.Versions).
+type Fetcher interface {
+	Versions(ctx context.Context) ([]string, error)
+}
+
+// List is the Talos releases the bot knows, and where they came from.
+type List struct {
+	// Versions are the known releases, ascending (pre-releases dropped).
+	Versions []Version
+	// Origin is OriginFactory (read just now or within the refresh
+	// period), OriginCache (the factory failed; the last list it gave) or
+	// OriginConfig (releases.talos: no factory, or nothing cached yet).
+	Origin string
+	// URL is the factory the list came from ("" for OriginConfig).
+	URL string
+	// FetchedAt is when the factory gave the list (zero for OriginConfig).
+	FetchedAt time.Time
+	// Err is why the factory could not be read, when it could not.
+	Err error
+	// Configured is releases.talos; with ListedOnly it is the allow-list.
+	Configured []Version
+	ListedOnly bool
+}
+
+// Age is how old the list is (0 for the configured list, which is as
+// current as the configuration).
+func (l *List) Age(now time.Time) time.Duration {
+	if l.FetchedAt.IsZero() {
+		return 0
+	}
+	return max(0, now.Sub(l.FetchedAt))
+}
+
+// Describe says where the list came from and how old it is, for chat.
+func (l *List) Describe(now time.Time) string {
+	switch l.Origin {
+	case OriginFactory:
+		return fmt.Sprintf("Image Factory %s, read %s ago", l.URL, Ago(l.Age(now)))
+	case OriginCache:
+		return fmt.Sprintf("cached Image Factory list, %s old (%s could not be read: %v)", Ago(l.Age(now)), l.URL, l.Err)
+	default:
+		if l.Err != nil {
+			return fmt.Sprintf("releases.talos only (%s could not be read and nothing is cached: %v)", l.URL, l.Err)
+		}
+		return "releases.talos (no Image Factory configured)"
+	}
+}
+
+// Targets are the versions upgrades may target or pass through: the
+// allow-list with releases.listed_only, every known release otherwise.
+func (l *List) Targets() []Version {
+	if l.ListedOnly {
+		return slices.Clone(l.Configured)
+	}
+	return slices.Clone(l.Versions)
+}
+
+// Allowed refuses a version outside the allow-list (releases.listed_only).
+func (l *List) Allowed(v Version) error {
+	if !l.ListedOnly || slices.Contains(l.Configured, v) {
+		return nil
+	}
+	return &Refusal{Rule: "R10",
+		Reason: fmt.Sprintf("%s is not in releases.talos, and releases.listed_only allows only listed versions", v.Tag()),
+		Fix:    fmt.Sprintf("add %s to releases.talos once it is reviewed, or pick one of %v", v.Tag(), Tags(l.Configured))}
+}
+
+// Ago spells a duration for humans: "45s", "3m", "5h", "2d".
+func Ago(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	default:
+		return fmt.Sprintf("%dd", int(d.Hours()/24))
+	}
+}
+
+// cached is the store's copy of the last list the factory gave.
+type cached struct {
+	URL       string    `json:"url"`
+	Versions  []string  `json:"versions"`
+	FetchedAt time.Time `json:"fetched_at"`
+}
+
+// Source gives the current List: from Image Factory, read at most once per
+// Refresh and cached in the store; on an outage the cached list with its
+// age; with neither, the configured releases.talos.
+type Source struct {
+	// Fetcher is the factory; nil: the configured list only.
+	Fetcher Fetcher
+	// URL names the factory in messages and in the cache (a cache of
+	// another URL is not used).
+	URL        string
+	Store      *state.Store
+	Configured []string
+	ListedOnly bool
+	Refresh    time.Duration
+	Now        func() time.Time
+
+	// fetchMu lets one read of the factory run at a time; mu guards the
+	// failure state only, so Cached never waits for a read in flight.
+	fetchMu    sync.Mutex
+	mu         sync.Mutex
+	lastFailed time.Time
+	lastErr    error
+}
+
+func (s *Source) failure() (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastFailed, s.lastErr
+}
+
+func (s *Source) setFailure(at time.Time, err error) {
+	s.mu.Lock()
+	s.lastFailed, s.lastErr = at, err
+	s.mu.Unlock()
+}
+
+// Talos returns the current list, reading the factory when the cached
+// copy is older than Refresh (and the factory did not just fail).
+func (s *Source) Talos(ctx context.Context) (*List, error) {
+	return s.get(ctx, false)
+}
+
+// RefreshNow reads the factory now, whatever the age of the cache.
+func (s *Source) RefreshNow(ctx context.Context) (*List, error) {
+	return s.get(ctx, true)
+}
+
+// Cached returns the current list without contacting the factory: the
+// cache (as OriginCache once older than Refresh, with the last failure),
+// else the configured list. Commands use it, so that a slow factory never
+// delays one; Run keeps the cache fresh.
+func (s *Source) Cached(ctx context.Context) (*List, error) {
+	_, lastErr := s.failure()
+	base := &List{Configured: ParseAll(s.Configured), ListedOnly: s.ListedOnly, URL: s.URL}
+	if s.Fetcher == nil {
+		base.Origin, base.Versions, base.URL = OriginConfig, base.Configured, ""
+		return base, nil
+	}
+	c, err := s.loadCache(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if c == nil {
+		why := lastErr
+		if why == nil {
+			why = errors.New("not read yet")
+		}
+		return s.fallback(base, why)
+	}
+	l := fromCache(base, c)
+	if now := s.now(); now.Sub(c.FetchedAt) >= s.Refresh || lastErr != nil {
+		l.Origin, l.Err = OriginCache, lastErr
+		if l.Err == nil {
+			l.Err = errors.New("not read again yet")
+		}
+	}
+	return l, nil
+}
+
+// Run reads the factory at start and then every Refresh (retrying after
+// a failure every retryAfterFailure) until ctx ends.
+func (s *Source) Run(ctx context.Context) {
+	if s.Fetcher == nil {
+		return
+	}
+	for {
+		wait := s.Refresh
+		if _, err := s.RefreshNow(ctx); err != nil || s.failed() {
+			wait = min(wait, retryAfterFailure)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Source) failed() bool {
+	_, err := s.failure()
+	return err != nil
+}
+
+func (s *Source) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *Source) get(ctx context.Context, force bool) (*List, error) {
+	s.fetchMu.Lock()
+	defer s.fetchMu.Unlock()
+	now := s.now()
+	lastFailed, lastErr := s.failure()
+	base := &List{Configured: ParseAll(s.Configured), ListedOnly: s.ListedOnly, URL: s.URL}
+	if s.Fetcher == nil {
+		base.Origin, base.Versions, base.URL = OriginConfig, base.Configured, ""
+		return base, nil
+	}
+	c, err := s.loadCache(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fresh := c != nil && now.Sub(c.FetchedAt) < s.Refresh && !c.FetchedAt.After(now)
+	backoff := !lastFailed.IsZero() && now.Sub(lastFailed) < retryAfterFailure
+	if !force && (fresh || backoff) {
+		if c != nil {
+			l := fromCache(base, c)
+			if !fresh {
+				l.Origin, l.Err = OriginCache, lastErr
+			}
+			return l, nil
+		}
+		return s.fallback(base, lastErr)
+	}
+	fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
+	got, ferr := s.Fetcher.Versions(fctx)
+	cancel()
+	vs := ParseAll(got)
+	if ferr == nil && len(vs) == 0 {
+		ferr = fmt.Errorf("the factory listed no releases (%d entries)", len(got))
+	}
+	if ferr != nil {
+		s.setFailure(now, ferr)
+		if c != nil {
+			l := fromCache(base, c)
+			l.Origin, l.Err = OriginCache, ferr
+			return l, nil
+		}
+		return s.fallback(base, ferr)
+	}
+	s.setFailure(time.Time{}, nil)
+	nc := cached{URL: s.URL, Versions: Tags(vs), FetchedAt: now}
+	if err := s.saveCache(ctx, nc); err != nil {
+		return nil, err
+	}
+	return fromCache(base, &nc), nil
+}
+
+func fromCache(base *List, c *cached) *List {
+	l := *base
+	l.Origin, l.Versions, l.FetchedAt = OriginFactory, ParseAll(c.Versions), c.FetchedAt
+	return &l
+}
+
+func (s *Source) fallback(base *List, why error) (*List, error) {
+	if len(base.Configured) == 0 {
+		return nil, fmt.Errorf("no Talos release list: Image Factory %s could not be read (%w), nothing is cached, and releases.talos is empty; add the releases you use to releases.talos as an offline fallback", s.URL, why)
+	}
+	base.Origin, base.Versions, base.Err = OriginConfig, base.Configured, why
+	return base, nil
+}
+
+func (s *Source) loadCache(ctx context.Context) (*cached, error) {
+	var c *cached
+	err := s.Store.View(ctx, func(tx *state.Tx) error {
+		raw, err := tx.GetKV(kvBucket, kvTalos)
+		if errors.Is(err, state.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var v cached
+		if json.Unmarshal(raw, &v) != nil || v.URL != s.URL {
+			return nil // unreadable, or another factory's: as if none
+		}
+		c = &v
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the cached release list: %w", err)
+	}
+	return c, nil
+}
+
+func (s *Source) saveCache(ctx context.Context, c cached) error {
+	raw, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode the release list: %w", err)
+	}
+	if err := s.Store.Update(ctx, func(tx *state.Tx) error { return tx.PutKV(kvBucket, kvTalos, raw) }); err != nil {
+		return fmt.Errorf("cache the release list: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,158 @@
+// Package planguard is rule R5 for plugins: plan the cluster's Terraform root
+// (never apply it) and refuse when the plan would replace or delete the
+// cluster's machine secrets or a node VM — that is a cluster migration, not
+// maintenance. `/talos tf plan` (plugins/tfguard) runs it on request; every
+// upgrade (Talos and Kubernetes) runs it as its first step when the host sets
+// Settings.terraform.plan_before_upgrade, so no upgrade starts on top of a
+// migration nobody looked at. The plan and the guard itself are
+// internal/terraform's; this package reads the plugin settings and speaks in
+// steps and refusals.
+//
+// The host passes the root in OperationRequest.Settings.terraform (root,
+// binary, config_key, plan_before_upgrade). Settings.extra may tune the guard:
+//
+//	terraform_protected_secrets  comma-separated types/names (default talos_machine_secrets)
+//	terraform_protected_vms      comma-separated types/names (default proxmox_virtual_environment_vm,proxmox_vm_qemu)
+//	terraform_refresh            "false" plans with -refresh=false
+package planguard
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/talosbot/talosbot/internal/terraform"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
+)
+
+// Settings.extra keys read by the guard.
+const (
+	ExtraProtectedSecrets = "terraform_protected_secrets"
+	ExtraProtectedVMs     = "terraform_protected_vms"
+	ExtraRefresh          = "terraform_refresh"
+)
+
+// Options are the guard's settings, read from Settings.terraform and
+// Settings.extra.
+type Options struct {
+	Config terraform.Config
+	Guard  terraform.Guard
+	Plan   terraform.PlanOptions
+}
+
+// OptionsFrom reads Settings.terraform and Settings.extra. A missing root is an error that says
+// which configuration to set.
+func OptionsFrom(cluster string, s *lifecyclev1.Settings) (Options, error) {
+	x := s.GetExtra()
+	tf := s.GetTerraform()
+	o := Options{Config: terraform.Config{Root: tf.GetRoot(), Binary: tf.GetBinary(), ConfigKey: tf.GetConfigKey()}}
+	if o.Config.ConfigKey == "" {
+		o.Config.ConfigKey = "clusters[" + cluster + "].credentials.terraform"
+	}
+	if o.Config.Root == "" {
+		return o, fmt.Errorf("cluster %s has no Terraform root: set %s.root (the host passes it to plugins as settings.terraform)",
+			cluster, o.Config.ConfigKey)
+	}
+	o.Guard.Secrets = list(x[ExtraProtectedSecrets])
+	o.Guard.VMs = list(x[ExtraProtectedVMs])
+	o.Plan.NoRefresh = x[ExtraRefresh] == "false"
+	return o, nil
+}
+
+func list(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil // defaults
+	}
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Protected lists the resource types and names the guard protects (the
+// defaults where the settings name none), for plan summaries.
+func (o Options) Protected() string {
+	g := o.Guard
+	if g.Secrets == nil {
+		g.Secrets = terraform.DefaultSecretsTypes()
+	}
+	if g.VMs == nil {
+		g.VMs = terraform.DefaultVMTypes()
+	}
+	return strings.Join(append(append([]string{}, g.Secrets...), g.VMs...), ", ")
+}
+
+// Check plans the root in settings and applies the R5 guard. A non-empty
+// violation list means: refuse (see Refusal).
+func Check(ctx context.Context, cluster string, s *lifecyclev1.Settings, env []string, tempDir string) (*terraform.Plan, []terraform.Violation, error) {
+	o, err := OptionsFrom(cluster, s)
+	if err != nil {
+		return nil, nil, err
+	}
+	o.Config.Env, o.Config.TempDir = env, tempDir
+	r, err := terraform.New(o.Config)
+	if err != nil {
+		return nil, nil, err
+	}
+	plan, err := r.Plan(ctx, o.Plan)
+	if err != nil {
+		return nil, nil, err
+	}
+	return plan, o.Guard.Check(plan), nil
+}
+
+// Refusal is the R5 refusal for violations.
+func Refusal(vs []terraform.Violation) *sdk.Refusal {
+	return sdk.Refuse("R5", "the Terraform plan would "+terraform.Describe(vs)+
+		": replacing cluster secrets or node VMs is a cluster migration, not routine maintenance",
+		"do not apply this plan; find the change that forces the replacement (tofu plan shows \"forces replacement\") and revert it, or plan a migration outside the bot")
+}
+
+// Step is the plan step an upgrade starts with when the host asks for the
+// guard before upgrades (Wanted).
+func Step() *lifecyclev1.Step {
+	return &lifecyclev1.Step{Id: "tf-plan-guard", Title: "Terraform plan guard (R5)", Kind: "guard"}
+}
+
+// Wanted reports whether the host asked for the guard before upgrades.
+func Wanted(s *lifecyclev1.Settings) bool {
+	return s.GetTerraform().GetPlanBeforeUpgrade()
+}
+
+// WithStep returns steps with Step first when the guard is Wanted: an
+// upgrade's plan shows the guard it will run.
+func WithStep(s *lifecyclev1.Settings, steps []*lifecyclev1.Step) []*lifecyclev1.Step {
+	if !Wanted(s) {
+		return steps
+	}
+	return append([]*lifecyclev1.Step{Step()}, steps...)
+}
+
+// BeforeUpgrade runs the R5 guard as an upgrade's first step (Step) when
+// Wanted. It returns a refusal when the plan would replace or delete cluster
+// secrets or a node VM, or when Terraform could not plan: an upgrade must not
+// start on top of a migration nobody looked at. nil: go ahead.
+func BeforeUpgrade(ctx context.Context, cluster string, s *lifecyclev1.Settings, r sdk.Reporter) *sdk.Refusal {
+	if !Wanted(s) {
+		return nil
+	}
+	id := Step().GetId()
+	_ = r.StepStarted(id, "")
+	plan, vs, err := Check(ctx, cluster, s, os.Environ(), "")
+	if err != nil {
+		_ = r.StepFailed(id, err.Error())
+		return sdk.Refuse("R5", "the Terraform plan before the upgrade failed: "+err.Error(),
+			"fix the Terraform root (/talos tf plan shows the error) or turn off plan_before_upgrade")
+	}
+	if len(vs) > 0 { // rule:R5
+		_ = r.StepFailed(id, terraform.Describe(vs))
+		return Refusal(vs)
+	}
+	_ = r.StepOK(id, plan.Summary()+" R5 guard passed.")
+	return nil
+}

@@ -1,0 +1,178 @@
+package releaseinfo_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/internal/factory"
+	"github.com/talosbot/talosbot/internal/factory/factoryfake"
+	"github.com/talosbot/talosbot/internal/releases"
+	"github.com/talosbot/talosbot/internal/releases/compat"
+	"github.com/talosbot/talosbot/internal/testenv"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/releaseinfo"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/sim"
+	"github.com/talosbot/talosbot/state"
+)
+
+var factoryVersions = []string{"v1.11.3", "v1.11.6", "v1.12.0", "v1.12.6", "v1.13.0", "v1.13.9", "v1.14.0-beta.0"}
+
+// notes is the release data as the bot hands it over: read from a
+// (fake) Image Factory through the release source and its store cache.
+func notes(t *testing.T, kubernetes ...string) (map[string]string, *factoryfake.Factory) {
+	t.Helper()
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	f := factoryfake.Start(t, factoryVersions...)
+	st, err := state.Open(filepath.Join(t.TempDir(), "s.db"), state.Options{Clock: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	fc, err := factory.New(f.URL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &releases.Source{Fetcher: fc, URL: f.URL(), Store: st, Refresh: time.Hour, Now: func() time.Time { return now }}
+	l, err := src.Talos(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return releases.NotesOf(l, kubernetes, now.Add(2*time.Hour)), f
+}
+
+func request(c *sim.Cluster, kubeconfig []byte, extra, declared map[string]string) *lifecyclev1.OperationRequest {
+	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging", Declared: declared}
+	for _, n := range c.Nodes() {
+		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host})
+	}
+	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: releaseinfo.Command, Cluster: pc,
+		Credentials: &lifecyclev1.Credentials{Talosconfig: c.Talosconfig(), Kubeconfig: kubeconfig},
+		Settings:    &lifecyclev1.Settings{Extra: extra}}
+}
+
+func TestReleasesOnASimCluster(t *testing.T) {
+	kube := testenv.StartKube(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 1, Workers: 1, Kube: kube.Client, TalosVersion: "v1.11.3", KubernetesVersion: "v1.33.4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	extra, f := notes(t, "1.33.9", "1.34.5", "1.35.2", "1.36.3")
+	fc, err := factory.New(f.URL(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schematic, err := fc.CreateSchematic(ctx, &factory.Schematic{Customization: factory.Customization{SystemExtensions: factory.SystemExtensions{
+		OfficialExtensions: []string{"siderolabs/iscsi-tools"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := request(c, kube.Kubeconfig, extra, map[string]string{"schematic_id": schematic})
+
+	plan, err := sdktest.Plan(ctx, releaseinfo.New(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := releases.InspectionFromPlan(plan.GetCanonicalInputs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Talos.Tag() != "v1.11.3" || in.Kubernetes.Plain() != "1.33.4" || in.Supports[mustV("v1.13.9")].String() != "1.31–1.36" || !in.KubernetesOK(mustV("v1.13.9")) {
+		t.Errorf("inspection %+v", in)
+	}
+	// The Plan is also /talos status's versions line (Command.status_label).
+	if got := strings.Join(plan.GetStatus(), " · "); got != "Talos v1.11.3 (2 nodes) · Kubernetes v1.33.4" {
+		t.Errorf("status lines = %q", got)
+	}
+
+	rec, err := sdktest.Run(ctx, releaseinfo.New(), req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := rec.FinalResult()
+	all := strings.Join(res.GetLines(), "\n")
+	for _, want := range []string{
+		"running: Talos v1.11.3 (v1.11.3 on ",
+		"running: Kubernetes 1.33.4; Talos v1.11 supports Kubernetes 1.29–1.34",
+		"release data: Image Factory http://127.0.0.1:",
+		", read 2h ago",
+		"latest patch per minor: v1.11.6, v1.12.6, v1.13.9",
+		"path: v1.11.3 → v1.11.6 → v1.12.6 → v1.13.9 (3 hops, one rolling upgrade each)",
+		"hop 2/3: v1.11.6 → v1.12.6 — Talos v1.12 supports Kubernetes 1.30–1.35; Kubernetes 1.33.4 supported",
+		"Kubernetes targets (releases.kubernetes) supported by Talos v1.11.3: 1.33.9, 1.34.5",
+		"Kubernetes 1.36.3: ⛔ R20",
+		"upgrade Talos first",
+		"✅ installer class default (schematic " + schematic[:12] + "…): siderolabs/iscsi-tools built for v1.13.9",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("lines lack %q:\n%s", want, all)
+		}
+	}
+	if !res.GetOk() || len(res.GetSuggestedActions()) != 1 || res.GetSuggestedActions()[0].GetCommand() != "/talos upgrade talos v1.13.9 staging" {
+		t.Errorf("result %v", res)
+	}
+
+	// The factory stops building iscsi-tools for v1.13.9 (R14), and a
+	// schematic it does not know (R13): both named.
+	f.SetExtensions("v1.13.9", "siderolabs/util-linux-tools")
+	rec, err = sdktest.Run(ctx, releaseinfo.New(), req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all := strings.Join(rec.FinalResult().GetLines(), "\n"); !strings.Contains(all, "siderolabs/iscsi-tools not built for v1.13.9 (R14") {
+		t.Errorf("missing extension not reported:\n%s", all)
+	}
+	req.Cluster.Declared["schematic_id"] = strings.Repeat("0", 64)
+	rec, err = sdktest.Run(ctx, releaseinfo.New(), req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all := strings.Join(rec.FinalResult().GetLines(), "\n"); !strings.Contains(all, "Image Factory does not know schematic 000000000000… (schematic_id): the installer for v1.13.9 cannot be pulled (R13)") {
+		t.Errorf("unknown schematic not reported:\n%s", all)
+	}
+}
+
+func mustV(s string) releases.Version {
+	v, err := releases.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func TestReportRefusesAPathThatStrandsKubernetes(t *testing.T) {
+	n, _ := releases.ReadNotes(map[string]string{releases.NoteVersions: "v1.12.6,v1.13.9", releases.NoteTargets: "v1.12.6,v1.13.9", releases.NoteOrigin: "releases.talos", releases.NoteKubernetes: "1.31.14"})
+	o := releaseinfo.Observed{Talos: mustV("v1.12.6"), ByNode: map[string]string{"cp-1": "v1.12.6"}, Kubernetes: mustV("1.30.4")}
+	rep := releaseinfo.Report(compat.Machinery{}, "production", o, n)
+	all := strings.Join(rep.Lines, "\n")
+	for _, want := range []string{"newest: v1.13.9 — ⛔ R20: hop 1 (v1.12.6 → v1.13.9) would leave Kubernetes 1.30.4 unsupported", "→ upgrade Kubernetes first (R11: its own operation): /talos upgrade k8s 1.31.14"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("lines lack %q:\n%s", want, all)
+		}
+	}
+	if len(rep.Actions) != 0 || !strings.Contains(rep.Summary, "blocked (R20)") {
+		t.Errorf("report %+v", rep)
+	}
+	// No release data from the bot: the configured list, and an unknown Kubernetes.
+	rep = releaseinfo.Report(compat.Machinery{}, "production", releaseinfo.Observed{Talos: mustV("v1.13.9"), ByNode: map[string]string{"cp-1": "v1.13.9"}, KubeNote: "no kubeconfig"}, n)
+	if all := strings.Join(rep.Lines, "\n"); !strings.Contains(all, "Kubernetes unknown (no kubeconfig)") || !strings.Contains(all, "runs the newest release, v1.13.9") {
+		t.Errorf("lines:\n%s", all)
+	}
+}
+
+// StatusLines names every version with its nodes when they differ, the
+// nodes that did not answer, and why Kubernetes was not read: never a guess.
+func TestStatusLinesSayWhatWasNotRead(t *testing.T) {
+	o := releaseinfo.Observed{ByNode: map[string]string{"cp-1": "v1.13.9", "cp-2": "v1.12.6", "w-1": "v1.13.9"},
+		Unread: map[string]string{"w-2": "connection refused"}, KubeNote: "no kubeconfig"}
+	got := strings.Join(releaseinfo.StatusLines(o), " · ")
+	if want := "Talos mixed: v1.12.6 on cp-2; v1.13.9 on cp-1, w-1 (not read from w-2) · Kubernetes not read (no kubeconfig)"; got != want {
+		t.Errorf("status lines\n got %q\nwant %q", got, want)
+	}
+}

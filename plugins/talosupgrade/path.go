@@ -1,0 +1,78 @@
+package talosupgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/talosbot/talosbot/internal/releases"
+	"github.com/talosbot/talosbot/internal/releases/compat"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
+)
+
+// knownReleases are the releases the target may be checked against: the
+// bot's release data (Image Factory or its cache, docs/RELEASES.md), else
+// the configured known_talos_releases.
+func knownReleases(st *lifecyclev1.Settings) (talos, kube []releases.Version) {
+	return releases.Known(st.GetExtra(), st.GetKnownTalosReleases())
+}
+
+// oldestKubelet is the lowest kubelet version of the cluster's nodes
+// (zero when there is no Kubernetes API or no readable version).
+func oldestKubelet(ctx context.Context, kc kubernetes.Interface) releases.Version {
+	var out releases.Version
+	if kc == nil {
+		return out
+	}
+	list, err := kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return out
+	}
+	for _, n := range list.Items {
+		v, err := releases.Parse(n.Status.NodeInfo.KubeletVersion)
+		if err == nil && (out.IsZero() || v.Compare(out) < 0) {
+			out = v
+		}
+	}
+	return out
+}
+
+// pathCheck plans the path from the oldest node version to the target
+// (internal/releases, machinery's support matrix): the hops' targets, one
+// adjacent minor at a time at the latest known patch of each (R10). It
+// refuses a hop that would leave the running Kubernetes unsupported (R20),
+// naming the Kubernetes upgrade to do first.
+//
+// It returns the stops and the Kubernetes support line for the plan, and
+// leaves every other problem to the per-node checks (CheckUpgradePath,
+// PatchCheck): then the only stop is the target.
+func pathCheck(oldest, target releases.Version, kube releases.Version, st *lifecyclev1.Settings) ([]releases.Version, string, error) {
+	known, knownKube := knownReleases(st)
+	p, err := releases.PlanTalos(compat.Machinery{}, releases.TalosRequest{Running: oldest, Target: target, Kubernetes: kube, Known: known, KnownKubernetes: knownKube})
+	var rf *releases.Refusal
+	switch {
+	case errors.As(err, &rf) && rf.Rule == "R20":
+		return nil, "", sdk.Refuse(rf.Rule, rf.Reason, rf.Fix)
+	case err != nil || len(p.Hops) == 0:
+		return []releases.Version{target}, "", nil
+	}
+	var stops []releases.Version
+	for _, h := range p.Hops {
+		stops = append(stops, h.To)
+	}
+	// A patch of the running minor before a target in the next minor is
+	// not a hop of its own: Talos upgrades any patch to the next minor.
+	// Only a target two or more minors away is rolled hop by hop.
+	if target.Minor <= oldest.Minor+1 {
+		stops = []releases.Version{target}
+	}
+	last := p.Hops[len(p.Hops)-1]
+	if kube.IsZero() {
+		return stops, fmt.Sprintf("Talos %s supports Kubernetes %s; the running Kubernetes version is unknown", target.MinorTag(), last.Kubernetes), nil
+	}
+	return stops, fmt.Sprintf("Kubernetes %s is supported by Talos %s (%s)", kube.Plain(), target.MinorTag(), last.Kubernetes), nil
+}

@@ -1,0 +1,43 @@
+package talosupgrade
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/internal/releases"
+	"github.com/talosbot/talosbot/sim"
+)
+
+// TestRefusesAnUpgradeThatStrandsKubernetes: Talos v1.13 supports
+// Kubernetes 1.31–1.36; a cluster on 1.30 is refused (R20) with the
+// Kubernetes upgrade to do first, and no node is touched. On a supported
+// version the plan says so.
+func TestRefusesAnUpgradeThatStrandsKubernetes(t *testing.T) {
+	e := start(t, 1, 1, true, func(o *sim.Options) { o.KubernetesVersion = "v1.30.4" })
+	req := e.request(t, target)
+	req.Settings.Extra = map[string]string{releases.NoteVersions: "v1.12.6,v1.13.9", releases.NoteTargets: "v1.12.6,v1.13.9",
+		releases.NoteKubernetes: "1.30.14,1.31.14"}
+	refusedEverywhere(t, e, req, "R20", "would leave Kubernetes 1.30.4 unsupported")
+	plan, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fix := plan.GetRefusal().GetFix(); !strings.Contains(fix, "/talos upgrade k8s 1.31.14") {
+		t.Errorf("fix: %s", fix)
+	}
+}
+
+func TestPlanShowsKubernetesSupport(t *testing.T) {
+	e := start(t, 1, 1, true, nil) // the sim's Kubernetes: v1.35.2
+	plan, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), e.request(t, target))
+	if err != nil || plan.GetRefusal() != nil {
+		t.Fatalf("plan %v, %v", plan, err)
+	}
+	for _, p := range plan.GetPreconditions() {
+		if p.GetName() == "Kubernetes support" && p.GetDetail() == "Kubernetes 1.35.2 is supported by Talos v1.13 (1.31–1.36)" {
+			return
+		}
+	}
+	t.Errorf("no Kubernetes support precondition: %v", plan.GetPreconditions())
+}

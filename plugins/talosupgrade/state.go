@@ -1,0 +1,146 @@
+package talosupgrade
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/talosbot/talosbot/plugins/cluster/k8s"
+	"github.com/talosbot/talosbot/plugins/cluster/talos"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+)
+
+// outcome is what one node's upgrade left behind, so that a failure says
+// what state the node is in and offers only the follow-ups that can work.
+type outcome struct {
+	node, kubeNode string
+	from, to       string
+	p              *talos.Progress
+	// sequenceFailed: Talos reported the upgrade sequence failed and the
+	// node stayed up (legacy path).
+	sequenceFailed bool
+	// back: the node came back from its reboot, on version (note: Talos's
+	// boot message, e.g. the A/B fallback after a failed boot).
+	back          bool
+	version, note string
+	// uncordoned: the bot made the Node schedulable again; cordoned: the
+	// Node still reads as cordoned after the failure (cordonErr: why the bot
+	// could not tell).
+	uncordoned bool
+	cordoned   bool
+	cordonErr  string
+}
+
+// line says the node's state in one sentence.
+func (o *outcome) line() string {
+	var s string
+	switch {
+	case o.back && o.version == o.from:
+		s = fmt.Sprintf("%s rolled back: it came back on %s, not %s", o.node, o.from, o.to)
+		if o.note != "" {
+			s += " (" + o.note + ")"
+		}
+	case o.back:
+		s = fmt.Sprintf("%s runs %s", o.node, o.version)
+	case o.sequenceFailed:
+		s = fmt.Sprintf("Talos's upgrade sequence failed on %s; it stayed up on %s", o.node, o.from)
+	case o.p.Rebooting:
+		s = fmt.Sprintf("%s was rebooted into %s and has not come back", o.node, o.to)
+	case o.p.Installed:
+		s = fmt.Sprintf("%s is the default boot entry but the node did not reboot: %s still runs %s and boots %s at its next reboot", o.to, o.node, o.from, o.to)
+	default:
+		s = fmt.Sprintf("%s is unchanged: it runs %s", o.node, o.from)
+	}
+	switch {
+	case o.uncordoned:
+		s += "; uncordoned"
+	case o.cordoned:
+		s += fmt.Sprintf("; Kubernetes node %s is still cordoned", o.kubeNode)
+	case o.cordonErr != "":
+		s += fmt.Sprintf("; it may still be cordoned (%s)", o.cordonErr)
+	}
+	return s
+}
+
+// settleCordon makes the cordon state after a failure true and known: a node
+// the bot cordoned that is Ready (it never rebooted, or came back) is
+// uncordoned; one that is down stays cordoned and the result says so. The
+// Node is read back either way, so a cordon Talos's own sequence left (the
+// legacy path) is reported too.
+func (x *run) settleCordon(ctx context.Context, o *outcome) {
+	if x.s.Kube == nil || o.kubeNode == "" {
+		return
+	}
+	// The run's context may be what failed: the cleanup gets its own time.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(x.nodeTO, 2*time.Minute))
+	defer cancel()
+	if o.p.Cordoned && !o.uncordoned && (!o.p.Rebooting || o.back) {
+		wait := time.Second
+		if o.back {
+			wait = min(x.nodeTO, time.Minute)
+		}
+		if err := k8s.WaitReady(ctx, x.s.Kube, o.kubeNode, 0, wait); err == nil {
+			o.uncordoned = k8s.Uncordon(ctx, x.s.Kube, o.kubeNode) == nil
+		}
+	}
+	cordoned, err := k8s.Cordoned(ctx, x.s.Kube, o.kubeNode)
+	switch {
+	case err != nil:
+		o.uncordoned, o.cordonErr = false, err.Error()
+	case cordoned:
+		o.uncordoned, o.cordoned = false, true
+	}
+}
+
+// actions are the follow-ups that can work from the node's state: a retry
+// while the node still runs its old version, a rollback only once it runs
+// the new one and answers, an uncordon while its Node stays cordoned.
+func (x *run) actions(o *outcome) []*lifecyclev1.SuggestedAction {
+	var out []*lifecyclev1.SuggestedAction
+	switch {
+	case o.back && o.version == o.to:
+		out = append(out, &lifecyclev1.SuggestedAction{Label: "Rollback node " + o.node, Command: "/talos rollback " + o.node + " " + x.cluster})
+	case !o.p.Rebooting || o.sequenceFailed || (o.back && o.version == o.from):
+		out = append(out, &lifecyclev1.SuggestedAction{Label: "Retry " + o.node,
+			Command: fmt.Sprintf("/talos upgrade talos %s %s --nodes %s", o.to, x.cluster, o.node)})
+	}
+	if o.cordoned || o.cordonErr != "" {
+		out = append(out, &lifecyclev1.SuggestedAction{Label: "Uncordon " + o.node, Command: "/talos node uncordon " + o.node + " " + x.cluster})
+	}
+	return out
+}
+
+// pullAll pulls the installer on every v1.13 node of the roll, in parallel,
+// before any node is cordoned; the first failure stops the roll untouched.
+func (x *run) pullAll(ctx context.Context) error {
+	var todo []nodeStep
+	for _, n := range x.roll.toUpgrade() {
+		if n.mechanics == talos.MechanicsLifecycle {
+			todo = append(todo, n)
+		}
+	}
+	errs := make([]error, len(todo))
+	var wg sync.WaitGroup
+	for i, n := range todo {
+		_ = x.r.StepStarted(n.id("pull"), n.image)
+		wg.Go(func() {
+			errs[i] = talos.PullInstaller(ctx, x.s, n.node, n.image)
+			if errs[i] != nil {
+				_ = x.r.StepFailed(n.id("pull"), errs[i].Error())
+				return
+			}
+			_ = x.r.StepOK(n.id("pull"), "pulled")
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return x.fail(fmt.Sprintf("the installer could not be pulled on %s; the roll stopped before any node was touched: no node was cordoned, installed or rebooted", todo[i].node.Name), err)
+		}
+	}
+	for _, n := range todo {
+		x.pulled[n.node.Name] = true
+	}
+	return nil
+}
