@@ -11,7 +11,7 @@ import (
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/render"
-	"github.com/talosbot/talosbot/bot/render/rendertest"
+	"github.com/talosbot/talosbot/internal/rendertest"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )

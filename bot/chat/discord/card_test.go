@@ -12,7 +12,7 @@ import (
 	"github.com/talosbot/talosbot/bot/chat/discord/discordfake"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/render"
-	"github.com/talosbot/talosbot/bot/render/rendertest"
+	"github.com/talosbot/talosbot/internal/rendertest"
 )
 
 // TestApprovalCardAndRunningUpgradeAsEmbeds posts the approval card and

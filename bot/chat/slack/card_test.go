@@ -11,7 +11,7 @@ import (
 	"github.com/talosbot/talosbot/bot/chat/slack/slackfake"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/render"
-	"github.com/talosbot/talosbot/bot/render/rendertest"
+	"github.com/talosbot/talosbot/internal/rendertest"
 )
 
 // TestApprovalCardAndRunningUpgradeAsBlockKit posts the approval card and the

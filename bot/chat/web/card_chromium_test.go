@@ -11,8 +11,8 @@ import (
 
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/render"
-	"github.com/talosbot/talosbot/bot/render/rendertest"
 	"github.com/talosbot/talosbot/internal/browsertest"
+	"github.com/talosbot/talosbot/internal/rendertest"
 )
 
 // steppingClock moves on a few seconds at every reading, so the renderer
