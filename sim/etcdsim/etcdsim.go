@@ -169,7 +169,7 @@ func Start(ctx context.Context, dir string, specs []MemberSpec, opts Options) (*
 	} else {
 		for _, e := range launched {
 			if e != nil {
-				e.Close()
+				closeUnready(e) // these never reach quorum: a later member did not start
 			}
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
+	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 )
 
@@ -830,3 +831,35 @@ func benchmarkStart(b *testing.B, n int) {
 // and agrees on a leader.
 func BenchmarkStart1(b *testing.B) { benchmarkStart(b, 1) }
 func BenchmarkStart3(b *testing.B) { benchmarkStart(b, 3) }
+
+// TestCancelledStartWithoutQuorumReturns: a member whose start is cancelled before it could
+// become ready (its peers never came, or already left, as when Ctrl-C stops the demo while
+// its clusters start) is closed and the start returns. embed.Etcd.Close alone waits for a
+// readiness that needs a quorum, and the demo then never exited.
+func TestCancelledStartWithoutQuorumReturns(t *testing.T) {
+	c, err := newCluster(t.TempDir(), testIPs(t, 3), Options{Logger: testLogger(t, slog.LevelWarn)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.members[0]
+	// Only one of three members runs: it can never be ready.
+	e, err := m.launch(embed.ClusterStateFlagNew, c.initialCluster())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	done := make(chan error, 1)
+	go func() { done <- m.awaitReady(ctx, e) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("awaitReady with a cancelled start = %v, want an error wrapping context.Canceled", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a cancelled start of a member without quorum did not return within a minute: closing it waited for a readiness that needs a quorum")
+	}
+	if m.Running() {
+		t.Error("the member whose start was cancelled still counts as running")
+	}
+}

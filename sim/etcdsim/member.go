@@ -126,13 +126,13 @@ func (m *Member) awaitReady(ctx context.Context, e *embed.Etcd) error {
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
-		e.Close()
+		closeUnready(e)
 		return fmt.Errorf("etcdsim: member %s: etcd failed while starting: %w", m.spec.Name, err)
 	case <-e.Server.StopNotify():
-		e.Close()
+		closeUnready(e)
 		return fmt.Errorf("etcdsim: member %s: etcd stopped while starting (was it removed from the cluster?)", m.spec.Name)
 	case <-ctx.Done():
-		e.Close()
+		closeUnready(e)
 		return fmt.Errorf("etcdsim: member %s: not ready (a member only serves once a quorum of members runs): %w", m.spec.Name, ctx.Err())
 	}
 	m.mu.Lock()
@@ -141,6 +141,19 @@ func (m *Member) awaitReady(ctx context.Context, e *embed.Etcd) error {
 	m.mu.Unlock()
 	m.c.lg.Debug("etcd member started", "member", m.spec.Name, "id", fmt.Sprintf("%x", m.ID()))
 	return nil
+}
+
+// closeUnready closes a server that may never have become ready. embed.Etcd.Close first
+// waits until the client listeners are served or the server is stopping (etcd v3.7
+// embed/etcd.go Close ranging over serversC, embed/serve.go serve's select on ReadyNotify
+// and StoppingNotify), and a member only becomes ready once its own registration is
+// committed, which needs a quorum. Its peers may already be gone (a Ctrl-C during the
+// demo's start closes every member at once), so Close could wait forever. HardStop ends
+// the server's run loop first; it returns at once on a server that already stopped, and
+// skips the leadership hand-over a member without a cluster cannot make.
+func closeUnready(e *embed.Etcd) {
+	e.Server.HardStop()
+	e.Close()
 }
 
 // client returns the cached client bound to this member's endpoint only.
