@@ -13,9 +13,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Talos answers a call to several nodes with one message per node; the
-// helpers below turn such replies into answers and failures by node name, for
-// the gate's probes, the quorum read and the snapshot source pick alike.
+// Talos answers a call to several nodes with one message per node, once
+// every node has answered. ByNode turns such a reply into answers and
+// failures by node name; PerNode asks each node on its own instead, for the
+// calls a node can hold until the deadline (etcd status: the gate's probe,
+// the quorum read, the snapshot source pick).
 
 // NodeFailure is why one node did not answer.
 type NodeFailure struct {
@@ -118,7 +120,9 @@ func ByNode[T WithMetadata](inv Inventory, targets []string, msgs []T) (map[stri
 // local etcd until the caller's deadline (Talos v1.13.9
 // internal/app/machined/internal/server/v1alpha1/v1alpha1_server.go,
 // EtcdStatus), which would turn the answers of the healthy members into one
-// deadline error for all of them.
+// deadline error for all of them. PerNode itself returns when the last call
+// has: a node that holds its call costs the caller's whole deadline, so
+// callers bound ctx.
 func PerNode[T WithMetadata](ctx context.Context, inv Inventory, targets []string, call func(context.Context) ([]T, error)) (map[string]T, []NodeFailure) {
 	msgs := make([][]T, len(targets))
 	errs := make([]error, len(targets))

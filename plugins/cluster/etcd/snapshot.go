@@ -78,6 +78,9 @@ type SnapshotOptions struct {
 	FreeSpace func(dir string) (uint64, error)
 	// Step, when set, hears the end of each step (err nil: it succeeded).
 	Step func(id, detail string, err error)
+	// SourceTimeout bounds the pick of the source member (default
+	// DefaultSourceTimeout).
+	SourceTimeout time.Duration
 }
 
 // SnapshotOptionsFrom reads the host settings. Settings.backups.local wins
@@ -129,6 +132,9 @@ func (o SnapshotOptions) withDefaults() SnapshotOptions {
 	}
 	if o.Step == nil {
 		o.Step = func(string, string, error) {}
+	}
+	if o.SourceTimeout <= 0 {
+		o.SourceTimeout = DefaultSourceTimeout
 	}
 	return o
 }
@@ -189,7 +195,7 @@ func TakeSnapshot(ctx context.Context, c *cluster.Clients, inv cluster.Inventory
 		return nil, err
 	}
 
-	src, dbSize, err := PickSnapshotSource(ctx, c, inv)
+	src, dbSize, err := PickSnapshotSource(ctx, c, inv, opts.SourceTimeout)
 	opts.Step(StepSnapshotSource, fmt.Sprintf("%s (etcd db %s)", src.Name, humanBytes(uint64(dbSize))), err)
 	if err != nil {
 		return nil, err
@@ -273,17 +279,25 @@ func TakeSnapshot(ctx context.Context, c *cluster.Clients, inv cluster.Inventory
 	return snap, nil
 }
 
-// PickSnapshotSource asks every control plane (R4) for its etcd status and
-// picks a healthy member, a follower when there is one so the leader is not
-// loaded. It returns the member's database size for the space check.
-func PickSnapshotSource(ctx context.Context, c *cluster.Clients, inv cluster.Inventory) (cluster.Node, int64, error) {
+// DefaultSourceTimeout bounds the snapshot source pick when
+// SnapshotOptions.SourceTimeout is unset: a member whose etcd is stopped
+// answers etcd status only at the deadline, so without one the pick would
+// wait for it forever.
+const DefaultSourceTimeout = 15 * time.Second
+
+// PickSnapshotSource asks every control plane (R4) for its etcd status, one
+// call per member (cluster.PerNode) bounded by within, and picks a healthy
+// member, a follower when there is one so the leader is not loaded. A member
+// that does not answer within the bound is left out, not waited for. It
+// returns the member's database size for the space check.
+func PickSnapshotSource(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, within time.Duration) (cluster.Node, int64, error) {
 	targets := cluster.EtcdTargets(inv)
-	resp, err := c.Machine.EtcdStatus(client.WithNodes(ctx, targets...), &emptypb.Empty{})
-	if err != nil {
-		d, _ := cluster.DescribeFailures(cluster.AllFailed(inv, targets, err))
-		return cluster.Node{}, 0, fmt.Errorf("no control plane answered etcd status (%s); bring a control plane back first", d)
-	}
-	ok, fails := cluster.ByNode(inv, targets, resp.GetMessages())
+	sctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	ok, fails := cluster.PerNode(sctx, inv, targets, func(nctx context.Context) ([]*machineapi.EtcdStatus, error) {
+		resp, err := c.Machine.EtcdStatus(nctx, &emptypb.Empty{})
+		return resp.GetMessages(), err
+	})
 	var why []string
 	if d, _ := cluster.DescribeFailures(fails); d != "" {
 		why = append(why, d)
