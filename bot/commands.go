@@ -6,6 +6,7 @@ package bot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -61,10 +62,24 @@ func coreCommands() []botCommand {
 		{spec(&lifecyclev1.Command{Name: "status", Summary: "per cluster: lock, freeze, maintenance window, running versions, last operation and operations in flight", Effect: ro,
 			Args: []*lifecyclev1.Arg{{Name: "cluster"}}, Example: "/talos status production"}),
 			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-				txt, err := status(ctx, e, from.User, inv.Args["cluster"])
+				cluster := inv.Args["cluster"]
+				if cluster != "" && e.Config().Cluster(cluster) == nil {
+					err := fmt.Errorf("unknown cluster %q; clusters: %s", cluster, strings.Join(e.Config().ClusterNames(), ", "))
+					e.Sink().Reply(ctx, from, err.Error())
+					return err
+				}
+				names, hidden, err := statusAuthorize(ctx, e, from.User, cluster)
+				if err != nil {
+					e.Refuse(ctx, from, cluster, inv, err)
+					return err
+				}
+				txt, err := status(ctx, e, from.User, names)
 				if err != nil {
 					e.Sink().Reply(ctx, from, err.Error())
 					return err
+				}
+				if len(hidden) > 0 {
+					txt += fmt.Sprintf("\n(not shown, as %s may not read them: %s)", from.User, strings.Join(hidden, ", "))
 				}
 				e.Sink().Reply(ctx, from, txt)
 				return nil
@@ -170,6 +185,43 @@ func helpFor(s grammar.CommandSpec) string {
 	return b.String()
 }
 
+// statusAuthorize returns the clusters user may read the status of, and the
+// ones left out. Status reads each cluster through its plugins (credentials
+// loaded, a Plan against the cluster) and shows what runs there, so, like
+// audit, it needs a role that may read: a named cluster the policy refuses,
+// or no readable cluster at all, refuses the command; otherwise the clusters
+// refused are left out, and never asked.
+func statusAuthorize(ctx context.Context, e *engine.Engine, user, cluster string) (readable, hidden []string, err error) {
+	names := e.Config().ClusterNames()
+	if cluster != "" {
+		names = []string{cluster}
+	}
+	var firstErr error
+	for _, n := range names {
+		cl := e.Config().Cluster(n)
+		if cl == nil {
+			return nil, nil, fmt.Errorf("unknown cluster %q", n)
+		}
+		if err := e.Policy().Authorize(ctx, engine.PolicyRequest{User: user, Cluster: cl, Command: "status", Now: e.Now()}); err != nil {
+			hidden = append(hidden, n)
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		readable = append(readable, n)
+	}
+	switch {
+	case len(readable) > 0:
+		return readable, hidden, nil
+	case firstErr == nil:
+		return nil, nil, errors.New("no cluster is configured")
+	case len(names) > 1:
+		return nil, nil, fmt.Errorf("%s may read the status of no cluster: %w", user, firstErr)
+	}
+	return nil, nil, firstErr
+}
+
 // status shows, per cluster: the lock (holder, age), the freeze (who, why,
 // since), the maintenance window (open now, or when it next opens), what the
 // status providers read from the cluster (the running Talos and Kubernetes
@@ -177,14 +229,8 @@ func helpFor(s grammar.CommandSpec) string {
 // (why)" when the cluster does not answer), the last change that succeeded
 // (its target and age, from the store), the last operation with its result,
 // and the operations in flight with their next commands.
-func status(ctx context.Context, e *engine.Engine, user, cluster string) (string, error) {
-	names := e.Config().ClusterNames()
-	if cluster != "" {
-		if e.Config().Cluster(cluster) == nil {
-			return "", fmt.Errorf("unknown cluster %q; clusters: %s", cluster, strings.Join(names, ", "))
-		}
-		names = []string{cluster}
-	}
+// It shows only names, the clusters the user may read (statusAuthorize).
+func status(ctx context.Context, e *engine.Engine, user string, names []string) (string, error) {
 	now := e.Now()
 	// Every cluster's providers at once, before the store is read, so that
 	// status costs one timeout at most, and no store transaction waits on a

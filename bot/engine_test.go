@@ -19,6 +19,7 @@ import (
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/host"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -168,7 +169,29 @@ type env struct {
 	clock  *fakeClock
 	dbPath string
 	creds  *countingCreds
+	plans  *countingPlans
 	hooks  []engine.RunHook
+}
+
+// countingPlans passes every call to the plugin host and counts the Plans
+// per cluster, so a test can tell that a cluster was never asked.
+type countingPlans struct {
+	engine.Plugins
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (p *countingPlans) Plan(ctx context.Context, name string, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+	p.mu.Lock()
+	p.n[req.GetCluster().GetName()]++
+	p.mu.Unlock()
+	return p.Plugins.Plan(ctx, name, req)
+}
+
+func (p *countingPlans) count(cluster string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n[cluster]
 }
 
 // countingCreds counts how often credentials are read.
@@ -226,7 +249,8 @@ func newEnvConfig(t *testing.T, cfgText string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, cfg: cfg, sink: newRecSink(), clock: &fakeClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, dbPath: filepath.Join(dir, "talosbot.db"), creds: &countingCreds{}}
+	e := &env{t: t, cfg: cfg, sink: newRecSink(), clock: &fakeClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, dbPath: filepath.Join(dir, "talosbot.db"), creds: &countingCreds{},
+		plans: &countingPlans{n: map[string]int{}}}
 	e.open()
 	return e
 }
@@ -242,7 +266,8 @@ func (e *env) open() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.eng, err = bot.New(context.Background(), engine.Options{Config: e.cfg, Store: e.store, Plugins: e.mgr,
+	e.plans.Plugins = e.mgr
+	e.eng, err = bot.New(context.Background(), engine.Options{Config: e.cfg, Store: e.store, Plugins: e.plans,
 		Credentials: e.creds, Policy: approvals.New(e.cfg), Sink: e.sink, Clock: e.clock.Now, Hooks: e.hooks})
 	if err != nil {
 		t.Fatal(err)

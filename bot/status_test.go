@@ -58,7 +58,7 @@ policy:
 // with the reason, never a value; and a closed window says when it opens.
 func TestStatusShowsVersionsAndNotReadWhenTheClusterIsDown(t *testing.T) {
 	e := newEnvConfig(t, statusConfig)
-	if _, err := e.submit("carol", "prd", "/talos status"); err != nil {
+	if _, err := e.submit("alice", "prd", "/talos status"); err != nil {
 		t.Fatal(err)
 	}
 	got := e.sink.waitReply(t, "*lab* (staging)")
@@ -71,6 +71,56 @@ func TestStatusShowsVersionsAndNotReadWhenTheClusterIsDown(t *testing.T) {
 	for _, l := range strings.Split(got, "\n") {
 		if strings.Contains(l, "versions:") && strings.Contains(l, "not read") && strings.Contains(l, "v1.") {
 			t.Errorf("a cluster that was not read shows a version: %q", l)
+		}
+	}
+}
+
+// Status reads each cluster through its plugins and shows what runs there,
+// so it needs a role that may read, like audit: a user sees the clusters
+// whose environment gives them one, and the others are never planned
+// against; a cluster named without a role, or no readable cluster at all,
+// is refused and audited.
+func TestStatusShowsOnlyTheClustersTheUserMayRead(t *testing.T) {
+	// production answers here (not "down"), so the test costs no timeout.
+	e := newEnvConfig(t, strings.Replace(statusConfig, "versions: down", `versions: "Talos v1.13.8 (1 node)"`, 1))
+	if _, err := e.submit("carol", "prd", "/talos status"); err != nil {
+		t.Fatal(err)
+	}
+	got := e.sink.waitReply(t, "*production* (production)")
+	mustContain(t, "status", got, "versions: Talos v1.13.8 (1 node)", "(not shown, as carol may not read them: staging, lab)")
+	for _, other := range []string{"*staging*", "*lab*", "v1.13.9", "not read ("} {
+		if strings.Contains(got, other) {
+			t.Errorf("carol, who has no role in staging, sees %q:\n%s", other, got)
+		}
+	}
+	for _, cl := range []string{"staging", "lab"} {
+		if n := e.plans.count(cl); n != 0 {
+			t.Errorf("status planned %d times against %s, which carol may not read", n, cl)
+		}
+	}
+
+	refusals := func() int {
+		t.Helper()
+		recs, err := e.store.QueryAudit(context.Background(), state.AuditQuery{Action: "refused", Command: "status", Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(recs)
+	}
+	if _, err := e.submit("carol", "stg", "/talos status staging"); err == nil {
+		t.Fatal("carol read the status of staging, where she has no role")
+	}
+	e.sink.waitReply(t, "refused: carol has no role in staging")
+	if _, err := e.submit("mallory", "stg", "/talos status"); err == nil {
+		t.Fatal("a user with no role anywhere read the status")
+	}
+	e.sink.waitReply(t, "refused: mallory may read the status of no cluster: mallory has no role in")
+	if n := refusals(); n != 2 {
+		t.Fatalf("audited status refusals = %d, want 2", n)
+	}
+	for _, cl := range []string{"staging", "lab"} {
+		if n := e.plans.count(cl); n != 0 {
+			t.Errorf("a refused status planned %d times against %s", n, cl)
 		}
 	}
 }
