@@ -171,6 +171,32 @@ type env struct {
 	creds  *countingCreds
 	plans  *countingPlans
 	hooks  []engine.RunHook
+	// also receives everything the engine says, beside sink (e.g. a
+	// render.Renderer, to see what a chat platform would show).
+	also engine.Sink
+}
+
+// teeSink says everything to both sinks.
+type teeSink struct{ a, b engine.Sink }
+
+func (s teeSink) Reply(ctx context.Context, to engine.Origin, text string) {
+	s.a.Reply(ctx, to, text)
+	s.b.Reply(ctx, to, text)
+}
+
+func (s teeSink) ReplyButtons(ctx context.Context, to engine.Origin, text string, buttons []engine.Button) {
+	s.a.ReplyButtons(ctx, to, text, buttons)
+	s.b.ReplyButtons(ctx, to, text, buttons)
+}
+
+func (s teeSink) Operation(ctx context.Context, u engine.Update) {
+	s.a.Operation(ctx, u)
+	s.b.Operation(ctx, u)
+}
+
+func (s teeSink) Thread(ctx context.Context, op *state.Operation, text string) {
+	s.a.Thread(ctx, op, text)
+	s.b.Thread(ctx, op, text)
 }
 
 // countingPlans passes every call to the plugin host and counts the Plans
@@ -238,7 +264,7 @@ func newEnv(t *testing.T) *env { return newEnvConfig(t, testConfig) }
 
 // newEnvConfig starts an engine on cfgText, whose three %s are the data dir
 // and the talosconfig path twice.
-func newEnvConfig(t *testing.T, cfgText string) *env {
+func newEnvConfig(t *testing.T, cfgText string, opts ...func(*env)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	tc := filepath.Join(dir, "talosconfig")
@@ -251,6 +277,9 @@ func newEnvConfig(t *testing.T, cfgText string) *env {
 	}
 	e := &env{t: t, cfg: cfg, sink: newRecSink(), clock: &fakeClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}, dbPath: filepath.Join(dir, "talosbot.db"), creds: &countingCreds{},
 		plans: &countingPlans{n: map[string]int{}}}
+	for _, o := range opts {
+		o(e)
+	}
 	e.open()
 	return e
 }
@@ -267,8 +296,12 @@ func (e *env) open() {
 		t.Fatal(err)
 	}
 	e.plans.Plugins = e.mgr
+	var sink engine.Sink = e.sink
+	if e.also != nil {
+		sink = teeSink{e.sink, e.also}
+	}
 	e.eng, err = bot.New(context.Background(), engine.Options{Config: e.cfg, Store: e.store, Plugins: e.plans,
-		Credentials: e.creds, Policy: approvals.New(e.cfg), Sink: e.sink, Clock: e.clock.Now, Hooks: e.hooks})
+		Credentials: e.creds, Policy: approvals.New(e.cfg), Sink: sink, Clock: e.clock.Now, Hooks: e.hooks})
 	if err != nil {
 		t.Fatal(err)
 	}

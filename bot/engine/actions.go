@@ -98,8 +98,7 @@ func (e *Engine) Act(ctx context.Context, from Origin, actionID string) error {
 	if rec.Kind == "run" {
 		// Runs as the clicking user, through the same grammar and policy as a
 		// typed command, and answers in the channel like one.
-		from.Click = false
-		_, err := e.Submit(ctx, from, rec.Command)
+		_, err := e.Submit(ctx, public(from), rec.Command)
 		return err
 	}
 	op, err := e.Operation(ctx, rec.OpID)
@@ -125,6 +124,15 @@ func (e *Engine) Act(ctx context.Context, from Origin, actionID string) error {
 		return e.Pause(ctx, from, op.ID)
 	}
 	return e.refuseAction(ctx, from, op, "unknown action", "this button is unknown")
+}
+
+// public is from for an answer everyone in the channel needs: a Cancel or
+// Pause that was clicked changes an operation others are watching, so its
+// acknowledgement is posted like the answer to the typed command, never to
+// the clicker alone (Origin.Click is for a refused or repeated click).
+func public(from Origin) Origin {
+	from.Click = false
+	return from
 }
 
 func (e *Engine) refuseAction(ctx context.Context, from Origin, op *state.Operation, what, msg string) error {
@@ -310,7 +318,7 @@ func (e *Engine) cancelRun(ctx context.Context, from Origin, id string) error {
 			e.cancelled[id] = true // the run is starting; it cancels itself
 		}
 		e.mu.Unlock()
-		e.o.Sink.Reply(ctx, from, "cancelling "+id+"; the plugin stops at its next safe point")
+		e.o.Sink.Reply(ctx, public(from), "cancelling "+id+" at "+from.User+"'s request; the plugin stops at its next safe point")
 		return nil
 	}
 }

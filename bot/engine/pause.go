@@ -54,7 +54,7 @@ func (e *Engine) Pause(ctx context.Context, from Origin, id string) error {
 	if err := e.audit(ctx, e.event(from.User, "pause requested", op, "ok", nil)); err != nil {
 		return err
 	}
-	e.o.Sink.Reply(ctx, from, "pausing "+id+" before its next node; the node in progress finishes first")
+	e.o.Sink.Reply(ctx, public(from), "pausing "+id+" before its next node at "+from.User+"'s request; the node in progress finishes first")
 	return nil
 }
 
