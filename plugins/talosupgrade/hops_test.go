@@ -274,3 +274,41 @@ func TestMultiHopFailureSaysWhereEachNodeIs(t *testing.T) {
 }
 
 var _ sdk.Reporter = (*watcher)(nil)
+
+// TestMultiHopNodeAlreadyPastAHop: a worker already on v1.12.6 (the
+// operator upgraded it alone) when the path v1.11.6 → v1.12.6 → v1.13.9
+// starts is skipped by hops 1 and 2, and the final check of hop 1 accepts
+// it (a hop before the last asks for its target or later, R17); the path
+// goes on and ends with every node on the target.
+func TestMultiHopNodeAlreadyPastAHop(t *testing.T) {
+	e, req := startHops(t, 1, 1)
+	ctx := ctxFor(t, 8*time.Minute)
+	p := &Plugin{}
+	ahead := e.request(t, "v1.12.6")
+	ahead.Args["nodes"] = "worker-1"
+	ahead.Settings.Extra = req.Settings.Extra
+	if res := runWatched(ctx, p, ahead, nil).FinalResult(); !res.GetOk() || e.c.NodeVersion("worker-1") != "v1.12.6" {
+		t.Fatalf("setup: worker-1 to v1.12.6: %s: %s (runs %s)", res.GetSummary(), res.GetError(), e.c.NodeVersion("worker-1"))
+	}
+
+	rec := runWatched(ctx, p, req, nil)
+	res := rec.FinalResult()
+	if !res.GetOk() {
+		t.Fatalf("run failed: %s: %s\n%s", res.GetSummary(), res.GetError(), dump(rec.Steps()))
+	}
+	for _, id := range []string{"v1.11.6/node/worker-1/upgrade", "v1.12.6/node/worker-1/upgrade"} {
+		if !slices.ContainsFunc(rec.Steps(), func(s *lifecyclev1.StepEvent) bool {
+			return s.GetStepId() == id && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_SKIPPED
+		}) {
+			t.Errorf("%s was not skipped:\n%s", id, dump(rec.Steps()))
+		}
+	}
+	for n, want := range map[string]int{"worker-1": 2, "cp-1": 3} {
+		if got := e.upgradeCalls(n); got != want {
+			t.Errorf("%s: %d upgrade calls, want %d", n, got, want)
+		}
+		if v := e.c.NodeVersion(n); v != target {
+			t.Errorf("%s runs %s", n, v)
+		}
+	}
+}

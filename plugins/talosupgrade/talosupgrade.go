@@ -110,10 +110,7 @@ func hopRoll(req *lifecyclev1.OperationRequest, inv cluster.Inventory, states ma
 	}
 	for i, n := range order {
 		st, from := states[n.Name], at[n.Name]
-		// A hop before the last skips a node already past it (a node the
-		// operator upgraded further, or one a resumed run finished).
-		ns := nodeStep{idx: i + 1, total: len(order), node: n, from: from, prefix: prefix,
-			skip: from == target || (!last && from.Compare(target) > 0)}
+		ns := nodeStep{idx: i + 1, total: len(order), node: n, from: from, prefix: prefix, skip: hopDone(from, target, last)}
 		if !ns.skip {
 			if re := talos.CheckUpgradePath(n.Name, from, target); re != nil {
 				return nil, re
@@ -130,6 +127,14 @@ func hopRoll(req *lifecyclev1.OperationRequest, inv cluster.Inventory, states ma
 		r.steps = append(r.steps, ns)
 	}
 	return r, nil
+}
+
+// hopDone reports whether a node running v is done with the hop to target:
+// at the target, or, in a hop before the last, past it (a node the operator
+// upgraded further, or one a resumed run finished). The one place of this
+// decision: hopRoll skips such a node and verify (R17) accepts it.
+func hopDone(v, target talos.Release, last bool) bool {
+	return v == target || (!last && v.Compare(target) > 0)
 }
 
 // selection parses --nodes; nil means every node.
@@ -232,7 +237,11 @@ func planSteps(r *roll) []*lifecyclev1.Step {
 		}
 		steps = append(steps, &lifecyclev1.Step{Id: n.id("gate"), Title: n.node.Name + ": health gate", Node: n.node.Name, Kind: "gate"})
 	}
-	steps = append(steps, &lifecyclev1.Step{Id: r.prefix + "verify", Title: r.titlePrefix() + "every node at " + r.target.String() + "; Flux Ready if it can be checked", Kind: "verify"})
+	at := r.target.String()
+	if r.hop < r.hops {
+		at += " or later"
+	}
+	steps = append(steps, &lifecyclev1.Step{Id: r.prefix + "verify", Title: r.titlePrefix() + "every node at " + at + "; Flux Ready if it can be checked", Kind: "verify"})
 	for _, pi := range gate.Probes() {
 		steps = append(steps, &lifecyclev1.Step{Id: r.prefix + "gate-after/" + pi.Name, Title: r.titlePrefix() + "gate after: " + pi.Title, Kind: "gate"})
 	}
@@ -432,7 +441,11 @@ func (x *run) execute(ctx context.Context) error {
 		_ = x.r.StepFailed(ro.prefix+"verify", verr.Error())
 		return x.fail("the roll finished but the final check failed", verr)
 	}
-	_ = x.r.StepOK(ro.prefix+"verify", fmt.Sprintf("%s on every node; %s", ro.target, flux))
+	at := ro.target.String()
+	if ro.hop < ro.hops {
+		at += " or later"
+	}
+	_ = x.r.StepOK(ro.prefix+"verify", fmt.Sprintf("%s on every node; %s", at, flux))
 
 	// Gate after (R1): nothing left to drain.
 	x.gateStarted(ro.prefix + "gate-after/")
@@ -596,7 +609,8 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 }
 
 // verify is R17: every node of the roll runs the target (read from the
-// nodes now, not remembered), and Flux is Ready.
+// nodes now, not remembered; in a hop before the last, the hop's target or
+// later, as hopRoll skips a node already past it), and Flux is Ready.
 // The Flux note says "not checked" when Flux could not be read or has
 // nothing to be Ready, never "ready".
 func (x *run) verify(ctx context.Context) (map[string]string, string, error) {
@@ -610,8 +624,13 @@ func (x *run) verify(ctx context.Context) (map[string]string, string, error) {
 		}
 		running[n.Name] = tag
 	}
+	last := x.roll.hop == x.roll.hops
 	for _, st := range x.roll.steps {
-		if v := running[st.node.Name]; v != "" && v != x.roll.target.String() {
+		v := running[st.node.Name]
+		if v == "" {
+			continue // unreadable: already a problem above
+		}
+		if rv, err := talos.ParseRelease(v); err != nil || !hopDone(rv, x.roll.target, last) {
 			problems = append(problems, fmt.Sprintf("%s runs %s", st.node.Name, v))
 		}
 	}
