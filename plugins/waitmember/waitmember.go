@@ -7,7 +7,6 @@ package waitmember
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -137,8 +136,11 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		q := etcd.ReadQuorum(rctx, clients, ids)
 		cancel()
 		member, voting := q.IsMember(t.node.Name), q.IsHealthy(t.node.Name)
-		agreed := q.Leader != "" && len(q.Healthy) == len(q.Members) && slices.Contains(q.Members, q.Leader)
-		if member && voting && agreed {
+		// Every member answers under one agreed leader: the one
+		// quorum-restored predicate, which R7's "all members report the
+		// same leader" is.
+		restored := q.CheckRestored()
+		if member && voting && restored == nil { // rule:R7
 			_ = r.StepOK("member", q.Summary())
 			_ = r.StepOK("voting", t.node.Name+" answers as a voting member")
 			_ = r.StepOK("leader", "leader "+q.Leader+" agreed by all "+fmt.Sprint(len(q.Members))+" members")
@@ -153,8 +155,8 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 			} else if !voting {
 				missing = append(missing, t.node.Name+" is a member but not a healthy voting one")
 			}
-			if !agreed {
-				missing = append(missing, "members do not all report one leader")
+			if restored != nil {
+				missing = append(missing, "not every member reports one agreed leader")
 			}
 			_ = r.StepFailed("member", q.Summary())
 			result = &lifecyclev1.Result{Ok: false, Summary: fmt.Sprintf("%s did not become a voting member within %s", t.node.Name, t.timeout),

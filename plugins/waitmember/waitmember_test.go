@@ -91,3 +91,43 @@ func TestWaitMember(t *testing.T) {
 		t.Fatalf("the wait ignored its 2s timeout: %v", d)
 	}
 }
+
+// TestWaitMemberNeedsEveryMemberUnderOneLeader is R7's second half: the node
+// itself votes and answers, but the wait passes only once every member
+// reports the same leader. A member whose etcd is stopped reports none, and
+// a cluster without a leader has none to agree on: both time out, saying so.
+func TestWaitMemberNeedsEveryMemberUnderOneLeader(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 3, Workers: 1, Naming: sim.DistinctNames})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p := &Plugin{Poll: 100 * time.Millisecond}
+
+	// cp-2 is a voting member; cp-1's etcd is stopped.
+	if err := c.Inject(ctx, "cp-1", sim.Fault{EtcdStopped: true}); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := sdktest.Run(ctx, p, request(c, "cp-2", "2s"), nil)
+	res := rec.FinalResult()
+	if res.GetOk() || !strings.Contains(res.GetError(), "not every member reports one agreed leader") ||
+		strings.Contains(res.GetError(), "cp-2 is") || !strings.Contains(res.GetError(), "cp-1") {
+		t.Fatalf("cp-2 with cp-1's etcd stopped: %v; want a timeout naming cp-1 and the leader, not cp-2", res)
+	}
+
+	// No leader at all.
+	if err := c.Clear(ctx, "cp-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Inject(ctx, "cp-1", sim.Fault{NoEtcdLeader: true}); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ = sdktest.Run(ctx, p, request(c, "cp-2", "2s"), nil)
+	res = rec.FinalResult()
+	if res.GetOk() || !strings.Contains(res.GetError(), "not every member reports one agreed leader") ||
+		!strings.Contains(res.GetError(), "no etcd leader") {
+		t.Fatalf("cp-2 without an etcd leader: %v; want a timeout naming the missing leader", res)
+	}
+}
