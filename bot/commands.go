@@ -15,6 +15,7 @@ import (
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/grammar"
+	"github.com/talosbot/talosbot/bot/render"
 	"github.com/talosbot/talosbot/config"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
@@ -236,7 +237,7 @@ func status(ctx context.Context, e *engine.Engine, user string, names []string) 
 	// status costs one timeout at most, and no store transaction waits on a
 	// cluster.
 	facts := e.StatusFacts(ctx, user, names)
-	ago := func(t time.Time) string { return now.Sub(t).Truncate(time.Second).String() + " ago" }
+	ago := func(t time.Time) string { return render.Ago(t, now) }
 	var b strings.Builder
 	for _, n := range names {
 		fr, err := e.Freeze(ctx, n)
@@ -253,7 +254,7 @@ func status(ctx context.Context, e *engine.Engine, user string, names []string) 
 			if l == nil {
 				b.WriteString("  lock: free\n")
 			} else {
-				fmt.Fprintf(&b, "  lock: held by `%s` (%s) for %s, requested by %s\n", l.OpID, l.Command, now.Sub(l.Since).Truncate(time.Second), l.Holder)
+				fmt.Fprintf(&b, "  lock: held by `%s` (%s) for %s, requested by %s\n", l.OpID, l.Command, chat.Duration(now.Sub(l.Since)), l.Holder)
 			}
 			if fr != nil {
 				fmt.Fprintf(&b, "  🧊 frozen by %s since %s (%s): %q — `/talos unfreeze %s`\n", fr.By, fr.Since.UTC().Format("2006-01-02 15:04 MST"), ago(fr.Since), fr.Reason, n)

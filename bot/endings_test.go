@@ -218,12 +218,19 @@ func TestStatusShowsFreezeLastChangeAndLastOperation(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := e.sink.waitReply(t, "*production* (production)")
-	mustContain(t, "status", got, "lock: free", `🧊 frozen by bob since 2026-11-30 12:00 UTC (1m30s ago): "etcd restore drill"`, "/talos unfreeze production")
+	mustContain(t, "status", got, "lock: free", `🧊 frozen by bob since 2026-11-30 12:00 UTC (2 min ago): "etcd restore drill"`, "/talos unfreeze production")
 	if _, err := e.submit("carol", "stg", "/talos status staging"); err != nil {
 		t.Fatal(err)
 	}
 	got = e.sink.waitReply(t, "*staging* (staging)")
-	mustContain(t, "status", got, "freeze: none", "last change: /talos roll → v2, succeeded 1m30s ago", "last operation: ", "roll — succeeded 1m30s ago, by alice: rolled to v2")
+	mustContain(t, "status", got, "freeze: none", "last change: /talos roll → v2, succeeded 2 min ago", "last operation: ", "roll — succeeded 2 min ago, by alice: rolled to v2")
+	// Ages read in words, as everywhere else the bot speaks (render.Ago).
+	e.clock.Add(72 * time.Hour)
+	if _, err := e.submit("carol", "prd", "/talos status production"); err != nil {
+		t.Fatal(err)
+	}
+	got = e.sink.waitReply(t, "3 days ago")
+	mustContain(t, "status", got, `🧊 frozen by bob since 2026-11-30 12:00 UTC (3 days ago): "etcd restore drill"`)
 }
 
 func TestHelpTakesTheRestOfTheLine(t *testing.T) {
