@@ -121,6 +121,17 @@ func (b *Bot) Start() {
 	if err := b.Cmd.Start(); err != nil {
 		b.T.Fatal(err)
 	}
+	// A test that fails before it stops the bot (t.Fatal anywhere, the readyz
+	// wait included) must not leave serve and its plugin processes running
+	// after the test binary exits. Cleanups run last-registered first, so a
+	// test's own stop (which waits, setting ProcessState) runs before this.
+	cmd := b.Cmd
+	b.T.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
 	b.WaitFor("readyz", func() bool {
 		resp, err := http.Get("http://" + b.Addr + "/readyz")
 		if err != nil {
