@@ -226,8 +226,12 @@ func (r *roll) titlePrefix() string {
 // hops runs the path hop by hop. The first hop is the roll computed at the
 // start; each later hop is decided again when it starts, from the nodes'
 // versions and the etcd leader then. A failure stops at that hop: no later
-// hop starts.
+// hop starts. Before the first hop, once for the whole path, the R5 plan
+// guard (with plan_before_upgrade): no upgrade on top of a migration.
 func (x *run) hops(ctx context.Context) error {
+	if ref := planguard.BeforeUpgrade(ctx, x.cluster, x.req.GetSettings(), x.r); ref != nil {
+		return x.fail("refused: the Terraform plan guard stopped the upgrade; no node was touched", ref)
+	}
 	for i, h := range x.path.hops {
 		if i > 0 {
 			live, err := x.liveHop(ctx, h)

@@ -41,3 +41,30 @@ func TestPlanGuardBeforeUpgradeRefuses(t *testing.T) {
 		t.Fatal("a snapshot was taken before the guard refused")
 	}
 }
+
+// TestPlanGuardRunsOnceForAPath: with plan_before_upgrade, a path of three
+// hops runs the R5 guard once, before the first hop (as the Kubernetes
+// upgrade does), not once per hop.
+func TestPlanGuardRunsOnceForAPath(t *testing.T) {
+	bin := tftest.Binary(t)
+	root := tftest.Root(t, bin, nil)
+	_, req := startHops(t, 1, 1)
+	req.Settings.Terraform = &lifecyclev1.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
+	t.Setenv("TF_CLI_CONFIG_FILE", "")
+	rec := runWatched(ctxFor(t, 8*time.Minute), &Plugin{}, req, nil)
+	if res := rec.FinalResult(); !res.GetOk() {
+		t.Fatalf("run failed: %s: %s\n%s", res.GetSummary(), res.GetError(), dump(rec.Steps()))
+	}
+	started := 0
+	for i, s := range rec.Steps() {
+		if s.GetStepId() == planguard.Step().GetId() && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_RUNNING {
+			started++
+			if i != 0 {
+				t.Errorf("the guard started at event %d, not first", i)
+			}
+		}
+	}
+	if started != 1 {
+		t.Fatalf("the plan guard ran %d times in a path of 3 hops, want once:\n%s", started, dump(rec.Steps()))
+	}
+}

@@ -24,7 +24,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/gate"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
-	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
@@ -366,11 +365,8 @@ func (x *run) fail(summary string, err error, actions ...*lifecyclev1.SuggestedA
 
 func (x *run) execute(ctx context.Context) error {
 	ro := x.roll
-	// 0. R5: with plan_before_upgrade, no upgrade on top of a migration.
-	if ref := planguard.BeforeUpgrade(ctx, x.cluster, x.req.GetSettings(), x.r); ref != nil {
-		return x.fail("refused: the Terraform plan guard stopped the upgrade; no node was touched", ref)
-	}
-	// 1. Verified snapshot, off-cluster (R12).
+	// 1. Verified snapshot, off-cluster (R12). (The R5 plan guard ran
+	// once, before the first hop: hops.)
 	opts := etcd.SnapshotOptionsFor(x.req)
 	opts.Now, opts.FreeSpace = x.p.now, x.p.freeSpace
 	opts.Step = func(id, detail string, err error) {
