@@ -141,11 +141,18 @@ func TestInterruptedRollIsPostedAndResumeKeepsEveryAttempt(t *testing.T) {
 	if strings.Join(labels, ",") != "Resume,Abandon" {
 		t.Fatalf("interruption post buttons = %v", labels)
 	}
-	// Resume through the posted button.
+	// Resume through the posted button. It plans the rest again and runs
+	// it with one request: the credentials (possibly a Terraform outputs
+	// read) load once. (The plugin waits forever in attempt 1 only, so the
+	// run's request also carries the attempt the resume counted.)
+	loads := e.creds.count()
 	if err := e.eng.Act(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, e.sink.button(t, "reply", "Resume")); err != nil {
 		t.Fatal(err)
 	}
 	op = e.await(id, state.StateSucceeded)
+	if n := e.creds.count() - loads; n != 1 {
+		t.Errorf("the resume loaded the credentials %d times, want once for its plan and run", n)
+	}
 	if len(op.History) != 1 || op.History[0].N != 1 || op.Attempts != 2 {
 		t.Fatalf("history = %+v, attempts %d", op.History, op.Attempts)
 	}

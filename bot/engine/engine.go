@@ -650,13 +650,25 @@ func (e *Engine) finishRun(ctx context.Context, id, actor string, to state.OpSta
 }
 
 // execute runs an approved (or read-only, already running) operation through
-// its plugin. resumed marks a run that continues an interrupted operation.
-func (e *Engine) execute(ctx context.Context, id string) {
+// its plugin.
+func (e *Engine) execute(ctx context.Context, id string) { e.executeWith(ctx, id, nil) }
+
+// executeWith is execute with the request of a run already marked running
+// (a resume, which built it to plan the attempt): the credentials behind it
+// (possibly a Terraform outputs read) are then loaded once for the plan and
+// the run. An approved operation always builds its own, for its re-plan.
+func (e *Engine) executeWith(ctx context.Context, id string, req *lifecyclev1.OperationRequest) {
 	op, err := e.Operation(ctx, id)
 	if err != nil {
 		return
 	}
-	var req *lifecyclev1.OperationRequest
+	if req != nil && op.State == state.StateRunning {
+		// What request sets from the operation now (the attempt the
+		// transition to running counted).
+		req.Attempt = int32(max(op.Attempts, 1))
+	} else {
+		req = nil
+	}
 	if op.State == state.StateApproved {
 		// Re-plan before Run: approvals are bound to the digest. The
 		// credentials are read once, for the re-plan and the run.

@@ -23,6 +23,8 @@ import (
 func (e *Engine) resumeReplanned(ctx context.Context, from Origin, op *state.Operation) error {
 	next := *op
 	next.Attempts = op.Attempts + 1 // the plugin plans the attempt it will run
+	// Built once: the run that follows uses it too (executeWith), so the
+	// credentials are loaded once for the plan and the run.
 	req, err := e.request(ctx, &next)
 	if err != nil {
 		return e.refuseAction(ctx, from, op, "resume", "could not plan the resume: "+err.Error())
@@ -50,7 +52,7 @@ func (e *Engine) resumeReplanned(ctx context.Context, from Origin, op *state.Ope
 		if cur, _ := e.Operation(ctx, op.ID); cur != nil {
 			e.o.Sink.Thread(ctx, cur, "⚠️ could not plan the rest again ("+firstLine(err.Error())+"); resuming the approved plan — the plugin waits for the nodes and checks every rule before touching one")
 		}
-		e.goRun(func(ctx context.Context) { e.execute(ctx, op.ID) })
+		e.goRun(func(ctx context.Context) { e.executeWith(ctx, op.ID, req) })
 		return nil
 	}
 	digest := host.Digest(plan)
@@ -66,7 +68,7 @@ func (e *Engine) resumeReplanned(ctx context.Context, from Origin, op *state.Ope
 	}); err != nil {
 		return e.refuseAction(ctx, from, op, "resume", err.Error())
 	}
-	e.goRun(func(ctx context.Context) { e.execute(ctx, op.ID) })
+	e.goRun(func(ctx context.Context) { e.executeWith(ctx, op.ID, req) })
 	return nil
 }
 
