@@ -276,8 +276,24 @@ func TestKubeRestart(t *testing.T) {
 	if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "kept"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A watch on the old process ends when Restart replaces it: a Restart that
+	// kept the old process (and its watch caches) would leave it open.
+	w, err := cms.Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	if err := k.Restart(ctx); err != nil {
 		t.Fatalf("Restart: %v", err)
+	}
+	deadline := time.After(30 * time.Second)
+	for closed := false; !closed; {
+		select {
+		case _, ok := <-w.ResultChan():
+			closed = !ok
+		case <-deadline:
+			t.Fatal("a watch opened before Restart is still open 30 s after it: the old apiserver process was not replaced")
+		}
 	}
 	if _, err := cms.Get(ctx, "kept", metav1.GetOptions{}); err != nil {
 		t.Fatalf("the old client after Restart: %v", err)
