@@ -229,10 +229,17 @@ func kubernetesFirst(m Matrix, r TalosRequest, i int, cur, stop Version, rng Kub
 	return &Refusal{Rule: "R20", Reason: reason, Fix: fix}
 }
 
-// patchCheck is the latest-patch half of R10 for the target.
+// patchCheck is the latest-patch half of R10 for the target. With no
+// known releases the newest patch cannot be confirmed: with refuse set
+// that is a refusal (fail closed).
 func patchCheck(target Version, known []Version, refuse bool) (string, error) {
 	if len(known) == 0 {
-		return fmt.Sprintf("no Talos releases are known (releases.talos, Image Factory); cannot confirm that %s is the newest %s patch", target.Tag(), target.MinorTag()), nil
+		msg := fmt.Sprintf("no Talos releases are known (releases.talos, Image Factory); cannot confirm that %s is the newest %s patch", target.Tag(), target.MinorTag())
+		if refuse {
+			return "", &Refusal{Rule: "R10", Reason: msg + " (policy refuses non-latest patches)",
+				Fix: "wait until the bot has read Image Factory (releases.factory_url), or list the releases you use in releases.talos, then plan again"}
+		}
+		return msg, nil
 	}
 	lp, ok := LatestPatch(known, target)
 	var msg, fix string

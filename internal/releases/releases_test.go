@@ -257,6 +257,12 @@ func TestTalosPlanRefusals(t *testing.T) {
 	if !errors.As(err, &r) || r.Fix != "upgrade to v1.13.9 instead" {
 		t.Errorf("non-latest refusal: %v", err)
 	}
+	// No release known: the newest patch cannot be confirmed, so the
+	// policy refuses (fail closed).
+	_, err = releases.PlanTalos(m, releases.TalosRequest{Running: v("v1.13.4"), Target: v("v1.13.9"), Kubernetes: v("1.34.1"), RefuseNonLatest: true})
+	if !errors.As(err, &r) || r.Rule != "R10" || !strings.Contains(r.Reason, "cannot confirm") || !strings.Contains(r.Fix, "releases.talos") {
+		t.Errorf("nothing known, policy refuses: %v", err)
+	}
 	// A hop the machinery refuses (1.13 needs a host ≥ 1.11).
 	_, err = releases.PlanTalos(m, releases.TalosRequest{Running: v("v1.10.7"), Target: v("v1.11.6"), Kubernetes: v("1.31.1"), Known: known})
 	if err != nil {

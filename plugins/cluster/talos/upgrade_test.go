@@ -55,6 +55,15 @@ func TestPatchCheck(t *testing.T) {
 	if w, _ := PatchCheck(rel(t, "v1.13.5"), []string{"v1.12.6"}, false); !strings.Contains(w, "not in the configured list") {
 		t.Fatalf("unlisted: %q", w)
 	}
+	// No release known: the newest patch cannot be confirmed. A warning,
+	// and with the policy a refusal (fail closed), saying how to fix it.
+	if w, re := PatchCheck(rel(t, "v1.13.9"), nil, false); re != nil || !strings.Contains(w, "cannot confirm") {
+		t.Fatalf("nothing known: %q %v", w, re)
+	}
+	if w, re := PatchCheck(rel(t, "v1.13.9"), nil, true); w != "" || re == nil || re.Rule != "R10" ||
+		!strings.Contains(re.Reason, "cannot confirm") || !strings.Contains(re.Fix, "releases.talos") {
+		t.Fatalf("nothing known with the policy: %q %v", w, re)
+	}
 }
 
 func TestInstallerDerivationAndR14(t *testing.T) {

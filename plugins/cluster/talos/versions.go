@@ -97,10 +97,17 @@ func CheckUpgradePath(node string, from, to Release) *sdk.Refusal {
 
 // PatchCheck is the second half of R10: the target should be the newest
 // known patch of its minor. It returns a warning (or, when refuse is set, a
-// refusal) and "" / nil when the target is the newest known patch.
+// refusal) and "" / nil when the target is the newest known patch. With no
+// known releases the newest patch cannot be confirmed: a warning, or with
+// refuse set a refusal (fail closed).
 func PatchCheck(target Release, known []string, refuse bool) (string, *sdk.Refusal) {
 	if len(known) == 0 {
-		return fmt.Sprintf("no known Talos releases are configured (releases.talos); cannot confirm that %s is the newest %s patch", target, target.MinorString()), nil
+		msg := fmt.Sprintf("no Talos releases are known (Image Factory, releases.talos); cannot confirm that %s is the newest %s patch", target, target.MinorString())
+		if refuse {
+			return "", &sdk.Refusal{Rule: "R10", Reason: msg + " (policy refuses non-latest patches)",
+				Fix: "wait until the bot has read Image Factory (releases.factory_url; `/talos releases` shows the list), or list the releases you use in releases.talos, then plan again"}
+		}
+		return msg, nil
 	}
 	var newest *Release
 	listed := false
