@@ -18,7 +18,8 @@ import (
 // TestServeReleasesAndNotices: `talosbot serve` reads Talos versions from
 // an Image Factory (the fake), `/talos releases` reports the path from what
 // the simulated cluster runs, a new-release notice appears in the cluster's
-// channel with its buttons, and its snooze button pauses the notices.
+// channel with its buttons, and its snooze button is accepted (that a snooze
+// pauses the notices is TestOneNoticePerNewVersionStagingFirstSnoozeHonoured's).
 func TestServeReleasesAndNotices(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()

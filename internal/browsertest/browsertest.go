@@ -110,9 +110,6 @@ func Open(t testing.TB, ctx context.Context, url string) *Page {
 	return p
 }
 
-// Context is the tab's chromedp context, for actions this package lacks.
-func (p *Page) Context() context.Context { return p.ctx }
-
 // Do runs chromedp actions and fails the test on an error.
 func (p *Page) Do(actions ...chromedp.Action[chromedp.Void]) {
 	p.t.Helper()
@@ -180,12 +177,6 @@ func (p *Page) Screenshot(name string) string {
 	return p.save(name, chromedp.CaptureScreenshot())
 }
 
-// FullScreenshot stores a PNG of the whole page, beyond the screen.
-func (p *Page) FullScreenshot(name string) string {
-	p.t.Helper()
-	return p.save(name, chromedp.FullScreenshot(100))
-}
-
 func (p *Page) save(name string, shot chromedp.Action[[]byte]) string {
 	p.t.Helper()
 	png, err := chromedp.Run(p.ctx, shot)
@@ -246,12 +237,6 @@ func (p *Page) AssertFitsOneScreen(sel, name string) Box {
 		p.t.Errorf("%s is %.0f px tall, more than one %d×%d screen (%.0f px between the page's bars); see %s", sel, b.Height, Width, Height, b.ScreenHeight, path)
 	}
 	return b
-}
-
-// InView reports whether the element matching sel is entirely on screen now.
-func (p *Page) InView(sel string) bool {
-	p.t.Helper()
-	return Eval[bool](p, fmt.Sprintf(`(() => { const e = document.querySelector(%s); if (!e) return false; const r = e.getBoundingClientRect(); return r.top >= 0 && r.bottom <= window.innerHeight; })()`, jsString(sel)))
 }
 
 // PageHeight is the height of the whole document in CSS pixels.
