@@ -588,7 +588,7 @@ func (ru *run) kubelet(ctx context.Context, n cluster.Node) error {
 		}
 		applied = true
 	}
-	if err := k8s.WaitKubelet(ctx, ru.c, n, waitFor, ru.timeout); err != nil {
+	if err := k8s.WaitKubelet(ctx, ru.c, n, ru.a.ids.KubeNode(n.Name), waitFor, ru.timeout); err != nil {
 		return fail(from, err)
 	}
 	if !applied {

@@ -191,41 +191,20 @@ func WaitStaticPod(ctx context.Context, c *cluster.Clients, n cluster.Node, comp
 	return nil
 }
 
-// NodeOf finds the Kubernetes Node of an inventory node: the name in its k8s.Nodename
-// resource, else the Node with the node's address (talosctl matches addresses).
-func NodeOf(ctx context.Context, c *cluster.Clients, n cluster.Node) (*corev1.Node, error) {
-	if nn, err := safe.StateGetByID[*talosk8s.Nodename](client.WithNode(ctx, n.Address), c.COSI, talosk8s.NodenameID); err == nil {
-		kn, err := c.Kube.CoreV1().Nodes().Get(ctx, nn.TypedSpec().Nodename, metav1.GetOptions{})
-		if err == nil {
-			return kn, nil
-		}
+// WaitKubelet waits until the node's Node, kubeNode (the name the operation's identity map
+// resolved for n), reports the kubelet version and is Ready, as talosctl's
+// checkNodeKubeletVersion does.
+func WaitKubelet(ctx context.Context, c *cluster.Clients, n cluster.Node, kubeNode, version string, timeout time.Duration) error {
+	if kubeNode == "" {
+		return fmt.Errorf("kubelet on %s: no Kubernetes Node resolved for it", n.Name)
 	}
 
-	nodes, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list Kubernetes nodes: %w", err)
-	}
-
-	for i := range nodes.Items {
-		for _, a := range nodes.Items[i].Status.Addresses {
-			if a.Address == n.Address {
-				return &nodes.Items[i], nil
-			}
-		}
-	}
-
-	return nil, fmt.Errorf("no Kubernetes Node for %s (%s): none is named after its k8s.Nodename or has its address", n.Name, n.Address)
-}
-
-// WaitKubelet waits until the node's Node reports the kubelet version and is Ready, as
-// talosctl's checkNodeKubeletVersion does.
-func WaitKubelet(ctx context.Context, c *cluster.Clients, n cluster.Node, version string, timeout time.Duration) error {
 	last := "unknown"
 
 	err := pollUntil(ctx, timeout, func() (bool, error) {
-		kn, err := NodeOf(ctx, c, n)
+		kn, err := c.Kube.CoreV1().Nodes().Get(ctx, kubeNode, metav1.GetOptions{})
 		if err != nil {
-			last = err.Error()
+			last = fmt.Sprintf("get Node %s: %v", kubeNode, err)
 
 			return false, nil
 		}
