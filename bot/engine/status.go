@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
@@ -53,7 +54,7 @@ func (e *Engine) StatusFacts(ctx context.Context, user string, clusters []string
 				facts, err := e.statusFacts(cctx, p, cl, user)
 				if err != nil {
 					reason := err.Error()
-					if cctx.Err() != nil && ctx.Err() == nil {
+					if deadlineCame(cctx) && !deadlineCame(ctx) {
 						reason = "no answer within " + chat.Duration(timeout) + ", timeouts.status"
 					}
 					lines[i][j] = p.GetStatusLabel() + ": not read (" + reason + ")"
@@ -68,6 +69,19 @@ func (e *Engine) StatusFacts(ctx context.Context, user string, clusters []string
 		out[cl] = lines[i]
 	}
 	return out
+}
+
+// deadlineCame reports whether ctx is done or its deadline has passed. The
+// second counts: gRPC passes the deadline to the plugin, whose copy can end
+// the call (and the host return) before ctx's own timer has fired; without
+// it, a provider that ran out of timeouts.status would read as a plugin
+// error (seen as a flake of bot's TestStatusShowsVersionsAndNotRead…).
+func deadlineCame(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl) // wall time, as the deadline is, not the engine's clock
 }
 
 // statusFacts plans provider p for cluster and returns its status lines.
