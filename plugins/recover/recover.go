@@ -133,10 +133,11 @@ func (p *Plugin) check(ctx context.Context, req *lifecyclev1.OperationRequest, s
 	}
 	c := &checked{maxAge: maxAge, view: ReadView(ctx, s.Clients, s.Inv, evidenceTimeout(req.GetSettings()))}
 	resumed := req.GetAttempt() > 1
-	// On a resumed run after the restore (a member is healthy) an
+	// On a resumed run after the restore (a member is healthy or joined) an
 	// unreachable control plane is most likely the rejoin reset rebooting
 	// it: the members step waits for it instead of refusing.
-	if un := c.view.Names(Unreachable); len(un) > 0 && !(resumed && c.view.Count(Healthy) > 0) {
+	restored := c.view.Count(Healthy) + c.view.Count(Joined)
+	if un := c.view.Names(Unreachable); len(un) > 0 && !(resumed && restored > 0) {
 		return nil, &sdk.Refusal{Rule: "R16",
 			Reason: fmt.Sprintf("control plane(s) %s did not answer: their etcd could still hold data newer than any snapshot, or a quorum this recovery would compete with", strings.Join(un, ", ")),
 			Fix:    "bring them back (power, network) and run /talos recover again; if they are gone for good, remove them from the inventory (Terraform) first, or follow /talos recover --guide " + s.Inv.Name}
@@ -154,6 +155,14 @@ func (p *Plugin) check(ctx context.Context, req *lifecyclev1.OperationRequest, s
 		}
 		return nil, &sdk.Refusal{Rule: "R16", Reason: fmt.Sprintf("etcd quorum is present (%d of %d members healthy): a recovery would throw away the data written since the snapshot",
 			c.view.Count(Healthy), len(c.view.Members)), Fix: fix}
+	}
+	// A member whose own etcd names a leader belongs to a cluster with
+	// quorum (a leader needs one): before any restore that is the cluster
+	// itself, still running, and a bootstrap would compete with it.
+	if j := c.view.Names(Joined); len(j) > 0 && !resumed {
+		return nil, &sdk.Refusal{Rule: "R16",
+			Reason: fmt.Sprintf("etcd on %s runs with a leader although its health check has not passed: a cluster with quorum exists, and a recovery would compete with it", strings.Join(j, ", ")),
+			Fix:    "wait for the health check (Talos runs it every 20 s) and see /talos health " + s.Inv.Name + "; if members stay unhealthy, replace them (/talos node remove) instead of recovering"}
 	}
 	if c.recovery, c.done, err = c.view.RecoveryNode(); err != nil {
 		return nil, &sdk.Refusal{Rule: "R16", Reason: err.Error(), Fix: "see the reason; /talos recover --guide " + s.Inv.Name + " shows every step"}
@@ -347,7 +356,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	if c.done {
 		// Any healthy member may be the first one found now; the earlier
 		// attempt's record names the node it restored on.
-		where = "etcd snapshot restored by an earlier attempt (now healthy: " + strings.Join(c.view.Names(Healthy), ", ") + ")"
+		where = "etcd snapshot restored by an earlier attempt (now with a leader: " + strings.Join(append(c.view.Names(Healthy), c.view.Names(Joined)...), ", ") + ")"
 	}
 	_ = r.Artifact(&lifecyclev1.Artifact{Id: c.snap.ID, Name: where, Sha256: c.snap.SHA256, Size: c.snap.Size, Location: c.snap.Stored, Revision: c.snap.Revision})
 
@@ -395,12 +404,21 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	_ = r.StepOK(StepEtcd, detail)
 
 	// Stale members: reset EPHEMERAL (not STATE) and reboot, so their etcd
-	// service starts with an empty data dir and joins.
+	// service starts with an empty data dir and joins. Read just before:
+	// a member that names a leader in its own EtcdStatus has joined the
+	// restored cluster (Joined; its health check may not have run yet, or it
+	// is a learner) and is never reset, and a Running member whose
+	// EtcdStatus did not answer is not reset on that evidence.
 	now := ReadView(ctx, s.Clients, s.Inv, evidenceTimeout(req.GetSettings()))
 	var reset []string
 	for _, m := range now.Members {
 		if m.Node == n.Node || (m.State != Stale && m.State != Failed) {
 			continue
+		}
+		if m.State == Stale && !m.LeaderKnown {
+			return fail(StepRejoin, "not reset: could not tell whether "+m.Node+"'s etcd has joined the restored cluster",
+				fmt.Errorf("%s: etcd Running and not healthy, and its EtcdStatus did not answer (%s); run the recovery again, or reset it by hand once `talosctl -n %s etcd status` shows no leader",
+					m.Node, m.Message, m.Address))
 		}
 		_, err := s.Talos.ResetGenericWithResponse(client.WithNode(ctx, m.Address), &machineapi.ResetRequest{Graceful: false, Reboot: true,
 			SystemPartitionsToWipe: []*machineapi.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}}})
@@ -409,10 +427,14 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		}
 		reset = append(reset, m.Node)
 	}
+	joined := ""
+	if j := now.Names(Joined); len(j) > 0 {
+		joined = "; joined the restored cluster (a leader, health check pending), not reset: " + strings.Join(j, ", ")
+	}
 	if len(reset) == 0 {
-		_ = r.StepSkipped(StepRejoin, "no member on stale data")
+		_ = r.StepSkipped(StepRejoin, "no member on stale data"+joined)
 	} else {
-		_ = r.StepOK(StepRejoin, "EPHEMERAL wiped, rebooting to join: "+strings.Join(reset, ", "))
+		_ = r.StepOK(StepRejoin, "EPHEMERAL wiped, rebooting to join: "+strings.Join(reset, ", ")+joined)
 	}
 
 	_ = r.StepStarted(StepMembers, "")

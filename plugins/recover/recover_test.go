@@ -527,3 +527,173 @@ func TestRecoverFromSurvivorKeepsNewerData(t *testing.T) {
 		t.Fatal("the survivor's data is not what was restored")
 	}
 }
+
+// onStep runs a test's hook when a step reports, before the run goes on
+// (the plugin calls its reporter synchronously).
+type onStep struct {
+	sdk.Reporter
+	hook func(id, status string)
+}
+
+func (o *onStep) StepStarted(id, d string) error {
+	o.hook(id, "started")
+	return o.Reporter.StepStarted(id, d)
+}
+func (o *onStep) StepOK(id, d string) error { o.hook(id, "ok"); return o.Reporter.StepOK(id, d) }
+func (o *onStep) StepSkipped(id, d string) error {
+	o.hook(id, "skipped")
+	return o.Reporter.StepSkipped(id, d)
+}
+
+// setHealthFault reports node's etcd service as not (yet) healthy, or
+// stops doing so, keeping its other faults (EtcdDataLost): the state of a
+// member whose next health check has not run yet (Talos checks 5 s after
+// the start, then every 20 s) or a learner not yet promoted.
+func (f *fixture) setHealthFault(t *testing.T, node string, on bool) {
+	t.Helper()
+	flt := f.c.Faults()[node]
+	flt.UnhealthyService = ""
+	if on {
+		flt.UnhealthyService = "etcd"
+	}
+	if err := f.c.Inject(ctx(t), node, flt); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitJoined waits until node's etcd service is Running and its member
+// sees a leader.
+func (f *fixture) waitJoined(node string) error {
+	wctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		for _, m := range f.c.EtcdView(wctx).Members {
+			if m.Node == node && m.Service == "Running" && m.Leader != 0 {
+				return nil
+			}
+		}
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("%s did not join: %v", node, f.c.EtcdView(context.Background()))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Members that run with a leader but whose health checks have not passed
+// are a cluster with quorum: the recovery is refused, naming them.
+func TestRecoverRefusedWhileMembersHaveLeader(t *testing.T) {
+	f := setup(t)
+	for _, n := range []string{"cp-1", "cp-2", "cp-3"} {
+		f.setHealthFault(t, n, true)
+	}
+	refusal(t, f.plugin(time.Hour), f.req(1, nil), "etcd on cp-1, cp-2, cp-3 runs with a leader although its health check has not passed", "a cluster with quorum exists")
+}
+
+// A control plane that joined the restored cluster but whose etcd health
+// check has not passed yet (Running, unhealthy, with a leader) is not reset
+// by the rejoin step; only the stale survivor (no leader) is.
+func TestRecoverDoesNotResetJoinedMember(t *testing.T) {
+	f := setup(t)
+	p := f.plugin(time.Hour)
+	if _, err := f.c.LoseEtcdQuorum(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	f.setHealthFault(t, "cp-3", true)
+	var hookErr error
+	rec := sdktest.NewRecorder(nil)
+	rep := &onStep{Reporter: rec, hook: func(id, st string) {
+		switch {
+		case id == StepEtcd && st == "ok":
+			// The restored cluster is up: let cp-3 join it before the
+			// rejoin step reads the members.
+			hookErr = f.waitJoined("cp-3")
+		case id == StepRejoin && st != "started":
+			f.setHealthFault(t, "cp-3", false)
+		}
+	}}
+	if err := p.Run(ctx(t), f.req(1, map[string]string{"accept-loss": "true"}), rep); err != nil {
+		t.Fatal(err)
+	}
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
+	if res := rec.FinalResult(); !res.GetOk() {
+		t.Fatalf("recovery failed: %s: %s\nsteps: %v", res.GetSummary(), res.GetError(), rec.Steps())
+	}
+	if got, want := f.calls(mReset), map[string]int{"cp-1": 1}; !equal(got, want) {
+		t.Fatalf("Reset calls %v, want %v (a joined member was reset)", got, want)
+	}
+	var detail string
+	for _, st := range rec.Steps() {
+		if st.GetStepId() == StepRejoin && st.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_OK {
+			detail = st.GetDetail()
+		}
+	}
+	if !strings.Contains(detail, "not reset: cp-3") {
+		t.Fatalf("rejoin step %q does not name cp-3 as joined", detail)
+	}
+	if _, err := f.c.WaitEtcdHealthy(ctx(t), 3); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Resumed after the Bootstrap while the restored member's health check
+// has not passed yet (Running, unhealthy, with a leader): the run treats
+// the restore as done and never uploads to or bootstraps a second node
+// (two clusters from one snapshot), nor resets the restored one.
+func TestRecoverResumeRestoredNotYetHealthy(t *testing.T) {
+	f := setup(t)
+	p := f.plugin(time.Hour)
+	if _, err := f.c.LoseEtcdQuorum(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := cluster.NewTalosClient(ctx(t), f.c.Talosconfig(), []string{nodeIP(f.c, "cp-1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	nctx := client.WithNode(ctx(t), nodeIP(f.c, "cp-2"))
+	fh, err := os.Open(f.snap.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tc.EtcdRecover(nctx, fh)
+	fh.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tc.Bootstrap(nctx, &machineapi.BootstrapRequest{RecoverEtcd: true}); err != nil {
+		t.Fatal(err)
+	}
+	f.setHealthFault(t, "cp-2", true)
+	f.setHealthFault(t, "cp-3", true)
+	if err := f.waitJoined("cp-2"); err != nil {
+		t.Fatal(err)
+	}
+	rec := sdktest.NewRecorder(nil)
+	rep := &onStep{Reporter: rec, hook: func(id, st string) {
+		if id == StepEtcd && st == "started" {
+			f.setHealthFault(t, "cp-2", false)
+			f.setHealthFault(t, "cp-3", false)
+		}
+	}}
+	if err := p.Run(ctx(t), f.req(2, map[string]string{"accept-loss": "true"}), rep); err != nil {
+		t.Fatal(err)
+	}
+	if res := rec.FinalResult(); !res.GetOk() {
+		t.Fatalf("resume failed: %s: %s\nsteps: %v", res.GetSummary(), res.GetError(), rec.Steps())
+	}
+	once := map[string]int{"cp-2": 1}
+	for m, want := range map[string]map[string]int{mEtcdRecover: once, mBootstrap: once, mReset: {"cp-1": 1}} {
+		if got := f.calls(m); !equal(got, want) {
+			t.Fatalf("%s calls %v, want %v", m, got, want)
+		}
+	}
+	if _, err := f.c.WaitEtcdHealthy(ctx(t), 3); err != nil {
+		t.Fatal(err)
+	}
+	if !has(t, f.c, "/talosbot/before") {
+		t.Fatal("restored data missing")
+	}
+}

@@ -19,11 +19,22 @@ import (
 const (
 	// Healthy: Running and its health check (a linearizable read) passes.
 	Healthy = "healthy"
-	// Stale: Running without a healthy read: etcd on its old data without a
-	// leader. Its data dir is not empty: Bootstrap answers AlreadyExists and
-	// the new cluster never accepts it (cluster ID mismatch) until its
-	// EPHEMERAL partition is wiped.
+	// Stale: Running without a healthy read and, by its own EtcdStatus, no
+	// leader: etcd on its old data. Its data dir is not empty: Bootstrap
+	// answers AlreadyExists and the new cluster never accepts it (cluster ID
+	// mismatch) until its EPHEMERAL partition is wiped. A member whose
+	// EtcdStatus did not answer is Stale too (LeaderKnown false): the rejoin
+	// step never resets it on that evidence.
 	Stale = "stale"
+	// Joined: Running without a healthy read yet, but its EtcdStatus names a
+	// leader: a member of a cluster with quorum (the old cluster had none),
+	// typically one that just joined the restored cluster. Talos's etcd
+	// health check runs 5 s after the start and then every 20 s
+	// (internal/app/machined/pkg/system/services/etcd.go HealthSettings at
+	// v1.13.9) and a learner fails its linearizable read until it is
+	// promoted (promoteMember, retried every 15 s): never reset, never a
+	// reason to bootstrap again.
+	Joined = "joined"
 	// Waiting: Preparing ("Running pre state"): an empty data dir, the
 	// service waits to join a cluster with a leader (etcd.go
 	// buildInitialCluster). Only such a member can be bootstrapped.
@@ -44,6 +55,10 @@ type Member struct {
 	// Service and Message are ServiceList's etcd state and last message.
 	Service string
 	Message string
+	// Leader is the leader its EtcdStatus names (0: none) and LeaderKnown
+	// whether EtcdStatus answered; asked only of Running, unhealthy members.
+	Leader      uint64
+	LeaderKnown bool
 }
 
 // View is every control plane's etcd, in inventory order.
@@ -91,13 +106,19 @@ func (v View) HasQuorum() bool { return v.Count(Healthy) >= etcd.Majority(len(v.
 func (v View) Lines() []string {
 	var out []string
 	for _, m := range v.Members {
-		icon := map[string]string{Healthy: "✅", Stale: "⚠️", Waiting: "⏳", Failed: "❌", Unreachable: "📵"}[m.State]
+		icon := map[string]string{Healthy: "✅", Joined: "🔁", Stale: "⚠️", Waiting: "⏳", Failed: "❌", Unreachable: "📵"}[m.State]
 		if icon == "" {
 			icon = "❔"
 		}
 		d := m.Service
 		if m.Message != "" {
 			d += " (" + m.Message + ")"
+		}
+		switch {
+		case m.State == Joined:
+			d += fmt.Sprintf(", leader %x", m.Leader)
+		case m.State == Stale && m.LeaderKnown:
+			d += ", no leader"
 		}
 		out = append(out, fmt.Sprintf("%s %s: etcd %s — %s", icon, m.Node, m.State, d))
 	}
@@ -114,7 +135,10 @@ func (v View) Canonical() map[string]string {
 }
 
 // ReadView asks every control plane for its services, one call per node so
-// an unreachable node only costs its own answer, within timeout.
+// an unreachable node only costs its own answer, within timeout; then every
+// Running, unhealthy member for its EtcdStatus (a local etcd client,
+// answered without a leader: v1alpha1_server.go EtcdStatus at v1.13.9):
+// one that names a leader is Joined, not Stale.
 func ReadView(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, timeout time.Duration) View {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -158,6 +182,37 @@ func ReadView(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, ti
 		}
 		v.Members = append(v.Members, m)
 	}
+	var running []string
+	for _, m := range v.Members {
+		if m.State == Stale {
+			running = append(running, m.Address)
+		}
+	}
+	if len(running) > 0 {
+		st, sfails := cluster.PerNode(ctx, inv, running, func(nctx context.Context) ([]*machineapi.EtcdStatus, error) {
+			resp, err := c.Machine.EtcdStatus(nctx, &emptypb.Empty{})
+			return resp.GetMessages(), err
+		})
+		serr := map[string]string{}
+		for _, f := range sfails {
+			serr[f.Node] = f.Msg
+		}
+		for i := range v.Members {
+			m := &v.Members[i]
+			if m.State != Stale {
+				continue
+			}
+			s, ok := st[m.Node]
+			if !ok {
+				m.Message += "; EtcdStatus: " + serr[m.Node]
+				continue
+			}
+			m.Leader, m.LeaderKnown = s.GetMemberStatus().GetLeader(), true
+			if m.Leader != 0 {
+				m.State = Joined
+			}
+		}
+	}
 	sort.SliceStable(v.Members, func(i, j int) bool { return v.Members[i].Node < v.Members[j].Node })
 	return v
 }
@@ -165,18 +220,24 @@ func ReadView(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, ti
 // RecoveryNode is the control plane to restore on. The choice depends only
 // on states that the recovery itself does not change before its bootstrap,
 // so a resumed run picks the same node and never uploads to a second one:
-//   - a healthy member (an earlier attempt restored it), else
+//   - a healthy member (an earlier attempt restored it), else a joined one
+//     (Running with a leader, its health check still to pass: a cluster
+//     with quorum exists, so nothing is bootstrapped a second time, which
+//     would make two clusters from one snapshot), else
 //   - a member whose service failed while no other is healthy (an earlier
 //     restore that failed there: the run stops, never moves on to another
 //     node), else
 //   - the first waiting member by name (an empty data dir, which Bootstrap
 //     requires).
 //
-// done reports that the restore already happened (a healthy member exists).
+// done reports that the restore already happened (a healthy or joined
+// member exists).
 func (v View) RecoveryNode() (node Member, done bool, err error) {
-	for _, m := range v.Members {
-		if m.State == Healthy {
-			return m, true, nil
+	for _, st := range []string{Healthy, Joined} {
+		for _, m := range v.Members {
+			if m.State == st {
+				return m, true, nil
+			}
 		}
 	}
 	for _, m := range v.Members {
