@@ -1,6 +1,7 @@
 package releases
 
 import (
+	"strconv"
 	"strings"
 	"time"
 )
@@ -21,12 +22,24 @@ const (
 	// NoteFactory is releases.factory_url ("" when none), for the
 	// schematic look-ups of R13/R14.
 	NoteFactory = "releases.factory_url"
+	// NoteListedOnly is "true" with releases.listed_only: NoteTargets is
+	// then the allow-list, and a target outside it is refused (Allowed).
+	NoteListedOnly = "releases.listed_only"
 )
 
 // Notes is the release data as a plugin receives it.
 type Notes struct {
 	Versions, Targets, Kubernetes []Version
 	Origin, FactoryURL            string
+	// ListedOnly is releases.listed_only: Targets is the allow-list.
+	ListedOnly bool
+}
+
+// Allowed refuses (R10, a *Refusal) an upgrade target outside the
+// allow-list when releases.listed_only is set; the same rule as
+// List.Allowed.
+func (n Notes) Allowed(v Version) error {
+	return allowed(v, n.ListedOnly, n.Targets)
 }
 
 // NotesOf is what the bot puts in Settings.Extra.
@@ -37,6 +50,7 @@ func NotesOf(l *List, kubernetes []string, now time.Time) map[string]string {
 		NoteOrigin:     l.Describe(now),
 		NoteKubernetes: strings.Join(kubernetes, ","),
 		NoteFactory:    l.URL,
+		NoteListedOnly: strconv.FormatBool(l.ListedOnly),
 	}
 }
 
@@ -59,6 +73,7 @@ func ReadNotes(extra map[string]string) (n Notes, ok bool) {
 		Kubernetes: ParseAll(split(extra[NoteKubernetes])),
 		Origin:     extra[NoteOrigin],
 		FactoryURL: extra[NoteFactory],
+		ListedOnly: extra[NoteListedOnly] == "true",
 	}, true
 }
 

@@ -299,6 +299,24 @@ func TestListedOnlyIsAnAllowList(t *testing.T) {
 	if err != nil || p.Path() != "v1.11.2 → v1.11.6 → v1.12.3 → v1.13.4" {
 		t.Errorf("listed path: %v %v", p, err)
 	}
+	// The plugins get the same rule through the request notes.
+	n, ok := releases.ReadNotes(releases.NotesOf(l, nil, clk.t))
+	if !ok || !n.ListedOnly {
+		t.Fatalf("notes lose listed_only: %+v", n)
+	}
+	if err := n.Allowed(v("v1.13.9")); err == nil || !strings.Contains(err.Error(), "releases.listed_only") {
+		t.Errorf("notes: unlisted allowed: %v", err)
+	}
+	if err := n.Allowed(v("v1.13.4")); err != nil {
+		t.Errorf("notes: listed refused: %v", err)
+	}
+	src.ListedOnly = false
+	if l, err = src.Talos(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := releases.ReadNotes(releases.NotesOf(l, nil, clk.t)); n.ListedOnly || n.Allowed(v("v1.13.9")) != nil {
+		t.Errorf("without listed_only the notes refuse: %+v", n)
+	}
 }
 
 func TestKubernetesMultiHop(t *testing.T) {

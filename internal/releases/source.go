@@ -93,12 +93,19 @@ func (l *List) Targets() []Version {
 
 // Allowed refuses a version outside the allow-list (releases.listed_only).
 func (l *List) Allowed(v Version) error {
-	if !l.ListedOnly || slices.Contains(l.Configured, v) {
+	return allowed(v, l.ListedOnly, l.Configured)
+}
+
+// allowed is releases.listed_only in its one place: with listedOnly, a
+// version outside list (releases.talos) is refused (R10). List.Allowed
+// (the bot's notice) and Notes.Allowed (an upgrade's plan) use it.
+func allowed(v Version, listedOnly bool, list []Version) error {
+	if !listedOnly || slices.Contains(list, v) {
 		return nil
 	}
 	return &Refusal{Rule: "R10",
 		Reason: fmt.Sprintf("%s is not in releases.talos, and releases.listed_only allows only listed versions", v.Tag()),
-		Fix:    fmt.Sprintf("add %s to releases.talos once it is reviewed, or pick one of %v", v.Tag(), Tags(l.Configured))}
+		Fix:    fmt.Sprintf("add %s to releases.talos once it is reviewed, or pick one of %v", v.Tag(), Tags(list))}
 }
 
 // Ago spells a duration for humans: "45s", "3m", "5h", "2d".

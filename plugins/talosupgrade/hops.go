@@ -70,6 +70,9 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 	if err != nil {
 		return nil, &sdk.Refusal{Rule: "R10", Reason: err.Error(), Fix: "give the target as vMAJOR.MINOR.PATCH, e.g. /talos upgrade talos v1.13.9"}
 	}
+	if err := allowedTarget(req.GetSettings(), target); err != nil {
+		return nil, err
+	}
 	only, err := selection(inv, req.GetArgs()["nodes"])
 	if err != nil {
 		return nil, err

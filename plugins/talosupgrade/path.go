@@ -10,6 +10,7 @@ import (
 
 	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/internal/releases/compat"
+	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
@@ -19,6 +20,22 @@ import (
 // the configured known_talos_releases.
 func knownReleases(st *lifecyclev1.Settings) (talos, kube []releases.Version) {
 	return releases.Known(st.GetExtra(), st.GetKnownTalosReleases())
+}
+
+// allowedTarget refuses (R10) a target outside the allow-list when the
+// bot's release data says releases.listed_only (releases.Notes.Allowed,
+// the rule's one place). The stops before the target come from that list
+// already (knownReleases).
+func allowedTarget(st *lifecyclev1.Settings, target talos.Release) error {
+	n, ok := releases.ReadNotes(st.GetExtra())
+	if !ok {
+		return nil
+	}
+	err := n.Allowed(releases.Version(target))
+	if rf := (*releases.Refusal)(nil); errors.As(err, &rf) {
+		return sdk.Refuse(rf.Rule, rf.Reason, rf.Fix)
+	}
+	return err
 }
 
 // oldestKubelet is the lowest kubelet version of the cluster's nodes

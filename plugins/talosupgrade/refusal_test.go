@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
@@ -129,4 +130,21 @@ func TestRefusesWithoutSnapshotDir(t *testing.T) {
 	req := e.request(t, target)
 	req.Settings.SnapshotDir = ""
 	refusedEverywhere(t, e, req, "R12", "snapshot_dir")
+}
+
+// TestListedOnlyRefusesAnUnlistedTarget: with releases.listed_only (the
+// bot's release data says so), a target outside releases.talos is refused
+// (R10) naming the fix, and a listed one is planned.
+func TestListedOnlyRefusesAnUnlistedTarget(t *testing.T) {
+	e := start(t, 1, 1, false, nil)
+	req := e.request(t, target)
+	req.Settings.Extra = map[string]string{releases.NoteVersions: "v1.12.6,v1.13.2,v1.13.9", releases.NoteTargets: "v1.12.6,v1.13.2",
+		releases.NoteListedOnly: "true", releases.NoteOrigin: "Image Factory (test)"}
+	refusedEverywhere(t, e, req, "R10", "add v1.13.9 to releases.talos once it is reviewed")
+
+	req.Args["version"] = "v1.13.2"
+	plan, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), req)
+	if err != nil || plan.GetRefusal() != nil || plan.GetTarget() != "v1.13.2" {
+		t.Fatalf("a listed target: %v %v", err, plan)
+	}
 }
