@@ -273,7 +273,7 @@ func TestPauseStopsBetweenNodesAndResumeContinues(t *testing.T) {
 	if err := e.eng.Act(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, e.sink.button(t, id, "Resume")); err != nil {
 		t.Fatal(err)
 	}
-	op = e.await(id, state.StateSucceeded)
+	e.await(id, state.StateSucceeded)
 	if b, _ := os.ReadFile(vf); string(b) != "cp-1=v2\ncp-2=v2\ncp-3=v2" {
 		t.Fatalf("versions after the resumed roll = %q", b)
 	}
