@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -58,40 +56,11 @@ func startRecoverFixture(t *testing.T, onCall func(ctx context.Context, node, me
 	must(t, err)
 	f.c = c
 	t.Cleanup(func() { _ = c.Close() })
-	tc := filepath.Join(dir, "talosconfig")
-	must(t, os.WriteFile(tc, c.Talosconfig(), 0o600))
-	kc := filepath.Join(dir, "kubeconfig")
-	must(t, os.WriteFile(kc, f.kube.Kubeconfig, 0o600))
-	var nodes, endpoints []string
-	for _, n := range c.Nodes() {
-		nodes = append(nodes, fmt.Sprintf("{name: %s, address: %s, role: %s, host: %s, platform: nocloud, installer_class: default}", n.Name, n.IP, n.Role, n.Host))
-		if n.Role == sim.RoleControlPlane {
-			endpoints = append(endpoints, n.IP)
-		}
-	}
 	f.cms = f.kube.Client.CoreV1().ConfigMaps("default")
-
-	addr := servetest.FreeAddr(t)
-	cfg := filepath.Join(dir, "talosbot.yaml")
-	must(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`
-data_dir: %s/data
-listen: %s
-clusters:
-  - name: production
-    environment: production
-    channels: [ops]
-    endpoints: [%s]
-    nodes: [%s]
-    credentials: {source: files, talosconfig: "file:%s", kubeconfig: "file:%s"}
-    declared: {schematic_id: %s}
-policy:
-  production: {approvers: [bob, carol], operators: [alice, bob, carol]}
-releases: {talos: [v1.12.6, v1.13.9]}
-timeouts: {gate: 3m, node: 3m}
-chat:
-  web: {enabled: true, users: [{name: alice, token: env:TB_CONSOLE_TOKEN_ALICE}, {name: bob, token: env:TB_CONSOLE_TOKEN_BOB}, {name: carol, token: env:TB_CONSOLE_TOKEN_CAROL}]}
-`, dir, addr, strings.Join(endpoints, ", "), strings.Join(nodes, ", "), tc, kc, sim.DefaultSchematic)), 0o600))
-	f.b = &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Tokens: servetest.NewTokens(t, "alice", "bob", "carol")}
+	f.b = servetest.Config{Dir: dir, Users: []string{"alice", "bob", "carol"},
+		Clusters: []servetest.Cluster{{Name: "production", Sim: c, Kubeconfig: f.kube.Kubeconfig}},
+		Policy:   "{production: {approvers: [bob, carol], operators: [alice, bob, carol]}}",
+		Timeouts: "{gate: 3m, node: 3m}"}.Bot(t, talosbotBinary(t))
 	f.b.Start()
 	t.Cleanup(func() { _ = f.b.Cmd.Process.Signal(syscall.SIGTERM); _ = f.b.Cmd.Wait() })
 	return f
