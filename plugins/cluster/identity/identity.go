@@ -26,7 +26,6 @@ import (
 	"net"
 	"net/url"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -101,10 +100,6 @@ type Map struct {
 	members bool
 	// etcdErr, kubeErr: why the member list or the Node list could not be read.
 	etcdErr, kubeErr string
-	// unknownMembers are etcd members no inventory node matched.
-	unknownMembers []string
-	// unknownKube are Kubernetes Nodes no inventory node matched.
-	unknownKube []string
 	// conflicts are names two inventory nodes resolved to.
 	conflicts []conflict
 }
@@ -238,7 +233,6 @@ func readMembers(ctx context.Context, c *cluster.Clients, inv cluster.Inventory,
 }
 
 func (m *Map) matchMembers(members []*machineapi.EtcdMember) {
-	claimed := map[uint64]bool{}
 	for i := range m.nodes {
 		n := &m.nodes[i]
 		if !n.IsControlPlane() {
@@ -259,14 +253,7 @@ func (m *Map) matchMembers(members []*machineapi.EtcdMember) {
 			continue
 		}
 		n.EtcdMember, n.EtcdID = found.GetHostname(), found.GetId()
-		claimed[found.GetId()] = true
 	}
-	for _, mem := range members {
-		if !claimed[mem.GetId()] {
-			m.unknownMembers = append(m.unknownMembers, describeMember(mem))
-		}
-	}
-	sort.Strings(m.unknownMembers)
 }
 
 // memberByPeer finds the member with a peer URL on one of addrs.
@@ -292,12 +279,7 @@ func urlHost(raw string) string {
 	return u.Hostname()
 }
 
-func describeMember(mem *machineapi.EtcdMember) string {
-	return fmt.Sprintf("%s (id %016x, peer URLs %s)", mem.GetHostname(), mem.GetId(), strings.Join(mem.GetPeerUrls(), ","))
-}
-
 func (m *Map) matchKube(nodes []corev1.Node) {
-	claimed := map[string]bool{}
 	for i := range m.nodes {
 		n := &m.nodes[i]
 		if n.Nodename != "" {
@@ -318,16 +300,7 @@ func (m *Map) matchKube(nodes []corev1.Node) {
 				}
 			}
 		}
-		if n.KubeNode != "" {
-			claimed[n.KubeNode] = true
-		}
 	}
-	for _, kn := range nodes {
-		if !claimed[kn.Name] {
-			m.unknownKube = append(m.unknownKube, kn.Name)
-		}
-	}
-	sort.Strings(m.unknownKube)
 }
 
 // findConflicts records a Kubernetes Node or etcd member that two inventory

@@ -17,9 +17,6 @@ func (m *Map) Inventory() cluster.Inventory { return m.inv }
 // Nodes returns every node's names, in inventory order.
 func (m *Map) Nodes() []Node { return slices.Clone(m.nodes) }
 
-// Kube reports whether Kubernetes names were resolved (the run has a kubeconfig).
-func (m *Map) Kube() bool { return m.kube }
-
 // Of finds a node by inventory name or address.
 func (m *Map) Of(nameOrAddress string) (Node, bool) {
 	for _, n := range m.nodes {
@@ -35,16 +32,6 @@ func (m *Map) Of(nameOrAddress string) (Node, bool) {
 func (m *Map) KubeNode(nameOrAddress string) string {
 	n, _ := m.Of(nameOrAddress)
 	return n.KubeNode
-}
-
-// ByKubeNode finds the inventory node whose Kubernetes Node is name.
-func (m *Map) ByKubeNode(name string) (Node, bool) {
-	for _, n := range m.nodes {
-		if n.KubeNode != "" && n.KubeNode == name {
-			return n, true
-		}
-	}
-	return Node{}, false
 }
 
 // ByMemberID finds the control plane whose etcd member has id.
@@ -75,13 +62,6 @@ func (m *Map) ByMember(mem *machineapi.EtcdMember) (Node, bool) {
 	}
 	return Node{}, false
 }
-
-// UnknownMembers are the etcd members no inventory node resolved to, each as
-// "name (id, peer URLs)".
-func (m *Map) UnknownMembers() []string { return slices.Clone(m.unknownMembers) }
-
-// UnknownKubeNodes are the Kubernetes Nodes no inventory node resolved to.
-func (m *Map) UnknownKubeNodes() []string { return slices.Clone(m.unknownKube) }
 
 // Require returns nil when every named node (inventory name or address; none:
 // every node) has the aspects resolved, and otherwise one refusal naming each
