@@ -30,7 +30,9 @@ import (
 // StatusFacts asks every status provider about each cluster and returns,
 // per cluster, one line per provider: "<label>: <facts>" or "<label>: not
 // read (<reason>)". It never fails: status must answer when a cluster or a
-// plugin does not.
+// plugin does not. It does not authorize: each call loads the cluster's
+// credentials and plans against it, so the caller passes only the clusters
+// the user may read (bot's statusAuthorize).
 func (e *Engine) StatusFacts(ctx context.Context, user string, clusters []string) map[string][]string {
 	var providers []grammar.CommandSpec
 	for _, s := range e.grammar.Specs() {
