@@ -5,7 +5,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -15,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/chromedp/chromedp"
 
 	"github.com/talosbot/talosbot/internal/browsertest"
 	"github.com/talosbot/talosbot/internal/servetest"
@@ -36,53 +33,9 @@ func TestDemoRunsBuiltInPlugins(t *testing.T) {
 	}
 	addr := servetest.FreeAddr(t)
 	dataDir := filepath.Join(t.TempDir(), "demo") // the demo creates it
-	cmd := exec.Command(demoBinPath, "demo", "--listen", addr, "--data-dir", dataDir)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var log strings.Builder
-	cmd.Stderr = &lockedWriter{mu: &mu, w: &log}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(2 * time.Minute):
-			_ = cmd.Process.Kill()
-		}
-	})
-	ready, ended := make(chan struct{}), make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			(&lockedWriter{mu: &mu, w: &log}).Write([]byte(sc.Text() + "\n"))
-			if strings.Contains(sc.Text(), "talosbot demo is ready") {
-				select {
-				case <-ready:
-				default:
-					close(ready)
-				}
-			}
-		}
-		close(ended) // stdout closed: the demo exited
-		exited <- cmd.Wait()
-	}()
-	fail := func(why string) {
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("%s; output:\n%s", why, log.String())
-	}
-	select {
-	case <-ready:
-	case <-ended:
-		fail("the demo exited before it was ready")
-	case <-time.After(3 * time.Minute):
-		fail("demo not ready after 3 minutes")
+	d := startDemo(t, "--listen", addr, "--data-dir", dataDir)
+	if !d.waitLine("talosbot demo is ready", 3*time.Minute) {
+		t.Fatalf("the demo was not ready within 3 minutes (or exited); output:\n%s", d.output())
 	}
 	b := &servetest.Bot{T: t, Addr: addr}
 	b.Command("alice", "ops", "/talos health staging")
@@ -97,10 +50,10 @@ func TestDemoRunsBuiltInPlugins(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	p := browsertest.Open(t, ctx, "http://"+addr+"/")
-	p.WaitVisible(`#live.on`)
-	p.Do(chromedp.SendKeys(chromedp.CSS(`#cmd`), "/talos help"), chromedp.Click(chromedp.CSS(`#send`)))
+	p.WaitConnected()
+	p.SendCommand("/talos help")
 	p.WaitText(`#messages`, "talosbot commands:")
-	p.Do(chromedp.SendKeys(chromedp.CSS(`#cmd`), "/talos audit --since 1h"), chromedp.Click(chromedp.CSS(`#send`)))
+	p.SendCommand("/talos audit --since 1h")
 	p.WaitJS("the audit answer", `document.querySelector("#messages .msg .text pre") !== null`)
 	if n := browsertest.Eval[int](p, `document.querySelectorAll("#messages .text code").length`); n < 10 {
 		t.Errorf("the help shows %d code spans; want one per command", n)
@@ -110,21 +63,11 @@ func TestDemoRunsBuiltInPlugins(t *testing.T) {
 	}
 	p.Screenshot("demo-help-audit")
 
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-ended:
-	case <-time.After(2 * time.Minute):
-		fail("the demo did not stop within 2 minutes of Ctrl-C")
-	}
+	d.interrupt()
 	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
-		fail("after Ctrl-C the demo's data dir is still there (" + dataDir + ")")
+		t.Fatalf("after Ctrl-C the demo's data dir is still there (%v); output:\n%s", err, d.output())
 	}
-	mu.Lock()
-	out := log.String()
-	mu.Unlock()
-	if !strings.Contains(out, "removed the demo's data dir "+dataDir) {
+	if out := d.output(); !strings.Contains(out, "removed the demo's data dir "+dataDir) {
 		t.Fatalf("the demo did not say it removed its data dir; output:\n%s", out)
 	}
 }
@@ -170,15 +113,110 @@ func TestDemoRefusesBusyPort(t *testing.T) {
 	}
 }
 
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
+// demoProc is a running `talosbot-demo demo`: its output so far (stdout and
+// stderr), a wait for a line of it, and Ctrl-C. The cleanup stops a demo the
+// test left running, so a failing test leaves no clusters behind.
+type demoProc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	out    strings.Builder
+	more   chan struct{} // closed and replaced whenever output arrives
+	exited chan struct{} // closed once the process was reaped
 }
 
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+func startDemo(t *testing.T, args ...string) *demoProc {
+	t.Helper()
+	d := &demoProc{t: t, cmd: exec.Command(demoBinPath, append([]string{"demo"}, args...)...), more: make(chan struct{}), exited: make(chan struct{})}
+	stdout, err := d.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.cmd.Stderr = d
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			_, _ = d.Write([]byte(sc.Text() + "\n"))
+		}
+		_ = d.cmd.Wait() // after stdout closed: Wait closes the pipe
+		close(d.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-d.exited:
+			return
+		default:
+		}
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-d.exited:
+		case <-time.After(2 * time.Minute):
+			_ = d.cmd.Process.Kill()
+			<-d.exited
+		}
+	})
+	return d
+}
+
+// Write collects stderr (and, from the scanner, stdout) and wakes waitLine.
+func (d *demoProc) Write(p []byte) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.out.Write(p)
+	close(d.more)
+	d.more = make(chan struct{})
+	return len(p), nil
+}
+
+func (d *demoProc) output() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.out.String()
+}
+
+// waitLine waits until the output contains s; false if the demo exited or
+// the time ran out first.
+func (d *demoProc) waitLine(s string, within time.Duration) bool {
+	deadline := time.After(within)
+	for {
+		d.mu.Lock()
+		found, more := strings.Contains(d.out.String(), s), d.more
+		d.mu.Unlock()
+		if found {
+			return true
+		}
+		select {
+		case <-more:
+		case <-d.exited:
+			return strings.Contains(d.output(), s)
+		case <-deadline:
+			return false
+		}
+	}
+}
+
+// interrupt sends Ctrl-C (SIGINT) and waits up to 2 minutes for the demo to
+// exit. On that timeout it sends SIGQUIT, so the failure carries every
+// goroutine's stack and shows where the demo hangs.
+func (d *demoProc) interrupt() {
+	d.t.Helper()
+	if err := d.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		d.t.Fatal(err)
+	}
+	select {
+	case <-d.exited:
+	case <-time.After(2 * time.Minute):
+		_ = d.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-d.exited:
+		case <-time.After(10 * time.Second):
+			_ = d.cmd.Process.Kill()
+		}
+		d.t.Fatalf("the demo did not stop within 2 minutes of Ctrl-C; output and goroutine dump:\n%s", d.output())
+	}
 }
 
 // TestDemoCtrlCWhileStarting: Ctrl-C while the clusters are still starting
@@ -188,52 +226,12 @@ func TestDemoCtrlCWhileStarting(t *testing.T) {
 		t.Skip("starts simulated clusters")
 	}
 	dataDir := filepath.Join(t.TempDir(), "demo")
-	cmd := exec.Command(demoBinPath, "demo", "--listen", servetest.FreeAddr(t), "--data-dir", dataDir)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	d := startDemo(t, "--listen", servetest.FreeAddr(t), "--data-dir", dataDir)
+	if !d.waitLine("starting two simulated clusters", time.Minute) {
+		t.Fatalf("the demo did not start its clusters; output:\n%s", d.output())
 	}
-	var mu sync.Mutex
-	var log strings.Builder
-	cmd.Stderr = &lockedWriter{mu: &mu, w: &log}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	starting, exited := make(chan struct{}), make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			(&lockedWriter{mu: &mu, w: &log}).Write([]byte(sc.Text() + "\n"))
-			if strings.Contains(sc.Text(), "starting two simulated clusters") {
-				close(starting)
-			}
-		}
-		exited <- cmd.Wait()
-	}()
-	output := func() string { mu.Lock(); defer mu.Unlock(); return log.String() }
-	select {
-	case <-starting:
-	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
-		t.Fatalf("the demo did not start its clusters; output:\n%s", output())
-	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-	case <-time.After(2 * time.Minute):
-		// SIGQUIT makes the Go runtime print every goroutine's stack to stderr: the failure
-		// then shows where the demo hangs.
-		_ = cmd.Process.Signal(syscall.SIGQUIT)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-		t.Fatalf("the demo did not stop within 2 minutes of Ctrl-C; output and goroutine dump:\n%s", output())
-	}
+	d.interrupt()
 	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
-		t.Fatalf("after Ctrl-C while starting, the data dir is still there (%v); output:\n%s", err, output())
+		t.Fatalf("after Ctrl-C while starting, the data dir is still there (%v); output:\n%s", err, d.output())
 	}
 }
