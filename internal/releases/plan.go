@@ -121,9 +121,6 @@ type TalosRequest struct {
 	// KnownKubernetes (releases.kubernetes) name the Kubernetes release
 	// to upgrade to first when a hop needs a newer one.
 	KnownKubernetes []Version
-	// RefuseNonLatest refuses a target that is not the newest known patch
-	// of its minor (releases.refuse_non_latest_patch); otherwise a warning.
-	RefuseNonLatest bool
 }
 
 // PlanTalos plans the Talos upgrade from r.Running to r.Target one
@@ -132,6 +129,8 @@ type TalosRequest struct {
 // minor in between, then the target. Every hop must pass the matrix's
 // upgrade-from rules, and must keep the running Kubernetes supported; a hop
 // that would not is refused, naming the Kubernetes upgrade to do first.
+// Whether the target is the newest patch of its minor is the upgrade's own
+// check (talos.PatchCheck), not the path's.
 func PlanTalos(m Matrix, r TalosRequest) (*TalosPlan, error) {
 	from, to := r.Running, r.Target
 	p := &TalosPlan{Running: from, Target: to, Kubernetes: r.Kubernetes}
@@ -144,13 +143,6 @@ func PlanTalos(m Matrix, r TalosRequest) (*TalosPlan, error) {
 	case to.Major != from.Major:
 		return nil, &Refusal{Rule: "R10", Reason: fmt.Sprintf("%s → %s changes the major version", from.Tag(), to.Tag()),
 			Fix: "a major upgrade is not planned by the bot; follow the release notes"}
-	}
-	warn, err := patchCheck(to, r.Known, r.RefuseNonLatest)
-	if err != nil {
-		return nil, err
-	}
-	if warn != "" {
-		p.Warnings = append(p.Warnings, "⚠️ "+warn)
 	}
 	var stops []Version
 	if !to.SameMinor(from) {
@@ -227,36 +219,6 @@ func kubernetesFirst(m Matrix, r TalosRequest, i int, cur, stop Version, rng Kub
 			cur.Tag(), cur.Tag(), need.MinorPlain(), name(need), steps)
 	}
 	return &Refusal{Rule: "R20", Reason: reason, Fix: fix}
-}
-
-// patchCheck is the latest-patch half of R10 for the target. With no
-// known releases the newest patch cannot be confirmed: with refuse set
-// that is a refusal (fail closed).
-func patchCheck(target Version, known []Version, refuse bool) (string, error) {
-	if len(known) == 0 {
-		msg := fmt.Sprintf("no Talos releases are known (releases.talos, Image Factory); cannot confirm that %s is the newest %s patch", target.Tag(), target.MinorTag())
-		if refuse {
-			return "", &Refusal{Rule: "R10", Reason: msg + " (policy refuses non-latest patches)",
-				Fix: "wait until the bot has read Image Factory (releases.factory_url), or list the releases you use in releases.talos, then plan again"}
-		}
-		return msg, nil
-	}
-	lp, ok := LatestPatch(known, target)
-	var msg, fix string
-	switch {
-	case ok && lp.Compare(target) > 0:
-		msg = fmt.Sprintf("%s is not the newest %s patch: %s is known", target.Tag(), target.MinorTag(), lp.Tag())
-		fix = fmt.Sprintf("upgrade to %s instead", lp.Tag())
-	case !slices.Contains(known, target):
-		msg = fmt.Sprintf("%s is not a known release", target.Tag())
-		fix = "pick a listed release (`/talos releases`), or add it to releases.talos if it exists"
-	default:
-		return "", nil
-	}
-	if refuse {
-		return "", &Refusal{Rule: "R10", Reason: msg + " (policy refuses non-latest patches)", Fix: fix}
-	}
-	return msg, nil
 }
 
 // KubeHop is one Kubernetes upgrade of a multi-hop path (its own dry run

@@ -57,7 +57,7 @@ func (p *path) spelled() string {
 func (p *path) planTarget() string {
 	var stops []releases.Version
 	for _, h := range p.hops {
-		stops = append(stops, releases.Version{Major: h.target.Major, Minor: h.target.Minor, Patch: h.target.Patch})
+		stops = append(stops, releases.Version(h.target))
 	}
 	return releases.PlanTarget(stops)
 }
@@ -97,20 +97,18 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 	if err != nil {
 		return nil, err
 	}
-	versions := map[string]string{}
 	var oldest releases.Version
-	for name, st := range states {
-		versions[name] = st.Version
-		if v, err := releases.Parse(st.Version); err == nil && (oldest.IsZero() || v.Compare(oldest) < 0) {
-			oldest = v
+	for _, v := range at {
+		if rv := releases.Version(v); oldest.IsZero() || rv.Compare(oldest) < 0 {
+			oldest = rv
 		}
 	}
 	p := &path{target: target, at: map[string]talos.Release{}}
 	for n, v := range at {
 		p.at[n] = v
 	}
-	stops := []releases.Version{{Major: target.Major, Minor: target.Minor, Patch: target.Patch}}
-	if !oldest.IsZero() && target.Compare(talos.Release{Major: oldest.Major, Minor: oldest.Minor, Patch: oldest.Patch}) > 0 {
+	stops := []releases.Version{releases.Version(target)}
+	if !oldest.IsZero() && target.Compare(talos.Release(oldest)) > 0 {
 		if stops, p.kubeSupport, err = pathCheck(oldest, stops[0], oldestKubelet(ctx, s.Kube), req.GetSettings()); err != nil {
 			return nil, err
 		}
@@ -126,12 +124,12 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 		if !last {
 			prefix = stop.Tag() + "/"
 		}
-		hop := talos.Release{Major: stop.Major, Minor: stop.Minor, Patch: stop.Patch}
+		hop := talos.Release(stop)
 		r, err := hopRoll(req, inv, states, at, hop, q.Leader, only, prefix, last)
 		if err != nil {
 			return nil, err
 		}
-		r.hop, r.hops, r.versions, r.ids = i+1, len(stops), versions, ids
+		r.hop, r.hops, r.ids = i+1, len(stops), ids
 		p.hops = append(p.hops, r)
 		// The next hop starts where this one leaves every node.
 		for _, st := range r.steps {
@@ -141,7 +139,7 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 		}
 	}
 	known, _ := knownReleases(req.GetSettings())
-	warn, re := talos.PatchCheck(target, releases.Tags(known), req.GetSettings().GetRefuseNonLatestPatch())
+	warn, re := talos.PatchCheck(target, known, req.GetSettings().GetRefuseNonLatestPatch())
 	if re != nil {
 		return nil, re
 	}
@@ -271,7 +269,7 @@ func (x *run) liveHop(ctx context.Context, h *roll) (*roll, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.hop, r.hops, r.versions, r.ids = h.hop, h.hops, h.versions, h.ids
+	r.hop, r.hops, r.ids = h.hop, h.hops, h.ids
 	return r, nil
 }
 

@@ -85,12 +85,11 @@ func (n nodeStep) title(target talos.Release) string {
 
 // roll is the computed plan of one hop (hops.go: the path of hops).
 type roll struct {
-	inv      cluster.Inventory
-	ids      *identity.Map // every node's resolved names
-	target   talos.Release
-	leader   string
-	steps    []nodeStep
-	versions map[string]string // every node's running version
+	inv    cluster.Inventory
+	ids    *identity.Map // every node's resolved names
+	target talos.Release
+	leader string
+	steps  []nodeStep
 	// hop and hops place the roll in its path (1/1 for a one-hop
 	// upgrade); prefix starts its step ids (hops.go).
 	hop, hops int

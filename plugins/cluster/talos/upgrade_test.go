@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/cluster"
 )
 
@@ -42,7 +43,7 @@ func TestCheckUpgradePath(t *testing.T) {
 }
 
 func TestPatchCheck(t *testing.T) {
-	known := []string{"v1.12.6", "v1.13.2", "v1.13.9"}
+	known := releases.ParseAll([]string{"v1.12.6", "v1.13.2", "v1.13.9"})
 	if w, re := PatchCheck(rel(t, "v1.13.9"), known, true); w != "" || re != nil {
 		t.Fatalf("newest patch: %q %v", w, re)
 	}
@@ -52,7 +53,7 @@ func TestPatchCheck(t *testing.T) {
 	if _, re := PatchCheck(rel(t, "v1.13.2"), known, true); re == nil || !strings.Contains(re.Fix, "v1.13.9") {
 		t.Fatalf("older patch with policy: %v", re)
 	}
-	if w, _ := PatchCheck(rel(t, "v1.13.5"), []string{"v1.12.6"}, false); !strings.Contains(w, "not in the configured list") {
+	if w, _ := PatchCheck(rel(t, "v1.13.5"), releases.ParseAll([]string{"v1.12.6"}), false); !strings.Contains(w, "not in the configured list") {
 		t.Fatalf("unlisted: %q", w)
 	}
 	// No release known: the newest patch cannot be confirmed. A warning,

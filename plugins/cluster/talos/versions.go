@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -74,7 +75,7 @@ func CheckUpgradePath(node string, from, to Release) *sdk.Refusal {
 		return &sdk.Refusal{Rule: "R10",
 			Reason: fmt.Sprintf("%s runs %s; %s would be a downgrade", node, from, to),
 			Fix:    fmt.Sprintf("an upgrade never goes back; to undo a failed upgrade of one node use `/talos rollback %s`", node)}
-	case releases.SkipsMinor(releases.Version{Major: from.Major, Minor: from.Minor, Patch: from.Patch}, releases.Version{Major: to.Major, Minor: to.Minor, Patch: to.Patch}):
+	case releases.SkipsMinor(releases.Version(from), releases.Version(to)):
 		next := fmt.Sprintf("v%d.%d", from.Major, from.Minor+1)
 		return &sdk.Refusal{Rule: "R10",
 			Reason: fmt.Sprintf("%s runs %s; %s skips a minor release (one adjacent minor at a time)", node, from, to),
@@ -95,12 +96,12 @@ func CheckUpgradePath(node string, from, to Release) *sdk.Refusal {
 	return nil
 }
 
-// PatchCheck is the second half of R10: the target should be the newest
-// known patch of its minor. It returns a warning (or, when refuse is set, a
-// refusal) and "" / nil when the target is the newest known patch. With no
-// known releases the newest patch cannot be confirmed: a warning, or with
-// refuse set a refusal (fail closed).
-func PatchCheck(target Release, known []string, refuse bool) (string, *sdk.Refusal) {
+// PatchCheck is the second half of R10, in its one place: the target should
+// be the newest known patch of its minor. It returns a warning (or, when
+// refuse is set, a refusal) and "" / nil when the target is the newest
+// known patch. With no known releases the newest patch cannot be
+// confirmed: a warning, or with refuse set a refusal (fail closed).
+func PatchCheck(target Release, known []releases.Version, refuse bool) (string, *sdk.Refusal) {
 	if len(known) == 0 {
 		msg := fmt.Sprintf("no Talos releases are known (Image Factory, releases.talos); cannot confirm that %s is the newest %s patch", target, target.MinorString())
 		if refuse {
@@ -109,35 +110,21 @@ func PatchCheck(target Release, known []string, refuse bool) (string, *sdk.Refus
 		}
 		return msg, nil
 	}
-	var newest *Release
-	listed := false
-	for _, k := range known {
-		v, err := ParseRelease(k)
-		if err != nil || v.Major != target.Major || v.Minor != target.Minor {
-			continue
-		}
-		if v == target {
-			listed = true
-		}
-		if newest == nil || v.Compare(*newest) > 0 {
-			nv := v
-			newest = &nv
-		}
-	}
-	var msg string
+	t := releases.Version(target)
+	newest, ok := releases.LatestPatch(known, t)
+	newer := ok && newest.Compare(t) > 0
+	var msg, fix string
 	switch {
-	case newest != nil && newest.Compare(target) > 0:
-		msg = fmt.Sprintf("%s is not the newest %s patch: %s is known", target, target.MinorString(), newest)
-	case !listed:
+	case newer:
+		msg = fmt.Sprintf("%s is not the newest %s patch: %s is known", target, target.MinorString(), newest.Tag())
+		fix = fmt.Sprintf("upgrade to %s instead", newest.Tag())
+	case !slices.Contains(known, t):
 		msg = fmt.Sprintf("%s is not in the configured list of known releases (releases.talos)", target)
+		fix = "add the release to releases.talos if it exists, or pick a listed one"
 	default:
 		return "", nil
 	}
 	if refuse {
-		fix := "add the release to releases.talos if it exists, or pick a listed one"
-		if newest != nil && newest.Compare(target) > 0 {
-			fix = fmt.Sprintf("upgrade to %s instead", newest)
-		}
 		return "", &sdk.Refusal{Rule: "R10", Reason: msg + " (policy refuses non-latest patches)", Fix: fix}
 	}
 	return msg, nil
