@@ -109,7 +109,7 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 	}
 	stops := []releases.Version{releases.Version(target)}
 	if !oldest.IsZero() && target.Compare(talos.Release(oldest)) > 0 {
-		if stops, p.kubeSupport, err = pathCheck(oldest, stops[0], oldestKubelet(ctx, s.Kube), req.GetSettings()); err != nil {
+		if stops, p.kubeSupport, err = pathCheck(oldest, stops[0], runningKubernetes(ctx, s, ids), req.GetSettings()); err != nil {
 			return nil, err
 		}
 	}

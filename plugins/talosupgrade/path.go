@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-
 	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/internal/releases/compat"
+	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/identity"
+	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
@@ -38,24 +38,21 @@ func allowedTarget(st *lifecyclev1.Settings, target talos.Release) error {
 	return err
 }
 
-// oldestKubelet is the lowest kubelet version of the cluster's nodes
-// (zero when there is no Kubernetes API or no readable version).
-func oldestKubelet(ctx context.Context, kc kubernetes.Interface) releases.Version {
-	var out releases.Version
-	if kc == nil {
-		return out
-	}
-	list, err := kc.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+// runningKubernetes is the running Kubernetes version by R20's definition:
+// the lowest of the apiserver, the control planes' static pods and the
+// kubelets (k8s.ReadVersions(...).Lowest(), as the Kubernetes upgrade reads
+// it). Zero, "unknown", when it cannot be read (no Kubernetes API, a node
+// not registered, a version that is not a release).
+func runningKubernetes(ctx context.Context, s *cluster.Session, ids *identity.Map) releases.Version {
+	v, err := k8s.ReadVersions(ctx, s.Clients, ids)
 	if err != nil {
-		return out
+		return releases.Version{}
 	}
-	for _, n := range list.Items {
-		v, err := releases.Parse(n.Status.NodeInfo.KubeletVersion)
-		if err == nil && (out.IsZero() || v.Compare(out) < 0) {
-			out = v
-		}
+	low, err := releases.Parse(v.Lowest().Version)
+	if err != nil {
+		return releases.Version{}
 	}
-	return out
+	return low
 }
 
 // pathCheck plans the path from the oldest node version to the target

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/internal/releases"
+	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/sim"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestRefusesAnUpgradeThatStrandsKubernetes: Talos v1.13 supports
@@ -40,4 +42,36 @@ func TestPlanShowsKubernetesSupport(t *testing.T) {
 		}
 	}
 	t.Errorf("no Kubernetes support precondition: %v", plan.GetPreconditions())
+}
+
+// TestRunningKubernetesIsTheLowestComponent: the running Kubernetes whose
+// support a Talos upgrade checks (R20) is the lowest version the cluster
+// runs — apiserver, control-plane static pods, kubelets — as the
+// Kubernetes upgrade reads it, not the kubelets alone: a Kubernetes upgrade
+// that stopped with kube-controller-manager still on 1.30.4 leaves
+// Kubernetes 1.30.4 running, which Talos v1.13 does not support.
+func TestRunningKubernetesIsTheLowestComponent(t *testing.T) {
+	e := start(t, 1, 1, true, func(o *sim.Options) { o.KubernetesVersion = "v1.31.4" })
+	ctx := ctxFor(t, time.Minute)
+	req := e.request(t, target)
+	req.Settings.Extra = map[string]string{releases.NoteVersions: "v1.12.6,v1.13.9", releases.NoteTargets: "v1.12.6,v1.13.9"}
+	if plan, err := (&Plugin{}).Plan(ctx, req); err != nil || plan.GetRefusal() != nil {
+		t.Fatalf("Kubernetes 1.31.4 everywhere: %v %v", err, plan.GetRefusal())
+	}
+
+	pods := e.kube.Client.CoreV1().Pods("kube-system")
+	name := k8s.StaticPodName("kube-controller-manager", e.info(t, "cp-1").NodeName)
+	pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Spec.Containers[0].Image = "registry.k8s.io/kube-controller-manager:v1.30.4"
+	if _, err := pods.Update(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := (&Plugin{}).Plan(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireRefusal(t, plan, "R20", "would leave Kubernetes 1.30.4 unsupported")
 }
