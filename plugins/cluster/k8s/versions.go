@@ -9,7 +9,6 @@ import (
 
 	"github.com/blang/semver/v4"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
-	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/compatibility"
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
@@ -230,23 +229,29 @@ func CheckTalosSupport(ctx context.Context, c *cluster.Clients, inv cluster.Inve
 	if err != nil {
 		return nil, nil, fmt.Errorf("parse Kubernetes version %s: %w", target, err)
 	}
+	// One call per node, by address, as talosctl's GetNodesTalosVersions, all at once
+	// (cluster.PerNode): a node that is down costs its timeout once, not once before
+	// each node after it.
+	ok, fails := cluster.PerNode(ctx, inv, cluster.Addresses(inv.Nodes), func(nctx context.Context) ([]*machineapi.Version, error) {
+		resp, err := c.Machine.Version(nctx, &emptypb.Empty{})
+		return resp.GetMessages(), err
+	})
+	failed := map[string]cluster.NodeFailure{}
+	for _, f := range fails {
+		failed[f.Node] = f
+	}
 	var all, bad []TalosSupport
 	for _, n := range inv.Nodes {
-		// One call per node, by address, as talosctl's GetNodesTalosVersions: a reply is
-		// the node's own, whatever its hostname.
 		s := TalosSupport{Node: n.Name}
-		var m *machineapi.Version
-		resp, err := c.Machine.Version(client.WithNode(ctx, n.Address), &emptypb.Empty{})
-		if len(resp.GetMessages()) > 0 {
-			m = resp.GetMessages()[0]
-		}
+		m, answered := ok[n.Name]
+		f, isFailed := failed[n.Name]
 		switch {
-		case m == nil && err != nil:
-			s.Err = fmt.Errorf("no answer to the Talos Version call: %w", err)
-		case m == nil:
+		case isFailed && f.Unreachable:
+			s.Err = fmt.Errorf("no answer to the Talos Version call: %s", f.Msg)
+		case isFailed:
+			s.Err = fmt.Errorf("the Talos Version call failed: %s", f.Msg)
+		case !answered:
 			s.Err = errors.New("no answer to the Talos Version call")
-		case m.GetMetadata().GetError() != "":
-			s.Err = fmt.Errorf("the Talos API answered: %s", m.GetMetadata().GetError())
 		default:
 			s.Talos = m.GetVersion().GetTag()
 			tv, perr := compatibility.ParseTalosVersion(m.GetVersion())
