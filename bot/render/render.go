@@ -48,9 +48,13 @@ type Renderer struct {
 }
 
 type opView struct {
-	ref          string
-	channel      string
-	latest       chat.Message
+	ref     string
+	channel string
+	// pending is the newest update not yet rendered. Its Facts read the
+	// store, so they are read and rendered in flush, at most once per
+	// MinEditInterval, not on every progress event.
+	pending      *engine.Update
+	latest       chat.Message // the newest rendered message (resent on a retry)
 	buttons      []chat.Button
 	buttonsState state.OpState
 	lastEdit     time.Time
@@ -116,12 +120,9 @@ func (r *Renderer) Thread(ctx context.Context, op *state.Operation, text string)
 	}
 }
 
-// Operation renders the operation's message, creating it on first use.
+// Operation renders the operation's message, creating it on first use. Only
+// the newest update is kept; flush reads its facts and renders it.
 func (r *Renderer) Operation(ctx context.Context, u engine.Update) {
-	var facts *engine.Facts
-	if u.Facts != nil {
-		facts = u.Facts(ctx) // reads the store: before the renderer's lock
-	}
 	r.mu.Lock()
 	v := r.ops[u.Op.ID]
 	if v == nil {
@@ -148,18 +149,13 @@ func (r *Renderer) Operation(ctx context.Context, u engine.Update) {
 			r.mu.Unlock()
 		})
 	}
-	now := r.clock.Now()
-	if facts != nil && !facts.Now.IsZero() {
-		now = facts.Now // the engine's clock, which set the expiry
-	}
-	v.latest = Render(u.Op, u.Lines, facts, now)
 	details := ""
 	if u.Op.State == state.StateAwaitingApproval && u.Op.Digest != "" && v.detailsFor != u.Op.Digest {
 		// Every step goes behind the card, once per plan.
 		v.detailsFor = u.Op.Digest
 		details = Details(u.Op)
 	}
-	v.latest.Buttons = v.buttons
+	v.pending = &u
 	v.dirty = true
 	first := v.ref == ""
 	wait := time.Duration(0)
@@ -179,6 +175,22 @@ func (r *Renderer) Operation(ctx context.Context, u engine.Update) {
 	if details != "" {
 		r.Thread(ctx, u.Op, details)
 	}
+}
+
+// render turns u into its message, reading its facts (the store) first.
+// It runs in flush, outside the renderer's lock.
+func (r *Renderer) render(ctx context.Context, u *engine.Update, buttons []chat.Button) chat.Message {
+	var facts *engine.Facts
+	if u.Facts != nil {
+		facts = u.Facts(ctx)
+	}
+	now := r.clock.Now()
+	if facts != nil && !facts.Now.IsZero() {
+		now = facts.Now // the engine's clock, which set the expiry
+	}
+	m := Render(u.Op, u.Lines, facts, now)
+	m.Buttons = buttons
+	return m
 }
 
 // view returns the operation's view, posting its message if needed.
@@ -210,9 +222,22 @@ func (r *Renderer) flush(ctx context.Context, id string) {
 		r.mu.Unlock()
 		return
 	}
-	msg, ref := v.latest, v.ref
+	// v.buttons are those of the pending update: both change together.
+	u, buttons, ref := v.pending, v.buttons, v.ref
+	v.pending = nil
 	v.dirty, v.timerSet = false, false
 	v.lastEdit = r.clock.Now()
+	r.mu.Unlock()
+	if u != nil {
+		// An update arriving meanwhile is newer: it sets pending and a
+		// timer again, so the latest state is still the one delivered.
+		m := r.render(ctx, u, buttons)
+		r.mu.Lock()
+		v.latest = m
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
+	msg := v.latest // the retry path resends it while nothing newer came
 	r.mu.Unlock()
 	if ref == "" {
 		newRef, err := r.adapter.Post(ctx, v.channel, "", msg)

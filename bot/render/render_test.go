@@ -206,3 +206,40 @@ func TestRendererGivesUpAfterBoundedEditRetries(t *testing.T) {
 		t.Fatalf("attempts=%d, want %d (one try and %d retries)", ad.attempts, maxEditRetries+1, maxEditRetries)
 	}
 }
+
+// The facts read the store; a burst of progress must not read it once per
+// event, only once per edit, and the edit must show the newest update.
+func TestRendererReadsFactsOncePerEdit(t *testing.T) {
+	clock := &manualClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	ad := &countingAdapter{}
+	r := NewRenderer(ad, clock, nil)
+	ctx := context.Background()
+	var mu sync.Mutex
+	reads := 0
+	facts := func(context.Context) *engine.Facts {
+		mu.Lock()
+		defer mu.Unlock()
+		reads++
+		return &engine.Facts{Now: clock.Now()}
+	}
+	op := &state.Operation{ID: "op1", Command: "upgrade talos", Cluster: "production", Channel: "ops", State: state.StateRunning,
+		Steps: []state.Step{{ID: "a", Title: "cp-1", Status: "running"}}}
+	for i := range 10 {
+		o := *op
+		o.Steps = []state.Step{{ID: "a", Title: "cp-1", Status: "running", Detail: fmt.Sprint("event ", i)}}
+		r.Operation(ctx, engine.Update{Op: &o, Facts: facts})
+	}
+	clock.Advance(MinEditInterval)
+	mu.Lock()
+	got := reads
+	mu.Unlock()
+	if got > 2 {
+		t.Fatalf("facts read %d times for 10 updates in one interval, want at most 2", got)
+	}
+	if ad.posts != 1 || len(ad.edits) != 1 {
+		t.Fatalf("posts=%d edits=%d, want the post and one coalesced edit", ad.posts, len(ad.edits))
+	}
+	if want := "▱ 0/1\n⏳ running cp-1 — event 9"; ad.edits[0].Text != want {
+		t.Fatalf("edit shows %q, want the last update %q", ad.edits[0].Text, want)
+	}
+}
