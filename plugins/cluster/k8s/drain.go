@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -166,13 +167,18 @@ func remaining(ctx context.Context, kube kubernetes.Interface, node string, o Dr
 	}
 	var pods, pdbs []string
 	seen := map[string]bool{}
+	// The budgets of each namespace, listed once (nil: the list failed).
+	budgets := map[string][]policyv1.PodDisruptionBudget{}
 	for _, p := range list.Pods() {
 		pods = append(pods, p.Namespace+"/"+p.Name)
-		budgets, err := kube.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			continue
+		inNS, listed := budgets[p.Namespace]
+		if !listed {
+			if l, err := kube.PolicyV1().PodDisruptionBudgets(p.Namespace).List(ctx, metav1.ListOptions{}); err == nil {
+				inNS = l.Items
+			}
+			budgets[p.Namespace] = inNS
 		}
-		for _, b := range budgets.Items {
+		for _, b := range inNS {
 			sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
 			if err != nil || b.Spec.Selector == nil || !sel.Matches(labels.Set(p.Labels)) {
 				continue
