@@ -89,16 +89,15 @@ mutate R5/k8supgrade plugins/cluster/planguard/planguard.go "$(never R5)" ./plug
 mutate R7/waitmember plugins/waitmember/waitmember.go 's/restored == nil \{ (\/\/ rule:R7)$/(restored == nil || true) { $1/' ./plugins/waitmember '^TestWaitMemberNeedsEveryMemberUnderOneLeader$'
 # R9: removal leaving fewer healthy members than a majority.
 mutate R9/noderemove plugins/cluster/etcd/quorum.go 's/case (.*): (\/\/ rule:R9)$/case false \&\& ($1): $2/' ./plugins/noderemove '^TestRemovalRefusedWhileAMemberIsDown$'
-# R12: the one snapshot-dir refusal, cluster.CheckSnapshotDir, in each plugin that snapshots.
 # R10: the adjacent-minor rule's one place, releases.SkipsMinor, for a node's step and for a planned path.
 mutate R10/talos internal/releases/version.go "$(never R10)" ./plugins/cluster/talos '^TestCheckUpgradePath$'
-
+# R12: the one snapshot-dir refusal, cluster.CheckSnapshotDir, in each plugin that snapshots.
 mutate R12/talosupgrade plugins/cluster/rules.go "$(always R12)" ./plugins/talosupgrade '^TestRefusesWithoutSnapshotDir$'
 mutate R12/k8supgrade plugins/cluster/rules.go "$(always R12)" ./plugins/k8supgrade '^TestUpgradeK8s$/without_a_snapshot_directory'
 mutate R12/snapshot plugins/cluster/rules.go "$(always R12)" ./plugins/snapshot '^TestPlanRefusesWithoutSnapshotDir$'
-# R16 before a control plane goes down: Quorum.CheckDisruption returns nil.
+# R20: a pre-flight finding (a flag, admission plugin or feature gate the target removed) refuses at plan time.
 mutate R20-preflight/k8supgrade plugins/k8supgrade/plan.go 's/if (len\(pre\.findings\) > 0) \{ (\/\/ rule:R20-preflight)$/if false \&\& $1 { $2/' ./plugins/k8supgrade '^TestPreflightRefusesAtPlanTime$/feature_gate'
-
+# R16 before a control plane goes down: Quorum.CheckDisruption returns nil.
 mutate R16-before/talosupgrade plugins/cluster/etcd/quorum.go 's/\{ (\/\/ rule:R16-before)$/{ return nil $1/' ./plugins/talosupgrade '^TestQuorumBeforeRefusesTwoMemberEtcd$'
 # R16 after: the one quorum-restored predicate, Quorum.CheckRestored.
 mutate R16-after/talosupgrade plugins/cluster/etcd/quorum.go "$(never R16-after)" ./plugins/talosupgrade '^TestQuorumFailureMidRollStops$'
