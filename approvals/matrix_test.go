@@ -204,7 +204,7 @@ func TestPolicyMatrix(t *testing.T) {
 						}
 						op := &state.Operation{ID: "x", Cluster: env, Environment: env, Command: cmd.Name, Disruptive: true, Requester: user}
 						exempt := slices.Contains(v.optOut, "*") || slices.Contains(v.optOut, cmd.Name)
-						if need := p.RequiredApprovals(op); need == 0 && !exempt {
+						if need := p.RequiredApprovals(op, 0); need == 0 && !exempt {
 							t.Errorf("%s: runs in production without approval", where)
 						} else if need > 0 {
 							// ...and the requester cannot be the approval alone.

@@ -13,35 +13,18 @@ import (
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
 // Policy implements engine.Policy from the configuration.
 type Policy struct {
 	cfg *config.Config
-	// declared is each command's manifest min_approvals (commands that
-	// declare none are absent).
-	declared map[string]int
 }
 
-// New returns the policy for cfg.
+// New returns the policy for cfg. What commands declare (min_approvals)
+// comes with each RequiredApprovals call, from the engine's command specs,
+// so the policy names no command itself.
 func New(cfg *config.Config) *Policy { return &Policy{cfg: cfg} }
-
-// WithManifests returns the policy that also applies what the commands of
-// these manifests declare (Command.min_approvals). The policy learns it from
-// the manifests, so it names no command itself.
-func (p *Policy) WithManifests(ms []*lifecyclev1.Manifest) *Policy {
-	out := &Policy{cfg: p.cfg, declared: map[string]int{}}
-	for _, m := range ms {
-		for _, c := range m.GetCommands() {
-			if n := int(c.GetMinApprovals()); n > 0 {
-				out.declared[c.GetName()] = n
-			}
-		}
-	}
-	return out
-}
 
 var _ engine.Policy = (*Policy)(nil)
 
@@ -230,15 +213,14 @@ const pathSep = " → "
 // RequiredApprovals returns how many approvals op needs: every disruptive
 // command in production needs min_approvals unless no_approval_commands
 // names it; in staging only those approval_commands names. A command whose
-// manifest declares min_approvals always needs approval (no list exempts it)
-// and, in production, at least that many unless allow_self_approval is set
-// (a solo operator).
-func (p *Policy) RequiredApprovals(op *state.Operation) int {
+// manifest declares min_approvals (declared > 0) always needs approval (no
+// list exempts it) and, in production, at least that many unless
+// allow_self_approval is set (a solo operator).
+func (p *Policy) RequiredApprovals(op *state.Operation, declared int) int {
 	if !op.Disruptive {
 		return 0
 	}
 	pol := p.env(op.Environment)
-	declared := p.declared[op.Command]
 	need := pol.NeedsApproval(op.Environment, op.Command) || declared > 0
 	if op.Args[engine.FlagOutsideWindow] == "true" || slices.Contains(op.Flags, engine.FlagSkipStaging) {
 		need = true // outside the window, or without staging, only with approval

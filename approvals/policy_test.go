@@ -8,7 +8,6 @@ import (
 
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -153,7 +152,7 @@ policy:
 		{"staging listed", state.Operation{Environment: "staging", Command: "upgrade talos", Disruptive: true}, 1},
 		{"staging not listed", state.Operation{Environment: "staging", Command: "rollback", Disruptive: true}, 0},
 	} {
-		if got := p.RequiredApprovals(&c.op); got != c.want {
+		if got := p.RequiredApprovals(&c.op, 0); got != c.want {
 			t.Errorf("%s: RequiredApprovals = %d, want %d", c.name, got, c.want)
 		}
 	}
@@ -201,41 +200,47 @@ func TestPromotionRefusalSaysTheWindowInWords(t *testing.T) {
 // A command whose manifest declares min_approvals needs that many in
 // production (however low min_approvals is, whatever no_approval_commands
 // says), approval also in staging, and the policy's own minimum where a solo
-// operator may approve their own request. Without the manifests the policy
-// falls back to its configuration.
+// operator may approve their own request; a configured minimum above the
+// declared one wins. Declaring nothing leaves it to the configuration.
 func TestDeclaredMinApprovals(t *testing.T) {
-	mans := []*lifecyclev1.Manifest{{Name: "r", Commands: []*lifecyclev1.Command{{Name: "recover", MinApprovals: 2}, {Name: "upgrade talos"}}}}
-	base, _ := mustPolicy(t, `
+	p, _ := mustPolicy(t, `
 policy:
   staging: {operators: [alice]}
   production: {operators: [alice, bob], approvers: [alice, bob], min_approvals: 1, no_approval_commands: [recover]}
 `)
-	p := base.WithManifests(mans)
 	op := func(env, cmd string) *state.Operation {
 		return &state.Operation{ID: "op1", Cluster: env, Environment: env, Command: cmd, Disruptive: true, Requester: "alice"}
 	}
 	for _, c := range []struct {
-		p    *Policy
-		env  string
-		cmd  string
-		want int
+		env      string
+		cmd      string
+		declared int
+		want     int
 	}{
-		{p, config.EnvProduction, "recover", 2},
-		{p, config.EnvProduction, "upgrade talos", 1},
-		{p, config.EnvStaging, "recover", 1},
-		{p, config.EnvStaging, "upgrade talos", 0},
-		{base, config.EnvProduction, "recover", 0}, // exempted by the config when nothing is declared
+		{config.EnvProduction, "recover", 2, 2},
+		{config.EnvProduction, "upgrade talos", 0, 1},
+		{config.EnvStaging, "recover", 2, 1},
+		{config.EnvStaging, "upgrade talos", 0, 0},
+		{config.EnvProduction, "recover", 0, 0}, // exempted by the config when nothing is declared
 	} {
-		if got := c.p.RequiredApprovals(op(c.env, c.cmd)); got != c.want {
-			t.Errorf("%s %s: %d approvals, want %d", c.env, c.cmd, got, c.want)
+		if got := p.RequiredApprovals(op(c.env, c.cmd), c.declared); got != c.want {
+			t.Errorf("%s %s declaring %d: %d approvals, want %d", c.env, c.cmd, c.declared, got, c.want)
 		}
+	}
+	three, _ := mustPolicy(t, `
+policy:
+  staging: {operators: [alice]}
+  production: {operators: [alice, bob, carol, dave], approvers: [bob, carol, dave], min_approvals: 3}
+`)
+	if got := three.RequiredApprovals(op(config.EnvProduction, "recover"), 2); got != 3 {
+		t.Errorf("configured 3, declared 2: %d approvals, want 3", got)
 	}
 	solo, _ := mustPolicy(t, `
 policy:
   staging: {operators: [alice]}
   production: {operators: [alice], approvers: [alice], min_approvals: 1, allow_self_approval: true}
 `)
-	if got := solo.WithManifests(mans).RequiredApprovals(op(config.EnvProduction, "recover")); got != 1 {
+	if got := solo.RequiredApprovals(op(config.EnvProduction, "recover"), 2); got != 1 {
 		t.Errorf("solo operator: %d approvals, want 1", got)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/host"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
+	"google.golang.org/protobuf/proto"
 )
 
 var pluginBin string
@@ -205,6 +206,27 @@ type countingPlans struct {
 	engine.Plugins
 	mu sync.Mutex
 	n  map[string]int
+	// declared sets Command.min_approvals of the named commands in the
+	// manifests the engine reads, as a plugin's manifest would declare it.
+	declared map[string]int32
+}
+
+func (p *countingPlans) Manifests(ctx context.Context) ([]*lifecyclev1.Manifest, error) {
+	mans, err := p.Plugins.Manifests(ctx)
+	if err != nil || len(p.declared) == 0 {
+		return mans, err
+	}
+	out := make([]*lifecyclev1.Manifest, 0, len(mans))
+	for _, m := range mans {
+		m = proto.Clone(m).(*lifecyclev1.Manifest)
+		for _, c := range m.GetCommands() {
+			if n, ok := p.declared[c.GetName()]; ok {
+				c.MinApprovals = n
+			}
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 func (p *countingPlans) Plan(ctx context.Context, name string, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {

@@ -176,7 +176,7 @@ func (e *Engine) approve(ctx context.Context, from Origin, op *state.Operation, 
 		e.o.Sink.ReplyButtons(ctx, from, fmt.Sprintf("You are approving your own request %s (plan %s). Read the plan above, then confirm.", op.ID, host.ShortDigest(op.Digest)), buttons)
 		return nil
 	}
-	need := e.o.Policy.RequiredApprovals(op)
+	need := e.requiredApprovals(op)
 	var (
 		dup, done bool
 		count     int

@@ -42,7 +42,7 @@ func (noCreds) Resolve(context.Context, *config.Cluster) (*credentials.Credentia
 type allowAll struct{}
 
 func (allowAll) Authorize(context.Context, engine.PolicyRequest) error { return nil }
-func (allowAll) RequiredApprovals(*state.Operation) int                { return 0 }
+func (allowAll) RequiredApprovals(*state.Operation, int) int           { return 0 }
 func (allowAll) CanApprove(*state.Operation, string) error             { return nil }
 func (allowAll) Expiry(*state.Operation) time.Duration                 { return 0 }
 func (allowAll) Promotion(*state.Operation, engine.StagingLookup, time.Time) ([]string, error) {

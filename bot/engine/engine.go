@@ -156,6 +156,16 @@ const (
 	FlagPromotedFrom = "promoted-from:"
 )
 
+// requiredApprovals asks the policy how many approvals op needs, with the
+// min_approvals its command's manifest declares. The spec is the grammar's,
+// built from the same manifests the engine serves, so a declared minimum
+// cannot be lost by a caller that builds the policy without it. A command
+// no longer in the grammar declares nothing: the configuration alone decides.
+func (e *Engine) requiredApprovals(op *state.Operation) int {
+	spec, _ := e.grammar.Lookup(op.Command)
+	return e.o.Policy.RequiredApprovals(op, int(spec.GetMinApprovals()))
+}
+
 func withPolicyFlags(c *lifecyclev1.Command) *lifecyclev1.Command {
 	if c.GetEffect() != lifecyclev1.Effect_EFFECT_DISRUPTIVE {
 		return c
@@ -493,7 +503,7 @@ func (e *Engine) planAndProceed(ctx context.Context, id string) {
 		setPlan = func(o *state.Operation) { prev(o); o.Flags = append(o.Flags, flags...) }
 		op.Flags = append(op.Flags, flags...)
 	}
-	need := e.o.Policy.RequiredApprovals(op)
+	need := e.requiredApprovals(op)
 	if need > 0 {
 		exp := e.o.Policy.Expiry(op)
 		var buttons []Button

@@ -63,7 +63,7 @@ func (e *Engine) emit(ctx context.Context, u Update) {
 }
 
 func (e *Engine) facts(ctx context.Context, op *state.Operation) *Facts {
-	f := &Facts{Now: e.now(), Required: e.o.Policy.RequiredApprovals(op), Roles: map[string]string{}}
+	f := &Facts{Now: e.now(), Required: e.requiredApprovals(op), Roles: map[string]string{}}
 	if cl := e.o.Config.Cluster(op.Cluster); cl != nil {
 		for _, n := range cl.Nodes {
 			f.Roles[n.Name] = n.Role

@@ -88,8 +88,11 @@ type Policy interface {
 	// Authorize refuses a request the user may not make (roles, freezes,
 	// windows, promotion). It is called before anything is stored.
 	Authorize(ctx context.Context, req PolicyRequest) error
-	// RequiredApprovals returns how many distinct approvals op needs (0: none).
-	RequiredApprovals(op *state.Operation) int
+	// RequiredApprovals returns how many distinct approvals op needs (0:
+	// none). declared is the min_approvals its command's manifest declares
+	// (0: none); the engine passes it from the command's spec, so every
+	// Policy sees what each plugin declares without being told separately.
+	RequiredApprovals(op *state.Operation, declared int) int
 	// CanApprove refuses an approver who may not approve op.
 	CanApprove(op *state.Operation, user string) error
 	// Expiry is how long an approval request stays open.

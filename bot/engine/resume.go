@@ -56,7 +56,7 @@ func (e *Engine) resumeReplanned(ctx context.Context, from Origin, op *state.Ope
 		return nil
 	}
 	digest := host.Digest(plan)
-	if digest != op.Digest && op.Disruptive && e.o.Policy.RequiredApprovals(op) > 0 {
+	if digest != op.Digest && op.Disruptive && e.requiredApprovals(op) > 0 {
 		e.voidApprovals(ctx, op, plan, digest, archive)
 		return nil
 	}

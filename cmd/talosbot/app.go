@@ -175,17 +175,10 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		a.close()
 		return nil, err
 	}
-	// The policy applies what manifests declare (min_approvals). A plugin
-	// whose manifest cannot be read stops the start here, as it would in the
-	// engine's own read below: the host does not cache a failure, so ignoring
-	// it could serve a plugin's commands without its declared approvals.
-	mans, err := a.plugins.Manifests(ctx)
-	if err != nil {
-		a.close()
-		return nil, fmt.Errorf("read plugin manifests: %w", err)
-	}
+	// The engine reads the manifests (a failed read stops the start) and
+	// passes each command's declared min_approvals to the policy itself.
 	a.engine, err = bot.New(ctx, engine.Options{
-		Config: cfg, Store: st, Plugins: a.plugins, Credentials: creds, Policy: approvals.New(cfg).WithManifests(mans),
+		Config: cfg, Store: st, Plugins: a.plugins, Credentials: creds, Policy: approvals.New(cfg),
 		Sink: sink, Logger: log, Observer: a.metrics, Hooks: append(slices.Clone(a.follow.hooks), relHook),
 	})
 	if err != nil {
