@@ -116,10 +116,10 @@ func Tags(vs []Version) []string {
 	return out
 }
 
-// SkipsMinor is R10's adjacent-minor rule, in its one place: from → to changes the major
+// SkipsMinor is R10's adjacent-minor rule for one step: from → to changes the major
 // version or skips a minor (a patch of the same minor or any release of the next one does
-// not). talos.CheckUpgradePath refuses such a step for a node; PlanTalos checks every hop
-// it plans with it.
+// not). talos.CheckUpgradePath refuses such a step for a node. PlanTalos does not call it:
+// it builds its path one minor per hop, so no planned hop could fail it.
 func SkipsMinor(from, to Version) bool {
 	if to.Major != from.Major || to.Minor > from.Minor+1 { // rule:R10
 		return true
