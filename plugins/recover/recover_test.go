@@ -457,7 +457,19 @@ func TestRecoverEncryptedSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := f.plugin(time.Hour)
+	// What a recovery killed by SIGKILL left: its work dir with the
+	// decrypted snapshot. The next call removes it.
+	crashed := filepath.Join(f.dir, "production", ".recover-x")
+	if err := os.MkdirAll(crashed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(crashed, "plain.db"), []byte("clear etcd data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	refusal(t, p, f.req(1, nil), "snapshot not verified", "no age identity")
+	if _, err := os.Stat(crashed); !os.IsNotExist(err) {
+		t.Fatalf("the crashed call's work dir %s is still there: %v", crashed, err)
+	}
 	req := f.req(1, map[string]string{"accept-loss": "true"})
 	req.Credentials.AgeIdentity = []byte(id.String())
 	plan, err := sdktest.Plan(ctx(t), p, req)

@@ -26,7 +26,8 @@ import (
 
 // Snap is the snapshot a recovery restores, opened and verified: Plain is
 // the etcd snapshot in clear in a private work dir (0700, file 0600), removed
-// by Close whatever happens.
+// by Close whatever happens; one that a killed process left is removed by
+// the next OpenSnapshot of that cluster (sweepWorkDirs).
 type Snap struct {
 	ID        string
 	At        time.Time
@@ -40,12 +41,13 @@ type Snap struct {
 	// Offsite describes the off-site copy: "verified <url>", or why not.
 	Offsite string
 	work    string
+	held    *workDir
 }
 
 // Close removes the clear copy.
 func (s *Snap) Close() {
-	if s != nil && s.work != "" {
-		_ = os.RemoveAll(s.work)
+	if s != nil {
+		s.held.release()
 	}
 }
 
@@ -91,11 +93,18 @@ func OpenSnapshot(ctx context.Context, req *lifecyclev1.OperationRequest, cluste
 	if err := os.MkdirAll(base, 0o700); err != nil {
 		return nil, err
 	}
-	work, err := os.MkdirTemp(base, ".recover-")
+	// A call killed before its cleanup (SIGKILL, a crash) left its work dir
+	// with the clear snapshot in it: gone before anything else happens. The
+	// dirs of calls still running are locked and kept.
+	if err := sweepWorkDirs(base); err != nil {
+		return nil, fmt.Errorf("remove the work dirs an earlier recovery call left in %s (they hold clear etcd data; remove them by hand): %w", base, err)
+	}
+	wd, err := newWorkDir(base)
 	if err != nil {
 		return nil, fmt.Errorf("create the recovery's work dir: %w", err)
 	}
-	s := &Snap{work: work}
+	work := wd.path
+	s := &Snap{work: work, held: wd}
 	defer func() {
 		if err != nil {
 			s.Close()
