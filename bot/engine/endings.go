@@ -113,7 +113,7 @@ func nodeEnd(node string, steps []*lifecyclev1.Step, status map[string]state.Ste
 		if (st == "failed" || st == StepStopped) && ne.Detail == "" {
 			ne.Detail = s.GetTitle()
 			if d := status[s.GetId()].Detail; d != "" {
-				ne.Detail += ": " + firstLine(d)
+				ne.Detail += ": " + FirstLine(d)
 			}
 		}
 	}
@@ -249,7 +249,9 @@ func stoppedRun(s state.OpState) bool {
 	return s == state.StateCancelled || s == state.StateFailed || s == state.StateInterrupted
 }
 
-func firstLine(s string) string {
+// FirstLine is s up to its first newline: a step's detail or an error in one
+// line of a message.
+func FirstLine(s string) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		return s[:i]
 	}

@@ -477,7 +477,7 @@ func (e *Engine) planAndProceed(ctx context.Context, id string) {
 		return
 	}
 	if r := plan.GetRefusal(); r != nil {
-		e.finish(ctx, id, "system", state.StateRefused, "refused", refusalText(r), nil, "refused")
+		e.finish(ctx, id, "system", state.StateRefused, "refused", refusalText(r), nil)
 		return
 	}
 	digest := host.Digest(plan)
@@ -495,7 +495,7 @@ func (e *Engine) planAndProceed(ctx context.Context, id string) {
 	op.Target = plan.GetTarget()
 	flags, err := e.o.Policy.Promotion(op, e.stagingLookup(ctx), e.now())
 	if err != nil {
-		e.finish(ctx, id, "system", state.StateRefused, "refused", err.Error(), nil, "refused")
+		e.finish(ctx, id, "system", state.StateRefused, "refused", err.Error(), nil)
 		return
 	}
 	if len(flags) > 0 {
@@ -526,7 +526,7 @@ func (e *Engine) planAndProceed(ctx context.Context, id string) {
 			return tx.AcquireLock(state.Lock{Cluster: o.Cluster, OpID: o.ID, Holder: o.Requester, Command: o.Command, Since: e.now()})
 		})
 	if err != nil {
-		e.finish(ctx, id, "system", state.StateRefused, "refused", err.Error(), nil, "refused")
+		e.finish(ctx, id, "system", state.StateRefused, "refused", err.Error(), nil)
 		return
 	}
 	e.execute(ctx, id)
@@ -629,12 +629,12 @@ func (e *Engine) transitionFrom(ctx context.Context, id string, from []state.OpS
 }
 
 // finish ends an operation: terminal state, lock released, audit record.
-func (e *Engine) finish(ctx context.Context, id, actor string, to state.OpState, summary, errText string, lines []string, flags ...string) {
-	e.finishRun(ctx, id, actor, to, summary, errText, lines, RunOutput{}, flags...)
+func (e *Engine) finish(ctx context.Context, id, actor string, to state.OpState, summary, errText string, lines []string) {
+	e.finishRun(ctx, id, actor, to, summary, errText, lines, RunOutput{})
 }
 
 // finishRun is finish with the run's output, for the hooks.
-func (e *Engine) finishRun(ctx context.Context, id, actor string, to state.OpState, summary, errText string, lines []string, out RunOutput, flags ...string) {
+func (e *Engine) finishRun(ctx context.Context, id, actor string, to state.OpState, summary, errText string, lines []string, out RunOutput) {
 	op, err := e.transitionTx(ctx, id, to, actor, string(to), "", map[string]string{"summary": summary, "error": errText},
 		// Entering a terminal state releases the cluster lock (state.Tx.Transition).
 		func(o *state.Operation) {
@@ -642,7 +642,6 @@ func (e *Engine) finishRun(ctx context.Context, id, actor string, to state.OpSta
 			if len(lines) > 0 {
 				o.Result = summary + "\n" + strings.Join(lines, "\n")
 			}
-			o.Flags = append(o.Flags, flags...)
 			// A run that stopped closes the steps it left running and
 			// says where it left every node (endings.go).
 			closeRunning(o, describeStop(to, actor))
@@ -696,7 +695,7 @@ func (e *Engine) executeWith(ctx context.Context, id string, req *lifecyclev1.Op
 			return
 		}
 		if r := plan.GetRefusal(); r != nil {
-			e.finish(ctx, id, "system", state.StateRefused, "refused", refusalText(r), nil, "refused")
+			e.finish(ctx, id, "system", state.StateRefused, "refused", refusalText(r), nil)
 			return
 		}
 		if d := host.Digest(plan); d != op.Digest {
@@ -706,7 +705,7 @@ func (e *Engine) executeWith(ctx context.Context, id string, req *lifecyclev1.Op
 		// A freeze or the end of the maintenance window since the request
 		// stops the run too: policy is checked again right before it starts.
 		if err := e.authorizeRun(ctx, op); err != nil {
-			e.finish(ctx, id, "system", state.StateRefused, "refused", err.Error(), nil, "refused")
+			e.finish(ctx, id, "system", state.StateRefused, "refused", err.Error(), nil)
 			return
 		}
 		// Entering running sets StartedAt and counts the attempt (state.Tx.Transition).
@@ -727,7 +726,7 @@ func (e *Engine) executeWith(ctx context.Context, id string, req *lifecyclev1.Op
 	// The hooks start (or, on resume, pick up) their work around the run;
 	// one may refuse it (a required silence), before the plugin runs.
 	if err := e.runStarting(ctx, op); err != nil {
-		e.finish(ctx, id, "system", state.StateRefused, "refused", err.Error(), nil, "refused")
+		e.finish(ctx, id, "system", state.StateRefused, "refused", err.Error(), nil)
 		return
 	}
 	e.clearPause(id)
@@ -962,7 +961,7 @@ func (e *Engine) voidApprovals(ctx context.Context, op *state.Operation, plan *l
 	}
 	flags, err := e.o.Policy.Promotion(&next, e.stagingLookup(ctx), e.now())
 	if err != nil {
-		e.finish(ctx, op.ID, "system", state.StateRefused, "refused", "the re-planned target needs staging first: "+err.Error(), nil, "refused")
+		e.finish(ctx, op.ID, "system", state.StateRefused, "refused", "the re-planned target needs staging first: "+err.Error(), nil)
 		return
 	}
 	next.Flags = append(next.Flags, flags...)

@@ -102,7 +102,7 @@ func (e *Engine) facts(ctx context.Context, op *state.Operation) *Facts {
 			}
 		}
 		back := map[string]string{} // node → the version a plan step leaves without naming a target
-		if p := decodePlan(op.Plan); p != nil {
+		if p := DecodePlan(op.Plan); p != nil {
 			for _, s := range p.GetSteps() {
 				if s.GetNode() != "" && s.GetFromVersion() != "" && s.GetToVersion() == "" {
 					back[s.GetNode()] = s.GetFromVersion()
@@ -144,7 +144,7 @@ func (e *Engine) facts(ctx context.Context, op *state.Operation) *Facts {
 // back it upgraded to the version back names ran the step's from version
 // before. The newest such operation wins.
 func previousVersions(o *state.Operation, back map[string]string, f *Facts) {
-	p := decodePlan(o.Plan)
+	p := DecodePlan(o.Plan)
 	for _, s := range p.GetSteps() {
 		n := s.GetNode()
 		cur, ok := back[n]
@@ -162,7 +162,9 @@ func previousVersions(o *state.Operation, back map[string]string, f *Facts) {
 	}
 }
 
-func decodePlan(raw []byte) *lifecyclev1.OperationPlan {
+// DecodePlan decodes a stored plan (Operation.Plan); nil when there is none
+// or it does not decode (the renderer then shows the steps without it).
+func DecodePlan(raw []byte) *lifecyclev1.OperationPlan {
 	if len(raw) == 0 {
 		return nil
 	}
@@ -175,5 +177,5 @@ func decodePlan(raw []byte) *lifecyclev1.OperationPlan {
 
 // hasGateSteps reports whether a stored plan has health-gate steps.
 func hasGateSteps(raw []byte) bool {
-	return slices.ContainsFunc(decodePlan(raw).GetSteps(), func(s *lifecyclev1.Step) bool { return s.GetKind() == "gate" })
+	return slices.ContainsFunc(DecodePlan(raw).GetSteps(), func(s *lifecyclev1.Step) bool { return s.GetKind() == "gate" })
 }

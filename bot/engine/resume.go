@@ -50,7 +50,7 @@ func (e *Engine) resumeReplanned(ctx context.Context, from Origin, op *state.Ope
 			return e.refuseAction(ctx, from, op, "resume", terr.Error())
 		}
 		if cur, _ := e.Operation(ctx, op.ID); cur != nil {
-			e.o.Sink.Thread(ctx, cur, "⚠️ could not plan the rest again ("+firstLine(err.Error())+"); resuming the approved plan — the plugin waits for the nodes and checks every rule before touching one")
+			e.o.Sink.Thread(ctx, cur, "⚠️ could not plan the rest again ("+FirstLine(err.Error())+"); resuming the approved plan — the plugin waits for the nodes and checks every rule before touching one")
 		}
 		e.goRun(func(ctx context.Context) { e.executeWith(ctx, op.ID, req) })
 		return nil

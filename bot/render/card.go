@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/encoding/protojson"
-
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/plugins/host"
@@ -25,18 +23,6 @@ type node struct {
 	name, role, from, to string
 	skip                 bool // already at the target when planned
 	steps                []state.Step
-}
-
-// planOf decodes the plan stored on the operation (nil when absent).
-func planOf(op *state.Operation) *lifecyclev1.OperationPlan {
-	if len(op.Plan) == 0 {
-		return nil
-	}
-	var p lifecyclev1.OperationPlan
-	if protojson.Unmarshal(op.Plan, &p) != nil {
-		return nil
-	}
-	return &p
 }
 
 // nodesOf returns the operation's nodes in plan order.
@@ -90,9 +76,9 @@ func (n *node) status() string {
 			return "failed"
 		case "running":
 			return "running"
-		case "stopped":
+		case engine.StepStopped:
 			// The run ended with this step unfinished (bot/engine/endings.go).
-			return "stopped"
+			return engine.StepStopped
 		case "ok":
 			done++
 		case "skipped":
@@ -407,7 +393,7 @@ func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 		}
 		g.counts[st]++
 		if (st == "failed" || strings.HasPrefix(s.Detail, "⚠️")) && g.detail == "" {
-			g.detail = s.Title + ": " + firstLine(s.Detail)
+			g.detail = s.Title + ": " + engine.FirstLine(s.Detail)
 		}
 	}
 	var out []string
@@ -480,7 +466,7 @@ func cardBody(op *state.Operation, p *lifecyclev1.OperationPlan, nodes []*node, 
 // Details is the thread post behind the card: every step of the plan, once
 // each (titles already carry their node and versions).
 func Details(op *state.Operation) string {
-	p := planOf(op)
+	p := engine.DecodePlan(op.Plan)
 	if p == nil {
 		return ""
 	}

@@ -306,13 +306,20 @@ func StateEmoji(s state.OpState) string {
 	return "•"
 }
 
-// StateLabel is the word beside StateEmoji ("awaiting approval"); a failed
-// operation the plan or policy refused reads "refused".
+// StateLabel is the word beside StateEmoji ("awaiting approval").
 func StateLabel(op *state.Operation) string {
+	return strings.ReplaceAll(string(shownState(op)), "_", " ")
+}
+
+// shownState is the state an operation's message shows. Records written
+// before state.StateRefused existed say "failed" with the flag "refused"
+// (the engine no longer writes the flag); they show as refused, emoji and
+// label alike.
+func shownState(op *state.Operation) state.OpState {
 	if op.State == state.StateFailed && slices.Contains(op.Flags, "refused") {
-		return "refused"
+		return state.StateRefused
 	}
-	return strings.ReplaceAll(string(op.State), "_", " ")
+	return op.State
 }
 
 // ProgressBar renders done/total as ▰▰▰▱▱ 3/5.
@@ -336,12 +343,9 @@ func RenderOperation(op *state.Operation, lines []string, now time.Time) chat.Me
 // approval as the approval card, while it runs with a bar over nodes and an
 // ETA; one without nodes lists its steps.
 func Render(op *state.Operation, lines []string, f *engine.Facts, now time.Time) chat.Message {
-	title := fmt.Sprintf("%s %s · /talos %s · %s", StateEmoji(op.State), StateLabel(op), op.Command, op.Cluster)
-	if op.State == state.StateFailed && slices.Contains(op.Flags, "refused") {
-		title = fmt.Sprintf("⛔ refused · /talos %s · %s", op.Command, op.Cluster)
-	}
+	title := fmt.Sprintf("%s %s · /talos %s · %s", StateEmoji(shownState(op)), StateLabel(op), op.Command, op.Cluster)
 	m := chat.Message{Title: title}
-	p := planOf(op)
+	p := engine.DecodePlan(op.Plan)
 	nodes := nodesOf(op, p, f)
 	var b strings.Builder
 	switch {
@@ -378,7 +382,7 @@ func Render(op *state.Operation, lines []string, f *engine.Facts, now time.Time)
 			}
 			line := mark(st) + " " + s.Title
 			if s.Detail != "" && s.Status != "pending" {
-				line += " — " + firstLine(s.Detail)
+				line += " — " + engine.FirstLine(s.Detail)
 			}
 			b.WriteString(line + "\n")
 		}
@@ -451,11 +455,4 @@ func resultLines(op *state.Operation) []string {
 		}
 	}
 	return out
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
 }

@@ -243,3 +243,25 @@ func TestRendererReadsFactsOncePerEdit(t *testing.T) {
 		t.Fatalf("edit shows %q, want the last update %q", ad.edits[0].Text, want)
 	}
 }
+
+// A refusal shows as refused, emoji and label alike: a record in the
+// refused state, and one written before that state existed (failed with
+// the flag "refused"), which stays in the store as it was.
+func TestRefusedOperationsRenderAsRefused(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	for name, op := range map[string]*state.Operation{
+		"refused state":          {ID: "op1", Command: "roll", Cluster: "production", State: state.StateRefused, Error: "R6"},
+		"old failed and flagged": {ID: "op1", Command: "roll", Cluster: "production", State: state.StateFailed, Flags: []string{"refused"}, Error: "R6"},
+	} {
+		if got, want := Render(op, nil, nil, now).Title, "⛔ refused · /talos roll · production"; got != want {
+			t.Errorf("%s: title %q, want %q", name, got, want)
+		}
+		if got := StateLabel(op); got != "refused" {
+			t.Errorf("%s: label %q, want refused", name, got)
+		}
+	}
+	failed := &state.Operation{ID: "op1", Command: "roll", Cluster: "production", State: state.StateFailed, Flags: []string{"skip-staging"}}
+	if got, want := Render(failed, nil, nil, now).Title, "❌ failed · /talos roll · production"; got != want {
+		t.Errorf("failed: title %q, want %q", got, want)
+	}
+}
