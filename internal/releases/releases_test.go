@@ -384,18 +384,123 @@ func TestCachedNeverContactsTheFactory(t *testing.T) {
 	if err != nil || l.Origin != releases.OriginCache || l.Age(clk.Now()) != 7*time.Hour || f.Hits("/versions") != 1 {
 		t.Errorf("stale: %+v %v hits %d", l, err, f.Hits("/versions"))
 	}
-	// Run reads at once and keeps reading; it stops with its context.
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { src.Run(rctx); close(done) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for f.Hits("/versions") < 2 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond) // polling a condition under a deadline
+}
+
+// startRun runs src.Run with an injected timer: each wait Run asks for
+// arrives on waits (so a receive means Run has finished its read and is
+// waiting), and a send on fire wakes it. stop ends Run and waits for it.
+func startRun(t *testing.T, src *releases.Source) (waits <-chan time.Duration, fire chan<- time.Time, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, fi := make(chan time.Duration), make(chan time.Time)
+	src.After = func(d time.Duration) <-chan time.Time {
+		select {
+		case w <- d:
+		case <-ctx.Done():
+		}
+		return fi
 	}
-	cancel()
-	<-done
-	if f.Hits("/versions") < 2 {
-		t.Error("Run did not read the factory")
+	done := make(chan struct{})
+	go func() { src.Run(ctx); close(done) }()
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return w, fi, stop
+}
+
+// TestRunReadsTheFactoryOnlyWhenTheCacheIsDue: Run reads through the cache,
+// so a restart with a fresh cache does not read the factory and waits only
+// what is left of the refresh period; a missing or stale cache is read at
+// start; a failed read is retried after the back-off.
+func TestRunReadsTheFactoryOnlyWhenTheCacheIsDue(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	f := factoryfake.Start(t, factoryVersions...)
+	st := openStore(t, filepath.Join(t.TempDir(), "s.db"), clk)
+	hits := func() int { return f.Hits("/versions") }
+	expect := func(what string, waits <-chan time.Duration, wait time.Duration, n int) {
+		t.Helper()
+		if d := <-waits; d != wait || hits() != n {
+			t.Fatalf("%s: Run waits %s after %d reads; want %s after %d", what, d, hits(), wait, n)
+		}
+	}
+
+	// Nothing cached: one read at start, then a full refresh period.
+	waits, fire, stop := startRun(t, source(t, f, st, clk))
+	expect("no cache", waits, 6*time.Hour, 1)
+	clk.Advance(6 * time.Hour)
+	fire <- clk.Now()
+	expect("due", waits, 6*time.Hour, 2)
+	stop()
+
+	// A restart 2h later: the cache is fresh, so no read, and Run wakes
+	// when it is due, 4h on, not 6h from now.
+	clk.Advance(2 * time.Hour)
+	waits, fire, stop = startRun(t, source(t, f, st, clk))
+	expect("fresh cache", waits, 4*time.Hour, 2)
+	clk.Advance(4 * time.Hour)
+	fire <- clk.Now()
+	expect("fresh cache, then due", waits, 6*time.Hour, 3)
+	stop()
+
+	// A restart with a stale cache reads at start.
+	clk.Advance(7 * time.Hour)
+	waits, _, stop = startRun(t, source(t, f, st, clk))
+	expect("stale cache", waits, 6*time.Hour, 4)
+	stop()
+
+	// A failed read is retried after the back-off, not after Refresh.
+	f.SetDown(http.StatusServiceUnavailable)
+	clk.Advance(7 * time.Hour)
+	waits, fire, stop = startRun(t, source(t, f, st, clk))
+	expect("down", waits, 5*time.Minute, 5)
+	clk.Advance(5 * time.Minute)
+	fire <- clk.Now()
+	expect("still down", waits, 5*time.Minute, 6)
+	stop()
+}
+
+// TestTalosAndCachedAgreeAfterAFailedRead: after a forced read fails
+// within the refresh period, Talos and Cached both give the cached list as
+// OriginCache with that failure (Talos used to call it OriginFactory), and
+// neither reads again within the back-off.
+func TestTalosAndCachedAgreeAfterAFailedRead(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{t: time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)}
+	f := factoryfake.Start(t, factoryVersions...)
+	src := source(t, f, openStore(t, filepath.Join(t.TempDir(), "s.db"), clk), clk, "v1.12.6")
+	if _, err := src.Talos(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	f.SetDown(http.StatusServiceUnavailable)
+	if l, err := src.RefreshNow(ctx); err != nil || l.Origin != releases.OriginCache {
+		t.Fatalf("failed refresh: %+v %v", l, err)
+	}
+	clk.Advance(time.Minute)
+	lt, err := src.Talos(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc, err := src.Cached(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, l := range map[string]*releases.List{"Talos": lt, "Cached": lc} {
+		if l.Origin != releases.OriginCache || l.Err == nil || !strings.Contains(l.Err.Error(), "HTTP 503") || len(l.Versions) != 10 {
+			t.Errorf("%s after a failed read: origin %s, err %v, %d versions", name, l.Origin, l.Err, len(l.Versions))
+		}
+	}
+	if f.Hits("/versions") != 2 {
+		t.Errorf("read again within the back-off: %d reads", f.Hits("/versions"))
+	}
+	// A successful read makes both say Image Factory again.
+	f.SetDown(0)
+	if _, err := src.RefreshNow(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, get := range []func(context.Context) (*releases.List, error){src.Talos, src.Cached} {
+		if l, err := get(ctx); err != nil || l.Origin != releases.OriginFactory || l.Err != nil {
+			t.Errorf("after a good read: %+v %v", l, err)
+		}
 	}
 }
 

@@ -44,8 +44,10 @@ type List struct {
 	// Versions are the known releases, ascending (pre-releases dropped).
 	Versions []Version
 	// Origin is OriginFactory (read just now or within the refresh
-	// period), OriginCache (the factory failed; the last list it gave) or
-	// OriginConfig (releases.talos: no factory, or nothing cached yet).
+	// period, and no read has failed since), OriginCache (the last list
+	// the factory gave: a read failed, or it is older than Refresh and not
+	// read again yet) or OriginConfig (releases.talos: no factory, or
+	// nothing cached yet).
 	Origin string
 	// URL is the factory the list came from ("" for OriginConfig).
 	URL string
@@ -143,6 +145,14 @@ type Source struct {
 	ListedOnly bool
 	Refresh    time.Duration
 	Now        func() time.Time
+	// After is Run's timer (nil: time.After), injectable like Now so that
+	// a test can see how long Run waits and wake it without sleeping.
+	After func(d time.Duration) <-chan time.Time
+
+	// configured is Configured parsed, once: it is set at construction
+	// and read on every command.
+	configuredOnce sync.Once
+	configured     []Version
 
 	// fetchMu lets one read of the factory run at a time; mu guards the
 	// failure state only, so Cached never waits for a read in flight.
@@ -167,70 +177,53 @@ func (s *Source) setFailure(at time.Time, err error) {
 // Talos returns the current list, reading the factory when the cached
 // copy is older than Refresh (and the factory did not just fail).
 func (s *Source) Talos(ctx context.Context) (*List, error) {
-	return s.get(ctx, false)
+	l, _, err := s.get(ctx, false)
+	return l, err
 }
 
 // RefreshNow reads the factory now, whatever the age of the cache.
 func (s *Source) RefreshNow(ctx context.Context) (*List, error) {
-	return s.get(ctx, true)
+	l, _, err := s.get(ctx, true)
+	return l, err
 }
 
 // Cached returns the current list without contacting the factory: the
-// cache (as OriginCache once older than Refresh, with the last failure),
-// else the configured list. Commands use it, so that a slow factory never
-// delays one; Run keeps the cache fresh.
+// cache (as OriginCache once older than Refresh, or after a failed read,
+// with that failure), else the configured list. Commands use it, so that a
+// slow factory never delays one; Run keeps the cache fresh.
 func (s *Source) Cached(ctx context.Context) (*List, error) {
-	_, lastErr := s.failure()
-	base := &List{Configured: ParseAll(s.Configured), ListedOnly: s.ListedOnly, URL: s.URL}
-	if s.Fetcher == nil {
-		base.Origin, base.Versions, base.URL = OriginConfig, base.Configured, ""
-		return base, nil
-	}
-	c, err := s.loadCache(ctx)
+	k, err := s.load(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if c == nil {
-		why := lastErr
-		if why == nil {
-			why = errors.New("not read yet")
-		}
-		return s.fallback(base, why)
-	}
-	l := fromCache(base, c)
-	if now := s.now(); now.Sub(c.FetchedAt) >= s.Refresh || lastErr != nil {
-		l.Origin, l.Err = OriginCache, lastErr
-		if l.Err == nil {
-			l.Err = errors.New("not read again yet")
-		}
-	}
-	return l, nil
+	return s.list(k, s.now())
 }
 
-// Run reads the factory at start and then every Refresh (retrying after
-// a failure every retryAfterFailure) until ctx ends.
+// Run keeps the cache fresh until ctx ends. It reads through the cache,
+// not by force, so a restart with a fresh cache does not read the factory;
+// and it wakes when the cache is due (Refresh after FetchedAt), or
+// retryAfterFailure after a failed read, not a full Refresh from now.
 func (s *Source) Run(ctx context.Context) {
 	if s.Fetcher == nil {
 		return
 	}
+	after := s.After
+	if after == nil {
+		after = time.After
+	}
 	for {
-		wait := s.Refresh
-		if _, err := s.RefreshNow(ctx); err != nil || s.failed() {
-			wait = min(wait, retryAfterFailure)
+		// Without a due time (the store could not be read), try again
+		// as after a failed read.
+		wait := min(s.Refresh, retryAfterFailure)
+		if _, next, _ := s.get(ctx, false); !next.IsZero() {
+			wait = max(next.Sub(s.now()), 0)
 		}
-		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return
-		case <-t.C:
+		case <-after(wait):
 		}
 	}
-}
-
-func (s *Source) failed() bool {
-	_, err := s.failure()
-	return err != nil
 }
 
 func (s *Source) now() time.Time {
@@ -240,31 +233,99 @@ func (s *Source) now() time.Time {
 	return time.Now()
 }
 
-func (s *Source) get(ctx context.Context, force bool) (*List, error) {
-	s.fetchMu.Lock()
-	defer s.fetchMu.Unlock()
-	now := s.now()
-	lastFailed, lastErr := s.failure()
-	base := &List{Configured: ParseAll(s.Configured), ListedOnly: s.ListedOnly, URL: s.URL}
+func (s *Source) parsedConfigured() []Version {
+	s.configuredOnce.Do(func() { s.configured = ParseAll(s.Configured) })
+	return s.configured
+}
+
+// known is what the source knows without contacting the factory.
+type known struct {
+	base  *List   // releases.talos, listed_only and the URL
+	cache *cached // the factory's last list; nil: none (or another factory's)
+	// failedAt and failErr are the last read's failure; zero once a read
+	// succeeds.
+	failedAt time.Time
+	failErr  error
+}
+
+// load gathers what Cached and get both start from.
+func (s *Source) load(ctx context.Context) (*known, error) {
+	// A copy per List: a caller may change its List, not the source.
+	k := &known{base: &List{Configured: slices.Clone(s.parsedConfigured()), ListedOnly: s.ListedOnly, URL: s.URL}}
+	k.failedAt, k.failErr = s.failure()
 	if s.Fetcher == nil {
-		base.Origin, base.Versions, base.URL = OriginConfig, base.Configured, ""
-		return base, nil
+		return k, nil
 	}
 	c, err := s.loadCache(ctx)
 	if err != nil {
 		return nil, err
 	}
-	fresh := c != nil && now.Sub(c.FetchedAt) < s.Refresh && !c.FetchedAt.After(now)
-	backoff := !lastFailed.IsZero() && now.Sub(lastFailed) < retryAfterFailure
-	if !force && (fresh || backoff) {
-		if c != nil {
-			l := fromCache(base, c)
-			if !fresh {
-				l.Origin, l.Err = OriginCache, lastErr
-			}
-			return l, nil
+	k.cache = c
+	return k, nil
+}
+
+// fresh is the one freshness rule: the cache is younger than Refresh. A
+// FetchedAt in the future (the clock went back) is not fresh, so that such
+// a cache is read again rather than trusted until the clock catches up.
+func (s *Source) fresh(c *cached, now time.Time) bool {
+	return c != nil && !c.FetchedAt.After(now) && now.Sub(c.FetchedAt) < s.Refresh
+}
+
+// nextRead is when the factory is next to be read: once the cache stops
+// being fresh, and not within retryAfterFailure of a failed read. It is
+// now or earlier when a read is due.
+func (s *Source) nextRead(k *known, now time.Time) time.Time {
+	at := now
+	if s.fresh(k.cache, now) {
+		at = k.cache.FetchedAt.Add(s.Refresh)
+	}
+	if !k.failedAt.IsZero() {
+		if retry := k.failedAt.Add(retryAfterFailure); retry.After(at) {
+			at = retry
 		}
-		return s.fallback(base, lastErr)
+	}
+	return at
+}
+
+// list is the List from what is known, without a read: the cache is
+// OriginFactory only while fresh and no read has failed since; otherwise
+// it is OriginCache with the failure (Cached and Talos agree on this).
+func (s *Source) list(k *known, now time.Time) (*List, error) {
+	base := k.base
+	if s.Fetcher == nil {
+		base.Origin, base.Versions, base.URL = OriginConfig, base.Configured, ""
+		return base, nil
+	}
+	if k.cache == nil {
+		why := k.failErr
+		if why == nil {
+			why = errors.New("not read yet")
+		}
+		return s.fallback(base, why)
+	}
+	l := fromCache(base, k.cache)
+	if !s.fresh(k.cache, now) || k.failErr != nil {
+		l.Origin, l.Err = OriginCache, k.failErr
+		if l.Err == nil {
+			l.Err = errors.New("not read again yet")
+		}
+	}
+	return l, nil
+}
+
+// get returns the list, reading the factory when forced or due, and when
+// the factory is next due (zero when that is unknown: the store failed).
+func (s *Source) get(ctx context.Context, force bool) (*List, time.Time, error) {
+	s.fetchMu.Lock()
+	defer s.fetchMu.Unlock()
+	now := s.now()
+	k, err := s.load(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if s.Fetcher == nil || (!force && s.nextRead(k, now).After(now)) {
+		l, err := s.list(k, now)
+		return l, s.nextRead(k, now), err
 	}
 	fctx, cancel := context.WithTimeout(ctx, fetchTimeout)
 	got, ferr := s.Fetcher.Versions(fctx)
@@ -275,19 +336,18 @@ func (s *Source) get(ctx context.Context, force bool) (*List, error) {
 	}
 	if ferr != nil {
 		s.setFailure(now, ferr)
-		if c != nil {
-			l := fromCache(base, c)
-			l.Origin, l.Err = OriginCache, ferr
-			return l, nil
-		}
-		return s.fallback(base, ferr)
+		k.failedAt, k.failErr = now, ferr
+		l, err := s.list(k, now)
+		return l, s.nextRead(k, now), err
 	}
 	s.setFailure(time.Time{}, nil)
 	nc := cached{URL: s.URL, Versions: Tags(vs), FetchedAt: now}
 	if err := s.saveCache(ctx, nc); err != nil {
-		return nil, err
+		return nil, time.Time{}, err
 	}
-	return fromCache(base, &nc), nil
+	k.cache, k.failedAt, k.failErr = &nc, time.Time{}, nil
+	l, err := s.list(k, now)
+	return l, s.nextRead(k, now), err
 }
 
 func fromCache(base *List, c *cached) *List {
