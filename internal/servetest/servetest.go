@@ -100,6 +100,8 @@ type Bot struct {
 	Env    []string
 	Cmd    *exec.Cmd
 	Stderr *bytes.Buffer
+
+	reaped bool // the cleanup that stops a bot its test left running is registered
 }
 
 // TokenEnv returns the environment that passes Tokens to the process.
@@ -123,15 +125,20 @@ func (b *Bot) Start() {
 	}
 	// A test that fails before it stops the bot (t.Fatal anywhere, the readyz
 	// wait included) must not leave serve and its plugin processes running
-	// after the test binary exits. Cleanups run last-registered first, so a
-	// test's own stop (which waits, setting ProcessState) runs before this.
-	cmd := b.Cmd
-	b.T.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
+	// after the test binary exits. The cleanup belongs to the test of the
+	// first Start: a restart inside a subtest (which sets b.T) must not end
+	// the bot with that subtest. It stops whichever process is current then;
+	// cleanups run last-registered first, so a test's own stop (which waits,
+	// setting ProcessState) runs before it.
+	if !b.reaped {
+		b.reaped = true
+		b.T.Cleanup(func() {
+			if b.Cmd != nil && b.Cmd.ProcessState == nil {
+				_ = b.Cmd.Process.Kill()
+				_ = b.Cmd.Wait()
+			}
+		})
+	}
 	b.WaitFor("readyz", func() bool {
 		resp, err := http.Get("http://" + b.Addr + "/readyz")
 		if err != nil {
