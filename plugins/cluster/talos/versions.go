@@ -65,7 +65,7 @@ func (v Release) AtLeast(major, minor int) bool {
 // CheckUpgradePath is rule R10 for one node: the target is the running
 // version (nothing to do), a newer patch of the same minor, or a release of
 // the next minor; never a downgrade and never a skipped minor (the one place
-// of that rule: releases.SkipsMinor, which PlanTalos uses too). On top of
+// of that rule: releases.SkipsMinor; PlanTalos plans one minor per hop by construction). On top of
 // that, machinery's compatibility tables must accept the host version.
 func CheckUpgradePath(node string, from, to Release) *sdk.Refusal {
 	switch c := to.Compare(from); {
