@@ -7,16 +7,11 @@ import (
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
-// ExtraGitFollowup is the Settings.Extra key under which the host reports
-// the Terraform changes it prepared as Git branches and whether each was
-// merged yet, one line per change (bot/gitbump writes it; defined once in
-// plugins/sdk).
-const ExtraGitFollowup = sdk.ExtraGitFollowup
-
-// FollowupLines returns the host's lines about prepared Terraform changes,
-// for the drift report and the plan guard.
+// FollowupLines returns the host's lines about prepared Terraform changes
+// (Settings.Extra[sdk.ExtraGitFollowup], written by bot/gitbump), for the
+// drift report and the plan guard.
 func FollowupLines(s *lifecyclev1.Settings) []string {
-	v := strings.TrimSpace(s.GetExtra()[ExtraGitFollowup])
+	v := strings.TrimSpace(s.GetExtra()[sdk.ExtraGitFollowup])
 	if v == "" {
 		return nil
 	}

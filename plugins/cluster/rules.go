@@ -3,7 +3,6 @@ package cluster
 import (
 	"strings"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
@@ -32,7 +31,3 @@ func CheckSnapshotDir(dir, operation string) error {
 	return sdk.Refuse("R12", "no snapshot directory is configured, so the etcd snapshot that must precede "+operation+" cannot be stored off-cluster",
 		"set snapshot_dir in the bot configuration to a disk outside the cluster")
 }
-
-// RefusalPlan turns a *sdk.Refusal into a refused plan (nothing will run) and
-// passes any other error through, for plugins' Plan methods.
-func RefusalPlan(err error) (*lifecyclev1.OperationPlan, error) { return sdk.RefusalPlan(err) }

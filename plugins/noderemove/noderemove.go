@@ -129,7 +129,7 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	defer s.Close() //nolint:errcheck
 	t, err := check(ctx, req, s)
 	if err != nil {
-		return cluster.RefusalPlan(err)
+		return sdk.RefusalPlan(err)
 	}
 	summary := fmt.Sprintf("Remove %s (%s) from %s: graceful reset, delete the Kubernetes Node, then the Terraform follow-up", t.node.Name, t.node.Role, inv.Name)
 	if t.removed {

@@ -266,7 +266,7 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	defer s.Close() //nolint:errcheck
 	c, err := p.check(ctx, req, s)
 	if err != nil {
-		return cluster.RefusalPlan(err)
+		return sdk.RefusalPlan(err)
 	}
 	defer c.snap.Close()
 	stale := c.stale()

@@ -127,7 +127,7 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	defer s.Close() //nolint:errcheck
 	t, err := check(ctx, req, s)
 	if err != nil {
-		return cluster.RefusalPlan(err)
+		return sdk.RefusalPlan(err)
 	}
 	plan := &lifecyclev1.OperationPlan{
 		Summary:  fmt.Sprintf("Roll %s of %s back from %s to its previous Talos version", t.node.Name, inv.Name, t.version),

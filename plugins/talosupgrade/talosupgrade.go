@@ -197,7 +197,7 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	defer s.Close() //nolint:errcheck
 	pa, err := compute(ctx, req, s)
 	if err != nil {
-		return cluster.RefusalPlan(err)
+		return sdk.RefusalPlan(err)
 	}
 	pa.warnings = append(pa.warnings, gate.PlanWarnings(ctx, s.Clients)...)
 	plan := pa.operationPlan(req)

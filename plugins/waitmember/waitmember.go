@@ -84,7 +84,7 @@ func check(req *lifecyclev1.OperationRequest) (cluster.Inventory, target, error)
 func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
 	inv, t, err := check(req)
 	if err != nil {
-		return cluster.RefusalPlan(err)
+		return sdk.RefusalPlan(err)
 	}
 	return &lifecyclev1.OperationPlan{
 		Summary: fmt.Sprintf("Wait up to %s for %s to be a voting etcd member of %s with one agreed leader", t.timeout, t.node.Name, inv.Name),
