@@ -107,7 +107,14 @@ type Notes struct {
 func (n *Notes) RequestNotes(ctx context.Context, _ string) map[string]string {
 	l, err := n.Source.Cached(ctx)
 	if err != nil {
-		return nil // plugins fall back to Settings.known_talos_releases
+		if !n.Config.Releases.ListedOnly {
+			return nil // plugins fall back to Settings.known_talos_releases
+		}
+		// listed_only is an allow-list, and plugins learn it only from
+		// these notes: it must hold when the release data cannot be read
+		// (a store error), so they get the configured list alone.
+		conf := releases.ParseAll(n.Config.Releases.Talos)
+		l = &releases.List{Versions: conf, Configured: conf, ListedOnly: true, Origin: releases.OriginConfig, Err: err}
 	}
 	now := time.Now
 	if n.Now != nil {

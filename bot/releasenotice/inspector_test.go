@@ -84,3 +84,41 @@ policy:
 		t.Errorf("notes %v (hits %d → %d)", notes, hits, f.Hits("/versions"))
 	}
 }
+
+// TestListedOnlyHoldsWhenTheReleaseDataCannotBeRead: with releases.listed_only the notes still
+// carry the allow-list when the cached release data cannot be read, so a plugin never falls
+// back to "any version" (it learns listed_only only from the notes). Without listed_only the
+// hook sends nothing, as before.
+func TestListedOnlyHoldsWhenTheReleaseDataCannotBeRead(t *testing.T) {
+	st, err := state.Open(filepath.Join(t.TempDir(), "s.db"), state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = st.Close() // every read of the cache fails
+	f := factoryfake.Start(t, "v1.12.6", "v1.13.9")
+	fc, _ := factory.New(f.URL(), nil)
+	for _, listed := range []bool{true, false} {
+		cfg := &config.Config{Releases: config.Releases{Talos: []string{"v1.12.6"}, ListedOnly: listed}}
+		src := &releases.Source{Fetcher: fc, URL: f.URL(), Store: st, Configured: cfg.Releases.Talos, ListedOnly: listed, Refresh: time.Hour}
+		if _, err := src.Cached(context.Background()); err == nil {
+			t.Fatal("the cache read of a closed store succeeded; the test needs it to fail")
+		}
+		notes := (&releasenotice.Notes{Source: src, Config: cfg}).RequestNotes(context.Background(), "staging")
+		if !listed {
+			if notes != nil {
+				t.Errorf("without listed_only an unreadable cache sends notes %v, want none", notes)
+			}
+			continue
+		}
+		n, ok := releases.ReadNotes(notes)
+		if !ok || !n.ListedOnly {
+			t.Fatalf("listed_only with an unreadable cache: notes %v, want the allow-list", notes)
+		}
+		if err := n.Allowed(releases.Version{Major: 1, Minor: 13, Patch: 9}); err == nil {
+			t.Errorf("v1.13.9 (not in releases.talos) is allowed when the cache cannot be read")
+		}
+		if err := n.Allowed(releases.Version{Major: 1, Minor: 12, Patch: 6}); err != nil {
+			t.Errorf("v1.12.6 (listed) refused: %v", err)
+		}
+	}
+}
