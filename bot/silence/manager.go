@@ -256,9 +256,23 @@ func (m *Manager) RunEnded(ctx context.Context, op *state.Operation, _ engine.Ru
 	return lines
 }
 
+// expire ends the silence in Alertmanager and drops its record. The record
+// stops suppressing first: Alertmanager may flush the group the moment the
+// silence ends, and a notification the bot then kept quiet would count as
+// sent in Alertmanager's notification log, so the alert still firing would
+// not reach the channel until repeat_interval. If Alertmanager refuses, the
+// record is put back as it was: the silence still holds there until its end.
 func (m *Manager) expire(ctx context.Context, op *state.Operation, rec *Record, why string) error {
+	ending := *rec
+	ending.EndsAt = m.now()
+	if err := m.save(ctx, &ending); err != nil {
+		return fmt.Errorf("mark silence %s as ending: %w", rec.SilenceID, err)
+	}
 	if err := m.o.Client.Expire(ctx, rec.SilenceID); err != nil {
 		m.audit(ctx, op, "silence expire failed", "failed", map[string]string{"silence": rec.SilenceID, "error": err.Error(), "reason": why})
+		if serr := m.save(ctx, rec); serr != nil {
+			m.log.Error("restore silence record after a failed expiry", "op", op.ID, "silence", rec.SilenceID, "err", serr)
+		}
 		return err
 	}
 	m.audit(ctx, op, "silence expired", "ok", map[string]string{"silence": rec.SilenceID, "reason": why})

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -552,4 +554,89 @@ func TestResumeAfterSilenceLapsed(t *testing.T) {
 	e.plugins.release <- true
 	e.await(id, state.StateSucceeded)
 	e.awaitExpired(after.SilenceID)
+}
+
+// TestExpiryStopsSuppressingBeforeAlertmanagerUnmutes: the moment
+// Alertmanager has expired the silence it may flush the group to the bot;
+// by then the bot must no longer keep that alert quiet, or Alertmanager's
+// notification log counts it as sent and the alert still firing stays out
+// of the channel until repeat_interval. A proxy in front of the real
+// Alertmanager asks the manager right after the expiry went through. When
+// Alertmanager refuses the expiry, the silence still holds there, and so
+// does the bot's suppression.
+func TestExpiryStopsSuppressingBeforeAlertmanagerUnmutes(t *testing.T) {
+	real := amtest.Start(t, "http://127.0.0.1:9/nowhere", webhookToken)
+	target, err := url.Parse(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu         sync.Mutex
+		refuse     bool
+		e          *env
+		afterAM    = make(chan bool, 4)
+		labels     = map[string]string{"alertname": "KubeNodeNotReady", "cluster": "staging", "node": "worker-1"}
+		proxyToAM  = httputil.NewSingleHostReverseProxy(target)
+		expirePath = "/api/v2/silence/"
+	)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodDelete || !strings.HasPrefix(r.URL.Path, expirePath) {
+			proxyToAM.ServeHTTP(w, r)
+			return
+		}
+		mu.Lock()
+		no, mgr := refuse, e.mgr
+		mu.Unlock()
+		if no {
+			http.Error(w, "refused by the test", http.StatusInternalServerError)
+			return
+		}
+		proxyToAM.ServeHTTP(w, r)
+		_, quiet := mgr.Suppressing(r.Context(), labels)
+		afterAM <- quiet
+	}))
+	t.Cleanup(proxy.Close)
+	mu.Lock()
+	e = newEnv(t, proxy.URL, "")
+	mu.Unlock()
+	ctx := context.Background()
+
+	// Accepted: once Alertmanager has it expired, nothing is suppressed.
+	id := e.submit("stg", "/talos roll staging")
+	e.awaitStarted(id)
+	rec := e.record(id)
+	e.plugins.release <- true
+	e.await(id, state.StateSucceeded)
+	select {
+	case quiet := <-afterAM:
+		if quiet {
+			t.Fatal("the bot still suppressed the alert after Alertmanager had expired the silence")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the silence was never expired")
+	}
+	e.awaitExpired(rec.SilenceID)
+
+	mu.Lock()
+	refuse = true
+	mu.Unlock()
+	// Refused: the record stays as it was and keeps suppressing.
+	id = e.submit("stg", "/talos roll staging")
+	e.awaitStarted(id)
+	rec = e.record(id)
+	e.plugins.release <- true
+	e.await(id, state.StateSucceeded)
+	waitUntil(t, "the refused expiry reported", 10*time.Second, func() bool {
+		o, _ := e.eng.Operation(ctx, id)
+		return strings.Contains(o.Result, "could not expire Alertmanager silence")
+	})
+	if got := e.record(id); got == nil || !got.EndsAt.After(time.Now()) {
+		t.Fatalf("after a refused expiry the record is %+v, want it back with the silence's end", got)
+	}
+	if _, quiet := e.mgr.Suppressing(ctx, labels); !quiet {
+		t.Fatal("the silence still holds in Alertmanager, but the bot stopped suppressing")
+	}
+	if s := amSilence(t, real, rec.SilenceID); s.Status.State != "active" {
+		t.Fatalf("silence %s is %s after a refused expiry", rec.SilenceID, s.Status.State)
+	}
 }
