@@ -205,20 +205,6 @@ func ips(ns []sim.NodeInfo) []string {
 	return out
 }
 
-func (cl *cluster) node(t *testing.T, name string) sim.NodeInfo {
-	t.Helper()
-
-	for _, n := range cl.sim.Nodes() {
-		if n.Name == name {
-			return n
-		}
-	}
-
-	t.Fatalf("no sim node %q", name)
-
-	return sim.NodeInfo{}
-}
-
 // eventually polls cond until it holds or the deadline passes (a condition, not a sleep).
 func eventually(t *testing.T, within time.Duration, what string, cond func() error) {
 	t.Helper()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -228,24 +227,6 @@ func (k *kubeSide) uncordonOwned(ctx context.Context, name string) error {
 	})
 }
 
-func (k *kubeSide) setUnschedulable(ctx context.Context, name string, v bool) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := k.client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-
-		if cur.Spec.Unschedulable == v {
-			return nil
-		}
-
-		cur.Spec.Unschedulable = v
-		_, err = k.client.CoreV1().Nodes().Update(ctx, cur, metav1.UpdateOptions{})
-
-		return err
-	})
-}
-
 // cordonAndDrain is Talos's server-side cordon + drain: mark unschedulable, then evict every
 // pod on the node through the eviction API (so PodDisruptionBudgets apply), skipping
 // DaemonSet and mirror pods, retrying refused evictions until DrainTimeout.
@@ -331,40 +312,6 @@ func (k *kubeSide) evict(ctx context.Context, p *corev1.Pod) error {
 		case <-t.C:
 		}
 	}
-}
-
-// allReady checks that the Node of every given sim node is Ready.
-func (k *kubeSide) allReady(ctx context.Context, nodes []*node) error {
-	var notReady []string
-
-	for _, n := range nodes {
-		if n.info.Role == RoleControlPlane && n.leftEtcd() {
-			continue
-		}
-
-		kn, err := k.client.CoreV1().Nodes().Get(ctx, n.info.NodeName, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("get node %s: %w", n.info.NodeName, err)
-		}
-
-		ready := false
-
-		for _, c := range kn.Status.Conditions {
-			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
-				ready = true
-			}
-		}
-
-		if !ready {
-			notReady = append(notReady, n.info.NodeName)
-		}
-	}
-
-	if len(notReady) > 0 {
-		return fmt.Errorf("nodes not ready: %s", strings.Join(notReady, ", "))
-	}
-
-	return nil
 }
 
 // KubeBackend is a Kubernetes API server started by Options.KubeOnEtcd.

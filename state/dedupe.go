@@ -47,7 +47,7 @@ func (s *Store) FirstSeen(ctx context.Context, key string, now time.Time, window
 		if err := pruneReplay(keys, byTime, now.Add(-window)); err != nil {
 			return err
 		}
-		if v := keys.Get([]byte(key)); v != nil && len(v) == 8 {
+		if v := keys.Get([]byte(key)); len(v) == 8 {
 			if seen := ordTime(getU64(v)); now.Sub(seen) < window {
 				return nil // seen inside the window (a clock that went back counts as inside)
 			}
@@ -110,7 +110,7 @@ func pruneReplay(keys, byTime *bolt.Bucket, cutoff time.Time) error {
 	limit := timeBytes(cutoff)
 	var old [][]byte
 	c := byTime.Cursor()
-	for k, _ := c.First(); k != nil && len(k) >= 8 && bytes.Compare(k[:8], limit) <= 0; k, _ = c.Next() {
+	for k, _ := c.First(); len(k) >= 8 && bytes.Compare(k[:8], limit) <= 0; k, _ = c.Next() {
 		old = append(old, clone(k))
 	}
 	for _, k := range old {

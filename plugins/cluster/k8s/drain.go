@@ -232,7 +232,7 @@ func WaitReady(ctx context.Context, kube kubernetes.Interface, node string, inte
 		return false, nil
 	})
 	if err != nil {
-		return fmt.Errorf("Kubernetes node %s not Ready within %s (last: %s): %w", node, timeout, last, err)
+		return fmt.Errorf("node %s: not Ready in Kubernetes within %s (last: %s): %w", node, timeout, last, err)
 	}
 	return nil
 }
