@@ -54,6 +54,7 @@ type Store struct {
 	prefix   string
 	partSize int64
 	endpoint string
+	api      string
 }
 
 // DefaultPartSize is the multipart part size.
@@ -84,8 +85,11 @@ func New(cfg Config) (*Store, error) {
 	if ps == 0 {
 		ps = DefaultPartSize
 	}
-	scheme := "s3://"
-	return &Store{core: *c, bucket: cfg.Bucket, prefix: cfg.Prefix, partSize: ps, endpoint: scheme + cfg.Bucket + "/"}, nil
+	api := "https://" + cfg.Endpoint
+	if cfg.Insecure {
+		api = "http://" + cfg.Endpoint
+	}
+	return &Store{core: *c, bucket: cfg.Bucket, prefix: cfg.Prefix, partSize: ps, endpoint: "s3://" + cfg.Bucket + "/", api: api}, nil
 }
 
 // Key is the object key of a snapshot file name in cluster.
@@ -93,6 +97,9 @@ func (s *Store) Key(cluster, name string) string { return s.prefix + cluster + "
 
 // URL names an object for people: s3://bucket/key.
 func (s *Store) URL(key string) string { return s.endpoint + key }
+
+// API is the S3 endpoint's base URL, for an S3 client's --endpoint-url.
+func (s *Store) API() string { return s.api }
 
 // Object is one stored snapshot.
 type Object struct {

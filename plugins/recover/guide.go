@@ -3,6 +3,7 @@ package recover
 import (
 	"context"
 	"fmt"
+	pathpkg "path"
 	"strings"
 
 	"github.com/talosbot/talosbot/plugins/cluster"
@@ -12,28 +13,47 @@ import (
 
 // GuideStep is one command of the guide and what to check before the next.
 type GuideStep struct {
-	Command string // a talosctl command line, runnable as written (TALOSCONFIG from the environment)
+	Command string // a command line, runnable as written (talosctl reads TALOSCONFIG from the environment)
 	Check   string
 	// Node is the node the command targets ("" for a local command).
 	Node string
 }
 
+// GuideSource is the snapshot the guide restores, as the person following
+// it reaches it.
+type GuideSource struct {
+	Path      string // the file on the bot's host
+	Encrypted bool
+	// Remote, when the only copy is off-site, is its s3:// URL and API its
+	// S3 endpoint: the guide downloads it first, since the bot's own
+	// download is removed when the guide is rendered.
+	Remote string
+	API    string
+}
+
 // Guide is the manual recovery of a cluster from a snapshot.
 type Guide struct {
-	Snapshot string // the snapshot file the commands restore (on the bot's host)
+	Snapshot string // the snapshot file the commands restore
 	Steps    []GuideStep
 	Notes    []string
 }
 
 // BuildGuide renders Talos's recovery path as talosctl commands for inv
-// and the snapshot at path (plain, or .age). view, when the API answered,
+// and the snapshot src (plain, or .age). view, when the API answered,
 // says which control planes are stale; without it every other control
 // plane is listed for the EPHEMERAL reset "only if its etcd is Running".
 // The commands name no credential: talosctl reads TALOSCONFIG (or
 // ~/.talos/config), and -e points at the node itself so that no other node
 // needs to answer.
-func BuildGuide(inv cluster.Inventory, path string, encrypted bool, view *View) Guide {
-	g := Guide{Snapshot: path}
+func BuildGuide(inv cluster.Inventory, src GuideSource, view *View) Guide {
+	var g Guide
+	path := src.Path
+	if src.Remote != "" {
+		path = pathpkg.Base(src.Remote)
+		g.Steps = append(g.Steps, GuideStep{Command: fmt.Sprintf("aws s3 cp --endpoint-url %s %s %s", src.API, src.Remote, path),
+			Check: path + " exists (any S3 client will do; the bot keeps no local copy of this snapshot)"})
+	}
+	g.Snapshot = path
 	cps := inv.ControlPlanes()
 	tc := func(n cluster.Node, args string) string {
 		return fmt.Sprintf("talosctl -n %s -e %s %s", n.Address, n.Address, args)
@@ -58,7 +78,7 @@ func BuildGuide(inv cluster.Inventory, path string, encrypted bool, view *View) 
 		}
 	}
 	snap := path
-	if encrypted {
+	if src.Encrypted {
 		snap = "db.snapshot"
 		g.Steps = append(g.Steps, GuideStep{Command: fmt.Sprintf("age -d -i <your age identity file> -o db.snapshot %s", path),
 			Check: "db.snapshot exists; keep it private (chmod 600) and delete it when done"})
@@ -131,12 +151,12 @@ func (p *Plugin) runGuide(ctx context.Context, req *lifecyclev1.OperationRequest
 		return err
 	}
 	snap, err := OpenSnapshot(ctx, req, inv.Name, req.GetArgs()["from"], false)
-	path, enc, note := "<snapshot file>", false, ""
+	src, note := GuideSource{Path: "<snapshot file>"}, ""
 	if err != nil {
 		note = "⚠️ no verified snapshot: " + err.Error()
 	} else {
 		defer snap.Close()
-		path, enc = snap.Stored, snap.Encrypted
+		src = GuideSource{Path: snap.Stored, Encrypted: snap.Encrypted, Remote: snap.Remote, API: snap.RemoteAPI}
 		rev := fmt.Sprintf("revision %d", snap.Revision)
 		if snap.Encrypted {
 			rev = "age-encrypted (decrypt it with the age command below; the guide never holds the identity)"
@@ -151,7 +171,7 @@ func (p *Plugin) runGuide(ctx context.Context, req *lifecyclev1.OperationRequest
 			view = &v
 		}
 	}
-	g := BuildGuide(inv, path, enc, view)
+	g := BuildGuide(inv, src, view)
 	lines := append([]string{note}, g.Lines()...)
 	if view != nil {
 		lines = append([]string{"etcd now: " + strings.Join(view.Lines(), "; ")}, lines...)

@@ -142,7 +142,7 @@ func TestGuideWithoutAnyAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := BuildGuide(inv, "/snap/production/x.db.age", true, nil)
+	g := BuildGuide(inv, GuideSource{Path: "/snap/production/x.db.age", Encrypted: true}, nil)
 	text := strings.Join(g.Lines(), "\n")
 	for _, w := range []string{
 		"age -d -i <your age identity file> -o db.snapshot /snap/production/x.db.age",

@@ -29,9 +29,13 @@ import (
 // by Close whatever happens; one that a killed process left is removed by
 // the next OpenSnapshot of that cluster (sweepWorkDirs).
 type Snap struct {
-	ID        string
-	At        time.Time
-	Stored    string // where the bot keeps it (local path or off-site URL)
+	ID     string
+	At     time.Time
+	Stored string // the file read: the local copy, or a download from off-site that Close removes
+	// Remote is the off-site URL (s3://bucket/key) when no local copy
+	// exists and Stored is a download; RemoteAPI is its S3 endpoint.
+	Remote    string
+	RemoteAPI string
 	Encrypted bool
 	Plain     string
 	SHA256    string // of the plain etcd snapshot
@@ -159,6 +163,7 @@ func OpenSnapshot(ctx context.Context, req *lifecyclev1.OperationRequest, cluste
 			return nil, notVerified(fmt.Errorf("download %s: %w", store.URL(o.Key), err), "check the off-site storage")
 		}
 		s.ID, s.At, s.Stored = oit.ID, oit.At, dst
+		s.Remote, s.RemoteAPI = store.URL(o.Key), store.API()
 		s.Offsite = "verified " + store.URL(o.Key) + " (downloaded, sha256 checked)"
 	default:
 		return nil, noSnapshot(clusterName, want)

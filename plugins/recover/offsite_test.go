@@ -1,0 +1,75 @@
+package recover
+
+import (
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/talosbot/talosbot/internal/offsite"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+)
+
+// When the only copy of the snapshot is off-site, the guide downloads it
+// first and restores from that download: the bot's own download is checked
+// (sha256 and etcd's trailer) and removed when the guide is rendered, so a
+// path to it would name a file that is gone.
+func TestGuideFromAnOffsiteOnlySnapshotDownloadsItFirst(t *testing.T) {
+	f := setup(t)
+	be := s3mem.New()
+	if err := be.CreateBucket("snaps"); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gofakes3.New(be).Server())
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	cfg := offsite.Config{Endpoint: u.Host, Bucket: "snaps", Prefix: "tb/", Region: "us-east-1", Insecure: true, AccessKeyID: "key", SecretAccessKey: "secret"}
+	st, err := offsite.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := filepath.Base(f.snap.Path)
+	key := st.Key("production", name)
+	if err := st.Put(ctx(t), key, f.snap.Path, f.snap.StoredSHA256); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(f.snap.Path); err != nil {
+		t.Fatal(err)
+	}
+
+	req := f.req(1, nil)
+	req.Command = GuideCommand
+	req.Settings.Backups.Offsite = &lifecyclev1.Offsite{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Prefix: cfg.Prefix, Region: cfg.Region, Insecure: true}
+	req.Credentials.OffsiteAccessKeyId, req.Credentials.OffsiteSecretAccessKey = []byte(cfg.AccessKeyID), []byte(cfg.SecretAccessKey)
+	rec, err := sdktest.Run(ctx(t), f.plugin(time.Hour), req, nil)
+	if err != nil || !rec.FinalResult().GetOk() {
+		t.Fatalf("guide: %v %v", err, rec.FinalResult())
+	}
+	text := strings.Join(rec.FinalResult().GetLines(), "\n")
+	for _, w := range []string{
+		"off-site verified s3://snaps/" + key + " (downloaded, sha256 checked)",
+		"1. `aws s3 cp --endpoint-url " + srv.URL + " s3://snaps/" + key + " " + name + "`",
+		"bootstrap --recover-from=" + name + "`",
+	} {
+		if !strings.Contains(text, w) {
+			t.Fatalf("guide lacks %q:\n%s", w, text)
+		}
+	}
+	if strings.Contains(text, f.dir) {
+		t.Fatalf("the guide names a file under the bot's snapshot dir %s, which holds no copy:\n%s", f.dir, text)
+	}
+	left, err := os.ReadDir(filepath.Join(f.dir, "production"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		t.Fatalf("the guide left %v in the snapshot dir (its download must be removed)", left)
+	}
+}
