@@ -7,8 +7,6 @@ import (
 	"encoding/hex"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,24 +14,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
+	"github.com/talosbot/talosbot/internal/offsite/s3test"
 	"github.com/talosbot/talosbot/internal/retention"
 )
 
-// fakeS3 starts gofakes3 (a real S3 server we did not write) on loopback
-// with one bucket.
+// fakeS3 starts gofakes3 (a real S3 server we did not write) with one
+// bucket and a Config for it.
 func fakeS3(t *testing.T) (*s3mem.Backend, Config) {
 	t.Helper()
-	be := s3mem.New()
-	if err := be.CreateBucket("snaps"); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(gofakes3.New(be).Server())
-	t.Cleanup(srv.Close)
-	u, _ := url.Parse(srv.URL)
-	return be, Config{Endpoint: u.Host, Bucket: "snaps", Prefix: "talosbot/", Region: "us-east-1", Insecure: true,
+	endpoint, be := s3test.Start(t, "snaps")
+	return be, Config{Endpoint: endpoint, Bucket: "snaps", Prefix: "talosbot/", Region: "us-east-1", Insecure: true,
 		AccessKeyID: "test-key", SecretAccessKey: "test-secret", PartSize: 5 << 20}
 }
 

@@ -1,18 +1,14 @@
 package recover
 
 import (
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
-
 	"github.com/talosbot/talosbot/internal/offsite"
+	"github.com/talosbot/talosbot/internal/offsite/s3test"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
@@ -23,14 +19,8 @@ import (
 // path to it would name a file that is gone.
 func TestGuideFromAnOffsiteOnlySnapshotDownloadsItFirst(t *testing.T) {
 	f := setup(t)
-	be := s3mem.New()
-	if err := be.CreateBucket("snaps"); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(gofakes3.New(be).Server())
-	t.Cleanup(srv.Close)
-	u, _ := url.Parse(srv.URL)
-	cfg := offsite.Config{Endpoint: u.Host, Bucket: "snaps", Prefix: "tb/", Region: "us-east-1", Insecure: true, AccessKeyID: "key", SecretAccessKey: "secret"}
+	endpoint, _ := s3test.Start(t, "snaps")
+	cfg := offsite.Config{Endpoint: endpoint, Bucket: "snaps", Prefix: "tb/", Region: "us-east-1", Insecure: true, AccessKeyID: "key", SecretAccessKey: "secret"}
 	st, err := offsite.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +45,7 @@ func TestGuideFromAnOffsiteOnlySnapshotDownloadsItFirst(t *testing.T) {
 	text := strings.Join(rec.FinalResult().GetLines(), "\n")
 	for _, w := range []string{
 		"off-site verified s3://snaps/" + key + " (downloaded, sha256 checked)",
-		"1. `aws s3 cp --endpoint-url " + srv.URL + " s3://snaps/" + key + " " + name + "`",
+		"1. `aws s3 cp --endpoint-url http://" + endpoint + " s3://snaps/" + key + " " + name + "`",
 		"bootstrap --recover-from=" + name + "`",
 	} {
 		if !strings.Contains(text, w) {

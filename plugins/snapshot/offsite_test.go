@@ -2,18 +2,14 @@ package snapshot
 
 import (
 	"context"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/johannesboyne/gofakes3"
-	"github.com/johannesboyne/gofakes3/backend/s3mem"
-
 	"github.com/talosbot/talosbot/internal/offsite"
+	"github.com/talosbot/talosbot/internal/offsite/s3test"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
@@ -21,14 +17,8 @@ import (
 // startS3 runs gofakes3 on loopback with bucket "snaps".
 func startS3(t *testing.T) string {
 	t.Helper()
-	be := s3mem.New()
-	if err := be.CreateBucket("snaps"); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(gofakes3.New(be).Server())
-	t.Cleanup(srv.Close)
-	u, _ := url.Parse(srv.URL)
-	return u.Host
+	endpoint, _ := s3test.Start(t, "snaps")
+	return endpoint
 }
 
 func withOffsite(req *lifecyclev1.OperationRequest, endpoint string, keep int32, protected ...string) {
