@@ -323,14 +323,25 @@ func (e *Engine) cancelRun(ctx context.Context, from Origin, id string) error {
 	}
 }
 
-// Resume continues an interrupted operation. Plugins skip steps already done.
-func (e *Engine) Resume(ctx context.Context, from Origin, id string) error {
+// interrupted loads operation id for an action only an interrupted
+// operation takes (resume, abandon). Otherwise it returns nil and the
+// refusal, audited and answered as every refused action is.
+func (e *Engine) interrupted(ctx context.Context, from Origin, id, verb, done string) (*state.Operation, error) {
 	op, err := e.Operation(ctx, id)
 	if err != nil {
-		return e.refuseAction(ctx, from, nil, "resume", fmt.Sprintf("no operation %q", id))
+		return nil, e.refuseAction(ctx, from, nil, verb, fmt.Sprintf("no operation %q", id))
 	}
 	if op.State != state.StateInterrupted {
-		return e.refuseAction(ctx, from, op, "resume", fmt.Sprintf("operation %s is %s; only interrupted operations can be resumed", id, op.State))
+		return nil, e.refuseAction(ctx, from, op, verb, fmt.Sprintf("operation %s is %s; only interrupted operations can be %s", id, op.State, done))
+	}
+	return op, nil
+}
+
+// Resume continues an interrupted operation. Plugins skip steps already done.
+func (e *Engine) Resume(ctx context.Context, from Origin, id string) error {
+	op, err := e.interrupted(ctx, from, id, "resume", "resumed")
+	if op == nil {
+		return err
 	}
 	cl := e.o.Config.Cluster(op.Cluster)
 	if cl == nil {
@@ -352,12 +363,9 @@ func (e *Engine) Resume(ctx context.Context, from Origin, id string) error {
 
 // Abandon gives up an interrupted operation and releases its lock.
 func (e *Engine) Abandon(ctx context.Context, from Origin, id string) error {
-	op, err := e.Operation(ctx, id)
-	if err != nil {
-		return e.refuseAction(ctx, from, nil, "abandon", fmt.Sprintf("no operation %q", id))
-	}
-	if op.State != state.StateInterrupted {
-		return e.refuseAction(ctx, from, op, "abandon", fmt.Sprintf("operation %s is %s; only interrupted operations can be abandoned", id, op.State))
+	op, err := e.interrupted(ctx, from, id, "abandon", "abandoned")
+	if op == nil {
+		return err
 	}
 	cl := e.o.Config.Cluster(op.Cluster)
 	if cl != nil {
