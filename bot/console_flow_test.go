@@ -262,7 +262,9 @@ func TestConsoleRefusals(t *testing.T) {
 	c.waitText("prd", "counted once")
 	c.clock.Add(31 * time.Minute)
 	c.mustClick("dave", m2, "Approve")
-	c.waitText("prd", "expired")
+	// The refusal itself, not the card: the card says "expired" as soon as
+	// the operation turns expired, before the refusal is audited and posted.
+	c.waitText("prd", "refused: the approval request for "+field(m2, "Operation")+" expired")
 	recs, err := c.store.QueryAudit(context.Background(), state.AuditQuery{Action: "action refused"})
 	if err != nil {
 		t.Fatal(err)
