@@ -141,12 +141,27 @@ func field(m consoleMsg, label string) string {
 	return ""
 }
 
-// opMessage waits for the operation message of command in state.
+// opMessage waits for the operation message of command in state. An
+// operation awaiting approval is waited for with its Approve button: the
+// engine publishes the state change, then the same state with the buttons
+// it minted, and the card can show the first for an edit interval.
 func (c *consoleEnv) opMessage(channel, command, st string) consoleMsg {
 	c.t.Helper()
 	return c.waitMessage(channel, command+" "+st, func(m consoleMsg) bool {
+		if st == "awaiting_approval" && !hasButton(m, "Approve") {
+			return false
+		}
 		return strings.Contains(m.Title, "/talos "+command) && field(m, "State") == st
 	})
+}
+
+func hasButton(m consoleMsg, label string) bool {
+	for _, b := range m.Buttons {
+		if b.Label == label {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *consoleEnv) click(user string, m consoleMsg, label string) (int, string) {
