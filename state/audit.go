@@ -211,6 +211,12 @@ func (t *Tx) Append(ev AuditEvent) (AuditRecord, error) {
 	if err != nil {
 		return AuditRecord{}, err
 	}
+	// The head numbers the new record: a head that is missing or does not
+	// name the last record would make this append overwrite a record (or
+	// hide removed ones), so refuse, whoever the writer is.
+	if err := checkHead(t.tx, t.path); err != nil {
+		return AuditRecord{}, fmt.Errorf("audit append: %w", err)
+	}
 	head, _, err := readHead(t.tx)
 	if err != nil {
 		return AuditRecord{}, err
@@ -231,18 +237,30 @@ func (t *Tx) Append(ev AuditEvent) (AuditRecord, error) {
 	if err != nil {
 		return AuditRecord{}, err
 	}
-	seqKey := u64(rec.Seq)
 	audit.FillPercent = 1 // append-only: pack pages full
-	if err := audit.Put(seqKey, raw); err != nil {
+	if err := putNewRecord(audit, rec.Seq, raw, t.path); err != nil {
 		return AuditRecord{}, fmt.Errorf("audit append: %w", err)
 	}
 	if err := indexRecord(t.tx, rec, ev.Time); err != nil {
 		return AuditRecord{}, err
 	}
+	// The head moves in the same transaction as the record: a crash
+	// commits both or neither, so the chain always ends at its head.
 	if err := writeHead(meta, auditHead{Seq: rec.Seq, Time: ev.Time, Hash: rec.Hash}); err != nil {
 		return AuditRecord{}, fmt.Errorf("audit append: %w", err)
 	}
 	return rec, nil
+}
+
+// putNewRecord stores an audit record under a seq that must be free: the
+// chain is append-only, so whatever the head said, an existing record is
+// never overwritten.
+func putNewRecord(audit *bolt.Bucket, seq uint64, raw []byte, path string) error {
+	key := u64(seq)
+	if audit.Get(key) != nil {
+		return &HeadError{Path: path, Reason: fmt.Sprintf("audit record %d already exists and records are never overwritten", seq)}
+	}
+	return audit.Put(key, raw)
 }
 
 // auditIndexes maps index buckets to the record field they index.

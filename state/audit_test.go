@@ -383,7 +383,7 @@ func TestReadersDuringWrites(t *testing.T) {
 		}
 		const k = 25
 		mustView(t, s, func(tx *Tx) error {
-			before, err := verifyChain(ctx, tx.tx, CurrentSchema, "")
+			before, err := verifyChain(ctx, tx.tx, CurrentSchema, "", false)
 			if err != nil {
 				return err
 			}
@@ -406,7 +406,7 @@ func TestReadersDuringWrites(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				return errors.New("writer blocked by an open reader")
 			}
-			after, err := verifyChain(ctx, tx.tx, CurrentSchema, "")
+			after, err := verifyChain(ctx, tx.tx, CurrentSchema, "", false)
 			if err != nil {
 				return err
 			}
@@ -442,7 +442,7 @@ func TestReadersDuringWrites(t *testing.T) {
 					default:
 					}
 					err := s.View(ctx, func(tx *Tx) error {
-						rep, err := verifyChain(ctx, tx.tx, CurrentSchema, "")
+						rep, err := verifyChain(ctx, tx.tx, CurrentSchema, "", false)
 						if err != nil {
 							return err
 						}

@@ -68,7 +68,7 @@ func (s *Store) VerifyAuditWith(ctx context.Context, opts VerifyOptions) (Verify
 	var rep VerifyReport
 	err := s.View(ctx, func(tx *Tx) error {
 		var err error
-		rep, err = verifyChain(ctx, tx.tx, s.schema, opts.ExpectHead)
+		rep, err = verifyChain(ctx, tx.tx, s.schema, opts.ExpectHead, false)
 		return err
 	})
 	return rep, err
@@ -83,7 +83,7 @@ func (s *Store) Head(ctx context.Context) (seq uint64, hash string, err error) {
 			return err
 		}
 		if !ok {
-			return errors.New("the audit head is missing from the state database; run `talosbot audit verify`")
+			return fmt.Errorf("the audit head is missing from the state database %s: %w; inspect it with `talosbot audit verify --db %s` and repair it with `talosbot audit repair-head --db %s` (bot stopped)", s.path, ErrAuditHeadBroken, s.path, s.path)
 		}
 		seq, hash = h.Seq, h.Hash
 		return nil
@@ -97,7 +97,10 @@ func v1OnlyBuckets() [][]byte {
 	return [][]byte{bOpsByCluster, bOpsByTime, bAuditByTime, bAuditByActor, bKV}
 }
 
-func verifyChain(ctx context.Context, tx *bolt.Tx, schema int, expect string) (VerifyReport, error) {
+// verifyChain does the work of VerifyAuditWith. skipHead leaves out the
+// comparison with the head in meta, for RepairHead, which must know whether
+// the records themselves are intact when only the head is wrong.
+func verifyChain(ctx context.Context, tx *bolt.Tx, schema int, expect string, skipHead bool) (VerifyReport, error) {
 	var rep VerifyReport
 	v1 := schema >= 1
 	if !v1 && tx.Bucket(bMeta) == nil {
@@ -154,10 +157,11 @@ func verifyChain(ctx context.Context, tx *bolt.Tx, schema int, expect string) (V
 		}
 	}
 	head, ok, err := readHead(tx)
-	if err != nil {
+	if err != nil && !skipHead {
 		return rep, &ChainError{Seq: rep.HeadSeq, Reason: err.Error()}
 	}
 	switch {
+	case skipHead:
 	case !ok && v1:
 		return rep, &ChainError{Seq: rep.HeadSeq + 1, Reason: fmt.Sprintf("the audit head (seq and hash of the last record) is missing from meta after record %d: it was deleted, and records may have been removed from the end with it", rep.HeadSeq)}
 	case ok && (head.Seq != rep.HeadSeq || head.Hash != rep.Head):

@@ -72,6 +72,12 @@
 // cannot detect a chain rewritten from some point on with all hashes
 // recomputed: pin VerifyReport.Head outside the database for that.
 //
+// The head in meta numbers the next record, so Append (and a read-write Open)
+// refuses a chain whose head is missing or does not name its last record, and
+// the put refuses an existing seq: a record is never overwritten.
+// RepairHeadFile resets the head from a chain whose records all verify, and
+// audits the repair. Record, indexes and head commit in one transaction.
+//
 // Record times never go backwards along the chain (Append clamps to the
 // predecessor's time), so time order is seq order and QueryAudit turns
 // Since/Until into a seq range; indexed filters are intersected in seq order.

@@ -33,6 +33,11 @@ type Options struct {
 	// Test-only knobs (unexported so production code cannot set them).
 	noSync   bool // skip fsync: a crash may lose committed transactions
 	mmapSize int  // initial mmap size: avoids remaps that make writers wait for readers
+
+	// headUnchecked lets a read-write Open proceed with a broken audit head:
+	// only for RepairHeadFile, which verifies the chain before it writes
+	// (Append still refuses until the head is repaired).
+	headUnchecked bool
 }
 
 // Store is the bbolt-backed state of talosbot. It is safe for concurrent use:
@@ -106,6 +111,16 @@ func open(path string, opts Options, allowOld bool) (*Store, error) {
 	if err := s.prepare(allowOld); err != nil {
 		_ = db.Close()
 		return nil, err
+	}
+	// A writer refuses a database whose audit head does not match its
+	// chain here, at start, rather than at its first append (serve would
+	// otherwise start and then fail every audited action). Readers (verify,
+	// export) must still open it to show what is wrong.
+	if !opts.ReadOnly && !opts.headUnchecked {
+		if err := db.View(func(tx *bolt.Tx) error { return checkHead(tx, path) }); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -268,7 +283,7 @@ func (s *Store) Update(ctx context.Context, fn func(tx *Tx) error) error {
 		return ErrReadOnly
 	}
 	return s.db.Update(func(btx *bolt.Tx) error {
-		return fn(&Tx{tx: btx, clock: s.clock})
+		return fn(&Tx{tx: btx, clock: s.clock, path: s.path})
 	})
 }
 
@@ -279,7 +294,7 @@ func (s *Store) View(ctx context.Context, fn func(tx *Tx) error) error {
 		return fmt.Errorf("state view: %w", err)
 	}
 	return s.db.View(func(btx *bolt.Tx) error {
-		return fn(&Tx{tx: btx, clock: s.clock})
+		return fn(&Tx{tx: btx, clock: s.clock, path: s.path})
 	})
 }
 
@@ -288,6 +303,7 @@ func (s *Store) View(ctx context.Context, fn func(tx *Tx) error) error {
 type Tx struct {
 	tx    *bolt.Tx
 	clock func() time.Time
+	path  string // the database file, for errors that tell how to fix it
 }
 
 // Writable reports whether this is an Update transaction.

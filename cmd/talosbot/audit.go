@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"os/user"
 	"strconv"
 	"strings"
 	"time"
@@ -76,13 +78,15 @@ func apiError(resp *http.Response) error {
 func newAuditCmd() *cobra.Command {
 	audit := &cobra.Command{
 		Use:   "audit",
-		Short: "Verify or export the hash-chained audit trail",
+		Short: "Verify, export or repair the head of the hash-chained audit trail",
 		Long: `Every state change of every operation is recorded in an append-only audit
 trail; each record carries the sha256 of its canonical bytes and of the record
 before it, so editing, deleting or reordering records breaks the chain, and
 the head (seq and hash of the last record) kept next to it shows records cut
 from the end. Pin the head elsewhere (/talos audit head posts it) and pass
-it as --expect-head to detect a chain rewritten as a whole.
+it as --expect-head to detect a chain rewritten as a whole. A head that is
+missing or does not match the last record stops every write (serve refuses
+to start); repair-head fixes it when the records themselves verify.
 
 A running bot holds an exclusive lock on its database: read it through the
 bot's audit API with --url (needs audit.token); use --db when the bot is
@@ -210,8 +214,67 @@ stopped, or on a copy.`,
 	export.Flags().StringVar(&result, "result", "", "only this result, e.g. failed")
 	export.Flags().StringVar(&since, "since", "", "only records younger than this, e.g. 7d or 12h (at most 3650d)")
 	export.Flags().IntVar(&limit, "limit", 1000000, "at most this many records")
-	audit.AddCommand(verify, export)
+	audit.AddCommand(verify, export, newRepairHeadCmd())
 	return audit
+}
+
+func newRepairHeadCmd() *cobra.Command {
+	var db string
+	cmd := &cobra.Command{
+		Use:   "repair-head --db FILE",
+		Short: "Set a missing or wrong audit head to the last record, if every record verifies; the repair is audited",
+		Long: `The audit head (seq and hash of the last record, kept next to the chain)
+numbers the next record. When it is missing or does not match the last record,
+serve refuses to start and nothing is appended, so that no record is ever
+overwritten. repair-head verifies every record (as audit verify does, except
+for the head), then sets the head to the last record and appends an
+"audit head repaired" record naming you (your OS user) and the head before and
+after. It refuses, changing nothing, when the records themselves do not verify
+or when the head names a record past the end of the chain (records were
+removed: restore the file from a backup). Run it with the bot stopped; run
+audit verify first to see what is wrong.`,
+		Example: `  talosbot audit verify --db /var/lib/talosbot/talosbot.db
+  talosbot audit repair-head --db /var/lib/talosbot/talosbot.db`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if db == "" {
+				return &exitError{code: 2, err: errors.New("--db FILE is required (the bot stopped)")}
+			}
+			if _, err := os.Stat(db); err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("--db: %w", err)}
+			}
+			actor := osActor()
+			rep, err := state.RepairHeadFile(cmd.Context(), db, actor, state.Options{})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if !rep.Repaired {
+				fmt.Fprintf(out, "the audit head of %s matches the chain: nothing to repair\n", db)
+				return nil
+			}
+			fmt.Fprintf(out, "audit head repaired: %s\nthe head now names record %d (%s); the repair is record %d (%s), by %s\n",
+				rep.Was, rep.ToSeq, rep.ToHash, rep.Record.Seq, rep.Record.Hash, actor)
+			// Check the result as audit verify would.
+			v, err := state.VerifyFile(cmd.Context(), db)
+			if err != nil {
+				return fmt.Errorf("%s after the repair: %w", db, err)
+			}
+			fmt.Fprintf(out, "audit chain OK: %d records, head %s (seq %d)\n", v.Records, v.Head, v.HeadSeq)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&db, "db", "", "the talosbot database file (DATA_DIR/talosbot.db), while the bot is stopped")
+	return cmd
+}
+
+// osActor names who runs a CLI repair in the audit trail: the OS user, with
+// a prefix that no chat user id has, or the uid when there is no name.
+func osActor() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return "os:" + u.Username
+	}
+	return "os:uid " + strconv.Itoa(os.Getuid())
 }
 
 // exportFile reads the records from a database file (the bot stopped).

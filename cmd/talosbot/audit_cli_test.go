@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
+	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -231,5 +236,143 @@ plugins:
 				t.Fatalf("verify panicked:\n%s", msg)
 			}
 		})
+	}
+}
+
+// TestServeRefusesAnAuditChainWithoutItsHead is issue 29's first defect the
+// way the attacker found it: with meta/audit_head deleted from a real
+// serve's database, serve started and wrote its next record as seq 1 over
+// the oldest one. Now serve refuses to start, naming audit verify and audit
+// repair-head; the repair (verified, audited, by the OS user) makes the
+// chain verify again and serve start.
+func TestServeRefusesAnAuditChainWithoutItsHead(t *testing.T) {
+	dir := t.TempDir()
+	plugin, sum := buildEnginePlugin(t)
+	b := servetest.Config{Dir: dir, Clusters: []servetest.Cluster{{Nodes: []string{"{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}"},
+		Endpoints: []string{"127.0.0.1"}, Talosconfig: []byte("context: e2e\n")}},
+		Extra: fmt.Sprintf("plugins:\n  external: [{name: eng, path: %s, sha256: %s}]\n", plugin, sum)}.Bot(t, talosbotBinary(t))
+	stop := func() {
+		_ = b.Cmd.Process.Signal(syscall.SIGTERM)
+		_ = b.Cmd.Wait()
+	}
+	probes := func(n int) {
+		for i := range n {
+			b.Command("alice", "ops", "/talos probe staging")
+			b.WaitFor(fmt.Sprintf("probe %d", i+1), func() bool {
+				done := 0
+				for _, m := range b.Messages("ops") {
+					if strings.Contains(m.Title, "probe") && strings.Contains(m.Title, "✅") {
+						done++
+					}
+				}
+				return done > i
+			})
+		}
+	}
+	b.Start()
+	probes(2)
+	stop()
+
+	db := filepath.Join(dir, "data", "talosbot.db")
+	records := func() map[uint64][]byte {
+		d, err := bolt.Open(db, 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
+		must(t, err)
+		defer d.Close()
+		out := map[uint64][]byte{}
+		must(t, d.View(func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte("audit")).ForEach(func(k, v []byte) error {
+				out[binary.BigEndian.Uint64(k)] = bytes.Clone(v)
+				return nil
+			})
+		}))
+		return out
+	}
+	before := records()
+	if len(before) < 2 {
+		t.Fatalf("only %d audit records after two probes", len(before))
+	}
+	// The attack: delete one key, with bbolt directly.
+	d, err := bolt.Open(db, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	must(t, err)
+	must(t, d.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("meta")).Delete([]byte("audit_head")) }))
+	must(t, d.Close())
+
+	// serve refuses to start: it exits non-zero with the way out, and never
+	// answers /readyz (the unfixed bot did, and then overwrote record 1).
+	cmd := exec.Command(talosbotBinary(t), "serve", "--config", b.Config)
+	cmd.Env = append(os.Environ(), b.TokenEnv()...)
+	var serveOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &serveOut, &serveOut
+	must(t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var werr error
+	b.WaitForWithin("serve to exit", time.Minute, func() bool {
+		select {
+		case werr = <-exited:
+			return true
+		default:
+		}
+		if resp, err := http.Get("http://" + b.Addr + "/readyz"); err == nil {
+			resp.Body.Close()
+			_ = cmd.Process.Kill()
+			<-exited
+			t.Fatalf("serve started on a chain without its head:\n%s", serveOut.String())
+		}
+		return false
+	})
+	var ee *exec.ExitError
+	if !errors.As(werr, &ee) || ee.ExitCode() == 0 {
+		t.Fatalf("serve: %v, want a non-zero exit\n%s", werr, serveOut.String())
+	}
+	for _, w := range []string{"the audit head (meta/audit_head) is missing", "talosbot audit verify --db " + db, "talosbot audit repair-head --db " + db} {
+		if !strings.Contains(serveOut.String(), w) {
+			t.Errorf("serve's refusal lacks %q:\n%s", w, serveOut.String())
+		}
+	}
+	after := records()
+	if len(after) != len(before) || !bytes.Equal(after[1], before[1]) {
+		t.Fatalf("the refused start changed the trail: %d records (was %d), record 1:\n%s\nwas\n%s", len(after), len(before), after[1], before[1])
+	}
+	if out, errOut, code := runBin(t, "audit", "verify", "--db", db); code != 1 || !strings.Contains(errOut, "the audit head (seq and hash of the last record) is missing") {
+		t.Fatalf("verify of the headless chain: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// The repair: verified, then audited with the OS user.
+	out, errOut, code := runBin(t, "audit", "repair-head", "--db", db)
+	n := len(before)
+	if code != 0 || !strings.Contains(out, "audit head repaired") || !strings.Contains(out, fmt.Sprintf("audit chain OK: %d records", n+1)) {
+		t.Fatalf("repair-head: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := runBin(t, "audit", "verify", "--db", db); code != 0 {
+		t.Fatalf("verify after the repair: exit %d\n%s%s", code, out, errOut)
+	}
+	u, err := user.Current()
+	must(t, err)
+	out, errOut, code = runBin(t, "audit", "export", "--db", db, "--format", "csv", "--user", "os:"+u.Username)
+	if code != 0 || strings.Count(out, "audit head repaired") != 1 || !strings.Contains(out, fmt.Sprintf("to=%d ", n)) || !strings.Contains(out, "from=missing") {
+		t.Fatalf("the repair is not in the trail: exit %d\n%s%s", code, out, errOut)
+	}
+	// A second run has nothing to do and appends nothing.
+	if out, _, code := runBin(t, "audit", "repair-head", "--db", db); code != 0 || !strings.Contains(out, "nothing to repair") {
+		t.Fatalf("second repair-head: exit %d\n%s", code, out)
+	}
+
+	// serve starts on the repaired chain and appends after the repair.
+	b.Start()
+	probes(1)
+	stop()
+	out, errOut, code = runBin(t, "audit", "verify", "--db", db)
+	if code != 0 {
+		t.Fatalf("verify after the restart: exit %d\n%s%s", code, out, errOut)
+	}
+	final := records()
+	if len(final) <= n+1 {
+		t.Fatalf("%d records after the restart and a probe, want more than %d", len(final), n+1)
+	}
+	for seq, raw := range before {
+		if !bytes.Equal(final[seq], raw) {
+			t.Fatalf("record %d changed:\n%s\nwas\n%s", seq, final[seq], raw)
+		}
 	}
 }

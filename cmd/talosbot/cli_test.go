@@ -62,7 +62,7 @@ func TestHelpTeachesWithExamples(t *testing.T) {
 		bin string
 		sub []string
 	}{
-		{binPath, []string{"serve"}}, {binPath, []string{"audit", "verify"}}, {binPath, []string{"audit", "export"}},
+		{binPath, []string{"serve"}}, {binPath, []string{"audit", "verify"}}, {binPath, []string{"audit", "export"}}, {binPath, []string{"audit", "repair-head"}},
 		{binPath, []string{"config", "check"}}, {binPath, []string{"version"}},
 		{demoBinPath, []string{"demo"}}, {demoBinPath, []string{"sim"}},
 		{pluginsBinPath, []string{"plugin"}}, {pluginsBinPath, []string{"manifests"}},
