@@ -1075,6 +1075,8 @@ func (e *Engine) stagingLookup(ctx context.Context) StagingLookup {
 
 // Recover marks operations that were running when the bot stopped as
 // interrupted. Their cluster locks stay until /talos resume or /talos abandon.
+// It then posts every interrupted operation, and every one still awaiting
+// approval, to its channel again: a restart strands no request.
 func (e *Engine) Recover(ctx context.Context) ([]string, error) {
 	var ids []string
 	err := e.o.Store.Update(ctx, func(tx *state.Tx) error {
