@@ -90,6 +90,16 @@ func TestTypedDenyEndsTheRequest(t *testing.T) {
 	if got := strings.Join(e.auditActions(id), " "); !strings.Contains(got, "approval requested/system action refused/carol denied/dave action refused/bob") {
 		t.Fatalf("audit = %s", got)
 	}
+	// Both have a usage line in /talos help.
+	if _, err := e.submit("carol", "prd", "/talos help"); err != nil {
+		t.Fatal(err)
+	}
+	help := e.sink.waitReply(t, "talosbot commands:")
+	for _, want := range []string{"• `/talos approve <id>` — approve an operation awaiting approval", "• `/talos deny <id>` — deny an operation awaiting approval"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("/talos help lacks %q:\n%s", want, help)
+		}
+	}
 }
 
 // TestRestartRepostsAwaitingApproval: an operation awaiting its second
