@@ -1,7 +1,7 @@
 // Package bot is talosbot's command router and the commands the bot answers
-// itself: help, status, resume, abandon, cancel, the audit commands and the
-// freeze commands. New assembles the engine (package engine) with them;
-// everything that does cluster work is a plugin.
+// itself: help, status, approve, deny, resume, abandon, cancel, the audit
+// commands and the freeze commands. New assembles the engine (package
+// engine) with them; everything that does cluster work is a plugin.
 package bot
 
 import (
@@ -84,6 +84,14 @@ func coreCommands() []botCommand {
 				}
 				e.Sink().Reply(ctx, from, txt)
 				return nil
+			}},
+		{spec(&lifecyclev1.Command{Name: "approve", Summary: "approve an operation awaiting approval, as its Approve button does (same checks)", Effect: dis, Args: id("approve"), Example: "/talos approve 3f2a9c01bd4e"}),
+			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+				return e.Approve(ctx, from, inv.Args["id"])
+			}},
+		{spec(&lifecyclev1.Command{Name: "deny", Summary: "deny an operation awaiting approval, as its Deny button does", Effect: dis, Args: id("deny"), Example: "/talos deny 3f2a9c01bd4e"}),
+			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+				return e.Deny(ctx, from, inv.Args["id"])
 			}},
 		{spec(&lifecyclev1.Command{Name: "resume", Summary: "continue an interrupted operation (steps already done are skipped)", Effect: dis, Args: id("resume"), Example: "/talos resume 3f2a9c01bd4e"}),
 			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {

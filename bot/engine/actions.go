@@ -149,6 +149,31 @@ func (e *Engine) refuseAction(ctx context.Context, from Origin, op *state.Operat
 	return &ActionError{Msg: msg}
 }
 
+// Approve is `/talos approve ID`, the typed twin of the Approve button: an
+// approval that does not depend on a chat message (one lost to a restart, a
+// platform whose buttons fail). It takes the button's own path (approve):
+// the same expiry, approver, self-approval (the requester is offered the
+// Confirm button, as after a click), duplicate and digest checks, and the
+// same audit records. It approves the plan the operation awaits approval
+// for now, the one its card shows; the approval is bound to that digest.
+func (e *Engine) Approve(ctx context.Context, from Origin, id string) error {
+	op, err := e.Operation(ctx, id)
+	if err != nil {
+		return e.refuseAction(ctx, from, nil, "approve", fmt.Sprintf("no operation %q; /talos status lists the operations awaiting approval", id))
+	}
+	return e.approve(ctx, from, op, false)
+}
+
+// Deny is `/talos deny ID`, the typed twin of the Deny button, through the
+// button's own path (deny): an approver or the requester may deny.
+func (e *Engine) Deny(ctx context.Context, from Origin, id string) error {
+	op, err := e.Operation(ctx, id)
+	if err != nil {
+		return e.refuseAction(ctx, from, nil, "deny", fmt.Sprintf("no operation %q; /talos status lists the operations awaiting approval", id))
+	}
+	return e.deny(ctx, from, op)
+}
+
 // approve records one approval. A requester approving their own request
 // (allowed only with allow_self_approval) must confirm it explicitly after
 // seeing the plan: the first click asks, the Confirm button approves.

@@ -513,7 +513,8 @@ func (e *Engine) planAndProceed(ctx context.Context, id string) {
 				o.ExpiresAt = e.now().Add(exp)
 			}, func(tx *state.Tx, o *state.Operation) error {
 				var err error
-				buttons, err = e.mintButtons(tx, o, []Button{{Label: "Approve", Style: "primary"}, {Label: "Deny", Style: "danger"}, {Label: "Cancel"}}, "approve", "deny", "cancel")
+				labels, kinds := approvalButtons()
+				buttons, err = e.mintButtons(tx, o, labels, kinds...)
 				return err
 			})
 		if err == nil {
@@ -982,7 +983,8 @@ func (e *Engine) voidApprovals(ctx context.Context, op *state.Operation, plan *l
 				return err
 			}
 			var err error
-			buttons, err = e.mintButtons(tx, o, []Button{{Label: "Approve", Style: "primary"}, {Label: "Deny", Style: "danger"}, {Label: "Cancel"}}, "approve", "deny", "cancel")
+			labels, kinds := approvalButtons()
+			buttons, err = e.mintButtons(tx, o, labels, kinds...)
 			return err
 		})
 	if err != nil {
@@ -1073,6 +1075,8 @@ func (e *Engine) stagingLookup(ctx context.Context) StagingLookup {
 
 // Recover marks operations that were running when the bot stopped as
 // interrupted. Their cluster locks stay until /talos resume or /talos abandon.
+// It then posts every interrupted operation, and every one still awaiting
+// approval, to its channel again: a restart strands no request.
 func (e *Engine) Recover(ctx context.Context) ([]string, error) {
 	var ids []string
 	err := e.o.Store.Update(ctx, func(tx *state.Tx) error {
@@ -1111,6 +1115,12 @@ func (e *Engine) Recover(ctx context.Context) ([]string, error) {
 		// Every interrupted operation, from this stop or an earlier one, is
 		// posted to its channel with Resume and Abandon (endings.go).
 		err = e.announceInterrupted(ctx)
+	}
+	if err == nil {
+		// Every operation awaiting approval is posted again with its card
+		// and buttons, or marked expired if its request ran out meanwhile
+		// (awaiting.go).
+		err = e.announceAwaiting(ctx)
 	}
 	return ids, err
 }

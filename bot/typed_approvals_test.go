@@ -1,0 +1,193 @@
+package bot_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/state"
+)
+
+// TestTypedApproveTakesTheButtonsPath: `/talos approve ID` refuses what the
+// Approve button refuses (the requester without allow_self_approval, a
+// non-approver, an unknown id, a finished operation, a second approval by
+// the same approver counted once), with the same audit records, and an
+// approver's typed approval runs the operation.
+func TestTypedApproveTakesTheButtonsPath(t *testing.T) {
+	e := newEnv(t)
+	id, err := e.submit("alice", "prd", "/talos roll v2 --skip-staging")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateAwaitingApproval)
+	for _, tc := range []struct{ user, text, want string }{
+		{"alice", "/talos approve " + id, "alice requested " + id + " and cannot approve it"},
+		{"carol", "/talos approve " + id, "carol is not an approver for production"},
+		{"bob", "/talos approve nosuchop", `no operation "nosuchop"`},
+		{"bob", "/talos approve", "missing <id>"},
+	} {
+		if _, err := e.submit(tc.user, "prd", tc.text); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %q: got %v, want %q", tc.user, tc.text, err, tc.want)
+		}
+	}
+	e.sink.waitReply(t, "refused: carol is not an approver")
+	if _, err := e.submit("bob", "prd", "/talos approve "+id); err != nil {
+		t.Fatal(err)
+	}
+	// Skipping staging needs two approvals: bob's second is counted once.
+	if _, err := e.submit("bob", "prd", "/talos approve "+id); err != nil {
+		t.Fatal(err)
+	}
+	e.sink.waitReply(t, "you already approved "+id+"; your approval is counted once")
+	if op, _ := e.eng.Operation(context.Background(), id); op.State != state.StateAwaitingApproval {
+		t.Fatalf("one approver approved twice and the operation is %s", op.State)
+	}
+	if _, err := e.submit("dave", "prd", "/talos approve "+id); err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateSucceeded)
+	if _, err := e.submit("dave", "prd", "/talos approve "+id); err == nil || !strings.Contains(err.Error(), "succeeded; there is nothing to approve") {
+		t.Fatalf("approve a finished operation: %v", err)
+	}
+	want := "requested/alice approval requested/system action refused/alice action refused/carol approval/bob approval/bob approval/dave approved/dave started/system succeeded/system action refused/dave"
+	if got := strings.Join(e.auditActions(id), " "); got != want {
+		t.Fatalf("audit = %s\nwant     %s", got, want)
+	}
+	recs, err := e.store.QueryAudit(context.Background(), state.AuditQuery{Actor: "bob", Action: "action refused"})
+	if err != nil || len(recs) != 1 || recs[0].Detail["what"] != "approve" || !strings.Contains(recs[0].Detail["reason"], "nosuchop") {
+		t.Fatalf("bob's refused approval of an unknown id is not audited as one: %+v %v", recs, err)
+	}
+}
+
+// TestTypedDenyEndsTheRequest: `/talos deny ID` by a non-approver who did not
+// request it is refused; by an approver it ends the operation as denied,
+// and a deny of a finished operation is refused.
+func TestTypedDenyEndsTheRequest(t *testing.T) {
+	e := newEnv(t)
+	e.promote("v2")
+	id, err := e.submit("alice", "prd", "/talos roll v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateAwaitingApproval)
+	if _, err := e.submit("carol", "prd", "/talos deny "+id); err == nil || !strings.Contains(err.Error(), "carol is not an approver") {
+		t.Fatalf("non-approver deny: %v", err)
+	}
+	if _, err := e.submit("dave", "prd", "/talos deny nosuchop"); err == nil || !strings.Contains(err.Error(), `no operation "nosuchop"`) {
+		t.Fatalf("unknown id: %v", err)
+	}
+	if _, err := e.submit("dave", "prd", "/talos deny "+id); err != nil {
+		t.Fatal(err)
+	}
+	if op := e.await(id, state.StateDenied); op.Result != "denied by dave" {
+		t.Fatalf("result = %q", op.Result)
+	}
+	if _, err := e.submit("bob", "prd", "/talos deny "+id); err == nil || !strings.Contains(err.Error(), "denied; there is nothing to deny") {
+		t.Fatalf("deny a finished operation: %v", err)
+	}
+	if got := strings.Join(e.auditActions(id), " "); !strings.Contains(got, "approval requested/system action refused/carol denied/dave action refused/bob") {
+		t.Fatalf("audit = %s", got)
+	}
+	// Both have a usage line in /talos help.
+	if _, err := e.submit("carol", "prd", "/talos help"); err != nil {
+		t.Fatal(err)
+	}
+	help := e.sink.waitReply(t, "talosbot commands:")
+	for _, want := range []string{"• `/talos approve <id>` — approve an operation awaiting approval", "• `/talos deny <id>` — deny an operation awaiting approval"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("/talos help lacks %q:\n%s", want, help)
+		}
+	}
+}
+
+// TestRestartRepostsAwaitingApproval: an operation awaiting its second
+// approval when the bot stops is posted again at start-up, with the
+// approval already given and fresh buttons; both the new buttons and those
+// minted before the restart approve through the same checks (a duplicate
+// is counted once), and the second approval runs it.
+func TestRestartRepostsAwaitingApproval(t *testing.T) {
+	for _, which := range []string{"new", "old"} {
+		t.Run(which+" button", func(t *testing.T) {
+			e := newEnv(t)
+			ctx := context.Background()
+			id, err := e.submit("alice", "prd", "/talos roll v2 --skip-staging")
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.await(id, state.StateAwaitingApproval)
+			old := e.sink.button(t, id, "Approve")
+			if err := e.eng.Act(ctx, engine.Origin{User: "bob", Channel: "prd", Click: true}, old); err != nil {
+				t.Fatal(err)
+			}
+			e.close()
+			e.open()
+			if _, err := e.eng.Recover(ctx); err != nil {
+				t.Fatal(err)
+			}
+			fresh := e.sink.button(t, id, "Approve", old)
+			e.sink.mu.Lock()
+			threads := strings.Join(e.sink.threads, "\n")
+			e.sink.mu.Unlock()
+			if !strings.Contains(threads, "talosbot restarted while this request awaited approval; it still does (1/2 — approved by bob)") ||
+				!strings.Contains(threads, "/talos approve "+id) {
+				t.Fatalf("no re-post line in the thread:\n%s", threads)
+			}
+			// bob's approval survived the restart: his click is a duplicate.
+			if err := e.eng.Act(ctx, engine.Origin{User: "bob", Channel: "prd", Click: true}, fresh); err != nil {
+				t.Fatal(err)
+			}
+			e.sink.waitReply(t, "you already approved "+id)
+			click := fresh
+			if which == "old" {
+				click = old
+			}
+			if err := e.eng.Act(ctx, engine.Origin{User: "dave", Channel: "prd", Click: true}, click); err != nil {
+				t.Fatal(err)
+			}
+			e.await(id, state.StateSucceeded)
+			if got := strings.Join(e.auditActions(id), " "); !strings.Contains(got, "approval/bob approval reposted/system approval/bob approval/dave approved/dave started/system succeeded/system") {
+				t.Fatalf("audit = %s", got)
+			}
+		})
+	}
+}
+
+// TestRestartExpiresLapsedApprovalRequest: a request whose expiry passed
+// while the bot was stopped is marked expired at start-up (audited), not
+// offered again, and its buttons refuse.
+func TestRestartExpiresLapsedApprovalRequest(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.promote("v2")
+	id, err := e.submit("alice", "prd", "/talos roll v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateAwaitingApproval)
+	old := e.sink.button(t, id, "Approve")
+	e.close()
+	e.clock.Add(31 * time.Minute)
+	e.open()
+	if _, err := e.eng.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	op := e.await(id, state.StateExpired)
+	if !strings.Contains(op.Result, "expired at 2026-11-30 12:30 UTC while talosbot was stopped") {
+		t.Fatalf("result = %q", op.Result)
+	}
+	got := strings.Join(e.auditActions(id), " ")
+	if !strings.HasSuffix(got, "approval requested/system expired/system") {
+		t.Fatalf("audit = %s", got)
+	}
+	e.sink.mu.Lock()
+	buttons := e.sink.buttons[id]
+	e.sink.mu.Unlock()
+	if len(buttons) != 3 || buttons[0].ID != old {
+		t.Fatalf("an expired request was offered again: %v", buttons)
+	}
+	if err := e.eng.Act(ctx, engine.Origin{User: "bob", Channel: "prd", Click: true}, old); err == nil || !strings.Contains(err.Error(), "expired; there is nothing to approve") {
+		t.Fatalf("old button on an expired request: %v", err)
+	}
+}
