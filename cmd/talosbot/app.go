@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -149,7 +150,11 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	// channel name is an error that says to enable chat.web.
 	var plain chat.Adapter
 	if o.consoleOn {
-		if a.console, err = web.New(web.Options{Channels: o.channels, Tokens: o.consoleTokens, Open: o.consoleOpen, Users: o.users, UserLabels: o.userLabels}); err != nil {
+		wo := web.Options{Channels: o.channels, Tokens: o.consoleTokens, Open: o.consoleOpen, Users: o.users, UserLabels: o.userLabels}
+		if !o.consoleOpen {
+			wo.CanRead = channelReader(cfg)
+		}
+		if a.console, err = web.New(wo); err != nil {
 			a.close()
 			return nil, fmt.Errorf("chat.web: %w", err)
 		}
@@ -219,6 +224,12 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		a.slack.SetHandler(a.engine)
 		if cfg.Chat.Slack.Mode != "http" {
 			a.runAdapter(runCtx, "slack", a.slack.Run)
+		} else if err := a.slack.Identify(ctx); err != nil {
+			// HTTP mode learns the bot's own user id here, before it
+			// serves a request: without it, the bot's own mentions would
+			// be commands. A token auth.test refuses stops the start.
+			a.close()
+			return nil, fmt.Errorf("chat.slack (mode: http): %w", err)
 		}
 	}
 	if a.discord != nil {
@@ -249,13 +260,68 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		a.close()
 		return nil, fmt.Errorf("listen on %s (listen in the config): %w", cfg.Listen, err)
 	}
-	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	a.srv = &http.Server{Handler: refuseURLTokens(mux), ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: readTimeout,
+		WriteTimeout: writeTimeout, IdleTimeout: idleTimeout}
 	go func() {
 		if err := a.srv.Serve(a.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)
 		}
 	}()
 	return a, nil
+}
+
+// Timeouts of the HTTP server. Slack, Discord and Alertmanager requests, and
+// a request with a wrong token, are read before anything is authenticated
+// (a signature covers the whole body), so anyone who can reach the port can
+// send one; these bound how long such a request may hold a connection, as
+// the handlers' MaxBytesReaders bound its size.
+const (
+	// readHeaderTimeout bounds the request line and headers.
+	readHeaderTimeout = 10 * time.Second
+	// readTimeout bounds the whole request, body included: every body the
+	// bot accepts is small (a console command 64 KiB, a Slack request
+	// 1 MiB, an Alertmanager notification 4 MiB), and 20 s is far more
+	// than any of them needs. A body trickled in slower is cut off (408).
+	readTimeout = 20 * time.Second
+	// writeTimeout bounds a handler and its response; alert notifications
+	// post to chat before they answer. The console's event stream, which
+	// lives on, lifts both deadlines and sets its own per event
+	// (web.StreamWriteTimeout).
+	writeTimeout = time.Minute
+	// idleTimeout closes a keep-alive connection left idle.
+	idleTimeout = 2 * time.Minute
+)
+
+// refuseURLTokens answers 401 to a request that carries a token in its URL
+// (?token=), on every endpoint but the console's event stream (EventSource
+// cannot set headers): URLs land in access logs, proxies' logs and browser
+// history. Refused, not ignored, so a client that sends it learns to use
+// the Authorization header instead of failing some other way.
+func refuseURLTokens(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if web.URLToken(r) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			_ = json.NewEncoder(w).Encode(map[string]string{"error": web.URLTokenRefusal})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// channelReader says whether a console user may read a channel's
+// transcript: only with a role (operator, approver or viewer) in the
+// environment of a cluster bound to that channel.
+func channelReader(cfg *config.Config) func(user, channel string) bool {
+	pol := approvals.New(cfg)
+	return func(user, channel string) bool {
+		for _, cl := range cfg.Clusters {
+			if slices.Contains(cl.Channels, channel) && pol.RoleOf(cl.Environment, user) != approvals.RoleNone {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 func (a *app) close() {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ed25519"
@@ -11,9 +12,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -429,5 +432,260 @@ func TestConfigCheckRefusesSharedConsoleToken(t *testing.T) {
 	out, code := run(t, "config", "check", "--config", cfg)
 	if code == 0 || !strings.Contains(out, "chat.web.token: a console token shared by everyone") || !strings.Contains(out, "chat.web.users: [{name: alice, token: env:ALICE_CONSOLE_TOKEN}]") {
 		t.Fatalf("shared console token: exit %d\n%s", code, out)
+	}
+}
+
+// postSlack sends body to the bot's Slack HTTP endpoint path, signed with
+// secret as Slack signs it, and returns the status and response body.
+func postSlack(t *testing.T, addr, secret, path, body string) (int, string) {
+	t.Helper()
+	stamp := strconv.FormatInt(time.Now().Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte("v0:" + stamp + ":" + body))
+	req, _ := http.NewRequest("POST", "http://"+addr+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Slack-Request-Timestamp", stamp)
+	req.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(mac.Sum(nil)))
+	resp, err := http.DefaultClient.Do(req)
+	must(t, err)
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(raw)
+}
+
+// TestServeHTTPSurface attacks a real `talosbot serve` (console, audit API,
+// alert webhook, Slack in HTTP mode) through its HTTP server, one subtest
+// per case of issue 29 (defects 11, 12, 13 and the notes): a token in a
+// URL, a body trickled in to hold a connection, the bot's own mention, a
+// console user with no role reading a transcript, the page in a frame.
+func TestServeHTTPSurface(t *testing.T) {
+	const (
+		alertsTok   = "surface-alerts-token-51ac"
+		auditTok    = "surface-audit-token-62bd"
+		slackBot    = "xoxb-SURFACE-slack-bot-73ce"
+		slackSecret = "surface-slack-signing-secret-84df"
+		slackUser   = "U0SLACKOP"
+		slackChan   = "C0SURFACE"
+		botUser     = "U0TALOSBOT" // slackfake's auth.test user_id
+	)
+	sf, err := slackfake.Start(slackfake.Options{BotToken: slackBot, BotUserID: botUser})
+	must(t, err)
+	t.Cleanup(sf.Close)
+	dir := t.TempDir()
+	b := servetest.Config{Dir: dir, Users: []string{"alice", "mallory"},
+		Clusters: []servetest.Cluster{{Nodes: []string{"{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}"},
+			Endpoints: []string{"127.0.0.1"}, Talosconfig: []byte("context: e2e\n"), Channels: []string{"ops", "slack:" + slackChan}}},
+		// mallory has a console token but no role anywhere.
+		Policy: fmt.Sprintf(`{staging: {operators: [alice, %s]}}`, slackUser),
+		Chat:   fmt.Sprintf("  slack: {mode: http, bot_token: env:TB_SLACK_BOT, signing_secret: env:TB_SLACK_SIGNING, api_url: \"%s\"}\n", sf.APIURL()),
+		Extra:  "alerts: {token: env:TB_ALERTS}\naudit: {token: env:TB_AUDIT}\n",
+	}.Bot(t, talosbotBinary(t))
+	b.Env = []string{"TB_ALERTS=" + alertsTok, "TB_AUDIT=" + auditTok, "TB_SLACK_BOT=" + slackBot, "TB_SLACK_SIGNING=" + slackSecret}
+	b.Start()
+	t.Cleanup(func() {
+		_ = b.Cmd.Process.Signal(syscall.SIGTERM)
+		_ = b.Cmd.Wait()
+	})
+	addr := b.Addr
+	get := func(path, token string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp, string(raw)
+	}
+	audit := func(query string) []state.AuditRecord {
+		t.Helper()
+		resp, raw := get("/api/audit?limit=1000&"+query, auditTok)
+		if resp.StatusCode != 200 {
+			t.Fatalf("audit API %s: %d %s", query, resp.StatusCode, raw)
+		}
+		var recs []state.AuditRecord
+		must(t, json.Unmarshal([]byte(raw), &recs))
+		return recs
+	}
+
+	// Defect 11: the console took its token from the query string on POST,
+	// where it lands in access logs and browser history. Now a token in a
+	// URL is refused on every endpoint but the event stream, with the fix.
+	t.Run("token in the URL", func(t *testing.T) {
+		b.T = t
+		refused := func(what string, code int, body string) {
+			t.Helper()
+			if code != http.StatusUnauthorized || !strings.Contains(body, "in the URL is refused") || !strings.Contains(body, "Authorization: Bearer") {
+				t.Fatalf("%s: %d %s, want 401 saying to send the header", what, code, body)
+			}
+		}
+		cmd := `{"channel":"ops","text":"/talos freeze staging \"url token\""}`
+		resp, err := http.Post("http://"+addr+"/api/console/commands?token="+b.Tokens["alice"], "application/json", strings.NewReader(cmd))
+		must(t, err)
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		refused("console POST with ?token=", resp.StatusCode, string(raw))
+		r, body := get("/api/console/messages?channel=ops&token="+b.Tokens["alice"], "")
+		refused("console GET with ?token=", r.StatusCode, body)
+		r, body = get("/api/audit?token="+auditTok, "")
+		refused("audit API with ?token=", r.StatusCode, body)
+		// A good header does not make the URL token acceptable.
+		r, body = get("/api/audit?token="+auditTok, auditTok)
+		refused("audit API with ?token= and the header", r.StatusCode, body)
+		req, _ := http.NewRequest("POST", "http://"+addr+alerts.Path+"?token="+alertsTok, strings.NewReader(`{}`))
+		resp, err = http.DefaultClient.Do(req)
+		must(t, err)
+		raw, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		refused("alert webhook with ?token=", resp.StatusCode, string(raw))
+		if n := len(audit("action=frozen")); n != 0 {
+			t.Fatalf("a command with its token in the URL ran (%d freezes)", n)
+		}
+
+		// The header is accepted, and the event stream (EventSource cannot
+		// set headers) still takes ?token= and delivers the answer.
+		b.Command("alice", "ops", `/talos freeze staging "header token"`)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		req, _ = http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/api/console/stream?channel=ops&token="+b.Tokens["alice"], nil)
+		resp, err = http.DefaultClient.Do(req)
+		must(t, err)
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+			raw, _ := io.ReadAll(resp.Body)
+			t.Fatalf("stream with ?token=: %d %s", resp.StatusCode, raw)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "data: ") && strings.Contains(sc.Text(), "header token") {
+				return
+			}
+		}
+		t.Fatalf("the stream ended without the freeze's answer: %v", sc.Err())
+	})
+
+	// Note: any console token holder, even with no role, read every
+	// channel's transcript. Now mallory (no role) gets 403 and no list entry.
+	t.Run("transcript without a role", func(t *testing.T) {
+		b.T = t
+		for _, path := range []string{"/api/console/messages?channel=ops", "/api/console/stream?channel=ops"} {
+			r, body := get(path, b.Tokens["mallory"])
+			if r.StatusCode != http.StatusForbidden || !strings.Contains(body, "mallory has no role") {
+				t.Fatalf("mallory GET %s: %d %s, want 403", path, r.StatusCode, body)
+			}
+		}
+		r, body := get("/api/console/info", b.Tokens["mallory"])
+		if r.StatusCode != 200 || !strings.Contains(body, `"channels":[]`) {
+			t.Fatalf("mallory's info: %d %s, want no channels", r.StatusCode, body)
+		}
+		if r, body := get("/api/console/messages?channel=ops", b.Tokens["alice"]); r.StatusCode != 200 || !strings.Contains(body, `"messages":[{`) {
+			t.Fatalf("alice reads ops: %d %s", r.StatusCode, body)
+		}
+	})
+
+	// Note: the page sent no frame-ancestors, so another site could frame it.
+	t.Run("page in a frame", func(t *testing.T) {
+		b.T = t
+		r, _ := get("/", "")
+		if csp := r.Header.Get("Content-Security-Policy"); r.StatusCode != 200 || !strings.Contains(csp, "frame-ancestors 'none'") || r.Header.Get("X-Frame-Options") != "DENY" {
+			t.Fatalf("page: %d, CSP %q, X-Frame-Options %q", r.StatusCode, csp, r.Header.Get("X-Frame-Options"))
+		}
+	})
+
+	// Defect 13: in HTTP mode auth.test never ran, so the bot took its own
+	// mention for a command. Now its own app_mention is acknowledged and
+	// ignored; a person's, sent after it, runs.
+	t.Run("the bot's own mention", func(t *testing.T) {
+		b.T = t
+		event := func(id, user, text string) string {
+			raw, _ := json.Marshal(map[string]any{"type": "event_callback", "event_id": id,
+				"event": map[string]string{"type": "app_mention", "user": user, "text": "<@" + botUser + "> " + text, "channel": slackChan}})
+			return string(raw)
+		}
+		if code, body := postSlack(t, addr, slackSecret, "/slack/events", event("EvSELF1", botUser, `freeze staging "from myself"`)); code != 200 {
+			t.Fatalf("the bot's own mention: %d %s, want 200 (acknowledged)", code, body)
+		}
+		if code, body := postSlack(t, addr, slackSecret, "/slack/events", event("EvPERSON1", slackUser, `freeze staging "from a person"`)); code != 200 {
+			t.Fatalf("a person's mention: %d %s", code, body)
+		}
+		b.WaitFor("the person's freeze", func() bool { return len(audit("action=frozen&user="+slackUser)) == 1 })
+		if recs := audit("user=" + botUser); len(recs) != 0 {
+			t.Fatalf("the bot's own mention was handled as a command: %+v", recs)
+		}
+		for _, r := range sf.Calls("chat.postMessage") {
+			if p := r.Params.Encode(); strings.Contains(p, "myself") || strings.Contains(p, botUser) {
+				t.Fatalf("the bot answered its own mention: %s", r.Params)
+			}
+		}
+	})
+
+	// Defect 12: a POST to /slack/commands trickled in a byte at a time
+	// held its connection open for as long as the sender liked (the body is
+	// read before the signature can be checked). Now the server cuts it
+	// off. The trickle is bounded in count; the figure itself is not asserted.
+	t.Run("slow body", func(t *testing.T) {
+		b.T = t
+		conn, err := net.Dial("tcp", addr)
+		must(t, err)
+		defer conn.Close()
+		_, err = fmt.Fprintf(conn, "POST /slack/commands HTTP/1.1\r\nHost: %s\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: 4096\r\n"+
+			"X-Slack-Request-Timestamp: %d\r\nX-Slack-Signature: v0=00\r\n\r\n", addr, time.Now().Unix())
+		must(t, err)
+		closed := make(chan string, 1)
+		go func() {
+			raw, _ := io.ReadAll(conn) // until the server closes the connection
+			closed <- string(raw)
+		}()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for i := 0; i < 120; i++ { // 120 bytes: far longer than any real body takes
+			select {
+			case resp := <-closed:
+				if !strings.HasPrefix(resp, "HTTP/1.1 408") {
+					t.Errorf("the server closed the connection after %d bytes with %q, want a 408 first", i, resp)
+				}
+				return
+			case <-tick.C:
+				if _, err := conn.Write([]byte("a")); err != nil {
+					resp := <-closed
+					if !strings.HasPrefix(resp, "HTTP/1.1 408") {
+						t.Errorf("the server closed the connection after %d bytes with %q, want a 408 first", i, resp)
+					}
+					return
+				}
+			}
+		}
+		t.Fatalf("the server still reads a body trickled in for 120 s")
+	})
+}
+
+// TestServeSlackHTTPBadTokenFailsStart: in HTTP mode the bot runs auth.test
+// at start (to learn its own user id); a token Slack refuses stops serve
+// with what to fix, before it listens, instead of serving blind.
+func TestServeSlackHTTPBadTokenFailsStart(t *testing.T) {
+	sf, err := slackfake.Start(slackfake.Options{BotToken: "xoxb-the-real-token-95e0"})
+	must(t, err)
+	t.Cleanup(sf.Close)
+	b := servetest.Config{Dir: t.TempDir(),
+		Clusters: []servetest.Cluster{{Nodes: []string{"{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}"},
+			Endpoints: []string{"127.0.0.1"}, Talosconfig: []byte("context: e2e\n"), Channels: []string{"ops", "slack:C0BAD"}}},
+		Chat: fmt.Sprintf("  slack: {mode: http, bot_token: env:TB_SLACK_BOT, signing_secret: env:TB_SLACK_SIGNING, api_url: \"%s\"}\n", sf.APIURL()),
+	}.Bot(t, talosbotBinary(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, b.Bin, "serve", "--config", b.Config)
+	cmd.Env = append(append(os.Environ(), b.TokenEnv()...), "TB_SLACK_BOT=xoxb-revoked-token-00", "TB_SLACK_SIGNING=bad-token-signing-secret")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("serve kept running with a bot token auth.test refuses:\n%s", out)
+	}
+	if err == nil || !strings.Contains(string(out), "auth.test") || !strings.Contains(string(out), "check chat.slack.bot_token") {
+		t.Fatalf("serve with a bad Slack token: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "xoxb-revoked-token-00") {
+		t.Fatalf("the refused token reached the log:\n%s", out)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -69,8 +70,15 @@ func VerifySignature(secret string, header http.Header, body []byte, now time.Ti
 
 func (a *Adapter) signed(next func(w http.ResponseWriter, r *http.Request, body []byte)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		// The body is read before the signature can be checked, so anyone
+		// can send one: MaxBytesReader bounds its size and the server's
+		// ReadTimeout (cmd/talosbot) its time.
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPayload))
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				writeErr(w, http.StatusRequestTimeout, "request body not received in time")
+				return
+			}
 			writeErr(w, http.StatusRequestEntityTooLarge, "request body too large or unreadable")
 			return
 		}
@@ -196,6 +204,14 @@ func (a *Adapter) serveEvents(w http.ResponseWriter, r *http.Request, body []byt
 	}
 	if d.Challenge != "" {
 		ackHTTP(w, map[string]string{"challenge": d.Challenge})
+		return
+	}
+	if a.botUserID() == "" {
+		// Without its own user id the bot cannot tell its own mentions
+		// from a person's and would take them for commands: refuse (Slack
+		// retries) until Identify has run.
+		a.log.Error("slack: event refused: the bot's own user id is unknown (Identify has not run)")
+		writeErr(w, http.StatusServiceUnavailable, "the bot does not know its own Slack user id yet (auth.test); retry")
 		return
 	}
 	// Decided before the ack, so the 200 of a retry means it did not run.

@@ -5,6 +5,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/chat/slack"
+	"github.com/talosbot/talosbot/bot/chat/slack/slackfake"
 )
 
 // Slack's documented request-signing example
@@ -31,10 +33,20 @@ func docTime(after time.Duration) func() time.Time {
 	return func() time.Time { return time.Unix(ts, 0).Add(after) }
 }
 
+// httpAdapter is an HTTP-mode adapter that has learnt its own user id
+// (U0BOT) from auth.test, as the bot does at start.
 func httpAdapter(t *testing.T, secret string, clock func() time.Time, h chat.Handler) *slack.Adapter {
 	t.Helper()
-	a, err := slack.New(slack.Options{Mode: slack.ModeHTTP, BotToken: botToken, SigningSecret: secret, Clock: clock, Handler: h})
+	fake, err := slackfake.Start(slackfake.Options{BotToken: botToken, BotUserID: "U0BOT"})
 	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Close)
+	a, err := slack.New(slack.Options{Mode: slack.ModeHTTP, BotToken: botToken, SigningSecret: secret, Clock: clock, Handler: h, APIURL: fake.APIURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Identify(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	return a
@@ -239,5 +251,60 @@ func TestHTTPModeReplayRefusedRetryAnsweredOnce(t *testing.T) {
 	rs := h.refused()
 	if len(rs) != 1 || rs[0].What != "replay" || rs[0].User != "U1" || rs[0].Channel != "slack:C9" {
 		t.Fatalf("refusals %+v, want one, U1's in slack:C9", rs)
+	}
+}
+
+// TestHTTPModeKnowsItsOwnMentions: in HTTP mode the adapter learns its own
+// user id from auth.test (Identify, which the bot runs at start), and an
+// app_mention by the bot itself is acknowledged and never a command. Until
+// Identify has run, events are refused (503) rather than guessed at; a bad
+// token fails Identify with what to fix.
+func TestHTTPModeKnowsItsOwnMentions(t *testing.T) {
+	fake, err := slackfake.Start(slackfake.Options{BotToken: botToken, BotUserID: "U0SELF"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	h := newStub()
+	now := time.Unix(1700000000, 0)
+	a, err := slack.New(slack.Options{Mode: slack.ModeHTTP, BotToken: botToken, SigningSecret: "s3cret", Handler: h,
+		Clock: func() time.Time { return now }, APIURL: fake.APIURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	post := func(user string) *httptest.ResponseRecorder {
+		n++
+		ts := strconv.FormatInt(now.Unix(), 10)
+		body := fmt.Sprintf(`{"type":"event_callback","event_id":"Ev%d","event":{"type":"app_mention","user":"%s","text":"<@U0SELF> freeze production","channel":"C9"}}`, n, user)
+		w := do(a.HTTPHandler(), "/slack/events", ts, sign("s3cret", ts, body), body)
+		a.Wait()
+		return w
+	}
+	if w := post("U0SELF"); w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "own Slack user id") {
+		t.Fatalf("event before Identify: %d %s, want 503", w.Code, w.Body)
+	}
+	if err := a.Identify(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if w := post("U0SELF"); w.Code != 200 {
+		t.Fatalf("the bot's own mention: %d %s, want 200 (acknowledged, ignored)", w.Code, w.Body)
+	}
+	if cmds, _, _ := h.snapshot(); len(cmds) != 0 {
+		t.Fatalf("the bot's own mention became commands: %+v", cmds)
+	}
+	if w := post("U1"); w.Code != 200 {
+		t.Fatalf("a person's mention: %d %s", w.Code, w.Body)
+	}
+	if cmds, _, _ := h.snapshot(); len(cmds) != 1 || cmds[0].User != "U1" {
+		t.Fatalf("commands %+v, want U1's", cmds)
+	}
+
+	bad, err := slack.New(slack.Options{Mode: slack.ModeHTTP, BotToken: "xoxb-revoked", SigningSecret: "s3cret", APIURL: fake.APIURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Identify(context.Background()); err == nil || !strings.Contains(err.Error(), "auth.test") || !strings.Contains(err.Error(), "check chat.slack.bot_token") {
+		t.Fatalf("Identify with a bad token: %v", err)
 	}
 }

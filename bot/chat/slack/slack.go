@@ -122,6 +122,25 @@ func New(o Options) (*Adapter, error) {
 	return a, nil
 }
 
+// Identify runs auth.test with the bot token and remembers the bot's own
+// user id, so that its own mentions are never taken for commands. Run does
+// it in socket mode; in http mode the bot calls it before serving
+// HTTPHandler, which refuses events until it has succeeded. A failure (a bad
+// token) is an error that says what to fix.
+func (a *Adapter) Identify(ctx context.Context) error {
+	auth, err := a.api.AuthTestContext(ctx)
+	if err != nil {
+		return fmt.Errorf("slack: auth.test with the bot token failed: %w%s", err, hint(err))
+	}
+	if auth.UserID == "" {
+		return errors.New("slack: auth.test named no user for the bot token; set chat.slack.bot_token to the app's bot token (xoxb-…)")
+	}
+	a.botMu.Lock()
+	a.botID = auth.UserID
+	a.botMu.Unlock()
+	return nil
+}
+
 // SetHandler connects the adapter to the bot (the engine needs the adapter
 // for its renderer, so it usually exists after the adapter).
 func (a *Adapter) SetHandler(h chat.Handler) {

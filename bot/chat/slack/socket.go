@@ -35,13 +35,9 @@ const (
 // Mode websocket open (reconnecting when Slack asks or the link drops); in
 // http mode it only checks the bot token and waits, since HTTPHandler serves.
 func (a *Adapter) Run(ctx context.Context) error {
-	auth, err := a.api.AuthTestContext(ctx)
-	if err != nil {
-		return fmt.Errorf("slack: auth.test with the bot token failed: %w%s", err, hint(err))
+	if err := a.Identify(ctx); err != nil {
+		return err
 	}
-	a.botMu.Lock()
-	a.botID = auth.UserID
-	a.botMu.Unlock()
 	if a.o.Mode == ModeHTTP {
 		<-ctx.Done()
 		return nil

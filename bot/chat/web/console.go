@@ -76,6 +76,12 @@ type Options struct {
 	// KeepAlive is the interval of SSE comment lines that keep idle streams
 	// open through proxies; default 20s.
 	KeepAlive time.Duration
+	// CanRead says whether a token user may read a channel's transcript
+	// (serve: a role on a cluster bound to it). A channel the user may not
+	// read is answered 403 and left out of their channel list. Nil lets
+	// every user read every channel (the open demo, whose reads name no
+	// user).
+	CanRead func(user, channel string) bool
 }
 
 // Console is the web chat adapter and its HTTP API.
@@ -225,16 +231,18 @@ var page []byte
 //	GET  /api/console/info → {"mode","user"?,"users":[{"id","label"}],"channels":[…]}
 //
 // With Options.Tokens, every /api/ request needs "Authorization: Bearer
-// TOKEN" (or ?token=TOKEN, which EventSource needs since it cannot set
-// headers), and the token names the user: "user" in a body may be omitted,
+// TOKEN", and the token names the user: "user" in a body may be omitted,
 // and naming anyone else is refused (403), audited and answered in the
-// channel.
+// channel. Only the event stream also takes ?token=TOKEN (EventSource
+// cannot set headers); a token in the URL of any other request is refused
+// (401), since URLs land in access logs and browser history. With
+// Options.CanRead, a channel the user may not read is refused (403).
 func (c *Console) Handler() http.Handler {
 	api := http.NewServeMux()
 	api.HandleFunc("POST /api/console/commands", c.postCommand)
 	api.HandleFunc("POST /api/console/actions", c.postAction)
 	api.HandleFunc("GET /api/console/messages", c.getMessages)
-	api.HandleFunc("GET /api/console/stream", c.stream)
+	api.HandleFunc("GET "+StreamPath, c.stream)
 	api.HandleFunc("GET /api/console/info", c.getInfo)
 	mux := http.NewServeMux()
 	mux.Handle("/api/", c.auth(api))
@@ -243,14 +251,70 @@ func (c *Console) Handler() http.Handler {
 	return mux
 }
 
-func servePage(w http.ResponseWriter, _ *http.Request) {
+// StreamPath is the event stream, the one request that may carry its token
+// in the URL (?token=), because EventSource cannot set headers.
+const StreamPath = "/api/console/stream"
+
+// URLTokenRefusal is the answer (401) to a token in the URL of any request
+// but the event stream.
+const URLTokenRefusal = "a token in the URL is refused: URLs land in access logs and browser history. Send it as a header, Authorization: Bearer TOKEN (to sign in to the console page, open /#token=TOKEN or paste it in the sign-in box)"
+
+// URLToken reports whether r carries a token in its URL where only a header
+// may carry one (anywhere but StreamPath).
+func URLToken(r *http.Request) bool {
+	return r.URL.Path != StreamPath && r.URL.Query().Has("token")
+}
+
+func servePage(w http.ResponseWriter, r *http.Request) {
+	if URLToken(r) {
+		// The request has already put the token in the server's and the
+		// browser's history; serving the page would teach users to do it.
+		writeErr(w, http.StatusUnauthorized, URLTokenRefusal)
+		return
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	// The page only talks to its own origin; a token in its URL never leaks
-	// through the Referer header.
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'")
+	// through the Referer header. No other site may frame it (clickjacking
+	// its Approve buttons): frame-ancestors for browsers that read CSP,
+	// X-Frame-Options for those that do not.
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors 'none'")
+	w.Header().Set("X-Frame-Options", "DENY")
 	w.Header().Set("Referrer-Policy", "no-referrer")
 	_, _ = w.Write(page)
+}
+
+// canRead reports whether the request's user may read channel: always in
+// the open console and without Options.CanRead.
+func (c *Console) canRead(r *http.Request, channel string) bool {
+	me, ok := r.Context().Value(identityKey{}).(string)
+	return !ok || c.o.CanRead == nil || c.o.CanRead(me, channel)
+}
+
+// readable is the channels the request's user may read.
+func (c *Console) readable(r *http.Request) []string {
+	out := []string{}
+	for _, ch := range c.o.Channels {
+		if c.canRead(r, ch) {
+			out = append(out, ch)
+		}
+	}
+	return out
+}
+
+// checkChannel answers 400 for a channel the console does not serve and 403
+// for one the user may not read, and reports whether the read may go on.
+func (c *Console) checkChannel(w http.ResponseWriter, r *http.Request, ch string) bool {
+	switch {
+	case !c.knownChannel(ch):
+		writeErr(w, http.StatusBadRequest, fmt.Sprintf("channel %q is not bound to talosbot", ch))
+		return false
+	case !c.canRead(r, ch):
+		me, _ := r.Context().Value(identityKey{}).(string)
+		writeErr(w, http.StatusForbidden, fmt.Sprintf("%s has no role on a cluster bound to channel %q, so may not read it; add the user to that cluster's environment in policy (operators, approvers or viewers)", me, ch))
+		return false
+	}
+	return true
 }
 
 func (c *Console) getInfo(w http.ResponseWriter, r *http.Request) {
@@ -258,7 +322,9 @@ func (c *Console) getInfo(w http.ResponseWriter, r *http.Request) {
 		ID    string `json:"id"`
 		Label string `json:"label,omitempty"`
 	}
-	out := map[string]any{"channels": nonNil(c.o.Channels)}
+	// Only the channels this user may read: the list itself says which
+	// clusters' channels exist.
+	out := map[string]any{"channels": c.readable(r)}
 	users := []user{}
 	if me, ok := r.Context().Value(identityKey{}).(string); ok {
 		// A token user sees only themself: the page shows no picker.
@@ -303,9 +369,13 @@ func (c *Console) auth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if URLToken(r) {
+			writeErr(w, http.StatusUnauthorized, URLTokenRefusal)
+			return
+		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || got == "" {
-			got = r.URL.Query().Get("token") // EventSource cannot set headers
+			got = r.URL.Query().Get("token") // the stream only: EventSource cannot set headers
 		}
 		var who string
 		for user, tok := range c.o.Tokens {
@@ -505,8 +575,7 @@ func (c *Console) postAction(w http.ResponseWriter, r *http.Request) {
 
 func (c *Console) getMessages(w http.ResponseWriter, r *http.Request) {
 	ch := r.URL.Query().Get("channel")
-	if !c.knownChannel(ch) {
-		writeErr(w, http.StatusBadRequest, fmt.Sprintf("channel %q is not bound to talosbot", ch))
+	if !c.checkChannel(w, r, ch) {
 		return
 	}
 	var after uint64
@@ -523,10 +592,14 @@ func (c *Console) getMessages(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"messages": nonNil(msgs), "cursor": strconv.FormatUint(cur, 10)})
 }
 
+// StreamWriteTimeout bounds each write to an event stream: the server's
+// WriteTimeout would end every stream, so the stream sets its own deadline
+// per event instead, and a client that stops reading is still dropped.
+const StreamWriteTimeout = 30 * time.Second
+
 func (c *Console) stream(w http.ResponseWriter, r *http.Request) {
 	ch := r.URL.Query().Get("channel")
-	if !c.knownChannel(ch) {
-		writeErr(w, http.StatusBadRequest, fmt.Sprintf("channel %q is not bound to talosbot", ch))
+	if !c.checkChannel(w, r, ch) {
 		return
 	}
 	fl, ok := w.(http.Flusher)
@@ -547,6 +620,15 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		cursor = n
 	}
+	// The server's WriteTimeout would end the stream: each event gets its
+	// own deadline instead. (Its ReadTimeout ends with the request, which
+	// has no body: net/http lifts the read deadline once a body is read.)
+	// ErrNotSupported (a test recorder) has no deadline to move.
+	rc := http.NewResponseController(w)
+	extend := func() bool {
+		err := rc.SetWriteDeadline(time.Now().Add(StreamWriteTimeout))
+		return err == nil || errors.Is(err, http.ErrNotSupported)
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -556,6 +638,9 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request) {
 		c.mu.Lock()
 		wait := c.changed
 		c.mu.Unlock()
+		if !extend() {
+			return
+		}
 		msgs, cur := c.Messages(ch, cursor)
 		for _, m := range msgs {
 			b, _ := json.Marshal(m)
@@ -568,6 +653,9 @@ func (c *Console) stream(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-wait:
 		case <-keepAlive.C:
+			if !extend() {
+				return
+			}
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
 				return
 			}

@@ -148,8 +148,12 @@ func TestConsoleAPI(t *testing.T) {
 			t.Fatalf("info with token %q: %d %s", tok, code, body)
 		}
 	}
-	if code, _ := call(t, h, "GET", "/api/console/info?token="+aliceTok, "", ""); code != 200 {
-		t.Fatalf("info with ?token: %d", code)
+	// A token in the URL is refused (it would land in access logs), even
+	// beside a good header: only the event stream takes one there.
+	for _, tok := range []string{"", bobTok} {
+		if code, body := call(t, h, "GET", "/api/console/info?token="+aliceTok, tok, ""); code != 401 || !strings.Contains(body, "Authorization: Bearer") {
+			t.Fatalf("info with ?token (header %q): %d %s", tok, code, body)
+		}
 	}
 	// The token says who you are: the page gets no picker.
 	code, body := call(t, h, "GET", "/api/console/info", bobTok, "")
@@ -448,5 +452,123 @@ func TestConsoleStreamLiveAndResume(t *testing.T) {
 	_, m = readEvent(t, r)
 	if m.ID != second || m.ThreadID != first {
 		t.Fatalf("resume: second event %+v", m)
+	}
+}
+
+// TestConsoleTokenOnlyInHeaders: a token in the URL of anything but the
+// event stream is refused with the fix (send the header), and changes
+// nothing; the header is accepted.
+func TestConsoleTokenOnlyInHeaders(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := newConsole(t, false)
+	stub := newStub(c)
+	h := c.Handler()
+	cmd := `{"channel":"ops","text":"/talos health staging"}`
+	for _, path := range []string{"/api/console/commands?token=" + aliceTok, "/api/console/actions?token=" + aliceTok} {
+		if code, body := call(t, h, "POST", path, "", cmd); code != 401 || !strings.Contains(body, "in the URL is refused") || !strings.Contains(body, "Authorization: Bearer") {
+			t.Fatalf("POST %s: %d %s, want 401 saying to use the header", path, code, body)
+		}
+	}
+	for _, path := range []string{"/api/console/messages?channel=ops&token=" + aliceTok, "/?token=" + aliceTok, "/console?token=" + aliceTok} {
+		if code, body := call(t, h, "GET", path, "", ""); code != 401 || !strings.Contains(body, "in the URL is refused") {
+			t.Fatalf("GET %s: %d %s, want 401", path, code, body)
+		}
+	}
+	stub.mu.Lock()
+	n := len(stub.commands) + len(stub.actions)
+	stub.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("a request with its token in the URL ran %d commands or clicks", n)
+	}
+	if code, body := call(t, h, "POST", "/api/console/commands", aliceTok, cmd); code != 202 {
+		t.Fatalf("POST with the header: %d %s", code, body)
+	}
+	stub.waitFor(t, ctx, "the command", func() bool { return len(stub.commands) == 1 && stub.commands[0].User == "alice" })
+}
+
+// TestConsoleTranscriptNeedsRole: with CanRead, a user reads only the
+// channels it allows; another is 403 on messages and stream and missing
+// from their channel list.
+func TestConsoleTranscriptNeedsRole(t *testing.T) {
+	c, err := web.New(web.Options{Channels: []string{"ops", "lab"}, Tokens: map[string]string{"alice": aliceTok, "bob": bobTok},
+		CanRead: func(user, channel string) bool { return user == "alice" || channel == "lab" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Post(context.Background(), "ops", "", chat.Message{Text: "production secrets of ops"}); err != nil {
+		t.Fatal(err)
+	}
+	h := c.Handler()
+	for _, path := range []string{"/api/console/messages?channel=ops", "/api/console/stream?channel=ops"} {
+		code, body := call(t, h, "GET", path, bobTok, "")
+		if code != 403 || !strings.Contains(body, "bob has no role on a cluster bound to channel") || strings.Contains(body, "secrets") {
+			t.Fatalf("bob GET %s: %d %s, want 403", path, code, body)
+		}
+	}
+	if code, body := call(t, h, "GET", "/api/console/info", bobTok, ""); code != 200 || !strings.Contains(body, `"channels":["lab"]`) {
+		t.Fatalf("bob's info: %d %s, want only lab", code, body)
+	}
+	if code, body := call(t, h, "GET", "/api/console/messages?channel=ops", aliceTok, ""); code != 200 || !strings.Contains(body, "secrets") {
+		t.Fatalf("alice reads ops: %d %s", code, body)
+	}
+	if code, body := call(t, h, "GET", "/api/console/info", aliceTok, ""); code != 200 || !strings.Contains(body, `"channels":["ops","lab"]`) {
+		t.Fatalf("alice's info: %d %s", code, body)
+	}
+}
+
+// TestConsolePageRefusesFraming: no other site may frame the page (and
+// click its buttons through it).
+func TestConsolePageRefusesFraming(t *testing.T) {
+	r := httptest.NewRequest("GET", "/", nil)
+	w := httptest.NewRecorder()
+	newConsole(t, false).Handler().ServeHTTP(w, r)
+	csp := w.Header().Get("Content-Security-Policy")
+	if w.Code != 200 || !strings.Contains(csp, "frame-ancestors 'none'") || !strings.Contains(csp, "default-src 'self'") || w.Header().Get("X-Frame-Options") != "DENY" {
+		t.Fatalf("page: %d, CSP %q, X-Frame-Options %q", w.Code, csp, w.Header().Get("X-Frame-Options"))
+	}
+}
+
+// TestConsoleStreamOutlivesServerTimeouts: the server bounds request reads
+// and handlers (ReadTimeout, WriteTimeout); the event stream lifts both
+// for itself, so it stays open across many times those timeouts (counted
+// in keep-alives, not measured) and still delivers.
+func TestConsoleStreamOutlivesServerTimeouts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const timeout = 50 * time.Millisecond
+	c, err := web.New(web.Options{Channels: []string{"ops"}, Tokens: map[string]string{"alice": aliceTok}, KeepAlive: timeout / 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(c.Handler())
+	srv.Config.ReadTimeout, srv.Config.WriteTimeout = timeout, timeout
+	srv.Start()
+	defer srv.Close()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/console/stream?channel=ops&token="+aliceTok, nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("stream: %d", res.StatusCode)
+	}
+	r := bufio.NewReader(res.Body)
+	// 100 keep-alives at timeout/5 apart span 20 timeouts.
+	for n := 0; n < 100; {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("the stream ended after %d keep-alives: %v", n, err)
+		}
+		if strings.HasPrefix(line, ": keep-alive") {
+			n++
+		}
+	}
+	if _, err := c.Post(ctx, "ops", "", chat.Message{Text: "still live"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, m := readEvent(t, r); m.Text != "still live" {
+		t.Fatalf("event after the timeouts: %+v", m)
 	}
 }
