@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/talosbot/talosbot/bot/auditview"
+	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/grammar"
 	"github.com/talosbot/talosbot/config"
@@ -68,7 +69,7 @@ func auditAuthorize(ctx context.Context, e *engine.Engine, user, cluster string)
 	if cluster != "" {
 		cl := e.Config().Cluster(cluster)
 		if cl == nil {
-			return fmt.Errorf("unknown cluster %q; clusters: %s", cluster, strings.Join(e.Config().ClusterNames(), ", "))
+			return fmt.Errorf("unknown cluster %s; clusters: %s", chat.Echo(cluster), strings.Join(e.Config().ClusterNames(), ", "))
 		}
 		cls = append(cls, cl)
 	} else {
@@ -166,7 +167,7 @@ func maintenanceRecord(ctx context.Context, e *engine.Engine, from engine.Origin
 		return err
 	})
 	if errors.Is(err, state.ErrNotFound) {
-		e.Sink().Reply(ctx, from, fmt.Sprintf("no operation %q; find ids with /talos audit or /talos status", id))
+		e.Sink().Reply(ctx, from, fmt.Sprintf("no operation %s; find ids with /talos audit or /talos status", chat.Echo(id)))
 		return err
 	}
 	if err != nil {

@@ -65,7 +65,7 @@ func coreCommands() []botCommand {
 			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
 				cluster := inv.Args["cluster"]
 				if cluster != "" && e.Config().Cluster(cluster) == nil {
-					err := fmt.Errorf("unknown cluster %q; clusters: %s", cluster, strings.Join(e.Config().ClusterNames(), ", "))
+					err := fmt.Errorf("unknown cluster %s; clusters: %s", chat.Echo(cluster), strings.Join(e.Config().ClusterNames(), ", "))
 					e.Sink().Reply(ctx, from, err.Error())
 					return err
 				}
@@ -159,7 +159,7 @@ func help(e *engine.Engine, name string) string {
 		if b.Len() > 0 {
 			return strings.TrimSpace(b.String())
 		}
-		return fmt.Sprintf("unknown command %q. %s", name, e.Grammar().CommandList())
+		return fmt.Sprintf("unknown command %s. %s", chat.Echo(name), e.Grammar().CommandList())
 	}
 	var b strings.Builder
 	b.WriteString("talosbot commands:\n")
@@ -209,7 +209,7 @@ func statusAuthorize(ctx context.Context, e *engine.Engine, user, cluster string
 	for _, n := range names {
 		cl := e.Config().Cluster(n)
 		if cl == nil {
-			return nil, nil, fmt.Errorf("unknown cluster %q", n)
+			return nil, nil, fmt.Errorf("unknown cluster %s", chat.Echo(n))
 		}
 		if err := e.Policy().Authorize(ctx, engine.PolicyRequest{User: user, Cluster: cl, Command: "status", Now: e.Now()}); err != nil {
 			hidden = append(hidden, n)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/state"
 )
@@ -36,14 +37,14 @@ func ParseFilter(get func(string) string, now time.Time, defLimit, maxLimit int)
 	if s := get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxLimit {
-			return q, fmt.Errorf("limit %q: use a number from 1 to %d", s, maxLimit)
+			return q, fmt.Errorf("limit %s: use a number from 1 to %d", chat.Echo(s), maxLimit)
 		}
 		q.Limit = n
 	}
 	if s := get("before"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
 		if err != nil || n == 0 {
-			return q, fmt.Errorf("before %q: use a record sequence number (the seq column)", s)
+			return q, fmt.Errorf("before %s: use a record sequence number (the seq column)", chat.Echo(s))
 		}
 		q.BeforeSeq = n
 	}
@@ -56,7 +57,7 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 	}
 	if d, err := config.ParseDuration(s); err == nil {
 		if d < 0 {
-			return time.Time{}, fmt.Errorf("%q is negative; use how far back, e.g. 7d", s)
+			return time.Time{}, fmt.Errorf("%s is negative; use how far back, e.g. 7d", chat.Echo(s))
 		}
 		return now.Add(-d).UTC(), nil
 	}
@@ -66,7 +67,7 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse("2006-01-02", s); err == nil {
 		return t.UTC(), nil
 	}
-	return time.Time{}, fmt.Errorf("%q is neither a duration (7d, 12h) nor a time (2026-05-01 or RFC 3339)", s)
+	return time.Time{}, fmt.Errorf("%s is neither a duration (7d, 12h) nor a time (2026-05-01 or RFC 3339)", chat.Echo(s))
 }
 
 // FilterArgs renders q back as `--name value` flags (quoted where needed), so

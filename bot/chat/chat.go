@@ -41,6 +41,18 @@ type Button struct {
 
 // Message is one chat message: an operation's live message, a thread reply or
 // a plain answer.
+//
+// Its text is plain text with the bot's light markup: *bold*, _italic_,
+// ~strike~, `code` and ``` blocks, nothing else. In particular it has no
+// link, mention or HTML syntax: every '<', '>' and '&' in every field is a
+// literal character, and a URL is shown as itself. The bot builds its text
+// from user, alert and cluster words (a cluster name someone typed, a freeze
+// reason, an alert's labels, a plugin's error), so each adapter escapes
+// every text field for its platform as it renders it: Slack's &amp; &lt;
+// &gt; (so "<!here>" or "<https://evil|Approve>" cannot become a mention or
+// a disguised link), Discord's backslash escapes outside code and
+// allowed_mentions none, the console's HTML escaping. The bot's markup
+// survives because none of it uses those characters.
 type Message struct {
 	Title string `json:"title,omitempty"`
 	Text  string `json:"text"`

@@ -2,7 +2,9 @@ package chat
 
 import (
 	"fmt"
+	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // Duration says d in words, to the unit a person reads: "40 s", "12 min",
@@ -34,4 +36,28 @@ func Duration(d time.Duration) string {
 		return fmt.Sprintf("%d %s", days, unit)
 	}
 	return fmt.Sprintf("%d %s %d h", days, unit, h)
+}
+
+// EchoRunes is how much of a user's input a reply quotes back.
+const EchoRunes = 64
+
+// Echo is user input as a reply quotes it: Go-quoted, cut to its first
+// EchoRunes runes and "…". A refusal names what was refused; it never
+// repeats a whole line back into the channel (a 60 KB "cluster name" is
+// answered with 64 runes of it). The quote is not an escape: every adapter
+// still escapes it for its platform like any other text (see Message).
+func Echo(s string) string {
+	if utf8.RuneCountInString(s) <= EchoRunes {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(string([]rune(s)[:EchoRunes])) + "…"
+}
+
+// Clip is Echo without the quotes, for input shown in a form of its own
+// (a flag's name after "--").
+func Clip(s string) string {
+	if utf8.RuneCountInString(s) <= EchoRunes {
+		return s
+	}
+	return string([]rune(s)[:EchoRunes]) + "…"
 }

@@ -298,7 +298,7 @@ func (e *Engine) deny(ctx context.Context, from Origin, op *state.Operation) err
 func (e *Engine) Cancel(ctx context.Context, from Origin, id string) error {
 	op, err := e.Operation(ctx, id)
 	if err != nil {
-		return e.refuseAction(ctx, from, nil, "cancel", fmt.Sprintf("no operation %q", id))
+		return e.refuseAction(ctx, from, nil, "cancel", fmt.Sprintf("no operation %s", chat.Echo(id)))
 	}
 	if from.User != op.Requester && e.o.Policy.CanApprove(op, from.User) != nil {
 		return e.refuseAction(ctx, from, op, "cancel", "only the requester or an approver may cancel "+id)
@@ -354,7 +354,7 @@ func (e *Engine) cancelRun(ctx context.Context, from Origin, id string) error {
 func (e *Engine) interrupted(ctx context.Context, from Origin, id, verb, done string) (*state.Operation, error) {
 	op, err := e.Operation(ctx, id)
 	if err != nil {
-		return nil, e.refuseAction(ctx, from, nil, verb, fmt.Sprintf("no operation %q", id))
+		return nil, e.refuseAction(ctx, from, nil, verb, fmt.Sprintf("no operation %s", chat.Echo(id)))
 	}
 	if op.State != state.StateInterrupted {
 		return nil, e.refuseAction(ctx, from, op, verb, fmt.Sprintf("operation %s is %s; only interrupted operations can be %s", id, op.State, done))

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -33,7 +34,7 @@ func (e *Engine) pauseRequested(id string) bool {
 func (e *Engine) Pause(ctx context.Context, from Origin, id string) error {
 	op, err := e.Operation(ctx, id)
 	if err != nil {
-		return e.refuseAction(ctx, from, nil, "pause", fmt.Sprintf("no operation %q", id))
+		return e.refuseAction(ctx, from, nil, "pause", fmt.Sprintf("no operation %s", chat.Echo(id)))
 	}
 	if from.User != op.Requester && e.o.Policy.CanApprove(op, from.User) != nil {
 		return e.refuseAction(ctx, from, op, "pause", "only the requester or an approver may pause "+id)

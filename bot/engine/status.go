@@ -90,7 +90,7 @@ func deadlineCame(ctx context.Context) bool {
 func (e *Engine) statusFacts(ctx context.Context, p grammar.CommandSpec, cluster, user string) (string, error) {
 	cl := e.o.Config.Cluster(cluster)
 	if cl == nil {
-		return "", fmt.Errorf("cluster %q is not configured", cluster)
+		return "", fmt.Errorf("cluster %s is not configured", chat.Echo(cluster))
 	}
 	// A throwaway operation, never stored: request builds what any Plan
 	// gets (inventory, credentials for this call only, settings).

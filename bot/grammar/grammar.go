@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/talosbot/talosbot/bot/chat"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
 
@@ -99,7 +100,7 @@ func (g *Grammar) Parse(line string) (*Invocation, error) {
 	}
 	spec, ok := g.match(toks)
 	if !ok {
-		return nil, &UsageError{Msg: fmt.Sprintf("unknown command %q. %s", toks[0], g.CommandList())}
+		return nil, &UsageError{Msg: fmt.Sprintf("unknown command %s. %s", chat.Echo(toks[0]), g.CommandList())}
 	}
 	rest := toks[len(strings.Fields(spec.Name)):]
 	args, err := bindArgs(spec, rest)
@@ -160,7 +161,7 @@ func bindArgs(spec CommandSpec, toks []string) (map[string]string, error) {
 		name, val, hasVal := strings.Cut(t[2:], "=")
 		a, ok := flags[name]
 		if !ok {
-			return nil, &UsageError{Msg: fmt.Sprintf("unknown flag --%s for %q%s", name, spec.Name, flagHint(flags)), Usage: usage}
+			return nil, &UsageError{Msg: fmt.Sprintf("unknown flag --%s for %q%s", chat.Clip(name), spec.Name, flagHint(flags)), Usage: usage}
 		}
 		if _, dup := args[name]; dup {
 			return nil, &UsageError{Msg: fmt.Sprintf("flag --%s given twice", name), Usage: usage}
@@ -168,7 +169,7 @@ func bindArgs(spec CommandSpec, toks []string) (map[string]string, error) {
 		switch {
 		case a.GetBoolean() && hasVal:
 			if val != "true" && val != "false" {
-				return nil, &UsageError{Msg: fmt.Sprintf("flag --%s takes no value (got %q)", name, val), Usage: usage}
+				return nil, &UsageError{Msg: fmt.Sprintf("flag --%s takes no value (got %s)", name, chat.Echo(val)), Usage: usage}
 			}
 			args[name] = val
 		case a.GetBoolean():
@@ -191,7 +192,7 @@ func bindArgs(spec CommandSpec, toks []string) (map[string]string, error) {
 		pos = append(pos[:last], strings.Join(pos[last:], " "))
 	}
 	if len(pos) > len(positional) {
-		return nil, &UsageError{Msg: fmt.Sprintf("too many arguments: %q is not expected", pos[len(positional)]), Usage: usage}
+		return nil, &UsageError{Msg: fmt.Sprintf("too many arguments: %s is not expected", chat.Echo(pos[len(positional)])), Usage: usage}
 	}
 	for i, a := range positional {
 		if i < len(pos) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/releases"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
@@ -42,7 +43,7 @@ type PluginInspector struct {
 func (p *PluginInspector) Inspect(ctx context.Context, cluster string, known []releases.Version) (*releases.Inspection, error) {
 	cl := p.Config.Cluster(cluster)
 	if cl == nil {
-		return nil, fmt.Errorf("cluster %q is not configured", cluster)
+		return nil, fmt.Errorf("cluster %s is not configured", chat.Echo(cluster))
 	}
 	tc, kc, err := p.Credentials(ctx, cl)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/state"
@@ -91,10 +92,10 @@ func ParseSnooze(s string) (time.Duration, error) {
 	}
 	d, err := config.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("--for %q: %w", s, err)
+		return 0, fmt.Errorf("--for %s: %w", chat.Echo(s), err)
 	}
 	if d <= 0 || d > 90*24*time.Hour {
-		return 0, fmt.Errorf("--for %q: between 1m and 90d", s)
+		return 0, fmt.Errorf("--for %s: between 1m and 90d", chat.Echo(s))
 	}
 	return d, nil
 }

@@ -300,7 +300,7 @@ func (a *Adapter) Post(ctx context.Context, channel, threadRef string, m chat.Me
 	}
 	msg, err := a.s.ChannelMessageSendComplex(target, &discordgo.MessageSend{
 		Content: send.content, Embeds: send.embeds, Components: send.components,
-		AllowedMentions: &discordgo.MessageAllowedMentions{}, // never ping anyone from bot output
+		AllowedMentions: noMentions(),
 	}, discordgo.WithContext(ctx))
 	if err != nil {
 		return "", fmt.Errorf("discord: create message in %s: %w%s", target, err, hint(err))
@@ -337,7 +337,7 @@ func (a *Adapter) Edit(ctx context.Context, channel, ref string, m chat.Message)
 		components = []discordgo.MessageComponent{} // clears old buttons
 	}
 	_, err = a.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: ref, Channel: ch, Content: &content, Embeds: &embeds,
-		Components: &components, AllowedMentions: &discordgo.MessageAllowedMentions{}}, discordgo.WithContext(ctx))
+		Components: &components, AllowedMentions: noMentions()}, discordgo.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("discord: edit message %s/%s: %w%s", ch, ref, err, hint(err))
 	}
@@ -381,9 +381,9 @@ func (a *Adapter) PostPrivate(ctx context.Context, channel, user string, m chat.
 	if i == nil {
 		return chat.ErrNoPrivate
 	}
-	text := strings.TrimSpace(strings.TrimSpace(m.Title) + "\n" + m.Text)
+	text := Escape(strings.TrimSpace(strings.TrimSpace(m.Title) + "\n" + m.Text))
 	_, err := a.s.FollowupMessageCreate(i, true, &discordgo.WebhookParams{Content: truncate(text, maxContent), Flags: discordgo.MessageFlagsEphemeral,
-		AllowedMentions: &discordgo.MessageAllowedMentions{}}, discordgo.WithContext(ctx))
+		AllowedMentions: noMentions()}, discordgo.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("discord: ephemeral follow-up to %s: %w%s", user, err, hint(err))
 	}
@@ -414,17 +414,20 @@ type rendered struct {
 
 // render turns a chat.Message into Discord's shape: plain text replies stay
 // plain content; anything with a title or fields becomes one embed; buttons
-// become rows of five whose custom_id is the opaque token.
+// become rows of five whose custom_id is the opaque token. Every text
+// Discord parses (content, description, field names and values) goes
+// through Escape; the table sits in a code block whose fence its cells
+// cannot close.
 func render(m chat.Message) (rendered, error) {
 	var r rendered
 	if strings.TrimSpace(m.Title) == "" && len(m.Fields) == 0 && m.Table == nil {
-		r.content = truncate(m.Text, maxContent)
+		r.content = truncate(Escape(m.Text), maxContent)
 		if strings.TrimSpace(r.content) == "" && len(m.Buttons) == 0 {
 			r.content = "…" // Discord refuses an empty message
 		}
 	} else {
-		desc := m.Text
-		if t := m.Table.Aligned(); t != "" {
+		desc := Escape(m.Text)
+		if t := strings.ReplaceAll(m.Table.Aligned(), "`", "'"); t != "" {
 			// Discord has no tables: a monospace block keeps the columns.
 			// The table is cut, never the fence, so the block stays closed.
 			room := maxEmbedDesc - utf8.RuneCountInString(desc) - len("\n```\n\n```")
@@ -434,7 +437,7 @@ func render(m chat.Message) (rendered, error) {
 		}
 		e := &discordgo.MessageEmbed{Title: truncate(m.Title, maxEmbedTitle), Description: truncate(desc, maxEmbedDesc)}
 		for _, f := range m.Fields[:min(len(m.Fields), maxEmbedFields)] {
-			name, value := truncate(f.Label, maxFieldName), truncate(f.Value, maxFieldValue)
+			name, value := truncate(Escape(f.Label), maxFieldName), truncate(Escape(f.Value), maxFieldValue)
 			if strings.TrimSpace(name) == "" {
 				name = "\u200b"
 			}

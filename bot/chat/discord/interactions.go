@@ -94,7 +94,7 @@ func inputOf(i *discordgo.Interaction) (input, error) {
 		return input{}, errors.New("application command without data")
 	}
 	if data.Name != "talos" {
-		return input{}, fmt.Errorf("unknown command /%s; talosbot only has /talos", data.Name)
+		return input{}, fmt.Errorf("unknown command %s; talosbot only has /talos", chat.Echo("/"+data.Name))
 	}
 	var text string
 	var found bool
@@ -112,8 +112,8 @@ func inputOf(i *discordgo.Interaction) (input, error) {
 // ephemeralResponse answers only the invoking user, immediately.
 func ephemeralResponse(text string) *discordgo.InteractionResponse {
 	return &discordgo.InteractionResponse{Type: discordgo.InteractionResponseChannelMessageWithSource,
-		Data: &discordgo.InteractionResponseData{Content: "talosbot: " + truncate(text, 1900), Flags: discordgo.MessageFlagsEphemeral,
-			AllowedMentions: &discordgo.MessageAllowedMentions{}}}
+		Data: &discordgo.InteractionResponseData{Content: "talosbot: " + truncate(Escape(text), 1900), Flags: discordgo.MessageFlagsEphemeral,
+			AllowedMentions: noMentions()}}
 }
 
 // ackResponse is the deferral that acknowledges an input within Discord's 3 s.
@@ -179,8 +179,10 @@ func (a *Adapter) run(ctx context.Context, i *discordgo.Interaction, in input) {
 			if err := h.HandleCommand(ctx, in.cmd); err != nil {
 				a.log.Debug("discord: handler returned an error", "err", err)
 			}
-			echo := fmt.Sprintf("`/talos %s` (<@%s>)", strings.ReplaceAll(truncate(in.cmd.Text, 1800), "`", "'"), in.cmd.User)
-			if _, err := a.s.InteractionResponseEdit(i, &discordgo.WebhookEdit{Content: &echo, AllowedMentions: &discordgo.MessageAllowedMentions{}}, discordgo.WithContext(ctx)); err != nil {
+			// The command sits in a code span (no mention or link is parsed
+			// there) whose backticks it cannot close, cut like every echo.
+			echo := fmt.Sprintf("`/talos %s` (<@%s>)", strings.ReplaceAll(truncate(in.cmd.Text, chat.EchoRunes+1), "`", "'"), in.cmd.User)
+			if _, err := a.s.InteractionResponseEdit(i, &discordgo.WebhookEdit{Content: &echo, AllowedMentions: noMentions()}, discordgo.WithContext(ctx)); err != nil {
 				a.log.Warn("discord: replace deferred response", "err", err)
 			}
 		case inputAction:

@@ -275,7 +275,7 @@ func Blocks(m chat.Message) []slack.Block {
 		out = append(out, slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, truncate(t, maxHeader), true, false)))
 	}
 	if t := strings.TrimSpace(m.Text); t != "" {
-		out = append(out, slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, truncate(t, maxSectionText), false, true), nil, nil))
+		out = append(out, slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, escapeTruncate(t, maxSectionText), false, true), nil, nil))
 	}
 	if tb := table(m.Table); tb != nil {
 		out = append(out, tb)
@@ -283,7 +283,7 @@ func Blocks(m chat.Message) []slack.Block {
 	for i := 0; i < len(m.Fields); i += fieldsPerBlock {
 		var fs []*slack.TextBlockObject
 		for _, f := range m.Fields[i:min(i+fieldsPerBlock, len(m.Fields))] {
-			fs = append(fs, slack.NewTextBlockObject(slack.MarkdownType, truncate("*"+f.Label+"*\n"+f.Value, maxField), false, true))
+			fs = append(fs, slack.NewTextBlockObject(slack.MarkdownType, escapeTruncate("*"+f.Label+"*\n"+f.Value, maxField), false, true))
 		}
 		out = append(out, slack.NewSectionBlock(nil, fs, nil))
 	}
@@ -354,7 +354,35 @@ func fallbackText(m chat.Message) string {
 	if s == "" {
 		s = "talosbot"
 	}
-	return truncate(s, maxFallback)
+	return escapeTruncate(s, maxFallback)
+}
+
+// Escape is Slack's escaping of text
+// (https://api.slack.com/reference/surfaces/formatting#escaping): '&', '<'
+// and '>' become &amp; &lt; &gt;, nothing else. Every mrkdwn field the
+// adapter sends goes through it (the section text, each field, the
+// notification text, an ephemeral answer), so no text the bot shows (a
+// cluster name someone typed, a freeze reason, an alert's labels) can become
+// <!here>, <!channel>, <@U…> or a disguised <url|label> link. The bot's own
+// markup (*bold*, _italic_, `code`) uses none of the three, so it still works.
+// Plain-text objects (the header, button labels, table cells) are not
+// parsed by Slack and are sent as they are.
+func Escape(s string) string { return escaper.Replace(s) }
+
+var escaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
+
+// escapeTruncate escapes s, then cuts it to n runes without splitting an
+// entity (a cut "&am" would show as text).
+func escapeTruncate(s string, n int) string {
+	e := Escape(s)
+	if utf8.RuneCountInString(e) <= n {
+		return e
+	}
+	cut := string([]rune(e)[:n-1])
+	if i := strings.LastIndexByte(cut, '&'); i >= 0 && !strings.Contains(cut[i:], ";") {
+		cut = cut[:i]
+	}
+	return cut + "…"
 }
 
 func truncate(s string, n int) string {

@@ -233,7 +233,7 @@ func (a *Adapter) ack(c acker, envelopeID string, payload any) bool {
 
 // ephemeral is a slash-command response only the invoking user sees.
 func ephemeral(text string) map[string]string {
-	return map[string]string{"response_type": "ephemeral", "text": text}
+	return map[string]string{"response_type": "ephemeral", "text": Escape(text)}
 }
 
 func (a *Adapter) botUserID() string {

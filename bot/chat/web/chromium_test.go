@@ -117,11 +117,11 @@ func TestConsoleRendersMarkdownInChromium(t *testing.T) {
 	bg := context.Background()
 	_, _ = c.Post(bg, "ops", "", chat.Message{Title: "📋 Audit", Text: "*Audit* (last 1h), newest first\n" +
 		"```\nSEQ  WHEN      WHO    WHAT\n  1  08:31:02  alice  upgrade talos\n```\n" +
-		"• run `/talos op 3f2a9c01bd4e` for the record\n• see <https://www.talos.dev/v1.13/|the Talos docs>\n\n" +
+		"• run `/talos op 3f2a9c01bd4e` for the record\n• see the Talos docs: https://www.talos.dev/v1.13/\n\n" +
 		"| node | role | state |\n|---|---|---|\n| cp-1 | control plane | ✅ done |\n| worker-1 | worker | ⏳ running |",
 		Fields: []chat.Field{{Label: "Digest", Value: "`9f2c01ab`"}}})
 	_, _ = c.Post(bg, "ops", "", chat.Message{Title: "🧊 production frozen",
-		Text: `reason: <img src=x onerror="window.pwned=1"><script>window.pwned=2</script> [x](javascript:window.pwned=3)`})
+		Text: `reason: <img src=x onerror="window.pwned=1"><script>window.pwned=2</script> [x](javascript:window.pwned=3) <https://evil.example|Approve here>`})
 	p := browsertest.Open(t, ctx, serveConsole(t, c)+"/")
 	p.WaitText(`#messages`, "production frozen", "Audit")
 	if got := p.Text(`#messages .msg .text strong`); got != "Audit" {
@@ -140,6 +140,10 @@ func TestConsoleRendersMarkdownInChromium(t *testing.T) {
 	injected := browsertest.Eval[string](p, `[document.querySelectorAll("#messages img, #messages script, #messages a[href^=javascript]").length, String(window.pwned)].join(" ")`)
 	if injected != "0 undefined" {
 		t.Errorf("chat text became markup: elements, window.pwned = %s", injected)
+	}
+	// A link shows where it goes: no label over another address.
+	if disguised := browsertest.Eval[int](p, `[...document.querySelectorAll("#messages a")].filter(a => a.textContent !== a.getAttribute("href")).length`); disguised != 0 {
+		t.Errorf("%d links show a label instead of their address", disguised)
 	}
 	p.AssertText(`#messages`, `reason: <img src=x onerror="window.pwned=1"><script>window.pwned=2</script>`)
 	p.Screenshot("markdown")

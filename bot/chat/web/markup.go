@@ -10,9 +10,13 @@ import (
 
 // RenderHTML turns a message's text, the chat markdown the bot writes for
 // every platform (Slack's mrkdwn: *bold*, _italic_, ~strike~, `code`,
-// ``` blocks, <url|label>; and the CommonMark forms Discord reads:
-// **bold**, [label](url), pipe tables, - lists, > quotes, # headings), into
-// the HTML the console shows.
+// ``` blocks; and the CommonMark forms Discord reads: **bold**, pipe
+// tables, - lists, > quotes, # headings), into the HTML the console shows.
+//
+// Links are bare http(s) URLs, shown as themselves. Chat text has no link
+// syntax (chat.Message), so neither Slack's <url|label> nor Markdown's
+// [label](url) is read: they would let a freeze reason or an alert label
+// show "Approve here" over any address.
 //
 // Escape first: every character of chat text reaches the output through
 // html.EscapeString, and the only markup in the output is the fixed set of
@@ -259,34 +263,9 @@ func span(s string, i int) (func(*strings.Builder), int, bool) {
 		}
 		code := s[i+n : i+n+j]
 		return func(b *strings.Builder) { b.WriteString("<code>" + html.EscapeString(code) + "</code>") }, i + n + j + n, true
-	case c == '<': // Slack: <https://x|label>, <https://x>
-		end := strings.IndexByte(s[i:], '>')
-		if end < 0 {
-			return nil, 0, false
-		}
-		target, label, _ := strings.Cut(s[i+1:i+end], "|")
-		if !safeURL(target) {
-			return nil, 0, false
-		}
-		if label == "" {
-			label = target
-		}
-		return link(target, label), i + end + 1, true
-	case c == '[': // [label](https://x)
-		mid := strings.Index(s[i:], "](")
-		if mid < 0 {
-			return nil, 0, false
-		}
-		label := s[i+1 : i+mid]
-		rest := s[i+mid+2:]
-		end := strings.IndexByte(rest, ')')
-		if end < 0 || label == "" || strings.ContainsAny(label, "[]") || !safeURL(rest[:end]) {
-			return nil, 0, false
-		}
-		return link(rest[:end], label), i + mid + 2 + end + 1, true
 	case c == 'h' && (strings.HasPrefix(s[i:], "https://") || strings.HasPrefix(s[i:], "http://")) && (i == 0 || !wordByte(s[i-1])):
 		end := i
-		for end < len(s) && !strings.ContainsRune(" \t<>\"'`", rune(s[end])) {
+		for end < len(s) && !strings.ContainsRune(" \t<>|\"'`", rune(s[end])) {
 			end++
 		}
 		for end > i && strings.ContainsRune(".,;:!?)]", rune(s[end-1])) {

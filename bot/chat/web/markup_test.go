@@ -26,8 +26,7 @@ func TestRenderHTML(t *testing.T) {
 		{"| node | state |\n|---|:---:|\n| cp-1 | `done` |\n| a\\|b | x |", `<div class="table"><table><thead><tr><th>node</th><th>state</th></tr></thead><tbody><tr><td>cp-1</td><td><code>done</code></td></tr><tr><td>a|b</td><td>x</td></tr></tbody></table></div>`},
 		{"> quoted *reason*\n> two", "<blockquote>quoted <strong>reason</strong>\ntwo</blockquote>"},
 		{"# Title\n## Sub", "<h3>Title</h3><h4>Sub</h4>"},
-		{"see <https://talos.dev/x?a=1&b=2|the docs>.", `<p>see <a href="https://talos.dev/x?a=1&amp;b=2" target="_blank" rel="noopener noreferrer">the docs</a>.</p>`},
-		{"[runbook](https://example.com/r) or https://example.com/a.", `<p><a href="https://example.com/r" target="_blank" rel="noopener noreferrer">runbook</a> or <a href="https://example.com/a" target="_blank" rel="noopener noreferrer">https://example.com/a</a>.</p>`},
+		{"see https://talos.dev/x?a=1&b=2.", `<p>see <a href="https://talos.dev/x?a=1&amp;b=2" target="_blank" rel="noopener noreferrer">https://talos.dev/x?a=1&amp;b=2</a>.</p>`},
 	} {
 		if got := web.RenderHTML(c.in); got != c.want {
 			t.Errorf("RenderHTML(%q)\n got %s\nwant %s", c.in, got, c.want)
@@ -45,9 +44,23 @@ func TestRenderHTMLEscapes(t *testing.T) {
 		{`[click](javascript:alert(1))`, `<p>[click](javascript:alert(1))</p>`},
 		{`<javascript:alert(1)|click>`, `<p>&lt;javascript:alert(1)|click&gt;</p>`},
 		{`[x](https://a.example/"onmouseover="alert(1))`, `<p>[x](<a href="https://a.example/" target="_blank" rel="noopener noreferrer">https://a.example/</a>&#34;onmouseover=&#34;alert(1))</p>`},
-		{`<https://a.example/|<img src=x>>`, `<p><a href="https://a.example/" target="_blank" rel="noopener noreferrer">&lt;img src=x</a>&gt;</p>`},
+		{`<https://a.example/|<img src=x>>`, `<p>&lt;<a href="https://a.example/" target="_blank" rel="noopener noreferrer">https://a.example/</a>|&lt;img src=x&gt;&gt;</p>`},
 		{"| <i>h</i> |\n|---|\n| <svg onload=x> |", `<div class="table"><table><thead><tr><th>&lt;i&gt;h&lt;/i&gt;</th></tr></thead><tbody><tr><td>&lt;svg onload=x&gt;</td></tr></tbody></table></div>`},
 		{"&amp; &lt;", `<p>&amp;amp; &amp;lt;</p>`},
+	} {
+		if got := web.RenderHTML(c.in); got != c.want {
+			t.Errorf("RenderHTML(%q)\n got %s\nwant %s", c.in, got, c.want)
+		}
+	}
+}
+
+// TestRenderHTMLShowsWhereLinksGo: chat text has no link syntax, so a
+// freeze reason or an alert label cannot show "Approve here" over another
+// address; a URL is shown as itself.
+func TestRenderHTMLShowsWhereLinksGo(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{`<!channel> <https://evil.example|Approve here>`, `<p>&lt;!channel&gt; &lt;<a href="https://evil.example" target="_blank" rel="noopener noreferrer">https://evil.example</a>|Approve here&gt;</p>`},
+		{`[Approve here](https://evil.example)`, `<p>[Approve here](<a href="https://evil.example" target="_blank" rel="noopener noreferrer">https://evil.example</a>)</p>`},
 	} {
 		if got := web.RenderHTML(c.in); got != c.want {
 			t.Errorf("RenderHTML(%q)\n got %s\nwant %s", c.in, got, c.want)
