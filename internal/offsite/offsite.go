@@ -23,7 +23,6 @@ import (
 	"net/http"
 	"os"
 	"path"
-	"regexp"
 	"strings"
 	"time"
 
@@ -31,6 +30,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/talosbot/talosbot/internal/retention"
+	"github.com/talosbot/talosbot/internal/snapname"
 )
 
 // Config is the bucket and its credentials.
@@ -221,8 +221,6 @@ func short(s string) string {
 	return s
 }
 
-var objectName = regexp.MustCompile(`^((\d{8}T\d{6}Z)-[A-Za-z0-9._-]+?)\.db(\.age)?$`)
-
 // List returns the snapshots of cluster, in key order.
 func (s *Store) List(ctx context.Context, cluster string) ([]Object, error) {
 	var out []Object
@@ -234,15 +232,11 @@ func (s *Store) List(ctx context.Context, cluster string) ([]Object, error) {
 			return nil, fmt.Errorf("list %s: %w", s.URL(pfx), err)
 		}
 		for _, o := range res.Contents {
-			m := objectName.FindStringSubmatch(path.Base(o.Key))
-			if m == nil {
+			name, at, enc, ok := snapname.Parse(path.Base(o.Key))
+			if !ok {
 				continue
 			}
-			at, err := time.Parse("20060102T150405Z", m[2])
-			if err != nil {
-				continue
-			}
-			out = append(out, Object{Key: o.Key, ID: cluster + "/" + m[1], At: at, Size: o.Size, Encrypted: m[3] != ""})
+			out = append(out, Object{Key: o.Key, ID: cluster + "/" + name, At: at, Size: o.Size, Encrypted: enc})
 		}
 		if !res.IsTruncated {
 			return out, nil
