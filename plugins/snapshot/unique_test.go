@@ -21,7 +21,7 @@ type settableClock struct {
 	t  time.Time
 }
 
-func (c *settableClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *settableClock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *settableClock) set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.t = t }
 
 // verifyFile checks a snapshot file with etcd's trailer and returns its sha256.

@@ -95,7 +95,7 @@ func TestSettlingProtectsRecentRuns(t *testing.T) {
 	dir := t.TempDir()
 	began := time.Date(2026, 12, 2, 14, 30, 0, 0, time.UTC)
 	for name, end := range map[string]time.Time{
-		"20261202T120000.000Z-cp-1-00000001.db": began.Add(-2 * SettleGrace),  // long settled
+		"20261202T120000.000Z-cp-1-00000001.db": began.Add(-2 * SettleGrace), // long settled
 		"20261202T142000.000Z-cp-1-00000002.db": began.Add(-SettleGrace / 2), // just ended
 		"20261202T143001.000Z-cp-2-00000003.db": began.Add(time.Minute),      // ended while this run queued
 	} {
