@@ -165,7 +165,8 @@ func (o SnapshotOptions) withDefaults() SnapshotOptions {
 
 // Snapshot is a verified etcd snapshot on disk.
 type Snapshot struct {
-	// ID is "<cluster>/<timestamp>-<node>", the name in maintenance records.
+	// ID is "<cluster>/<name>" (internal/snapname), the name in
+	// maintenance records.
 	ID   string
 	Path string
 	Node string
