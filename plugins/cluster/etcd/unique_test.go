@@ -1,11 +1,15 @@
 package etcd
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -119,4 +123,64 @@ func TestSettlingProtectsRecentRuns(t *testing.T) {
 	if err != nil || len(removed) != 1 || filepath.Base(removed[0]) != "20261202T120000.000Z-cp-1-00000001.db" {
 		t.Fatalf("removed %v, %v", removed, err)
 	}
+}
+
+// The lock holds across processes (a standalone snapshot and an upgrade's
+// run in different plugin processes): a child process holds it, this one
+// queues, is told the child's holder text, and gets the lock when the child
+// lets go.
+func TestLockClusterAcrossProcesses(t *testing.T) {
+	if os.Getenv("TALOSBOT_LOCK_HELPER") != "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	path := filepath.Join(t.TempDir(), ".staging.lock")
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestLockHelperProcess$")
+	cmd.Env = append(os.Environ(), "TALOSBOT_LOCK_HELPER="+path)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "locked\n" {
+		t.Fatalf("helper said %q, %v", line, err)
+	}
+	told := ""
+	unlock, err := lockCluster(ctx, path, "parent", func(h string) {
+		told = h
+		_ = stdin.Close() // the child unlocks and exits
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if told != "the snapshot of operation op-child" {
+		t.Fatalf("told %q, want the child's holder", told)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLockHelperProcess is the child of TestLockClusterAcrossProcesses.
+func TestLockHelperProcess(t *testing.T) {
+	path := os.Getenv("TALOSBOT_LOCK_HELPER")
+	if path == "" {
+		t.Skip("helper process only")
+	}
+	unlock, err := lockCluster(context.Background(), path, "the snapshot of operation op-child", func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("locked")
+	_, _ = io.Copy(io.Discard, os.Stdin) // until the parent closes stdin
+	unlock()
 }
