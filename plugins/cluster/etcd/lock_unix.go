@@ -21,7 +21,7 @@ const lockPoll = 250 * time.Millisecond
 // (several plugin processes can snapshot one cluster at once: a standalone
 // snapshot and an upgrade's pre-upgrade snapshot). While another run holds
 // it, waiting is told once who that is (what the holder wrote into the
-// file), and the run queues until the lock is free or ctx ends. The holder
+// file) as soon as the holder has written it, and the run queues until the lock is free or ctx ends. The holder
 // writes holder into the file so that a queued run can name it. The lock is
 // the open file description's, so two opens in one process exclude each
 // other too; the kernel drops it if the process dies.
@@ -45,16 +45,18 @@ func lockCluster(ctx context.Context, path, holder string, waiting func(string))
 		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
-		if !told {
-			told = true
-			b, _ := os.ReadFile(path)
-			other := strings.TrimSpace(string(b))
-			if other == "" {
-				other = "another snapshot run"
-			}
-			waiting(other)
+		if tick == nil {
 			tick = time.NewTicker(lockPoll)
 			defer tick.Stop()
+		}
+		// The holder writes its name just after it locks and clears it just
+		// before it unlocks: until the name is there, try again.
+		if !told {
+			b, _ := os.ReadFile(path)
+			if other := strings.TrimSpace(string(b)); other != "" {
+				told = true
+				waiting(other)
+			}
 		}
 		select {
 		case <-ctx.Done():
