@@ -116,6 +116,7 @@ type Object struct {
 // MD5s computed while sending, and the bytes sent hashed to wantSHA256
 // (the local file's digest: it did not change under us). On failure the
 // partial upload is aborted; nothing half-written is left as an object.
+// A key that already holds an object is refused, never overwritten.
 func (s *Store) Put(ctx context.Context, key, localPath, wantSHA256 string) error {
 	f, err := os.Open(localPath)
 	if err != nil {
@@ -127,6 +128,14 @@ func (s *Store) Put(ctx context.Context, key, localPath, wantSHA256 string) erro
 		return err
 	}
 	size := fi.Size()
+	// An object already at key is never replaced (nor removed by the clean-up
+	// below): snapshot names are unique, so one there is another snapshot.
+	switch _, err := s.core.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{}); {
+	case err == nil:
+		return fmt.Errorf("%s already exists and a snapshot is never replaced; it was left as it was: take the snapshot again (it gets a new name)", s.URL(key))
+	case minio.ToErrorResponse(err).StatusCode != http.StatusNotFound:
+		return fmt.Errorf("check that %s is free before the upload: %w", s.URL(key), err)
+	}
 	opts := minio.PutObjectOptions{UserMetadata: map[string]string{metaSHA256: wantSHA256}, ContentType: "application/octet-stream"}
 	whole, wholeMD5 := sha256.New(), md5.New()
 	sent := io.MultiWriter(whole, wholeMD5)
