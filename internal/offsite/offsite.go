@@ -23,7 +23,6 @@ import (
 	"net/http"
 	"os"
 	"path"
-	"regexp"
 	"strings"
 	"time"
 
@@ -31,6 +30,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
 	"github.com/talosbot/talosbot/internal/retention"
+	"github.com/talosbot/talosbot/internal/snapname"
 )
 
 // Config is the bucket and its credentials.
@@ -116,6 +116,7 @@ type Object struct {
 // MD5s computed while sending, and the bytes sent hashed to wantSHA256
 // (the local file's digest: it did not change under us). On failure the
 // partial upload is aborted; nothing half-written is left as an object.
+// A key that already holds an object is refused, never overwritten.
 func (s *Store) Put(ctx context.Context, key, localPath, wantSHA256 string) error {
 	f, err := os.Open(localPath)
 	if err != nil {
@@ -127,6 +128,14 @@ func (s *Store) Put(ctx context.Context, key, localPath, wantSHA256 string) erro
 		return err
 	}
 	size := fi.Size()
+	// An object already at key is never replaced (nor removed by the clean-up
+	// below): snapshot names are unique, so one there is another snapshot.
+	switch _, err := s.core.StatObject(ctx, s.bucket, key, minio.StatObjectOptions{}); {
+	case err == nil:
+		return fmt.Errorf("%s already exists and a snapshot is never replaced; it was left as it was: take the snapshot again (it gets a new name)", s.URL(key))
+	case minio.ToErrorResponse(err).StatusCode != http.StatusNotFound:
+		return fmt.Errorf("check that %s is free before the upload: %w", s.URL(key), err)
+	}
 	opts := minio.PutObjectOptions{UserMetadata: map[string]string{metaSHA256: wantSHA256}, ContentType: "application/octet-stream"}
 	whole, wholeMD5 := sha256.New(), md5.New()
 	sent := io.MultiWriter(whole, wholeMD5)
@@ -221,8 +230,6 @@ func short(s string) string {
 	return s
 }
 
-var objectName = regexp.MustCompile(`^((\d{8}T\d{6}Z)-[A-Za-z0-9._-]+?)\.db(\.age)?$`)
-
 // List returns the snapshots of cluster, in key order.
 func (s *Store) List(ctx context.Context, cluster string) ([]Object, error) {
 	var out []Object
@@ -234,15 +241,11 @@ func (s *Store) List(ctx context.Context, cluster string) ([]Object, error) {
 			return nil, fmt.Errorf("list %s: %w", s.URL(pfx), err)
 		}
 		for _, o := range res.Contents {
-			m := objectName.FindStringSubmatch(path.Base(o.Key))
-			if m == nil {
+			name, at, enc, ok := snapname.Parse(path.Base(o.Key))
+			if !ok {
 				continue
 			}
-			at, err := time.Parse("20060102T150405Z", m[2])
-			if err != nil {
-				continue
-			}
-			out = append(out, Object{Key: o.Key, ID: cluster + "/" + m[1], At: at, Size: o.Size, Encrypted: m[3] != ""})
+			out = append(out, Object{Key: o.Key, ID: cluster + "/" + name, At: at, Size: o.Size, Encrypted: enc})
 		}
 		if !res.IsTruncated {
 			return out, nil

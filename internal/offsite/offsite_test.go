@@ -186,3 +186,29 @@ func TestNewRefusesMissingCredentials(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// Issue 29: an object already at a snapshot's key is never replaced (a PUT
+// overwrites silently), and the refused upload leaves it as it was.
+func TestPutNeverReplacesAnObject(t *testing.T) {
+	_, cfg := fakeS3(t)
+	st, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dir := t.TempDir()
+	first, sum1 := writeFile(t, dir, "first.db", 100_000)
+	key := st.Key("staging", "20261202T143000.250Z-cp-1-0a1b2c3d.db")
+	if err := st.Put(ctx, key, first, sum1); err != nil {
+		t.Fatal(err)
+	}
+	second, sum2 := writeFile(t, dir, "second.db", 90_000)
+	err = st.Put(ctx, key, second, sum2)
+	if err == nil || !strings.Contains(err.Error(), "never replaced") {
+		t.Fatalf("err = %v, want a refusal to replace the object", err)
+	}
+	var got bytes.Buffer
+	if _, err := st.Get(ctx, key, &got); err != nil || got.Len() != 100_000 {
+		t.Fatalf("the first object changed: %d bytes, %v", got.Len(), err)
+	}
+}

@@ -111,6 +111,12 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		}
 		_ = r.StepOK(id, detail)
 	}
+	opts.Waiting = func(holder string) {
+		// On the card (the running step's detail) and in the operation's log.
+		msg := "⏳ queued behind " + holder + " of " + inv.Name + ": snapshots of one cluster run one at a time; this one starts when it ends"
+		_ = r.StepStarted(etcd.StepSnapshotSource, msg)
+		_ = r.Log("info", etcd.StepSnapshotSource, msg)
+	}
 	snap, err := etcd.TakeSnapshot(ctx, clients, inv, opts)
 	if snap == nil {
 		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "etcd snapshot of " + inv.Name + " failed", Error: err.Error()})

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -82,7 +83,8 @@ func TestSnapshotRestoresKeyWrittenBefore(t *testing.T) {
 		t.Fatalf("want one artifact, got %v", arts)
 	}
 	a := arts[0]
-	if !strings.HasPrefix(a.GetId(), "staging/20260301T120000Z-cp-") || len(a.GetSha256()) != 64 {
+	// <cluster>/<UTC time to the millisecond>-<node>-<unique suffix>
+	if !regexp.MustCompile(`^staging/20260301T\d{6}\.\d{3}Z-cp-\d-[0-9a-f]{8}$`).MatchString(a.GetId()) || len(a.GetSha256()) != 64 {
 		t.Fatalf("artifact = %v", a)
 	}
 	wantDir := filepath.Join(dir, "staging")
@@ -191,7 +193,7 @@ func TestSnapshotRetentionKeepsNewest(t *testing.T) {
 		t.Fatalf("after 3 snapshots with keep=2: %v, want %v", got, paths[1:])
 	}
 	// A single-CP cluster's snapshot comes from its one control plane.
-	if !strings.HasSuffix(paths[0], "-cp-1.db") {
+	if !regexp.MustCompile(`-cp-1-[0-9a-f]{8}\.db$`).MatchString(paths[0]) {
 		t.Fatalf("snapshot %s not from cp-1", paths[0])
 	}
 }

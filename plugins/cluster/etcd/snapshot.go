@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,6 +27,7 @@ import (
 	"github.com/talosbot/talosbot/internal/offsite"
 	"github.com/talosbot/talosbot/internal/retention"
 	"github.com/talosbot/talosbot/internal/seal"
+	"github.com/talosbot/talosbot/internal/snapname"
 	"github.com/talosbot/talosbot/plugins/cluster"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
@@ -50,8 +52,20 @@ func SnapshotSteps() [][2]string {
 	}
 }
 
-// TimestampLayout is the UTC timestamp in snapshot file names.
-const TimestampLayout = "20060102T150405Z"
+// TimestampLayout is the one-second UTC timestamp of the snapshot names
+// written before the unique suffix (internal/snapname), which are still
+// read; new names come from snapname.New.
+const TimestampLayout = snapname.SecondLayout
+
+// SettleGrace is how long after a snapshot run ends its snapshot is kept
+// from any other run's retention. The host computes the protected ids (the
+// artifacts that operation records name) when it builds a request; an
+// upgrade's pre-upgrade snapshot written by a concurrent run may be named
+// by its record only after that, so a run also keeps every snapshot whose
+// run ended less than SettleGrace before this run began, or since. It
+// bounds the time from the host's computation to the start of
+// TakeSnapshot (plugin start, cluster connection) with a wide margin.
+const SettleGrace = 15 * time.Minute
 
 // snapshotTrailer is the sha256 etcd appends to a snapshot.
 const snapshotTrailer = sha256.Size
@@ -81,6 +95,12 @@ type SnapshotOptions struct {
 	// SourceTimeout bounds the pick of the source member (default
 	// DefaultSourceTimeout).
 	SourceTimeout time.Duration
+	// Operation is the id of the operation taking the snapshot; a run
+	// queued behind this one is told it.
+	Operation string
+	// Waiting, when set, hears once that the run queues behind another
+	// snapshot run of the cluster, and who holds it.
+	Waiting func(holder string)
 }
 
 // SnapshotOptionsFrom reads the host settings. Settings.backups.local wins
@@ -107,6 +127,7 @@ func SnapshotOptionsFrom(s *lifecyclev1.Settings) SnapshotOptions {
 // the S3 credentials the host resolved for this call.
 func SnapshotOptionsFor(req *lifecyclev1.OperationRequest) SnapshotOptions {
 	o := SnapshotOptionsFrom(req.GetSettings())
+	o.Operation = req.GetOperationId()
 	b := req.GetSettings().GetBackups()
 	if t := b.GetOffsite(); t != nil {
 		c := req.GetCredentials()
@@ -136,12 +157,16 @@ func (o SnapshotOptions) withDefaults() SnapshotOptions {
 	if o.SourceTimeout <= 0 {
 		o.SourceTimeout = DefaultSourceTimeout
 	}
+	if o.Waiting == nil {
+		o.Waiting = func(string) {}
+	}
 	return o
 }
 
 // Snapshot is a verified etcd snapshot on disk.
 type Snapshot struct {
-	// ID is "<cluster>/<timestamp>-<node>", the name in maintenance records.
+	// ID is "<cluster>/<name>" (internal/snapname), the name in
+	// maintenance records.
 	ID   string
 	Path string
 	Node string
@@ -175,12 +200,14 @@ func (s *Snapshot) Artifact() *lifecyclev1.Artifact {
 var safeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 // TakeSnapshot is the "verified snapshot" of R12, which the upgrade plugins
-// run as their first step: pick a healthy control plane (among the R4
-// targets), check free space, stream its etcd snapshot to
-// Dir/<cluster>/<UTC timestamp>-<node>.db.part while verifying it in one
-// pass (optionally age-encrypted), fsync, rename into place, copy it
-// off-site when configured (a failed copy fails the whole step), then apply
-// retention locally and off-site. Memory stays flat whatever the size.
+// run as their first step: take the cluster's snapshot lock (runs of one
+// cluster queue, across processes), pick a healthy control plane (among
+// the R4 targets), check free space, stream its etcd snapshot to
+// Dir/<cluster>/<snapname.New>.db.part while verifying it in one pass
+// (optionally age-encrypted), fsync, move it into place without replacing
+// anything, copy it off-site when configured (a failed copy fails the
+// whole step), then apply retention locally and off-site. Memory stays
+// flat whatever the size.
 func TakeSnapshot(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, opts SnapshotOptions) (*Snapshot, error) {
 	opts = opts.withDefaults()
 	if opts.Dir == "" {
@@ -194,6 +221,29 @@ func TakeSnapshot(ctx context.Context, c *cluster.Clients, inv cluster.Inventory
 	if err != nil {
 		return nil, err
 	}
+	// began is before any wait: snapshots finished since may be named by
+	// records the host had not seen when it built this request.
+	began := opts.Now()
+
+	if err = os.MkdirAll(dir, 0o700); err != nil {
+		err = fmt.Errorf("create snapshot directory: %w", err)
+		opts.Step(StepSnapshotSource, "", err)
+		return nil, err
+	}
+	// One run per cluster at a time. The lock file sits beside the
+	// cluster's directory, not in it, so listings of the directory hold
+	// snapshots only.
+	holder := "the snapshot of operation " + opts.Operation
+	if opts.Operation == "" {
+		holder = "a snapshot"
+	}
+	unlock, err := lockCluster(ctx, filepath.Join(opts.Dir, "."+inv.Name+".lock"),
+		fmt.Sprintf("%s (started %s, pid %d)", holder, began.UTC().Format(time.RFC3339), os.Getpid()), opts.Waiting)
+	if err != nil {
+		opts.Step(StepSnapshotSource, "", err)
+		return nil, err
+	}
+	defer unlock()
 
 	src, dbSize, err := PickSnapshotSource(ctx, c, inv, opts.SourceTimeout)
 	opts.Step(StepSnapshotSource, fmt.Sprintf("%s (etcd db %s)", src.Name, humanBytes(uint64(dbSize))), err)
@@ -201,11 +251,6 @@ func TakeSnapshot(ctx context.Context, c *cluster.Clients, inv cluster.Inventory
 		return nil, err
 	}
 
-	if err = os.MkdirAll(dir, 0o700); err != nil {
-		err = fmt.Errorf("create snapshot directory: %w", err)
-		opts.Step(StepSnapshotSpace, "", err)
-		return nil, err
-	}
 	detail, err := CheckFreeSpace(dir, uint64(dbSize), opts.FreeSpace)
 	opts.Step(StepSnapshotSpace, detail, err)
 	if err != nil {
@@ -218,7 +263,7 @@ func TakeSnapshot(ctx context.Context, c *cluster.Clients, inv cluster.Inventory
 		opts.Step(StepSnapshotWrite, "", err)
 		return nil, err
 	}
-	base := opts.Now().UTC().Format(TimestampLayout) + "-" + src.Name
+	base := snapname.New(opts.Now(), src.Name)
 	snap, err := WriteVerified(ctx, &streamReader{s: stream}, dir, base, recipients...)
 	if err != nil {
 		err = fmt.Errorf("snapshot from %s: %w", src.Name, err)
@@ -252,11 +297,20 @@ func TakeSnapshot(ctx context.Context, c *cluster.Clients, inv cluster.Inventory
 	}
 
 	// The snapshot just verified is kept whatever its name sorts as (a
-	// clock set back would make it look older than the newest).
-	protected := map[string]bool{snap.ID: true}
+	// clock set back would make it look older than the newest), and so is
+	// every snapshot whose run ended within SettleGrace of this one's start
+	// (the host's list may predate its record).
+	protected, err := settling(dir, inv.Name, began.Add(-SettleGrace))
+	if err != nil {
+		opts.Step(StepSnapshotRetention, "", err)
+		return snap, fmt.Errorf("retention: %w", err)
+	}
+	protected[snap.ID] = true
 	for id := range opts.Protected {
 		protected[id] = true
 	}
+	// Stamp this run's end on its snapshot, for the runs after it.
+	defer func() { _ = os.Chtimes(snap.Path, time.Time{}, opts.Now()) }()
 	var errs []error
 	snap.Removed, err = ApplyRetention(dir, inv.Name, opts.Retention, opts.Now(), protected)
 	if err != nil {
@@ -379,11 +433,13 @@ const copyBufferSize = 1 << 20
 // WriteVerified streams src to dir/base.db.part in one pass: it hashes the
 // stream while writing it, checks that the stream ends in the 32-byte
 // sha256 trailer etcd appends (size % 512 == 32 and the trailer equals the
-// hash of everything before it), fsyncs, renames the part file to
-// dir/base.db and fsyncs dir. The file is never read back: that a real etcd
+// hash of everything before it), fsyncs, moves the part file to
+// dir/base.db without ever replacing a file of that name (publish) and
+// fsyncs dir. The file is never read back: that a real etcd
 // opens it is the restore drill's check. With recipients the bytes are
 // age-encrypted on the way to disk (dir/base.db.age): no plaintext byte is
-// written. On any failure the part file is removed.
+// written. On any failure the part file is removed; when dir/base.db
+// already exists the error wraps fs.ErrExist and that file is untouched.
 func WriteVerified(ctx context.Context, src io.Reader, dir, base string, recipients ...age.Recipient) (_ *Snapshot, err error) {
 	final := filepath.Join(dir, base+".db")
 	if len(recipients) > 0 {
@@ -433,8 +489,8 @@ func WriteVerified(ctx context.Context, src io.Reader, dir, base string, recipie
 	if err = f.Close(); err != nil {
 		return nil, fmt.Errorf("close %s: %w", part, err)
 	}
-	if err = os.Rename(part, final); err != nil {
-		return nil, fmt.Errorf("rename %s into place: %w", part, err)
+	if err = publish(part, final); err != nil {
+		return nil, err
 	}
 	if err = syncDir(dir); err != nil {
 		return nil, err
@@ -476,6 +532,28 @@ type countingHash struct {
 func (c *countingHash) Write(p []byte) (int, error) {
 	c.n += int64(len(p))
 	return c.h.Write(p)
+}
+
+// publish moves the finished part file to final without ever replacing a
+// file already named final (os.Rename would, silently: that is how a
+// verified snapshot was lost to another taken in the same second). It is
+// renameat2(RENAME_NOREPLACE) where the file system offers it, else a hard
+// link, which fails when final exists, and the part file's removal.
+func publish(part, final string) error {
+	supported, err := renameNoReplace(part, final)
+	if !supported {
+		if err = os.Link(part, final); err == nil {
+			// Published; a part file left behind is ignored by every reader.
+			_ = os.Remove(part)
+		}
+	}
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		return fmt.Errorf("%s already exists and a snapshot is never replaced; it was left as it was: take the snapshot again (it gets a new name): %w", final, err)
+	case err != nil:
+		return fmt.Errorf("move %s into place without replacing anything (snapshot_dir must be on a file system with hard links or RENAME_NOREPLACE): %w", part, err)
+	}
+	return nil
 }
 
 func syncDir(dir string) error {
@@ -611,8 +689,6 @@ func (c *ctxReader) Read(p []byte) (int, error) {
 	return c.r.Read(p)
 }
 
-var snapshotName = regexp.MustCompile(`^((\d{8}T\d{6}Z)-[A-Za-z0-9._-]+?)\.db(\.age)?$`)
-
 // LocalSnapshots lists the finished snapshots in dir (the snapshots of
 // cluster) as retention items; part files and other files are ignored.
 func LocalSnapshots(dir, cluster string) (map[string]string, []retention.Item, error) {
@@ -623,19 +699,39 @@ func LocalSnapshots(dir, cluster string) (map[string]string, []retention.Item, e
 	paths := map[string]string{}
 	var items []retention.Item
 	for _, e := range entries {
-		m := snapshotName.FindStringSubmatch(e.Name())
-		if m == nil || !e.Type().IsRegular() {
+		name, at, _, ok := snapname.Parse(e.Name())
+		if !ok || !e.Type().IsRegular() {
 			continue
 		}
-		at, err := time.Parse(TimestampLayout, m[2])
-		if err != nil {
-			continue
-		}
-		id := cluster + "/" + m[1]
+		id := cluster + "/" + name
 		paths[id] = filepath.Join(dir, e.Name())
 		items = append(items, retention.Item{ID: id, At: at})
 	}
 	return paths, items, nil
+}
+
+// settling returns the ids of the snapshots of cluster in dir whose run
+// ended at or after since: TakeSnapshot stamps a snapshot's end as its
+// modification time.
+func settling(dir, cluster string, since time.Time) (map[string]bool, error) {
+	paths, _, err := LocalSnapshots(dir, cluster)
+	if err != nil {
+		return nil, err
+	}
+	ids := map[string]bool{}
+	for id, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return nil, err
+		}
+		if !fi.ModTime().Before(since) {
+			ids[id] = true
+		}
+	}
+	return ids, nil
 }
 
 // ApplyRetention deletes the snapshots of cluster in dir that policy does
