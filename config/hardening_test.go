@@ -12,14 +12,18 @@ import (
 	"github.com/talosbot/talosbot/bot/chat/web"
 )
 
-// billionLaughs is a document whose groups are an alias bomb: levels of
-// sequences, each holding width aliases of the one before, padded to about
-// size bytes. The unknown-key check walks groups, so it meets the aliases.
-func billionLaughs(levels, width, size int) string {
+// aliasBomb is a document of about size bytes whose policy is an alias
+// bomb along the types the unknown-key check walks: keys policies alias one
+// Policy, whose maintenance_windows are windows aliases of one Window with
+// days days, so a walk that follows aliases visits keys×windows×days
+// values. Before the bound, 31 KB of this did not end.
+func aliasBomb(keys, windows, days, size int) string {
 	var b strings.Builder
-	b.WriteString(base + "groups:\n  l0: &l0 [" + strings.TrimSuffix(strings.Repeat(`"lol",`, width), ",") + "]\n")
-	for i := 1; i < levels; i++ {
-		fmt.Fprintf(&b, "  l%d: &l%d [%s]\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*l%d,", i-1), width), ","))
+	b.WriteString(base + "policy:\n")
+	fmt.Fprintf(&b, "  staging: &p {operators: [alice], maintenance_windows: [&w {days: [%s], start: \"22:00\", end: \"23:00\", timezone: UTC}%s]}\n",
+		strings.TrimSuffix(strings.Repeat("mon,", days), ","), strings.Repeat(",*w", windows))
+	for i := range keys {
+		fmt.Fprintf(&b, "  k%d: *p\n", i)
 	}
 	for b.Len() < size {
 		b.WriteString("# padding to the size of the reported file\n")
@@ -32,13 +36,13 @@ func billionLaughs(levels, width, size int) string {
 // without the bound the test runs into its own timeout.
 func TestAliasBombIsRefused(t *testing.T) {
 	for name, doc := range map[string]string{
-		// 90 aliases (under MaxAliases) that expand to 10^9 values.
-		"4KB": billionLaughs(10, 10, 4<<10),
-		// Many aliases, as in the 31 KB report.
-		"31KB": billionLaughs(12, 250, 31<<10),
+		// 90 aliases (under MaxAliases) that expand to 45·45·600 values.
+		"4KB": aliasBomb(45, 45, 600, 4<<10),
+		// Thousands of aliases, as in the 31 KB report.
+		"31KB": aliasBomb(1500, 3000, 1500, 31<<10),
 	} {
 		t.Run(name, func(t *testing.T) {
-			if n := len(doc); n < 4<<10 {
+			if n := len(doc); n < 4<<10 || n > 32<<10 {
 				t.Fatalf("the document is %d bytes", n)
 			}
 			c, errs := Decode([]byte(doc))

@@ -142,9 +142,12 @@ func TestConfigCheckAndServeAgree(t *testing.T) {
   production: {operators: [alice], approvers: [bob]}
 `
 	web := "chat:\n  web: {enabled: true, users: [{name: alice, token: env:CC_ALICE}, {name: bob, token: env:CC_BOB}]}\n"
-	bomb := "groups:\n  l0: &l0 [" + strings.TrimSuffix(strings.Repeat(`"lol",`, 10), ",") + "]\n"
-	for i := 1; i < 10; i++ {
-		bomb += fmt.Sprintf("  l%d: &l%d [%s]\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*l%d,", i-1), 10), ","))
+	// The 31 KB alias bomb of config/hardening_test.go: 1500 policies aliasing
+	// one whose 3000 windows alias one with 1500 days.
+	bomb := "policy:\n  staging: &p {operators: [alice], maintenance_windows: [&w {days: [" +
+		strings.TrimSuffix(strings.Repeat("mon,", 1500), ",") + `], start: "22:00", end: "23:00", timezone: UTC}` + strings.Repeat(",*w", 3000) + "]}\n"
+	for i := range 1500 {
+		bomb += fmt.Sprintf("  k%d: *p\n", i)
 	}
 	for _, tc := range []struct {
 		name string
@@ -169,7 +172,7 @@ func TestConfigCheckAndServeAgree(t *testing.T) {
 			[]string{"policy.production.min_approvals: is 0"}},
 		{"second document", policy + "---\npolicy: {production: {min_approvals: 2}}\n", nil, []string{"a second YAML document"}},
 		{"terraform root", policy, nil, []string{`clusters[0].credentials.terraform.root: "../../etc" must be an absolute path`}},
-		{"alias bomb", policy + bomb, nil, []string{"alias limit"}},
+		{"alias bomb", bomb, nil, []string{"alias limit"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clusters := checkClusters
