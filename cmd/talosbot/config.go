@@ -71,6 +71,7 @@ func checkConfig(ctx context.Context, path string) (*config.Config, *config.Secr
 		secrets, serrs = c.ResolveSecrets()
 		errs = append(errs, serrs...)
 		errs = append(errs, checkCatalogue(ctx, c)...)
+		c.Locate(errs) // the catalogue's errors get their lines too
 	}
 	if len(errs) > 0 {
 		return nil, nil, &exitError{code: 2, err: &config.Errors{File: path, List: errs}}

@@ -66,6 +66,16 @@ snapshots: {max_age: 213504d}
 			t.Errorf("missing %q in\n%s", want, out)
 		}
 	}
+	// Each error starts with FILE:LINE, the catalogue's too.
+	for _, want := range []string{
+		p + ":20: policy.production.no_approval_commands[0]: unknown command",
+		p + ":21: policy.production.expirey: unknown key",
+		p + ":24: snapshots.max_age:",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
 }
 
 // External plugins' commands are known to config check (it reads their
