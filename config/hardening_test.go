@@ -230,6 +230,17 @@ alerts: {token: env:T_ALERTS}
 	if got := resolve(); !strings.Contains(got, "audit.token: the token of the audit API is shorter than 32") {
 		t.Errorf("a one-character audit token:\n%s", got)
 	}
+	// An empty file: Resolve accepts it, the start-up check does not (the
+	// Discord adapter would otherwise refuse it in serve only).
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.Chat.Discord.Token = Ref("file:" + empty)
+	if got := resolve(); !strings.Contains(got, "chat.discord.token: secret file:"+empty+" is empty") {
+		t.Errorf("an empty file secret:\n%s", got)
+	}
+	c.Chat.Discord.Token = "env:T_DISCORD"
 	t.Setenv("T_BOB", strong("bob"))
 	t.Setenv("T_CAROL", strong("carol"))
 	t.Setenv("T_AUDIT", strong("audit"))

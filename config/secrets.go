@@ -45,6 +45,11 @@ func (c *Config) ResolveSecrets() (*Secrets, []FieldError) {
 			errs = append(errs, FieldError{Path: path, Msg: err.Error() + "; set it, or change the reference"})
 			return ""
 		}
+		if len(b) == 0 {
+			// An empty env value is already an error of Resolve; an empty
+			// file is not, and would leave serve's adapter without a token.
+			errs = append(errs, FieldError{Path: path, Msg: fmt.Sprintf("secret %s is empty; write the secret into it", r)})
+		}
 		return string(b)
 	}
 	if sl := c.Chat.Slack; sl != nil {
