@@ -9,7 +9,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -48,6 +47,9 @@ type Config struct {
 	// Silences and Git are the work around disruptive runs (followup.go).
 	Silences *Silences    `yaml:"silences,omitempty"`
 	Git      *GitFollowup `yaml:"git_followup,omitempty"`
+
+	// lines maps the path of each written key to its line (Locate).
+	lines map[string]int
 }
 
 // Cluster is one Talos cluster the bot manages.
@@ -256,11 +258,16 @@ type ExternalPlugin struct {
 // Load reads, defaults and validates a configuration file. A validation
 // failure returns *Errors listing every problem.
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
+		return nil, err
 	}
-	return Parse(data)
+	c, err := Parse(data)
+	var ce *Errors
+	if errors.As(err, &ce) {
+		ce.File = path
+	}
+	return c, err
 }
 
 // Parse decodes, defaults and validates a configuration document. Every
@@ -277,26 +284,78 @@ func Parse(data []byte) (*Config, error) {
 // Decode is Parse that also returns the (defaulted, possibly invalid)
 // configuration next to its problems, so that `config check` can run the
 // checks that need more than the document (the command catalogue) and list
-// their errors too. c is nil only when the document is not YAML at all.
+// their errors too. c is nil only when the document is not YAML at all, or
+// is refused before it is decoded (size, aliases, nesting, a second
+// document).
 func Decode(data []byte) (c *Config, errs []FieldError) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, []FieldError{{Path: "(document)", Msg: yamlMessage(err)}}
+	doc, err := parseDocument(data)
+	if err != nil {
+		fe := FieldError{Path: "(document)", Msg: err.Error()}
+		if sub := lineRE.FindStringSubmatch(fe.Msg); sub != nil {
+			fe.Line, _ = strconv.Atoi(sub[1])
+			fe.Msg = sub[2]
+		}
+		return nil, []FieldError{fe}
 	}
 	c = &Config{}
 	if len(doc.Content) > 0 {
-		keyErrs, lines := checkKeys(&doc)
+		keyErrs, k := checkKeys(doc)
+		c.lines = k.paths
 		errs = append(errs, keyErrs...)
 		if err := doc.Decode(c); err != nil {
 			var te *yaml.TypeError
 			if !errors.As(err, &te) {
 				return nil, append(errs, FieldError{Path: "(document)", Msg: yamlMessage(err)})
 			}
-			errs = append(errs, decodeErrors(te.Errors, lines)...)
+			errs = append(errs, decodeErrors(te.Errors, k.lines)...)
 		}
+		errs = append(errs, c.explicitZeros()...)
 	}
 	c.ApplyDefaults()
-	return c, append(errs, c.Validate()...)
+	errs = append(errs, c.Validate()...)
+	c.Locate(errs)
+	return c, errs
+}
+
+// explicitZeros reports the values whose zero would otherwise be replaced by
+// a default: a written `min_approvals: 0` silently becoming 1 hides that the
+// file says something else than what runs.
+func (c *Config) explicitZeros() []FieldError {
+	var errs []FieldError
+	for _, env := range sortedKeys(c.Policy) {
+		p := "policy." + env + ".min_approvals"
+		if _, written := c.lines[p]; written && c.Policy[env].MinApprovals == 0 {
+			errs = append(errs, FieldError{Path: p, Msg: "is 0, but every approval needs at least 1 approver: set 1 or more (or remove the key for the default of 1; exempt commands with no_approval_commands)"})
+		}
+	}
+	return errs
+}
+
+// Locate fills in the line of each error whose path names a key the
+// document has (the line of that key, or of its nearest written parent).
+func (c *Config) Locate(errs []FieldError) {
+	if c == nil {
+		return
+	}
+	for i := range errs {
+		if errs[i].Line != 0 {
+			continue
+		}
+		for p := errs[i].Path; p != ""; p = parentPath(p) {
+			if l, ok := c.lines[p]; ok {
+				errs[i].Line = l
+				break
+			}
+		}
+	}
+}
+
+// parentPath drops the last element of a path: a.b[2].c → a.b[2] → a.b → a.
+func parentPath(p string) string {
+	if i := strings.LastIndexAny(p, ".["); i > 0 {
+		return p[:i]
+	}
+	return ""
 }
 
 func yamlMessage(err error) string {

@@ -18,28 +18,47 @@ import (
 // otherwise silently ignored, and an ignored policy key can widen access),
 // and it remembers the path of every line so that decode errors, which
 // yaml.v3 reports by line, can be given a path too.
+//
+// An alias is followed to its anchor at most once for each type it is used
+// as (seen): the anchor's keys are checked against that type, and a
+// document whose aliases multiply (a "billion laughs") costs no more than
+// its text.
 type keyCheck struct {
 	errs  []FieldError
 	lines map[int]string // line → path of the value on that line
+	paths map[string]int // path of each written key → its line
+	seen  map[aliasUse]bool
 }
 
-func checkKeys(doc *yaml.Node) ([]FieldError, map[int]string) {
-	k := &keyCheck{lines: map[int]string{}}
+type aliasUse struct {
+	n *yaml.Node
+	t reflect.Type
+}
+
+func checkKeys(doc *yaml.Node) ([]FieldError, *keyCheck) {
+	k := &keyCheck{lines: map[int]string{}, paths: map[string]int{}, seen: map[aliasUse]bool{}}
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
 		doc = doc.Content[0]
 	}
 	k.walk(doc, reflect.TypeOf(Config{}), "")
-	return k.errs, k.lines
+	return k.errs, k
 }
 
 var unmarshalerType = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()
 
 func (k *keyCheck) walk(n *yaml.Node, t reflect.Type, path string) {
-	if n.Kind == yaml.AliasNode && n.Alias != nil {
+	if n.Kind == yaml.AliasNode {
+		if n.Alias == nil || k.seen[aliasUse{n.Alias, t}] {
+			return
+		}
+		k.seen[aliasUse{n.Alias, t}] = true
 		n = n.Alias
 	}
 	if _, seen := k.lines[n.Line]; !seen && path != "" {
 		k.lines[n.Line] = path
+	}
+	if _, seen := k.paths[path]; !seen && path != "" {
+		k.paths[path] = n.Line
 	}
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -57,6 +76,7 @@ func (k *keyCheck) walk(n *yaml.Node, t reflect.Type, path string) {
 			key, val := n.Content[i], n.Content[i+1]
 			p := joinPath(path, key.Value)
 			k.lines[key.Line] = p
+			k.paths[p] = key.Line
 			ft, ok := fields[key.Value]
 			if !ok {
 				k.errs = append(k.errs, FieldError{Path: p, Msg: unknownKey(key.Value, fields)})
@@ -72,6 +92,7 @@ func (k *keyCheck) walk(n *yaml.Node, t reflect.Type, path string) {
 			key, val := n.Content[i], n.Content[i+1]
 			p := joinPath(path, key.Value)
 			k.lines[key.Line] = p
+			k.paths[p] = key.Line
 			k.walk(val, t.Elem(), p)
 		}
 	case reflect.Slice:
@@ -181,7 +202,7 @@ func decodeErrors(msgs []string, lines map[int]string) []FieldError {
 		if sub := lineRE.FindStringSubmatch(m); sub != nil {
 			n, _ := strconv.Atoi(sub[1])
 			if p, ok := lines[n]; ok {
-				fe = FieldError{Path: p, Msg: fmt.Sprintf("%s (line %d)", sub[2], n)}
+				fe = FieldError{Path: p, Msg: fmt.Sprintf("%s (line %d)", sub[2], n), Line: n}
 			}
 		}
 		out = append(out, fe)

@@ -2,8 +2,10 @@ package config
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
+	"syscall"
 )
 
 // Ref is a reference to a secret: "env:NAME" or "file:/absolute/path".
@@ -46,12 +48,48 @@ func (r Ref) Resolve() ([]byte, error) {
 		}
 		return []byte(v), nil
 	}
-	p := strings.TrimPrefix(s, "file:")
-	b, err := os.ReadFile(p)
+	b, err := readSecretFile(strings.TrimPrefix(s, "file:"))
 	if err != nil {
 		return nil, fmt.Errorf("secret %s: %w", s, err)
 	}
 	return TrimFileSecret(b), nil
+}
+
+// MaxSecretSize is the largest file secret read (1 MiB; a kubeconfig with
+// its certificates is a few kilobytes).
+const MaxSecretSize = 1 << 20
+
+// readSecretFile reads a regular file (a symlink is followed to one) of at
+// most MaxSecretSize bytes. Anything else is refused before a byte is read:
+// /dev/zero never ends and would fill memory, a FIFO blocks the start until
+// someone writes to it, and a directory is a mistake.
+func readSecretFile(p string) ([]byte, error) {
+	if st, err := os.Stat(p); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s); point the reference at the file that holds the secret", p, st.Mode().Type())
+	}
+	// O_NONBLOCK: should the path turn into a FIFO after the Stat above,
+	// opening it must not wait for a writer; the Stat of the open file below
+	// then refuses it.
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%s); point the reference at the file that holds the secret", p, st.Mode().Type())
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxSecretSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxSecretSize {
+		return nil, fmt.Errorf("%s is larger than %d bytes (the secret size limit); is it the right file?", p, MaxSecretSize)
+	}
+	return b, nil
 }
 
 // TrimFileSecret drops one trailing newline ("\n" or "\r\n") from a file

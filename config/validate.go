@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -17,18 +19,31 @@ import (
 type FieldError struct {
 	Path string
 	Msg  string
+	// Line is the line of the key in the file, when it is written there.
+	Line int
 }
 
 func (e FieldError) String() string { return e.Path + ": " + e.Msg }
 
 // Errors is every problem found in a configuration.
-type Errors struct{ List []FieldError }
+type Errors struct {
+	// File is the configuration file, when the document came from one.
+	File string
+	List []FieldError
+}
 
 func (e *Errors) Error() string {
 	lines := make([]string, 0, len(e.List)+1)
 	lines = append(lines, fmt.Sprintf("config has %d error(s):", len(e.List)))
 	for _, fe := range e.List {
-		lines = append(lines, "  "+fe.String())
+		where := ""
+		switch {
+		case e.File != "" && fe.Line > 0:
+			where = fmt.Sprintf("%s:%d: ", e.File, fe.Line)
+		case fe.Line > 0:
+			where = fmt.Sprintf("line %d: ", fe.Line)
+		}
+		lines = append(lines, "  "+where+fe.String())
 	}
 	return strings.Join(lines, "\n")
 }
@@ -145,6 +160,7 @@ func (c *Config) Validate() []FieldError {
 		}
 	}
 	errs = append(errs, c.validateFollowups()...)
+	errs = append(errs, c.validatePassEnv()...)
 	for i, pl := range c.Plugins.External {
 		p := fmt.Sprintf("plugins.external[%d]", i)
 		if pl.Name == "" || pl.Path == "" {
@@ -217,6 +233,8 @@ func validateCredentials(p string, cr Credentials) []FieldError {
 	case "terraform":
 		if cr.Terraform == nil || cr.Terraform.Root == "" {
 			add(p+".terraform.root", "is required with source terraform (the Terraform root directory)")
+		} else if msg := checkRoot(cr.Terraform.Root); msg != "" {
+			add(p+".terraform.root", "%s", msg)
 		}
 		if cr.Terraform != nil && cr.Terraform.Binary != "tofu" && cr.Terraform.Binary != "terraform" && !strings.HasPrefix(cr.Terraform.Binary, "/") {
 			add(p+".terraform.binary", "%q must be tofu, terraform or an absolute path", cr.Terraform.Binary)
@@ -227,24 +245,39 @@ func validateCredentials(p string, cr Credentials) []FieldError {
 	return errs
 }
 
+// checkRoot says what is wrong with a Terraform root, or "". The root is an
+// absolute path (it is documented as one, and a relative one would depend
+// on serve's working directory), and it names its directory directly: a
+// ".." segment can climb out of where it seems to point (/srv/tf/../../etc
+// is /etc).
+func checkRoot(root string) string {
+	if !strings.HasPrefix(root, "/") {
+		return fmt.Sprintf("%q must be an absolute path to the Terraform root directory (e.g. /srv/homelab/terraform)", root)
+	}
+	if slices.Contains(strings.Split(root, "/"), "..") {
+		return fmt.Sprintf("%q must not contain .. segments; write the directory itself (%s)", root, filepath.Clean(root))
+	}
+	return ""
+}
+
 func validateWindow(p string, w Window) []FieldError {
 	var errs []FieldError
 	days := map[string]bool{"mon": true, "tue": true, "wed": true, "thu": true, "fri": true, "sat": true, "sun": true}
 	if len(w.Days) == 0 {
-		errs = append(errs, FieldError{p + ".days", "at least one weekday is required (mon … sun)"})
+		errs = append(errs, FieldError{Path: p + ".days", Msg: "at least one weekday is required (mon … sun)"})
 	}
 	for i, d := range w.Days {
 		if !days[strings.ToLower(d)] {
-			errs = append(errs, FieldError{fmt.Sprintf("%s.days[%d]", p, i), fmt.Sprintf("%q is not a weekday (mon … sun)", d)})
+			errs = append(errs, FieldError{Path: fmt.Sprintf("%s.days[%d]", p, i), Msg: fmt.Sprintf("%q is not a weekday (mon … sun)", d)})
 		}
 	}
 	for _, f := range []struct{ k, v string }{{"start", w.Start}, {"end", w.End}} {
 		if _, err := time.Parse("15:04", f.v); err != nil {
-			errs = append(errs, FieldError{p + "." + f.k, fmt.Sprintf("%q is not a time like 22:00", f.v)})
+			errs = append(errs, FieldError{Path: p + "." + f.k, Msg: fmt.Sprintf("%q is not a time like 22:00", f.v)})
 		}
 	}
 	if _, err := time.LoadLocation(w.Timezone); err != nil || w.Timezone == "" {
-		errs = append(errs, FieldError{p + ".timezone", fmt.Sprintf("%q is not an IANA timezone like Europe/Berlin", w.Timezone)})
+		errs = append(errs, FieldError{Path: p + ".timezone", Msg: fmt.Sprintf("%q is not an IANA timezone like Europe/Berlin", w.Timezone)})
 	}
 	return errs
 }
@@ -258,7 +291,7 @@ func checkRefs(errs *[]FieldError, p string, refs map[string]Ref) {
 	for _, k := range keys {
 		if r := refs[k]; !r.Empty() {
 			if msg := r.Check(); msg != "" {
-				*errs = append(*errs, FieldError{p + "." + k, msg})
+				*errs = append(*errs, FieldError{Path: p + "." + k, Msg: msg})
 			}
 		}
 	}

@@ -13,31 +13,10 @@ import (
 	"github.com/talosbot/talosbot/bot/alerts"
 	"github.com/talosbot/talosbot/bot/auditapi"
 	"github.com/talosbot/talosbot/bot/chat"
-	"github.com/talosbot/talosbot/config"
 )
 
 // logPruneInterval is how often verbose operation logs are pruned.
 const logPruneInterval = time.Hour
-
-// apiTokens resolves the audit API and alert webhook tokens for serve. An
-// empty reference leaves that endpoint off.
-func apiTokens(cfg *config.Config) (audit, alert string, err error) {
-	if !cfg.Audit.Token.Empty() {
-		b, err := cfg.Audit.Token.Resolve()
-		if err != nil {
-			return "", "", fmt.Errorf("audit.token: %w", err)
-		}
-		audit = string(b)
-	}
-	if !cfg.Alerts.Token.Empty() {
-		b, err := cfg.Alerts.Token.Resolve()
-		if err != nil {
-			return "", "", fmt.Errorf("alerts.token: %w", err)
-		}
-		alert = string(b)
-	}
-	return audit, alert, nil
-}
 
 // newDemoToken makes the demo's API token and writes it to DIR/demo-token
 // (0600) so scripts can read it.

@@ -148,7 +148,7 @@ func TestServeAuditAPIAlertWebhookAndMetrics(t *testing.T) {
 	dir := t.TempDir()
 	plugin, sum := buildEnginePlugin(t)
 	tc := filepath.Join(dir, "talosconfig")
-	auditTok, alertTok := "audit-secret-e2e", "alert-secret-e2e"
+	auditTok, alertTok := "audit-secret-e2e-0123456789abcdef", "alert-secret-e2e-0123456789abcdef"
 	for p, v := range map[string]string{tc: "context: e2e\n", filepath.Join(dir, "audit-token"): auditTok, filepath.Join(dir, "alert-token"): alertTok} {
 		if err := os.WriteFile(p, []byte(v), 0o600); err != nil {
 			t.Fatal(err)

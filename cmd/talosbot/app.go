@@ -50,42 +50,22 @@ type app struct {
 }
 
 // chatAdapters builds the Slack and Discord adapters the config enables,
-// keyed by platform for chat.NewMux. Tokens are resolved here and kept only
-// inside the adapters.
-func (a *app) chatAdapters(cfg *config.Config) (map[string]chat.Adapter, error) {
+// keyed by platform for chat.NewMux. Their tokens (resolved by
+// config.ResolveSecrets) are kept only inside the adapters.
+func (a *app) chatAdapters(cfg *config.Config, sec *config.Secrets) (map[string]chat.Adapter, error) {
 	out := map[string]chat.Adapter{}
+	var err error
 	if s := cfg.Chat.Slack; s != nil {
-		bot, err := s.BotToken.Resolve()
-		if err != nil {
-			return nil, fmt.Errorf("chat.slack.bot_token: %w", err)
-		}
 		// Replays: the store, so a restart inside the replay window forgets nothing.
-		o := slack.Options{BotToken: string(bot), Mode: slack.Mode(s.Mode), APIURL: s.APIURL, Logger: a.log, Replays: a.store}
-		if !s.AppToken.Empty() {
-			tok, err := s.AppToken.Resolve()
-			if err != nil {
-				return nil, fmt.Errorf("chat.slack.app_token: %w", err)
-			}
-			o.AppToken = string(tok)
-		}
-		if !s.SigningSecret.Empty() {
-			sec, err := s.SigningSecret.Resolve()
-			if err != nil {
-				return nil, fmt.Errorf("chat.slack.signing_secret: %w", err)
-			}
-			o.SigningSecret = string(sec)
-		}
+		o := slack.Options{BotToken: sec.SlackBotToken, AppToken: sec.SlackAppToken, SigningSecret: sec.SlackSigningSecret,
+			Mode: slack.Mode(s.Mode), APIURL: s.APIURL, Logger: a.log, Replays: a.store}
 		if a.slack, err = slack.New(o); err != nil {
 			return nil, err
 		}
 		out[chat.PlatformSlack] = a.slack
 	}
 	if d := cfg.Chat.Discord; d != nil {
-		tok, err := d.Token.Resolve()
-		if err != nil {
-			return nil, fmt.Errorf("chat.discord.token: %w", err)
-		}
-		if a.discord, err = discord.New(discord.Options{Token: string(tok), ApplicationID: d.ApplicationID, PublicKey: d.PublicKey, GuildID: d.GuildID, APIURL: d.APIURL, Logger: a.log, Replays: a.store}); err != nil {
+		if a.discord, err = discord.New(discord.Options{Token: sec.DiscordToken, ApplicationID: d.ApplicationID, PublicKey: d.PublicKey, GuildID: d.GuildID, APIURL: d.APIURL, Logger: a.log, Replays: a.store}); err != nil {
 			return nil, err
 		}
 		out[chat.PlatformDiscord] = a.discord
@@ -104,6 +84,9 @@ func (a *app) runAdapter(ctx context.Context, name string, run func(context.Cont
 }
 
 type appOptions struct {
+	// secrets are the start-up secrets checkConfig resolved (serve); nil:
+	// startApp resolves them (the demo, whose config has none).
+	secrets       *config.Secrets
 	consoleTokens map[string]string // console user → their own token (serve)
 	consoleOpen   bool              // the demo's open console: the body names one of users
 	consoleOn     bool              // serve the web console
@@ -160,7 +143,14 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		}
 		plain = a.console
 	}
-	platforms, err := a.chatAdapters(cfg)
+	if o.secrets == nil {
+		var errs []config.FieldError
+		if o.secrets, errs = cfg.ResolveSecrets(); len(errs) > 0 {
+			a.close()
+			return nil, &config.Errors{List: errs}
+		}
+	}
+	platforms, err := a.chatAdapters(cfg, o.secrets)
 	if err != nil {
 		a.close()
 		return nil, err

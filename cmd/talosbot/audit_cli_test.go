@@ -32,7 +32,7 @@ func TestAuditVerifyAndExportAgainstARunningBotAndDamagedCopies(t *testing.T) {
 	tc, tokFile := filepath.Join(dir, "talosconfig"), filepath.Join(dir, "audit-token")
 	must(t, os.WriteFile(tc, []byte("context: e2e\n"), 0o600))
 	// A file secret with the trailing newline `echo` writes: it is dropped.
-	must(t, os.WriteFile(tokFile, []byte("audit-secret-verify\n"), 0o600))
+	must(t, os.WriteFile(tokFile, []byte("audit-secret-verify-0123456789abcdef\n"), 0o600))
 	addr := servetest.FreeAddr(t)
 	cfg := filepath.Join(dir, "talosbot.yaml")
 	must(t, os.WriteFile(cfg, []byte(fmt.Sprintf(`

@@ -29,6 +29,10 @@ func runExe(t *testing.T, bin string, args ...string) (string, int) {
 }
 
 func TestConfigCheck(t *testing.T) {
+	// config check resolves the secrets serve reads at start, as serve does.
+	for _, v := range []string{"SLACK_APP_TOKEN", "SLACK_BOT_TOKEN", "TALOSBOT_AUDIT_TOKEN", "TALOSBOT_ALERTS_TOKEN"} {
+		t.Setenv(v, strings.ToLower(v)+"-0123456789abcdef0123456789abcdef")
+	}
 	out, code := run(t, "config", "check", "--config", "../../deploy/examples/talosbot.yaml")
 	if code != 0 || !strings.Contains(out, "OK (2 clusters: [staging production])") {
 		t.Fatalf("example config: exit %d\n%s", code, out)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -32,21 +31,17 @@ so serve never refuses a file config check accepted: keys, types, bounds
 (durations at most 3650d), groups, roles, chat keys, and every command name
 in the policy and alert rules against the command catalogue (the built-in
 plugins' manifests, and each external plugin's, which is checksum-verified
-and asked for its manifest exactly as serve does). Secrets are never read or
-printed: only the form of their references (env:NAME, file:/path) is checked.`,
+and asked for its manifest exactly as serve does), and the secrets serve reads
+at start: every reference resolves (all missing variables are listed at
+once), file secrets are regular files of at most 1 MiB, the audit, alert and
+console tokens are at least 32 characters and all different. Secrets are
+never printed. serve runs this same check (checkConfig) before it starts.`,
 		Example: "  talosbot config check --config deploy/examples/talosbot.yaml",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			data, err := os.ReadFile(path)
+			c, _, err := checkConfig(cmd.Context(), path)
 			if err != nil {
-				return &exitError{code: 2, err: fmt.Errorf("read config: %w", err)}
-			}
-			c, errs := config.Decode(data)
-			if c != nil {
-				errs = append(errs, checkCatalogue(cmd.Context(), c)...)
-			}
-			if len(errs) > 0 {
-				return &exitError{code: 2, err: &config.Errors{List: errs}}
+				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: OK (%d clusters: %v)\n", path, len(c.Clusters), c.ClusterNames())
 			return nil
@@ -56,6 +51,32 @@ printed: only the form of their references (env:NAME, file:/path) is checked.`,
 	_ = check.MarkFlagRequired("config")
 	cfg.AddCommand(check)
 	return cfg
+}
+
+// checkConfig is every check of a configuration file that serve runs
+// before it starts, and all that config check runs: the document (bounds,
+// keys, types, values), the start-up secrets (resolved, strong enough,
+// distinct) and the command catalogue. Both commands call it, so config
+// check cannot accept what serve refuses. Every problem is listed at once;
+// the error is an *exitError with code 2 wrapping *config.Errors.
+func checkConfig(ctx context.Context, path string) (*config.Config, *config.Secrets, error) {
+	data, err := config.ReadFile(path)
+	if err != nil {
+		return nil, nil, &exitError{code: 2, err: err}
+	}
+	c, errs := config.Decode(data)
+	var secrets *config.Secrets
+	if c != nil {
+		var serrs []config.FieldError
+		secrets, serrs = c.ResolveSecrets()
+		errs = append(errs, serrs...)
+		errs = append(errs, checkCatalogue(ctx, c)...)
+		c.Locate(errs) // the catalogue's errors get their lines too
+	}
+	if len(errs) > 0 {
+		return nil, nil, &exitError{code: 2, err: &config.Errors{File: path, List: errs}}
+	}
+	return c, secrets, nil
 }
 
 // checkCatalogue reads the command catalogue the way serve does (built-in

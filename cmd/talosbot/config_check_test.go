@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 const checkClusters = `
@@ -61,6 +66,16 @@ snapshots: {max_age: 213504d}
 			t.Errorf("missing %q in\n%s", want, out)
 		}
 	}
+	// Each error starts with FILE:LINE, the catalogue's too.
+	for _, want := range []string{
+		p + ":20: policy.production.no_approval_commands[0]: unknown command",
+		p + ":21: policy.production.expirey: unknown key",
+		p + ":24: snapshots.max_age:",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
 }
 
 // External plugins' commands are known to config check (it reads their
@@ -96,5 +111,101 @@ plugins:
 	wrong := strings.Replace(doc("roll"), sum, strings.Repeat("0", 64), 1)
 	if out, code := run(t, "config", "check", "--config", writeConfig(t, wrong)); code != 2 || !strings.Contains(out, "plugins.external") {
 		t.Fatalf("checksum mismatch: exit %d\n%s", code, out)
+	}
+}
+
+// runEnv runs the binary with extra environment. The deadline only turns a
+// serve that wrongly started (or blocked on a secret) into a failure
+// instead of a hung test; nothing is timed.
+func runEnv(t *testing.T, env []string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, talosbotBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%v did not end:\n%s", args, out)
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+// config check and serve refuse the same configurations with the same
+// errors (exit 2), through the real binary: both run checkConfig. Before,
+// config check passed two console users with the same token value and a
+// missing variable, and serve then exited 1, naming one missing variable
+// per start (a restart loop under systemd's Restart=on-failure).
+func TestConfigCheckAndServeAgree(t *testing.T) {
+	strong := func(s string) string { return s + "-" + strings.Repeat("0", 40) }
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	must(t, syscall.Mkfifo(fifo, 0o600))
+	policy := `policy:
+  staging: {operators: [alice, bob]}
+  production: {operators: [alice], approvers: [bob]}
+`
+	web := "chat:\n  web: {enabled: true, users: [{name: alice, token: env:CC_ALICE}, {name: bob, token: env:CC_BOB}]}\n"
+	// The 31 KB alias bomb of config/hardening_test.go: 1500 policies aliasing
+	// one whose 3000 windows alias one with 1500 days.
+	bomb := "policy:\n  staging: &p {operators: [alice], maintenance_windows: [&w {days: [" +
+		strings.TrimSuffix(strings.Repeat("mon,", 1500), ",") + `], start: "22:00", end: "23:00", timezone: UTC}` + strings.Repeat(",*w", 3000) + "]}\n"
+	for i := range 1500 {
+		bomb += fmt.Sprintf("  k%d: *p\n", i)
+	}
+	for _, tc := range []struct {
+		name string
+		doc  string
+		env  []string
+		want []string
+	}{
+		{"duplicated env token", policy + web, []string{"CC_ALICE=" + strong("same"), "CC_BOB=" + strong("same")},
+			[]string{"chat.web.users[1].token: the token of console user bob has the same value as chat.web.users[0].token (console user alice)"}},
+		{"missing variables", policy + web + "audit: {token: env:CC_AUDIT}\nalerts: {token: env:CC_ALERTS}\n", nil,
+			[]string{"environment variable CC_ALICE is not set", "environment variable CC_BOB is not set",
+				"environment variable CC_AUDIT is not set", "environment variable CC_ALERTS is not set"}},
+		{"short and shared tokens", policy + web + "audit: {token: env:CC_AUDIT}\nalerts: {token: env:CC_ALERTS}\n",
+			[]string{"CC_ALICE=" + strong("alice"), "CC_BOB=x", "CC_AUDIT=" + strong("alice"), "CC_ALERTS=" + strong("alerts")},
+			[]string{"chat.web.users[1].token: the token of console user bob is shorter than 32 characters",
+				"chat.web.users[0].token: the token of console user alice has the same value as audit.token"}},
+		{"file:/dev/zero", policy + "audit: {token: file:/dev/zero}\n", nil, []string{"audit.token: secret file:/dev/zero: /dev/zero is not a regular file"}},
+		{"FIFO", policy + fmt.Sprintf("alerts: {token: \"file:%s\"}\n", fifo), nil, []string{"alerts.token: secret file:" + fifo + ": " + fifo + " is not a regular file"}},
+		{"pass_env names a secret", policy + "chat:\n  discord: {token: env:CC_DISCORD, application_id: \"1\"}\nplugins: {pass_env: [CC_DISCORD]}\n",
+			[]string{"CC_DISCORD=" + strong("discord-bot")}, []string{"plugins.pass_env[0]: CC_DISCORD holds chat.discord.token"}},
+		{"min_approvals 0", strings.Replace(policy, "approvers: [bob]", "approvers: [bob], min_approvals: 0", 1), nil,
+			[]string{"policy.production.min_approvals: is 0"}},
+		{"second document", policy + "---\npolicy: {production: {min_approvals: 2}}\n", nil, []string{"a second YAML document"}},
+		{"terraform root", policy, nil, []string{`clusters[0].credentials.terraform.root: "../../etc" must be an absolute path`}},
+		{"alias bomb", bomb, nil, []string{"alias limit"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clusters := checkClusters
+			if tc.name == "terraform root" {
+				clusters = strings.Replace(clusters, `{source: files, talosconfig: "file:/etc/tc"}`, `{source: terraform, terraform: {root: ../../etc}}`, 1)
+			}
+			p := writeConfig(t, fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\n%s%s", t.TempDir(), clusters, tc.doc))
+			for _, args := range [][]string{{"config", "check", "--config", p}, {"serve", "--config", p}} {
+				out, code := runEnv(t, tc.env, args...)
+				if code != 2 {
+					t.Errorf("%s: exit %d, want 2\n%s", args[0], code, out)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(out, w) {
+						t.Errorf("%s: missing %q in\n%s", args[0], w, out)
+					}
+				}
+				for _, e := range tc.env {
+					if _, v, _ := strings.Cut(e, "="); len(v) > 1 && strings.Contains(out, v) {
+						t.Errorf("%s shows a secret:\n%s", args[0], out)
+					}
+				}
+			}
+		})
 	}
 }

@@ -31,7 +31,7 @@ func TestCrashRecoveryTwentyKills(t *testing.T) {
 	c, err := sim.Start(ctx, sim.Options{Dir: filepath.Join(dir, "sim"), Name: "staging", ControlPlanes: 3, Workers: 2, RebootDelay: 2 * time.Second})
 	must(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	const auditTok = "crash-audit-token-5e6f"
+	const auditTok = "crash-audit-token-5e6f-0123456789abcdef"
 	b := servetest.Config{Dir: dir, Clusters: []servetest.Cluster{{Sim: c}}, Timeouts: "{gate: 20s, node: 60s}",
 		Extra: "audit: {token: env:TB_AUDIT}\n"}.Bot(t, talosbotBinary(t))
 	b.Env = []string{"TB_AUDIT=" + auditTok}

@@ -20,7 +20,7 @@ import (
 )
 
 const (
-	e2eAlertsToken = "e2e-alerts-token-0815"
+	e2eAlertsToken = "e2e-alerts-token-0815-0123456789abcdef"
 	e2eGitToken    = "e2e-git-token-SECRET-4711"
 )
 

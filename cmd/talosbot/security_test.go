@@ -53,9 +53,9 @@ func TestSecretsSweep(t *testing.T) {
 	const (
 		slackBot, slackApp = "xoxb-SWEEP-slack-bot-7f3e9a1c", "xapp-1-SWEEP-slack-app-2b8d4e6f"
 		discordTok         = "SWEEP.discord-bot-token.9c1a5e3b"
-		consoleTok         = "sweep-console-token-4d2f"
-		alertsTok          = "sweep-alerts-token-8e1b"
-		auditTok           = "sweep-audit-token-5a7c"
+		consoleTok         = "sweep-console-token-4d2f-0123456789abcdef"
+		alertsTok          = "sweep-alerts-token-8e1b-0123456789abcdef"
+		auditTok           = "sweep-audit-token-5a7c-0123456789abcdef"
 	)
 	sf, err := slackfake.Start(slackfake.Options{BotToken: slackBot, AppToken: slackApp})
 	must(t, err)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os/signal"
 	"syscall"
 
@@ -31,13 +30,15 @@ pruned hourly; the audit trail itself is kept forever.`,
 		Example: "  talosbot serve --config /etc/talosbot/talosbot.yaml",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(path)
+			// The same checks as config check, secrets included, so that a
+			// file config check accepted is never refused here.
+			cfg, secrets, err := checkConfig(cmd.Context(), path)
 			if err != nil {
-				return &exitError{code: 2, err: err}
+				return err
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return serve(ctx, cfg)
+			return serve(ctx, cfg, secrets)
 		},
 	}
 	cmd.Flags().StringVar(&path, "config", "", "configuration file (YAML)")
@@ -45,18 +46,11 @@ pruned hourly; the audit trail itself is kept forever.`,
 	return cmd
 }
 
-func serve(ctx context.Context, cfg *config.Config) error {
-	o := appOptions{}
+func serve(ctx context.Context, cfg *config.Config, secrets *config.Secrets) error {
+	o := appOptions{secrets: secrets, auditToken: secrets.AuditToken, alertsToken: secrets.AlertsToken}
 	if w := cfg.Chat.Web; w != nil && w.Enabled {
 		// Each console user has their own token; the token says who asks.
-		o.consoleOn, o.consoleTokens = true, map[string]string{}
-		for i, u := range w.Users {
-			tok, err := u.Token.Resolve()
-			if err != nil {
-				return fmt.Errorf("chat.web.users[%d].token (%s): %w", i, u.Name, err)
-			}
-			o.consoleTokens[u.Name] = string(tok)
-		}
+		o.consoleOn, o.consoleTokens = true, secrets.ConsoleTokens
 		for _, cl := range cfg.Clusters {
 			for _, ch := range cl.Channels {
 				// Platform-qualified channels (slack:…, discord:…) belong to their adapters.
@@ -65,10 +59,6 @@ func serve(ctx context.Context, cfg *config.Config) error {
 				}
 			}
 		}
-	}
-	var err error
-	if o.auditToken, o.alertsToken, err = apiTokens(cfg); err != nil {
-		return err
 	}
 	a, err := startApp(ctx, cfg, o)
 	var ce *config.Errors

@@ -46,8 +46,8 @@ func TestServeTrustRegressions(t *testing.T) {
 		discordTok  = "TRUST.discord-bot-token.1f2e"
 		discordUser = "500000000000000001" // an operator on Discord
 		discordChan = "600000000000000001"
-		alertsTok   = "trust-alerts-token-77aa"
-		auditTok    = "trust-audit-token-88bb"
+		alertsTok   = "trust-alerts-token-77aa-0123456789abcdef"
+		auditTok    = "trust-audit-token-88bb-0123456789abcdef"
 		slackBot    = "xoxb-TRUST-slack-bot-3c4d"
 		slackSecret = "trust-slack-signing-secret-9e0f"
 		slackUser   = "U0SLACKOP" // an operator on Slack

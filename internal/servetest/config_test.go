@@ -57,6 +57,15 @@ func TestConfigIsValid(t *testing.T) {
 	if len(b.Tokens) != 2 || b.Tokens["bob"] == "" {
 		t.Errorf("tokens for %v", b.Tokens)
 	}
+	// The tokens pass the start-up secret checks serve runs (length, all
+	// different), resolved from the environment Bot.Start gives serve.
+	for _, kv := range b.TokenEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	if _, errs := cfg.ResolveSecrets(); len(errs) > 0 {
+		t.Errorf("serve would refuse the builder's tokens: %v", errs)
+	}
 	for _, f := range []string{"staging.talosconfig", "production.talosconfig", "production.kubeconfig", "talosbot.yaml"} {
 		fi, err := os.Stat(filepath.Join(dir, f))
 		if err != nil || fi.Mode().Perm() != 0o600 {

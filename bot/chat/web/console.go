@@ -97,8 +97,9 @@ type Console struct {
 	changed chan struct{}
 }
 
-// MinTokenLen is the shortest console token accepted.
-const MinTokenLen = 16
+// MinTokenLen is the shortest console token accepted: the one floor of every
+// talosbot bearer token (config.MinTokenLen, which config check enforces).
+const MinTokenLen = 32
 
 // New returns a console. Call SetHandler before serving. It refuses options
 // that would let a request choose its own identity: no tokens and not

@@ -93,8 +93,8 @@ func (s *stubHandler) waitFor(t *testing.T, ctx context.Context, what string, pr
 
 // Each user's console token.
 const (
-	aliceTok = "alice-console-token-0001"
-	bobTok   = "bob-console-token-000002"
+	aliceTok = "alice-console-token-000000000001"
+	bobTok   = "bob-console-token-00000000000002"
 )
 
 // newConsole is the serve console (per-user tokens), or with open the demo's
