@@ -24,10 +24,16 @@ ARG COMMIT=unknown
 # Keep these flags identical to the Makefile's build target (a test checks it).
 # Both binaries, one build: talosbot serve finds talosbot-plugins in its own directory.
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/talosbot/talosbot/internal/version.Version=${VERSION} -X github.com/talosbot/talosbot/internal/version.Commit=${COMMIT}" -o /out/ ./cmd/talosbot ./cmd/talosbot-plugins
+# The state directory, made here because the runtime image has no shell.
+RUN mkdir -m 0700 /out/state
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/talosbot /out/talosbot-plugins /usr/local/bin/
-USER nonroot:nonroot
+# The data directory belongs to the user the bot runs as: WORKDIR alone would
+# make it root's, and a new named volume copies that owner, so the bot could
+# not create talosbot.db in it (a test checks the owner matches USER).
+COPY --from=build --chown=65532:65532 /out/state /var/lib/talosbot
+USER 65532:65532
 WORKDIR /var/lib/talosbot
 VOLUME ["/var/lib/talosbot"]
 EXPOSE 8080
