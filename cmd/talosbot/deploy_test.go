@@ -505,3 +505,40 @@ func TestComposeAsShipped(t *testing.T) {
 		t.Errorf("the container's user can read %s; it is for docker compose (root) only", svc.EnvFile[0])
 	}
 }
+
+// TestDeployDocMatchesInstall: the install commands docs/DEPLOY.md, the README
+// and the deploy files give are deploy/install.sh's own modes, and the owner a
+// command in the doc sets (a restored talosbot.db) is the unit's User=/Group=.
+func TestDeployDocMatchesInstall(t *testing.T) {
+	sh, err := os.ReadFile("../../deploy/install.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^([a-z]+)\)$`).FindAllStringSubmatch(string(sh), -1) {
+		modes[m[1]] = true
+	}
+	svc := unitService(t, "../../deploy/systemd/talosbot.service")
+	owner := "-o " + last(svc["User"]) + " -g " + last(svc["Group"])
+	n := 0
+	for _, f := range []string{"docs/DEPLOY.md", "README.md", "deploy/systemd/talosbot.service", "deploy/docker-compose.yaml"} {
+		raw, err := os.ReadFile("../../" + f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`deploy/install\.sh ([a-z]+)`).FindAllStringSubmatch(string(raw), -1) {
+			n++
+			if !modes[m[1]] {
+				t.Errorf("%s runs deploy/install.sh %s; its modes are %v", f, m[1], modes)
+			}
+		}
+		for _, m := range regexp.MustCompile(`install [^\n]*(-o \S+ -g \S+)`).FindAllStringSubmatch(string(raw), -1) {
+			if f == "docs/DEPLOY.md" && m[1] != owner {
+				t.Errorf("%s: %q sets owner %q; the unit runs as %q", f, m[0], m[1], owner)
+			}
+		}
+	}
+	if n < 5 {
+		t.Fatalf("found only %d deploy/install.sh commands in the docs; the pattern is broken", n)
+	}
+}
