@@ -344,7 +344,7 @@ func dockerfile(t *testing.T) (user, config string, chowned map[string]string) {
 // data directory in the image (a new named volume takes that owner); the
 // config path in command is the Dockerfile's, under a read-only bind mount of
 // /etc/talosbot; named volumes are declared; host paths are mounted
-// read-only; data_dir of the config install.sh compose writes is the named
+// read-only and never created; data_dir of the config install.sh compose writes is the named
 // volume's mount, and each Terraform root it names is mounted; listen is not
 // loopback and on the published port; env_file is the file install.sh makes.
 // Then, as that user, the installed config is readable and the env file is not.
@@ -366,7 +366,7 @@ func TestComposeAsShipped(t *testing.T) {
 			User     string   `yaml:"user"`
 			EnvFile  []string `yaml:"env_file"`
 			Ports    []string `yaml:"ports"`
-			Volumes  []string `yaml:"volumes"`
+			Volumes  []any    `yaml:"volumes"`
 		} `yaml:"services"`
 		Volumes map[string]any `yaml:"volumes"`
 	}
@@ -415,28 +415,50 @@ func TestComposeAsShipped(t *testing.T) {
 		t.Errorf("command: %q; want serve --config, the Dockerfile's config path %q", svc.Command, dfConfig)
 	}
 
-	// volumes: SOURCE:TARGET[:ro]. A bind source is a host path; a named one is declared.
+	// volumes: "SOURCE:TARGET[:ro]" or the long syntax. A host path (bind) is
+	// read-only and, missing, an error: Docker makes a missing short-syntax
+	// source an empty directory on the host. A named volume is declared.
 	mounts := map[string]string{} // target → source
 	for _, v := range svc.Volumes {
-		parts := strings.Split(v, ":")
-		if len(parts) < 2 {
-			t.Errorf("volume %q has no target", v)
+		var src, dst string
+		var ro, creates bool
+		switch v := v.(type) {
+		case string:
+			parts := strings.Split(v, ":")
+			if len(parts) < 2 {
+				t.Errorf("volume %q has no target", v)
+				continue
+			}
+			src, dst = parts[0], parts[1]
+			ro, creates = len(parts) > 2 && parts[2] == "ro", true
+		case map[string]any:
+			src, _ = v["source"].(string)
+			dst, _ = v["target"].(string)
+			ro, _ = v["read_only"].(bool)
+			if b, ok := v["bind"].(map[string]any); ok {
+				creates, _ = b["create_host_path"].(bool)
+			}
+		default:
+			t.Errorf("volume %v: neither a string nor a mapping", v)
 			continue
 		}
-		src, dst := parts[0], parts[1]
 		switch {
-		case strings.HasPrefix(src, "/"):
-		case strings.HasPrefix(src, "."):
-			if _, err := os.Stat(filepath.Join("../../deploy", src)); err != nil {
-				t.Errorf("volume %q: %v", v, err)
+		case strings.HasPrefix(src, "/") || strings.HasPrefix(src, "."):
+			if strings.HasPrefix(src, ".") {
+				if _, err := os.Stat(filepath.Join("../../deploy", src)); err != nil {
+					t.Errorf("volume %v: %v", v, err)
+				}
+			}
+			if !ro {
+				t.Errorf("volume %v: host paths are mounted read-only", v)
+			}
+			if creates {
+				t.Errorf("volume %v: a missing %s would be made an empty directory on the host; use the long syntax with bind.create_host_path: false", v, src)
 			}
 		default:
 			if _, ok := compose.Volumes[src]; !ok {
-				t.Errorf("volume %q: %s is not declared under volumes:", v, src)
+				t.Errorf("volume %v: %s is not declared under volumes:", v, src)
 			}
-		}
-		if strings.HasPrefix(src, "/") && !strings.HasSuffix(v, ":ro") {
-			t.Errorf("volume %q: host paths are mounted read-only", v)
 		}
 		mounts[dst] = src
 	}
