@@ -15,7 +15,8 @@
 # /etc/talosbot is 0750 root:GROUP and the config 0640 root:GROUP: the service
 # reads them through its group and cannot change them. /etc/talosbot/env, the
 # env:NAME secrets, is 0600 root: systemd and docker compose read it as root.
-# An existing config or env file is never overwritten. DESTDIR installs under
+# An existing config or env file is never overwritten (the config's owner and
+# mode are set). DESTDIR installs under
 # another root (the tests); it does not create the user.
 set -eu
 
@@ -29,10 +30,12 @@ config_dir() {
 	install -d -m 0750 -o root -g "$1" "$etc"
 	if [ ! -e "$etc/talosbot.yaml" ]; then
 		sed "s/^listen: 127\.0\.0\.1:8080\$/listen: $2/" "$example" >"$etc/talosbot.yaml.new"
-		chown "root:$1" "$etc/talosbot.yaml.new"
-		chmod 0640 "$etc/talosbot.yaml.new"
 		mv "$etc/talosbot.yaml.new" "$etc/talosbot.yaml"
 	fi
+	# Also for a config that exists (kept as it is otherwise): an install by
+	# the old instructions left it 0640 root:root, which the service cannot read.
+	chown "root:$1" "$etc/talosbot.yaml"
+	chmod 0640 "$etc/talosbot.yaml"
 	[ -e "$etc/env" ] || install -m 0600 -o root -g root /dev/null "$etc/env"
 }
 

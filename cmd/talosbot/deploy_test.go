@@ -174,6 +174,26 @@ func TestSystemdUnitAsInstalled(t *testing.T) {
 	svc := unitService(t, unitPath)
 	group := installGroup(t, "systemd")
 	root := installScratch(t, []string{"TALOSBOT_GROUP=" + strconv.Itoa(svcGID)}, "systemd", binDir(t))
+	// Install again over a config left root:root by the old instructions:
+	// the config is kept, and made readable by the service.
+	installed := filepath.Join(root, "etc/talosbot/talosbot.yaml")
+	if err := os.WriteFile(installed, []byte("# mine\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(installed, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	rerun := exec.Command("../../deploy/install.sh", "systemd", binDir(t))
+	rerun.Env = append(os.Environ(), "DESTDIR="+root, "TALOSBOT_GROUP="+strconv.Itoa(svcGID))
+	if out, err := rerun.CombinedOutput(); err != nil {
+		t.Fatalf("deploy/install.sh systemd, again: %v\n%s", err, out)
+	}
+	if b, _ := os.ReadFile(installed); string(b) != "# mine\n" {
+		t.Fatalf("install.sh overwrote an existing config: %q", b)
+	}
+	if err := exec.Command("cp", "../../deploy/examples/talosbot.yaml", installed).Run(); err != nil {
+		t.Fatal(err)
+	}
 	secretSrc := filepath.Join(t.TempDir(), "talosconfig")
 	if err := os.WriteFile(secretSrc, []byte("context: production\n"), 0o600); err != nil {
 		t.Fatal(err)
