@@ -2,11 +2,12 @@
 # built-in plugins (talosbot-plugins), on a distroless base, running as non-root.
 #
 # The Terraform/OpenTofu root and the tofu binary are mounted, not baked in:
-#   docker run -v /srv/homelab/terraform:/terraform:ro \
+#   docker run -v /srv/homelab/terraform:/srv/homelab/terraform:ro \
 #              -v /usr/local/bin/tofu:/usr/local/bin/tofu:ro \
 #              -v /etc/talosbot:/etc/talosbot:ro -v talosbot-data:/var/lib/talosbot \
 #              talosbot serve --config /etc/talosbot/talosbot.yaml
-# and the config points clusters[].credentials.terraform.root at /terraform.
+# (the Terraform root at the path clusters[].credentials.terraform.root names).
+# /etc/talosbot must be readable by 65532: `deploy/install.sh compose` (docs/DEPLOY.md).
 
 FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
