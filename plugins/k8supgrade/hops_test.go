@@ -229,7 +229,7 @@ func TestPauseBetweenSteps(t *testing.T) {
 	ctx := ctxFor(t, 5*time.Minute)
 	req := e.request(target)
 	mark := filepath.Join(t.TempDir(), "pause")
-	req.Settings.Extra = map[string]string{sdk.ExtraPauseMark: mark}
+	req.Settings.Extra[sdk.ExtraPauseMark] = mark
 	before := e.applies()
 	rec := &onStep{Recorder: sdktest.NewRecorder(nil), step: "kube-apiserver/cp-1", status: lifecyclev1.StepStatus_STEP_STATUS_OK, do: func() {
 		if err := os.WriteFile(mark, nil, 0o600); err != nil {
