@@ -146,7 +146,7 @@ func TestKubernetesMultiHop(t *testing.T) {
 
 	t.Run("refuses a path through a minor with no known release", func(t *testing.T) {
 		e := startEnvAt(t, kube, supportsTarget, hopFrom)
-		refused(t, e, e.request(target), "R20", "no 1.35 release is configured", "releases.kubernetes")
+		refused(t, e, withReleases(e.request(target), "1.34.5,1.36.3"), "R20", "no 1.35 release is configured", "releases.kubernetes")
 	})
 
 	t.Run("every hop, a stop at the hop boundary, and the resume at the right hop", func(t *testing.T) {

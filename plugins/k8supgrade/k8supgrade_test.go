@@ -212,6 +212,18 @@ func TestUpgradeK8s(t *testing.T) {
 		refused(t, e, withReleases(e.request("1.37.0"), "1.35.2,1.37.0"), "R20", "goes one minor at a time", "no 1.36 release is configured", "releases.kubernetes")
 	})
 
+	t.Run("refuses a target that is not a known release (R20)", func(t *testing.T) {
+		// Only a release in releases.kubernetes is a target (knownTarget): 1.36.99 is
+		// refused before the cluster is read, naming the newest 1.36 patch; without
+		// release data (or with releases.kubernetes empty) every target is.
+		e := startEnv(t, kube, supportsTarget)
+		refused(t, e, e.request("1.36.99"), "R20", "1.36.99 is not a Kubernetes release the bot knows", "the newest 1.36 patch is 1.36.3", "releases.kubernetes")
+		refused(t, e, withReleases(e.request("1.36.3"), ""), "R20", "no Kubernetes release is known", "releases.kubernetes")
+		req := e.request("1.36.3")
+		req.Settings.Extra = nil
+		refused(t, e, req, "R20", "no Kubernetes release is known")
+	})
+
 	t.Run("refuses a downgrade (R21)", func(t *testing.T) {
 		e := startEnv(t, kube, supportsTarget)
 		refused(t, e, e.request("v1.35.1"), "R21", "downgrade is not a rollback", "v1.35.2 on kube-apiserver on cp-1", "etcd snapshot")
