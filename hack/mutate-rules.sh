@@ -92,6 +92,10 @@ mutate R9/noderemove plugins/cluster/etcd/quorum.go 's/case (.*): (\/\/ rule:R9)
 # R10: the adjacent-minor rule's one place, releases.SkipsMinor, for a node's step (talos.CheckUpgradePath).
 mutate R10/talos internal/releases/version.go "$(never R10)" ./plugins/cluster/talos '^TestCheckUpgradePath$'
 # R12: the one snapshot-dir refusal, cluster.CheckSnapshotDir, in each plugin that snapshots.
+# Only real releases: releases.CheckTarget's "a known release" return, taken for every target.
+mutate known-release/releases internal/releases/target.go "$(always known-release)" ./internal/releases '^TestOnlyRealTalosReleasesAreTargets$'
+mutate known-release/talosupgrade internal/releases/target.go "$(always known-release)" ./plugins/talosupgrade '^TestRefusesATargetThatIsNotARelease$'
+mutate known-release/k8supgrade internal/releases/target.go "$(always known-release)" ./plugins/k8supgrade '^TestUpgradeK8s$/not_a_known_release'
 mutate R12/talosupgrade plugins/cluster/rules.go "$(always R12)" ./plugins/talosupgrade '^TestRefusesWithoutSnapshotDir$'
 mutate R12/k8supgrade plugins/cluster/rules.go "$(always R12)" ./plugins/k8supgrade '^TestUpgradeK8s$/without_a_snapshot_directory'
 mutate R12/snapshot plugins/cluster/rules.go "$(always R12)" ./plugins/snapshot '^TestPlanRefusesWithoutSnapshotDir$'

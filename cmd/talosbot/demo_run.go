@@ -236,6 +236,8 @@ func demoConfig(dataDir, listen string) *config.Config {
 			config.EnvStaging:    {Operators: []string{"alice", "bob"}, Viewers: []string{"carol"}},
 			config.EnvProduction: {Operators: []string{"alice", "bob"}, Viewers: []string{"carol"}, Approvers: []string{"bob"}, MinApprovals: 1},
 		},
-		Releases: config.Releases{Talos: []string{"v1.11.6", "v1.12.6", "v1.13.9"}},
+		// The demo has no network: its releases are declared, and only a
+		// known release is an upgrade target (docs/RELEASES.md).
+		Releases: config.Releases{Talos: []string{"v1.11.6", "v1.12.6", "v1.13.9"}, Kubernetes: []string{"1.35.2", "1.36.3"}},
 	}
 }

@@ -87,6 +87,7 @@ clusters:
     declared: {schematic_id: %s, talos_version: v1.12.6, kubernetes_version: v1.35.2}
 releases:
   talos: [v1.12.6, v1.13.9]
+  kubernetes: [1.35.2, 1.36.3]
 timeouts: {gate: 20s, node: 2m}
 policy: {staging: {operators: ["*"]}}
 chat:

@@ -12,8 +12,9 @@ import (
 const (
 	// NoteVersions is every known Talos release, comma-separated.
 	NoteVersions = "releases.versions"
-	// NoteTargets is the releases upgrades may target or pass through
-	// (the allow-list with releases.listed_only).
+	// NoteTargets is the releases upgrades may target or pass through:
+	// every known one (factory and releases.talos), or the allow-list with
+	// releases.listed_only. A target outside it is refused (Notes.Allowed).
 	NoteTargets = "releases.targets"
 	// NoteOrigin is List.Describe: where the list came from and its age.
 	NoteOrigin = "releases.origin"
@@ -35,11 +36,17 @@ type Notes struct {
 	ListedOnly bool
 }
 
-// Allowed refuses (R10, a *Refusal) an upgrade target outside the
-// allow-list when releases.listed_only is set; the same rule as
-// List.Allowed.
+// Allowed refuses (R10, a *Refusal) a Talos upgrade target that is not a
+// known release (Targets), or outside the allow-list with
+// releases.listed_only; the same rule as List.Allowed (CheckTarget).
 func (n Notes) Allowed(v Version) error {
-	return allowed(v, n.ListedOnly, n.Targets)
+	return CheckTarget(KindTalos, v, n.Targets, n.Versions, n.ListedOnly)
+}
+
+// AllowedKubernetes refuses (R20, a *Refusal) a Kubernetes upgrade target
+// that is not in releases.kubernetes (CheckTarget).
+func (n Notes) AllowedKubernetes(v Version) error {
+	return CheckTarget(KindKubernetes, v, n.Kubernetes, n.Kubernetes, false)
 }
 
 // NotesOf is what the bot puts in Settings.Extra.
@@ -77,12 +84,24 @@ func ReadNotes(extra map[string]string) (n Notes, ok bool) {
 	}, true
 }
 
-// Known are the releases a plugin plans against: the bot's release data
-// (Settings.Extra, ReadNotes) when there is some, else the configured
-// Talos releases (Settings.known_talos_releases) and no Kubernetes ones.
-func Known(extra map[string]string, configuredTalos []string) (talos, kubernetes []Version) {
+// NotesOrConfigured are the releases a plugin plans against and checks
+// targets with: the bot's release data (Settings.Extra, ReadNotes) when
+// there is some, else the configured Talos releases
+// (Settings.known_talos_releases) and no Kubernetes ones — so that a
+// request without release data can target only declared Talos releases
+// and no Kubernetes release at all (fail closed).
+func NotesOrConfigured(extra map[string]string, configuredTalos []string) Notes {
 	if n, ok := ReadNotes(extra); ok {
-		return n.Targets, n.Kubernetes
+		return n
 	}
-	return ParseAll(configuredTalos), nil
+	conf := ParseAll(configuredTalos)
+	return Notes{Versions: conf, Targets: conf, Origin: "releases.talos (the bot sent no release data)"}
+}
+
+// Known are the releases a plugin plans against (NotesOrConfigured): the
+// Talos releases upgrades may target or pass through, and the Kubernetes
+// ones.
+func Known(extra map[string]string, configuredTalos []string) (talos, kubernetes []Version) {
+	n := NotesOrConfigured(extra, configuredTalos)
+	return n.Targets, n.Kubernetes
 }

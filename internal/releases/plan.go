@@ -201,11 +201,13 @@ func kubernetesFirst(m Matrix, r TalosRequest, i int, cur, stop Version, rng Kub
 		return &Refusal{Rule: "R20", Reason: reason, Fix: "pick a Talos target whose support matrix covers the running Kubernetes"}
 	}
 	need := rng.Min
+	// A minor with no known release is named as what to declare, never
+	// as an invented version ("1.31.x" would be refused as a target).
 	name := func(minor Version) string {
 		if v, ok := LatestPatch(r.KnownKubernetes, minor); ok {
 			return v.Plain()
 		}
-		return minor.MinorPlain() + ".x"
+		return fmt.Sprintf("<the newest %s patch, once declared under releases.kubernetes>", minor.MinorPlain())
 	}
 	steps := ""
 	if need.Minor > k.Minor+1 {
@@ -307,12 +309,14 @@ func talosFirst(m Matrix, r KubeRequest, i int, cur, stop Version, rng KubeRange
 			t = lp
 		}
 		if m.SupportsKubernetes(t, stop) == nil {
-			name := t.Tag()
-			if t.Patch == 0 && !slices.Contains(r.KnownTalos, t) {
-				name = t.MinorTag() + ".x"
+			if !slices.Contains(r.KnownTalos, t) {
+				// Not a known release: say what to declare, never an
+				// invented version ("v1.14.x" would be refused as a target).
+				return &Refusal{Rule: "R20", Reason: reason,
+					Fix: fmt.Sprintf("upgrade Talos first (R11: its own operation) to a %s release: none is known, so declare its newest patch under releases.talos (or let the bot read Image Factory: releases.factory_url), then `/talos upgrade talos` to it plans the hops; then plan this again", t.MinorTag())}
 			}
 			return &Refusal{Rule: "R20", Reason: reason,
-				Fix: fmt.Sprintf("upgrade Talos first (R11: its own operation), one minor at a time, to %s (`/talos upgrade talos %s` plans the hops), then plan this again", name, name)}
+				Fix: fmt.Sprintf("upgrade Talos first (R11: its own operation), one minor at a time, to %s (`/talos upgrade talos %s` plans the hops), then plan this again", t.Tag(), t.Tag())}
 		}
 	}
 	return &Refusal{Rule: "R20", Reason: reason, Fix: "no known Talos release supports that Kubernetes version; pick a lower target"}

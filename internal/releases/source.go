@@ -85,29 +85,22 @@ func (l *List) Describe(now time.Time) string {
 }
 
 // Targets are the versions upgrades may target or pass through: the
-// allow-list with releases.listed_only, every known release otherwise.
+// allow-list with releases.listed_only; otherwise every known release,
+// the factory's (or its cache's) together with the declared releases.talos,
+// so that a release the factory does not list yet can be declared.
 func (l *List) Targets() []Version {
 	if l.ListedOnly {
 		return slices.Clone(l.Configured)
 	}
-	return slices.Clone(l.Versions)
+	out := append(slices.Clone(l.Versions), l.Configured...)
+	slices.SortFunc(out, Version.Compare)
+	return slices.Compact(out)
 }
 
-// Allowed refuses a version outside the allow-list (releases.listed_only).
+// Allowed refuses (R10) a target that is not a known release, or, with
+// releases.listed_only, not in releases.talos (CheckTarget).
 func (l *List) Allowed(v Version) error {
-	return allowed(v, l.ListedOnly, l.Configured)
-}
-
-// allowed is releases.listed_only in its one place: with listedOnly, a
-// version outside list (releases.talos) is refused (R10). List.Allowed
-// (the bot's notice) and Notes.Allowed (an upgrade's plan) use it.
-func allowed(v Version, listedOnly bool, list []Version) error {
-	if !listedOnly || slices.Contains(list, v) {
-		return nil
-	}
-	return &Refusal{Rule: "R10",
-		Reason: fmt.Sprintf("%s is not in releases.talos, and releases.listed_only allows only listed versions", v.Tag()),
-		Fix:    fmt.Sprintf("add %s to releases.talos once it is reviewed, or pick one of %v", v.Tag(), Tags(list))}
+	return CheckTarget(KindTalos, v, l.Targets(), l.Versions, l.ListedOnly)
 }
 
 // Ago spells a duration for humans: "45s", "3m", "5h", "2d".

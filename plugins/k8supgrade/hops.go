@@ -113,6 +113,9 @@ func (p *kubePath) refused() *lifecyclev1.Refusal {
 // Each later hop is assessed from the versions the hops before it leave.
 func assessPath(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req *lifecyclev1.OperationRequest, target string, table preflight.Table) (*kubePath, error) {
 	out := &kubePath{target: target}
+	if out.refusal = knownTarget(req, target); out.refusal != nil {
+		return out, nil
+	}
 	ids := identity.Resolve(ctx, c, inv, identity.Options{})
 	if err := ids.Require(identity.Talos | identity.Kubernetes); err != nil {
 		a, err := assess(ctx, c, inv, req, single(target), ids, nil, table)
@@ -157,6 +160,25 @@ func assessPath(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, 
 		}
 	}
 	return out, nil
+}
+
+// knownTarget refuses (R20) a target that is not a known Kubernetes release
+// (releases.kubernetes, as the bot's release data carries it; none without
+// that data), before the cluster is read: a version that does not exist
+// would otherwise be rolled to. releases.CheckTarget is the rule's one place.
+func knownTarget(req *lifecyclev1.OperationRequest, target string) *lifecyclev1.Refusal {
+	n := releases.NotesOrConfigured(req.GetSettings().GetExtra(), req.GetSettings().GetKnownTalosReleases())
+	v, err := releases.Parse(target)
+	if err != nil {
+		// A pre-release or build ("1.36.0-rc.1") is not a release.
+		return refuse("R20", fmt.Sprintf("%s is not a Kubernetes release (%v)", target, err),
+			"give a released version (MAJOR.MINOR.PATCH) listed in releases.kubernetes")
+	}
+	var rf *releases.Refusal
+	if errors.As(n.AllowedKubernetes(v), &rf) {
+		return refuse(rf.Rule, rf.Reason, rf.Fix)
+	}
+	return nil
 }
 
 // kubeStops are the hops' targets ("v1.35.2", …, target): target alone unless it is two or

@@ -146,7 +146,7 @@ func TestKubernetesMultiHop(t *testing.T) {
 
 	t.Run("refuses a path through a minor with no known release", func(t *testing.T) {
 		e := startEnvAt(t, kube, supportsTarget, hopFrom)
-		refused(t, e, e.request(target), "R20", "no 1.35 release is configured", "releases.kubernetes")
+		refused(t, e, withReleases(e.request(target), "1.34.5,1.36.3"), "R20", "no 1.35 release is configured", "releases.kubernetes")
 	})
 
 	t.Run("every hop, a stop at the hop boundary, and the resume at the right hop", func(t *testing.T) {
@@ -229,7 +229,7 @@ func TestPauseBetweenSteps(t *testing.T) {
 	ctx := ctxFor(t, 5*time.Minute)
 	req := e.request(target)
 	mark := filepath.Join(t.TempDir(), "pause")
-	req.Settings.Extra = map[string]string{sdk.ExtraPauseMark: mark}
+	req.Settings.Extra[sdk.ExtraPauseMark] = mark
 	before := e.applies()
 	rec := &onStep{Recorder: sdktest.NewRecorder(nil), step: "kube-apiserver/cp-1", status: lifecyclev1.StepStatus_STEP_STATUS_OK, do: func() {
 		if err := os.WriteFile(mark, nil, 0o600); err != nil {

@@ -81,9 +81,11 @@ func (e *env) request(version string, args ...string) *lifecyclev1.OperationRequ
 	for i := 0; i+1 < len(args); i += 2 {
 		a[args[i]] = args[i+1]
 	}
-	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: Command, Args: a, Cluster: pc,
+	// Every target must be a known release (knownTarget): the bot's release data comes
+	// with kubeReleases as releases.kubernetes.
+	return withReleases(&lifecyclev1.OperationRequest{OperationId: "op-1", Command: Command, Args: a, Cluster: pc,
 		Credentials: &lifecyclev1.Credentials{Talosconfig: e.c.Talosconfig(), Kubeconfig: e.kube.Kubeconfig},
-		Settings:    &lifecyclev1.Settings{SnapshotDir: e.dir, GateTimeoutMs: 10000, NodeTimeoutMs: 20000}}
+		Settings:    &lifecyclev1.Settings{SnapshotDir: e.dir, GateTimeoutMs: 10000, NodeTimeoutMs: 20000}}, kubeReleases)
 }
 
 // applies counts ApplyConfiguration calls per node.
@@ -207,7 +209,19 @@ func TestUpgradeK8s(t *testing.T) {
 		// Two minors are a path of hops (hops.go); without a known 1.36 release the
 		// path cannot be planned.
 		e := startEnv(t, kube, supportsTarget)
-		refused(t, e, e.request("1.37.0"), "R20", "goes one minor at a time", "no 1.36 release is configured", "releases.kubernetes")
+		refused(t, e, withReleases(e.request("1.37.0"), "1.35.2,1.37.0"), "R20", "goes one minor at a time", "no 1.36 release is configured", "releases.kubernetes")
+	})
+
+	t.Run("refuses a target that is not a known release (R20)", func(t *testing.T) {
+		// Only a release in releases.kubernetes is a target (knownTarget): 1.36.99 is
+		// refused before the cluster is read, naming the newest 1.36 patch; without
+		// release data (or with releases.kubernetes empty) every target is.
+		e := startEnv(t, kube, supportsTarget)
+		refused(t, e, e.request("1.36.99"), "R20", "1.36.99 is not a Kubernetes release the bot knows", "the newest 1.36 patch is 1.36.3", "releases.kubernetes")
+		refused(t, e, withReleases(e.request("1.36.3"), ""), "R20", "no Kubernetes release is known", "releases.kubernetes")
+		req := e.request("1.36.3")
+		req.Settings.Extra = nil
+		refused(t, e, req, "R20", "no Kubernetes release is known")
 	})
 
 	t.Run("refuses a downgrade (R21)", func(t *testing.T) {

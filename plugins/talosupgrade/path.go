@@ -22,15 +22,15 @@ func knownReleases(st *lifecyclev1.Settings) (talos, kube []releases.Version) {
 	return releases.Known(st.GetExtra(), st.GetKnownTalosReleases())
 }
 
-// allowedTarget refuses (R10) a target outside the allow-list when the
-// bot's release data says releases.listed_only (releases.Notes.Allowed,
-// the rule's one place). The stops before the target come from that list
-// already (knownReleases).
+// allowedTarget refuses (R10) a target that is not a known Talos release
+// — Image Factory's list (or its cache) and the declared releases.talos,
+// as the bot's release data says, else Settings.known_talos_releases —
+// and, with releases.listed_only, one outside releases.talos
+// (releases.CheckTarget, the rule's one place). It runs before the
+// cluster is read, so a version that does not exist changes nothing. The
+// stops before the target come from the same list (knownReleases).
 func allowedTarget(st *lifecyclev1.Settings, target talos.Release) error {
-	n, ok := releases.ReadNotes(st.GetExtra())
-	if !ok {
-		return nil
-	}
+	n := releases.NotesOrConfigured(st.GetExtra(), st.GetKnownTalosReleases())
 	err := n.Allowed(releases.Version(target))
 	if rf := (*releases.Refusal)(nil); errors.As(err, &rf) {
 		return sdk.Refuse(rf.Rule, rf.Reason, rf.Fix)

@@ -37,12 +37,18 @@ func refusedEverywhere(t *testing.T, e *env, req *lifecyclev1.OperationRequest, 
 
 func TestRefusesSkippingAMinor(t *testing.T) {
 	e := start(t, 1, 1, false, nil)
-	refusedEverywhere(t, e, e.request(t, "v1.14.1"), "R10", "skips a minor")
+	req := e.request(t, "v1.14.1")
+	// Only a known release is a target: declare v1.14.1, so that the
+	// skipped minor is what is refused.
+	req.Settings.KnownTalosReleases = append(req.Settings.KnownTalosReleases, "v1.14.1")
+	refusedEverywhere(t, e, req, "R10", "skips a minor")
 }
 
 func TestRefusesDowngrade(t *testing.T) {
 	e := start(t, 1, 1, false, nil)
-	refusedEverywhere(t, e, e.request(t, "v1.12.1"), "R10", "downgrade")
+	req := e.request(t, "v1.12.1")
+	req.Settings.KnownTalosReleases = append(req.Settings.KnownTalosReleases, "v1.12.1") // a known release, lower
+	refusedEverywhere(t, e, req, "R10", "downgrade")
 }
 
 func TestRefusesGenericInstallerOnNocloudNode(t *testing.T) {
@@ -147,4 +153,52 @@ func TestListedOnlyRefusesAnUnlistedTarget(t *testing.T) {
 	if err != nil || plan.GetRefusal() != nil || plan.GetTarget() != "v1.13.2" {
 		t.Fatalf("a listed target: %v %v", err, plan)
 	}
+}
+
+// TestRefusesATargetThatIsNotARelease: only a known release is a target
+// (releases.CheckTarget). v1.13.99, which the factory does not list, is
+// refused before any node is touched, naming the newest v1.13 patch and
+// how to declare a release; v9.9.9 names the newest known release and no
+// invented version (no "newest v1.14.x patch", no "v9.9"). A release
+// declared in releases.talos that the factory does not list is planned.
+func TestRefusesATargetThatIsNotARelease(t *testing.T) {
+	e := start(t, 1, 1, false, nil)
+	// The bot's release data: the factory's list and releases.talos.
+	l := &releases.List{Versions: releases.ParseAll([]string{"v1.12.0", "v1.12.6", "v1.13.0", "v1.13.2", "v1.13.9"}),
+		Configured: releases.ParseAll([]string{"v1.13.10"}), Origin: releases.OriginFactory}
+	req := e.request(t, "v1.13.99")
+	req.Settings.Extra = releases.NotesOf(l, nil, time.Now())
+	refusedEverywhere(t, e, req, "R10", "v1.13.99 is not a Talos release the bot knows")
+	requireRefusal(t, plan(t, req), "R10", "the newest v1.13 patch is v1.13.10 (declare a release under releases.talos")
+
+	req.Args["version"] = "v9.9.9"
+	refusedEverywhere(t, e, req, "R10", "the newest known Talos release is v1.13.10")
+	p := plan(t, req)
+	if text := strings.ReplaceAll(p.GetRefusal().GetReason()+" "+p.GetRefusal().GetFix(), "v9.9.9", ""); strings.Contains(text, "v9.9") || strings.Contains(text, ".x") {
+		t.Errorf("v9.9.9: the refusal names a version the bot does not know: %v", p.GetRefusal())
+	}
+
+	req.Args["version"] = "v1.13.10" // declared, not listed by the factory
+	if p := plan(t, req); p.GetRefusal() != nil || p.GetTarget() != "v1.13.10" {
+		t.Fatalf("a declared release: %v", p)
+	}
+}
+
+// TestRefusesEveryTargetWithoutAKnownRelease: with no release data (the
+// factory unreachable, nothing cached) and releases.talos empty, every
+// target is refused, even a real release.
+func TestRefusesEveryTargetWithoutAKnownRelease(t *testing.T) {
+	e := start(t, 1, 1, false, nil)
+	req := e.request(t, target)
+	req.Settings.KnownTalosReleases = nil
+	refusedEverywhere(t, e, req, "R10", "no Talos release is known")
+}
+
+func plan(t *testing.T, req *lifecyclev1.OperationRequest) *lifecyclev1.OperationPlan {
+	t.Helper()
+	p, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
