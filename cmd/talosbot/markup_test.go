@@ -39,7 +39,7 @@ func TestServeChatInputIsNotMarkup(t *testing.T) {
 		discordTok  = "MARKUP.discord-bot-token.5a6b"
 		discordUser = "500000000000000002"
 		discordChan = "600000000000000002"
-		alertsTok   = "markup-alerts-token-11cc"
+		alertsTok   = "markup-alerts-token-11cc-0123456789abcdef"
 		slackBot    = "xoxb-MARKUP-slack-bot-7d8e"
 		slackSecret = "markup-slack-signing-secret-2f3a"
 		slackUser   = "U0MARKUPOP"

@@ -460,8 +460,8 @@ func postSlack(t *testing.T, addr, secret, path, body string) (int, string) {
 // console user with no role reading a transcript, the page in a frame.
 func TestServeHTTPSurface(t *testing.T) {
 	const (
-		alertsTok   = "surface-alerts-token-51ac"
-		auditTok    = "surface-audit-token-62bd"
+		alertsTok   = "surface-alerts-token-51ac-0123456789abcdef"
+		auditTok    = "surface-audit-token-62bd-0123456789abcdef"
 		slackBot    = "xoxb-SURFACE-slack-bot-73ce"
 		slackSecret = "surface-slack-signing-secret-84df"
 		slackUser   = "U0SLACKOP"
