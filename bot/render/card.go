@@ -379,7 +379,7 @@ func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 			st = "not-checked" // a probe that could not run is not a pass
 		}
 		g.counts[st]++
-		if (st == "failed" || strings.HasPrefix(s.Detail, "⚠️")) && g.detail == "" {
+		if st == "failed" && g.detail == "" { // warnings: see stepWarnings
 			g.detail = s.Title + ": " + engine.FirstLine(s.Detail)
 		}
 	}
@@ -396,6 +396,45 @@ func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 			line += " — " + g.detail
 		}
 		out = append(out, line)
+	}
+	return append(out, stepWarnings(op)...)
+}
+
+// cardWarnings is how many step warnings the card shows in full; the rest
+// are counted, and every one is in the thread (bot/engine threadWorthy).
+const cardWarnings = 3
+
+// stepWarnings are the text of every warning a step of the run reported (a
+// detail starting with ⚠️), so a message that counts "1 warning(s)" also
+// says which: "⚠️ warning: worker-1, cp-2: Pods: 3 pods; worst: …". The same
+// text on several nodes is one line naming them; a long one is cut at a
+// word; after cardWarnings lines the rest are counted.
+func stepWarnings(op *state.Operation) []string {
+	var order []string
+	who := map[string][]string{}
+	for _, s := range op.Steps {
+		if !strings.HasPrefix(s.Detail, "⚠️") {
+			continue
+		}
+		text := strings.TrimSpace(strings.TrimPrefix(engine.FirstLine(s.Detail), "⚠️"))
+		name := s.Node
+		if name == "" {
+			name = s.Title
+		}
+		if _, seen := who[text]; !seen {
+			order = append(order, text)
+		}
+		if !slices.Contains(who[text], name) {
+			who[text] = append(who[text], name)
+		}
+	}
+	var out []string
+	for i, text := range order {
+		if i == cardWarnings {
+			out = append(out, fmt.Sprintf("⚠️ and %d more warning(s): every one is in the thread", len(order)-cardWarnings))
+			break
+		}
+		out = append(out, "⚠️ warning: "+strings.Join(who[text], ", ")+": "+short(text))
 	}
 	return out
 }

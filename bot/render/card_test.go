@@ -171,6 +171,46 @@ func TestRunningUpgrade(t *testing.T) {
 	}
 }
 
+// TestRunWarningsShownOnTheCard (issue 31: "health gate passed, 1
+// warning(s)" for four nodes, and the text nowhere): every warning a step
+// reports is on the running card with its text, once per text naming its
+// nodes, cut when long; past three they are counted.
+func TestRunWarningsShownOnTheCard(t *testing.T) {
+	op, f := rendertest.Running()
+	pods := "⚠️ health gate passed, 1 warning(s): Pods: 3 pods (2 Running, 1 Pending); worst: kube-system/coredns-1 Pending"
+	for i := range op.Steps {
+		switch op.Steps[i].ID {
+		case "worker-1/gate", "worker-2/gate":
+			op.Steps[i].Detail = pods
+		case "gate-before/pods":
+			op.Steps[i].Detail = "⚠️ " + strings.Repeat("very long warning ", 12) + "end"
+		}
+	}
+	m := render.Render(op, nil, f, rendertest.Now)
+	for _, want := range []string{
+		"\n⚠️ warning: worker-1, worker-2: health gate passed, 1 warning(s): Pods: 3 pods (2 Running, 1 Pending); worst: kube-system/coredns-1 Pending",
+		"\n⚠️ warning: gate before: pods: very long warning",
+	} {
+		if !strings.Contains(m.Text, want) {
+			t.Errorf("running card lacks %q:\n%s", want, m.Text)
+		}
+	}
+	if strings.Count(m.Text, "coredns-1") != 1 || strings.Contains(m.Text, "warning end") {
+		t.Errorf("a warning repeated or not cut:\n%s", m.Text)
+	}
+	for i, id := range []string{"cp-2/quorum-before", "gate-before/etcd", "gate-before/nodes"} {
+		for j := range op.Steps {
+			if op.Steps[j].ID == id {
+				op.Steps[j].Detail = fmt.Sprintf("⚠️ warning number %d", i)
+			}
+		}
+	}
+	m = render.Render(op, nil, f, rendertest.Now)
+	if !strings.Contains(m.Text, "⚠️ and 2 more warning(s): every one is in the thread") {
+		t.Errorf("five warnings on the card:\n%s", m.Text)
+	}
+}
+
 func TestDurationInWords(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		336 * time.Hour: "14 days", 27 * time.Hour: "1 day 3 h", 90 * time.Minute: "1 h 30 min", 12 * time.Minute: "12 min",
