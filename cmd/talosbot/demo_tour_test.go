@@ -104,12 +104,12 @@ func TestDemoTourInChromium(t *testing.T) {
 		t.Fatalf("the card's first button is %q, want Approve", lbl)
 	}
 	if bx, ok := p.InViewport(approve); !ok {
-		t.Errorf("as the card arrives, Approve is at %.0f–%.0f px, outside the screen's %.0f–%.0f px", bx.Top, bx.Bottom, bx.ScreenTop, bx.ScreenHeight)
+		t.Errorf("as the card arrives, Approve is at %.0f–%.0f px, outside the screen's %.0f–%.0f px", bx.Top, bx.Bottom, bx.ScreenTop, bx.ScreenBottom())
 	}
 	shot(5, "approval-card")
 	box := p.AssertFitsOneScreen(card, "tour-5-approval-card-top")
 	if bx, ok := p.InViewport(approve); !ok {
-		t.Errorf("with the card at the top of the screen, Approve is at %.0f–%.0f px, outside %.0f–%.0f px", bx.Top, bx.Bottom, bx.ScreenTop, bx.ScreenHeight)
+		t.Errorf("with the card at the top of the screen, Approve is at %.0f–%.0f px, outside %.0f–%.0f px", bx.Top, bx.Bottom, bx.ScreenTop, bx.ScreenBottom())
 	}
 	if n := p.Lines(card); n > 20 {
 		t.Errorf("the approval card is %d lines (%.0f px) at %d×%d, want at most 20:\n%s", n, box.Height, browsertest.Width, browsertest.Height, p.Text(card))

@@ -289,12 +289,16 @@ func (p *Page) InViewport(sel string) (Box, bool) {
 			if (r.top <= 0) top = Math.max(top, r.bottom); else if (r.bottom >= innerHeight) bottom = Math.max(bottom, innerHeight - r.top);
 		}
 		const r = e.getBoundingClientRect();
-		return {Top: r.top, Bottom: r.bottom, Height: r.height, ScreenHeight: innerHeight - bottom, ScreenTop: top}; })()`, jsString(sel)))
+		return {Top: r.top, Bottom: r.bottom, Height: r.height, ScreenHeight: innerHeight - top - bottom, ScreenTop: top}; })()`, jsString(sel)))
 	if b == nil {
 		p.t.Fatalf("no element %s on the page", sel)
 	}
-	return *b, b.Height > 0 && b.Top >= b.ScreenTop && b.Bottom <= b.ScreenHeight
+	return *b, b.Height > 0 && b.Top >= b.ScreenTop && b.Bottom <= b.ScreenBottom()
 }
+
+// ScreenBottom is where the screen's content ends, over any bar fixed to
+// the bottom (a Box from InViewport).
+func (b Box) ScreenBottom() float64 { return b.ScreenTop + b.ScreenHeight }
 
 // PageHeight is the height of the whole document in CSS pixels.
 func (p *Page) PageHeight() float64 {

@@ -69,7 +69,7 @@ func TestApprovalCardAndRunningUpgradeInChromium(t *testing.T) {
 	// scrolling (issue 31: it sat on the screen's bottom edge).
 	approve := card + ` button[data-action="a1"]`
 	if b, ok := p.InViewport(approve); !ok {
-		t.Errorf("the Approve button is at %.0f–%.0f px, not inside the %d×%d screen's %.0f–%.0f px; see %s", b.Top, b.Bottom, browsertest.Width, browsertest.Height, b.ScreenTop, b.ScreenHeight, p.Screenshot("approval-card-arrived"))
+		t.Errorf("the Approve button is at %.0f–%.0f px, not inside the %d×%d screen's %.0f–%.0f px; see %s", b.Top, b.Bottom, browsertest.Width, browsertest.Height, b.ScreenTop, b.ScreenBottom(), p.Screenshot("approval-card-arrived"))
 	}
 	box := p.AssertFitsOneScreen(card, "approval-card")
 	if box.Height < 200 {
