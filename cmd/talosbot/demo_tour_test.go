@@ -121,13 +121,14 @@ func TestDemoTourInChromium(t *testing.T) {
 	p.ClickButton("Approve")
 	newMessages("alice's own approval to be answered", before)
 	p.WaitText(`#messages`, "refused:")
-	// bob approves: the card records it, and its buttons are gone.
+	// bob approves: the card records it; Approve and Deny give way to
+	// Cancel and Pause.
 	p.ActAs("bob")
 	p.ClickButton("Approve")
 	b.WaitForWithin("bob's approval to start the roll", 3*time.Minute, func() bool {
 		for _, m := range b.Messages("ops") {
 			if m.Field("Operation") == id && m.Field("State") == "running" && strings.Contains(m.Field("Approved by"), "bob") {
-				return m.Button("Approve") == "" && m.Button("Deny") == ""
+				return m.Button("Approve") == "" && m.Button("Deny") == "" && m.Button("Cancel") != "" && m.Button("Pause") != ""
 			}
 		}
 		return false
