@@ -148,7 +148,7 @@ func field(m consoleMsg, label string) string {
 func (c *consoleEnv) opMessage(channel, command, st string) consoleMsg {
 	c.t.Helper()
 	return c.waitMessage(channel, command+" "+st, func(m consoleMsg) bool {
-		if st == "awaiting_approval" && !hasButton(m, "Approve") {
+		if st == "awaiting approval" && !hasButton(m, "Approve") {
 			return false
 		}
 		return strings.Contains(m.Title, "/talos "+command) && field(m, "State") == st
@@ -187,7 +187,7 @@ func TestConsoleTwoPersonFlow(t *testing.T) {
 	c.command("alice", "stg", "/talos roll v5")
 	c.opMessage("stg", "roll", "succeeded")
 	c.command("alice", "prd", "/talos roll v5")
-	m := c.opMessage("prd", "roll", "awaiting_approval")
+	m := c.opMessage("prd", "roll", "awaiting approval")
 	if field(m, "Plan digest") == "" || !strings.Contains(field(m, "Expires"), "in 30 min, ") || !strings.Contains(m.Text, "roll to v5") ||
 		field(m, "Approvals") != "0/1 — may approve: bob, dave" || !strings.Contains(m.Text, "see Details in the thread") {
 		t.Fatalf("approval card lacks plan, digest, approvers or expiry: %+v", m)
@@ -215,7 +215,7 @@ func TestConsoleTwoPersonFlow(t *testing.T) {
 	var again consoleMsg
 	c.waitMessage("prd", "a second roll awaiting approval", func(x consoleMsg) bool {
 		again = x
-		return x.ID != m.ID && field(x, "State") == "awaiting_approval"
+		return x.ID != m.ID && field(x, "State") == "awaiting approval"
 	})
 	if est := field(again, "Estimated duration"); !strings.HasPrefix(est, "about ") || !strings.Contains(est, "1 past run(s)") {
 		t.Errorf("estimate from one past run: %q", est)
@@ -228,7 +228,7 @@ func TestConsoleSoloOperatorFlow(t *testing.T) {
 	c.command("alice", "stg", "/talos roll v6")
 	c.opMessage("stg", "roll", "succeeded")
 	c.command("alice", "prd", "/talos roll v6")
-	m := c.opMessage("prd", "roll", "awaiting_approval")
+	m := c.opMessage("prd", "roll", "awaiting approval")
 	c.mustClick("alice", m, "Approve")
 	confirm := c.waitText("prd", "You are approving your own request")
 	c.mustClick("alice", confirm, "Confirm my approval")
@@ -242,7 +242,7 @@ func TestConsoleRefusals(t *testing.T) {
 	c.command("alice", "stg", "/talos roll v9")
 	c.opMessage("stg", "roll", "succeeded")
 	c.command("alice", "prd", "/talos roll v9")
-	m := c.opMessage("prd", "roll", "awaiting_approval")
+	m := c.opMessage("prd", "roll", "awaiting approval")
 	for _, tc := range []struct{ user, want string }{
 		{"carol", "refused: carol is not an approver for production"},
 		{"alice", "refused: alice requested"},
@@ -270,7 +270,7 @@ func TestConsoleRefusals(t *testing.T) {
 	}
 	// Expiry, and a duplicate approval on a 2-approval operation.
 	c.command("alice", "prd", "/talos roll v10 --skip-staging") // never run on staging
-	m2 := c.opMessage("prd", "roll", "awaiting_approval")       // the first roll is cancelled by now
+	m2 := c.opMessage("prd", "roll", "awaiting approval")       // the first roll is cancelled by now
 	c.mustClick("bob", m2, "Approve")
 	c.waitText("prd", "👍 approved by bob (1/2)")
 	c.mustClick("bob", m2, "Approve")

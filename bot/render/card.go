@@ -300,7 +300,8 @@ func evMark(status string) string {
 }
 
 // evidence is what the approver is shown to trust the plan: the staging run
-// (R6), the snapshot, the gate, and the plan's own preconditions. What was
+// (R6), the snapshot and the gate; the plan's own preconditions are added
+// by cardBody (checks). What was
 // not checked says so; it never shows as a pass.
 func evidence(op *state.Operation, p *lifecyclev1.OperationPlan, f *engine.Facts, now time.Time) []string {
 	var out []string
@@ -337,20 +338,6 @@ func evidence(op *state.Operation, p *lifecyclev1.OperationPlan, f *engine.Facts
 		} else {
 			out = append(out, evMark("not-checked")+" gate: no health run on record; the plan runs the gate before the first node")
 		}
-	}
-	for _, pc := range p.GetPreconditions() {
-		st := "ok"
-		if !pc.GetOk() {
-			st = "failed"
-		}
-		line := evMark(st) + " " + pc.GetName()
-		if pc.GetRule() != "" {
-			line += " (" + pc.GetRule() + ")"
-		}
-		if pc.GetDetail() != "" {
-			line += ": " + pc.GetDetail()
-		}
-		out = append(out, line)
 	}
 	return out
 }
@@ -392,7 +379,7 @@ func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 			st = "not-checked" // a probe that could not run is not a pass
 		}
 		g.counts[st]++
-		if (st == "failed" || strings.HasPrefix(s.Detail, "⚠️")) && g.detail == "" {
+		if st == "failed" && g.detail == "" { // warnings: see stepWarnings
 			g.detail = s.Title + ": " + engine.FirstLine(s.Detail)
 		}
 	}
@@ -410,6 +397,45 @@ func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 		}
 		out = append(out, line)
 	}
+	return append(out, stepWarnings(op)...)
+}
+
+// cardWarnings is how many step warnings the card shows in full; the rest
+// are counted, and every one is in the thread (bot/engine threadWorthy).
+const cardWarnings = 3
+
+// stepWarnings are the text of every warning a step of the run reported (a
+// detail starting with ⚠️), so a message that counts "1 warning(s)" also
+// says which: "⚠️ warning: worker-1, cp-2: Pods: 3 pods; worst: …". The same
+// text on several nodes is one line naming them; a long one is cut at a
+// word; after cardWarnings lines the rest are counted.
+func stepWarnings(op *state.Operation) []string {
+	var order []string
+	who := map[string][]string{}
+	for _, s := range op.Steps {
+		if !strings.HasPrefix(s.Detail, "⚠️") {
+			continue
+		}
+		text := strings.TrimSpace(strings.TrimPrefix(engine.FirstLine(s.Detail), "⚠️"))
+		name := s.Node
+		if name == "" {
+			name = s.Title
+		}
+		if _, seen := who[text]; !seen {
+			order = append(order, text)
+		}
+		if !slices.Contains(who[text], name) {
+			who[text] = append(who[text], name)
+		}
+	}
+	var out []string
+	for i, text := range order {
+		if i == cardWarnings {
+			out = append(out, fmt.Sprintf("⚠️ and %d more warning(s): every one is in the thread", len(order)-cardWarnings))
+			break
+		}
+		out = append(out, "⚠️ warning: "+strings.Join(who[text], ", ")+": "+short(text))
+	}
 	return out
 }
 
@@ -424,22 +450,119 @@ func nodeBar(nodes []*node) string {
 	return ProgressBar(done, len(nodes)) + " nodes"
 }
 
-// cardBody is the approval card's text.
+// cardRisks is how many risks the card shows; the rest are counted and
+// left to Details, so a long list cannot push the buttons off the screen.
+const cardRisks = 3
+
+// riskWidth is where a risk's first clause is cut on the card; its whole
+// text is in Details.
+const riskWidth = 110
+
+// risks are the plan's warnings with those that say the same thing merged:
+// exact repeats, and a warning whose subject (its text before the first
+// ":") another warning also names ("no kubeconfig: …" and "health gate: no
+// kubeconfig for this cluster …"). Of two on one subject the shorter stays,
+// as the headline; both are in Details.
+func risks(ws []string) []string {
+	var out []string
+	for _, w := range ws {
+		w = strings.TrimSpace(w)
+		if w == "" {
+			continue
+		}
+		merged := false
+		for i, o := range out {
+			if o == w {
+				merged = true
+				break
+			}
+			if sameSubject(w, o) || sameSubject(o, w) {
+				if len(w) < len(o) {
+					out[i] = w
+				}
+				merged = true
+				break
+			}
+		}
+		if !merged {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// sameSubject reports whether b names a's subject, the text of a before its
+// first ":" (at least two words, so "health gate" alone does not match
+// every gate warning).
+func sameSubject(a, b string) bool {
+	subj, _, ok := strings.Cut(a, ":")
+	subj = strings.ToLower(strings.TrimSpace(subj))
+	if !ok || len(strings.Fields(subj)) < 2 {
+		return false
+	}
+	return strings.Contains(strings.ToLower(b), subj)
+}
+
+// short is a risk as the card shows it: whole up to riskWidth characters,
+// else its first clause (up to ";"), cut at a word near riskWidth.
+func short(s string) string {
+	if len([]rune(s)) <= riskWidth {
+		return s
+	}
+	first, _, _ := strings.Cut(s, "; ")
+	if r := []rune(first); len(r) > riskWidth {
+		first = string(r[:riskWidth])
+		if i := strings.LastIndex(first, " "); i > riskWidth/2 {
+			first = first[:i]
+		}
+	}
+	return strings.TrimRight(first, " ,;:") + " …"
+}
+
+// checks splits the plan's preconditions: those that passed are named on
+// one line (their rule codes and details are in Details); the others get a
+// line each, in words.
+func checks(p *lifecyclev1.OperationPlan) (passed []string, rest []string) {
+	for _, pc := range p.GetPreconditions() {
+		if pc.GetOk() {
+			passed = append(passed, pc.GetName())
+			continue
+		}
+		line := evMark("failed") + " " + pc.GetName()
+		if pc.GetDetail() != "" {
+			line += ": " + short(pc.GetDetail())
+		}
+		rest = append(rest, line)
+	}
+	return passed, rest
+}
+
+// cardBody is the approval card's text: what changes, the nodes in order,
+// the risks, the evidence, a line each, no headings. With the fields and
+// the buttons it must fit 20 lines of one screen
+// (bot/chat/web/card_chromium_test.go counts them); the node table (every
+// node pending, the same versions as What), the installer image, the steps,
+// rule codes and the node identity are in Details.
 func cardBody(op *state.Operation, p *lifecyclev1.OperationPlan, nodes []*node, f *engine.Facts, now time.Time) string {
 	var b strings.Builder
 	if p.GetSummary() != "" {
 		b.WriteString(p.GetSummary() + "\n")
 	}
+	what := "What: "
 	if ft := fromTo(nodes); ft != "" {
 		where := op.Cluster
 		if op.Environment != "" && op.Environment != op.Cluster {
 			where += " (" + op.Environment + ")"
 		}
-		fmt.Fprintf(&b, "What: %s on %s\n", ft, where)
+		what += ft + " on " + where + " · "
 	}
-	if imgs := installers(p); len(imgs) > 0 {
-		b.WriteString("Installer: `" + strings.Join(imgs, "`, `") + "`\n")
+	// The installer image (a 100-character reference) and the step list
+	// are in Details; the card says where.
+	detail := fmt.Sprintf("%d step(s)", len(p.GetSteps()))
+	if len(installers(p)) > 0 {
+		detail += " and the installer image"
 	}
+	b.WriteString(what + detail + ": see Details in the thread\n")
 	if len(nodes) > 0 {
 		var names []string
 		for _, n := range nodes {
@@ -447,19 +570,23 @@ func cardBody(op *state.Operation, p *lifecyclev1.OperationPlan, nodes []*node, 
 		}
 		b.WriteString("Order: " + strings.Join(names, " → ") + "\n")
 	}
-	if ws := p.GetWarnings(); len(ws) > 0 {
-		b.WriteString("\nRisks:\n")
-		for _, w := range ws {
-			b.WriteString("• ⚠️ warning: " + w + "\n")
+	rs := risks(p.GetWarnings())
+	for i, w := range rs {
+		if i == cardRisks {
+			fmt.Fprintf(&b, "⚠️ and %d more risk(s) in Details\n", len(rs)-cardRisks)
+			break
 		}
+		b.WriteString("⚠️ warning: " + short(w) + "\n")
 	}
-	if ev := evidence(op, p, f, now); len(ev) > 0 {
-		b.WriteString("\nEvidence:\n")
-		for _, l := range ev {
-			b.WriteString("• " + l + "\n")
-		}
+	ev := evidence(op, p, f, now)
+	passed, failed := checks(p)
+	if len(passed) > 0 {
+		ev = append(ev, evMark("ok")+" checks: "+strings.Join(passed, ", "))
 	}
-	fmt.Fprintf(&b, "\n%d step(s): see Details in the thread.", len(p.GetSteps()))
+	ev = append(ev, failed...)
+	for _, l := range ev {
+		b.WriteString(l + "\n")
+	}
 	return b.String()
 }
 
@@ -472,6 +599,35 @@ func Details(op *state.Operation) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Details: the %d steps of plan %s\n", len(p.GetSteps()), host.ShortDigest(op.Digest))
+	// The card shortens risks and names passed checks only: here they are
+	// whole, with their rule codes, for whoever wants to read them.
+	if ws := p.GetWarnings(); len(ws) > 0 {
+		b.WriteString("Risks:\n")
+		for _, w := range ws {
+			b.WriteString("• ⚠️ warning: " + w + "\n")
+		}
+	}
+	if pcs := p.GetPreconditions(); len(pcs) > 0 {
+		b.WriteString("Checks:\n")
+		for _, pc := range pcs {
+			st := "ok"
+			if !pc.GetOk() {
+				st = "failed"
+			}
+			line := "• " + evMark(st) + " " + pc.GetName()
+			if pc.GetRule() != "" {
+				line += " (" + pc.GetRule() + ")"
+			}
+			if pc.GetDetail() != "" {
+				line += ": " + pc.GetDetail()
+			}
+			b.WriteString(line + "\n")
+		}
+	}
+	if imgs := installers(p); len(imgs) > 0 {
+		b.WriteString("Installer: `" + strings.Join(imgs, "`, `") + "`\n")
+	}
+	b.WriteString("Steps:\n")
 	for i, s := range p.GetSteps() {
 		line := fmt.Sprintf("%d. %s", i+1, s.GetTitle())
 		if s.GetNode() != "" && !strings.Contains(s.GetTitle(), s.GetNode()) {

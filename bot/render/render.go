@@ -350,10 +350,7 @@ func Render(op *state.Operation, lines []string, f *engine.Facts, now time.Time)
 	var b strings.Builder
 	switch {
 	case op.State == state.StateAwaitingApproval && p != nil:
-		b.WriteString(cardBody(op, p, nodes, f, now) + "\n")
-		if len(nodes) > 0 {
-			m.Table = nodeTable(nodes, now)
-		}
+		b.WriteString(cardBody(op, p, nodes, f, now) + "\n") // no node table: see cardBody
 	case len(nodes) > 0:
 		if ft := fromTo(nodes); ft != "" {
 			fmt.Fprintf(&b, "%s on %s\n", ft, op.Cluster)
@@ -399,7 +396,7 @@ func Render(op *state.Operation, lines []string, f *engine.Facts, now time.Time)
 	m.Text = strings.TrimSpace(b.String())
 	m.Fields = []chat.Field{
 		{Label: "Operation", Value: op.ID},
-		{Label: "State", Value: string(op.State)},
+		{Label: "State", Value: StateLabel(op)},
 		{Label: "Requested by", Value: op.Requester},
 	}
 	if op.Digest != "" {

@@ -45,7 +45,7 @@ func TestApprovalVoidedWhenANodeChangesVersion(t *testing.T) {
 		for _, m := range b.Messages("ops") {
 			// The buttons come with the update after the state change (and
 			// a second edit within a second is coalesced): wait for them.
-			if m.Field("State") == "awaiting_approval" && m.Button("Approve") != "" {
+			if m.Field("State") == "awaiting approval" && m.Button("Approve") != "" {
 				approval = m
 				return true
 			}
@@ -84,7 +84,7 @@ func TestApprovalVoidedWhenANodeChangesVersion(t *testing.T) {
 			return strings.Contains(m.Text, "the plan changed since it was approved")
 		}) &&
 			b.HasMessage("ops", func(m servetest.Message) bool {
-				return m.Field("State") == "awaiting_approval" && m.Field("Plan digest") != digest
+				return m.Field("State") == "awaiting approval" && m.Field("Plan digest") != digest
 			})
 	})
 	if got := c.Calls("cp-1", "Upgrade") + c.Calls("worker-2", "Upgrade"); got != 0 {

@@ -41,7 +41,7 @@ func TestApprovalSurvivesSIGKILL(t *testing.T) {
 					for _, m := range b.Messages("ops") {
 						// The buttons come with the update after the state
 						// change: wait for them.
-						if m.Field("State") == "awaiting_approval" && m.Button("Approve") != "" && strings.HasPrefix(m.Field("Approvals"), want) {
+						if m.Field("State") == "awaiting approval" && m.Button("Approve") != "" && strings.HasPrefix(m.Field("Approvals"), want) {
 							card = m
 							return true
 						}

@@ -33,7 +33,7 @@ func TestRecoverProductionFromChat(t *testing.T) {
 	}
 	b.Command("alice", "ops", "/talos recover production --accept-loss") // cp-1 survives stale with the newer write
 	approval := f.opOf("recover", func(m servetest.Message) bool {
-		return m.Field("State") == "awaiting_approval" && m.Button("Approve") != ""
+		return m.Field("State") == "awaiting approval" && m.Button("Approve") != ""
 	})
 	for _, w := range []string{"cp-1: etcd stale", "cp-2: etcd waiting", "production/", "on cp-2",
 		"Lost by this recovery (in cp-1's newer data)", "configmaps default/after-snapshot"} {

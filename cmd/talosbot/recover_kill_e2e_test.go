@@ -105,7 +105,7 @@ func TestRecoverKilledAtEveryStep(t *testing.T) {
 		if i == 0 {
 			b.Command("alice", "ops", "/talos recover production --accept-loss")
 			approval := f.opOf("recover", func(m servetest.Message) bool {
-				return m.Field("State") == "awaiting_approval" && m.Button("Approve") != ""
+				return m.Field("State") == "awaiting approval" && m.Button("Approve") != ""
 			})
 			id = approval.Field("Operation")
 			f.approveByBoth(approval)

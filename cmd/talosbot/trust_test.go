@@ -147,7 +147,7 @@ func TestServeTrustRegressions(t *testing.T) {
 		var approval servetest.Message
 		b.WaitFor("the approval request", func() bool {
 			for _, m := range b.Messages("ops") {
-				if m.Field("State") == "awaiting_approval" && m.Button("Approve") != "" {
+				if m.Field("State") == "awaiting approval" && m.Button("Approve") != "" {
 					approval = m
 					return true
 				}
@@ -183,7 +183,7 @@ func TestServeTrustRegressions(t *testing.T) {
 			return b.HasMessage("ops", func(m servetest.Message) bool { return strings.Contains(m.Text, "approved by bob (1/2)") })
 		})
 		for _, m := range b.Messages("ops") {
-			if m.ID == approval.ID && m.Field("State") != "awaiting_approval" {
+			if m.ID == approval.ID && m.Field("State") != "awaiting approval" {
 				t.Fatalf("the upgrade moved on to %s with one real approval", m.Field("State"))
 			}
 		}

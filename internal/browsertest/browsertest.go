@@ -197,6 +197,9 @@ type Box struct {
 	// ScreenHeight is the part of the viewport the page's own bars (a
 	// sticky header, a fixed command line) leave for content.
 	ScreenHeight float64
+	// ScreenTop is where the screen's content starts, under any bar fixed
+	// to the top (InViewport only).
+	ScreenTop float64
 }
 
 // Fits reports whether the element is no taller than one screen.
@@ -238,6 +241,64 @@ func (p *Page) AssertFitsOneScreen(sel, name string) Box {
 	}
 	return b
 }
+
+// Lines counts the rows of text the first element matching sel shows as
+// a person reads them: every rendered line box of its text (a wrapped
+// paragraph counts each line it wraps to), with boxes side by side (the
+// cells of a table row, fields in a grid row, buttons in a bar) counted as
+// one row. Text in collapsed parts (a closed <details>) is not rendered
+// and not counted.
+func (p *Page) Lines(sel string) int {
+	p.t.Helper()
+	n := Eval[*int](p, fmt.Sprintf(`(() => { const e = document.querySelector(%s); if (!e) return null;
+		const rows = [];
+		const walk = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
+		for (let t = walk.nextNode(); t; t = walk.nextNode()) {
+			// A closed <details> still lays its content out in Chromium;
+			// checkVisibility says it is not shown.
+			if (!t.textContent.trim() || !t.parentElement.checkVisibility({contentVisibilityAuto: true, visibilityProperty: true})) continue;
+			const r = document.createRange(); r.selectNodeContents(t);
+			for (const b of r.getClientRects()) if (b.width > 0 && b.height > 0) rows.push([b.top, b.bottom]);
+		}
+		rows.sort((a, b) => (a[0] + a[1]) - (b[0] + b[1]));
+		let n = 0, bottom = -Infinity;
+		for (const [top, bot] of rows) {
+			// A box whose middle is above the bottom of the row before is
+			// on that row (cells, fields and buttons side by side).
+			if ((top + bot) / 2 > bottom) { n++; bottom = bot; }
+		}
+		return n; })()`, jsString(sel)))
+	if n == nil {
+		p.t.Fatalf("no element %s on the page", sel)
+	}
+	return *n
+}
+
+// InViewport reports whether the first element matching sel is wholly on
+// the screen as it is now scrolled, between the page's fixed bars (see
+// Measure), and returns its box.
+func (p *Page) InViewport(sel string) (Box, bool) {
+	p.t.Helper()
+	b := Eval[*Box](p, fmt.Sprintf(`(() => { const e = document.querySelector(%s); if (!e) return null;
+		let top = 0, bottom = 0;
+		for (const o of document.querySelectorAll("body *")) {
+			const pos = getComputedStyle(o).position;
+			if (pos !== "fixed" && pos !== "sticky") continue;
+			const r = o.getBoundingClientRect();
+			if (r.height === 0 || r.width < innerWidth / 2 || r.height > innerHeight / 3) continue;
+			if (r.top <= 0) top = Math.max(top, r.bottom); else if (r.bottom >= innerHeight) bottom = Math.max(bottom, innerHeight - r.top);
+		}
+		const r = e.getBoundingClientRect();
+		return {Top: r.top, Bottom: r.bottom, Height: r.height, ScreenHeight: innerHeight - top - bottom, ScreenTop: top}; })()`, jsString(sel)))
+	if b == nil {
+		p.t.Fatalf("no element %s on the page", sel)
+	}
+	return *b, b.Height > 0 && b.Top >= b.ScreenTop && b.Bottom <= b.ScreenBottom()
+}
+
+// ScreenBottom is where the screen's content ends, over any bar fixed to
+// the bottom (a Box from InViewport).
+func (b Box) ScreenBottom() float64 { return b.ScreenTop + b.ScreenHeight }
 
 // PageHeight is the height of the whole document in CSS pixels.
 func (p *Page) PageHeight() float64 {

@@ -77,8 +77,8 @@ func TestApprovalCardAndRunningUpgradeAsEmbeds(t *testing.T) {
 	if e.Title != "🕒 awaiting approval · /talos upgrade talos · production" || !strings.Contains(e.Description, "Order: worker-1 → worker-2 → cp-2 → cp-3 → cp-1") {
 		t.Errorf("embed %q\n%s", e.Title, e.Description)
 	}
-	if !strings.Contains(e.Description, "```\nNode      Role          From → to          State       Duration\nworker-1  worker") || !strings.HasSuffix(e.Description, "```") {
-		t.Errorf("node table block:\n%s", e.Description)
+	if strings.Contains(e.Description, "```") { // the table is on the running message only (bot/render/card.go)
+		t.Errorf("node table block on the approval card:\n%s", e.Description)
 	}
 	fields := map[string]string{}
 	for _, fl := range e.Fields {
