@@ -100,7 +100,8 @@ const (
 var (
 	// ErrPluginExited: the plugin process exited while the call was in flight.
 	ErrPluginExited = errors.New("plugin process exited")
-	// ErrChecksumMismatch: an external plugin's executable is not the configured one.
+	// ErrChecksumMismatch: a plugin's executable is not the expected one (the
+	// configured sum for an external plugin, the recorded one for the built-ins).
 	ErrChecksumMismatch = errors.New("checksum mismatch")
 	// ErrBuiltInMismatch: a built-in plugin process describes itself
 	// differently from the catalogue the bot was built with.
@@ -610,6 +611,7 @@ func (m *Manager) discard(p *managed, inst *instance) {
 func (m *Manager) start(ctx context.Context, p *managed, abort context.CancelFunc) (*instance, error) {
 	if p.sha256 == "" {
 		// Only a built-in can lack a sum (New requires one for externals).
+		abort()
 		return nil, fmt.Errorf("plugin %q (%s): %w: the sha256 of talosbot-plugins is unknown, so it is not started; build talosbot with make build, which records it", p.name, p.path, ErrChecksumMismatch)
 	}
 	cmd := exec.CommandContext(ctx, p.path, p.args...)
