@@ -22,9 +22,13 @@ COPY plugins ./plugins
 COPY internal ./internal
 ARG VERSION=dev
 ARG COMMIT=unknown
-# Keep these flags identical to the Makefile's build target (a test checks it).
-# Both binaries, one build: talosbot serve finds talosbot-plugins in its own directory.
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/talosbot/talosbot/internal/version.Version=${VERSION} -X github.com/talosbot/talosbot/internal/version.Commit=${COMMIT}" -o /out/ ./cmd/talosbot ./cmd/talosbot-plugins
+# Keep these flags identical to the Makefile's build target (a test checks it, and
+# runs this step). Both binaries into one directory: talosbot serve finds
+# talosbot-plugins in its own. talosbot-plugins first: talosbot records its sha256
+# and starts no other binary as its built-in plugins.
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/talosbot/talosbot/internal/version.Version=${VERSION} -X github.com/talosbot/talosbot/internal/version.Commit=${COMMIT}" -o /out/ ./cmd/talosbot-plugins && \
+    sum=$(sha256sum /out/talosbot-plugins) && sum=${sum%% *} && \
+    CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/talosbot/talosbot/internal/version.Version=${VERSION} -X github.com/talosbot/talosbot/internal/version.Commit=${COMMIT} -X github.com/talosbot/talosbot/internal/version.PluginsSHA256=${sum}" -o /out/ ./cmd/talosbot
 # The state directory, made here because the runtime image has no shell.
 RUN mkdir -m 0700 /out/state
 

@@ -17,10 +17,13 @@ all: build
 
 # bin/talosbot (the bot) and bin/talosbot-plugins (its built-in plugins, which the bot
 # finds next to itself) are what gets installed; bin/talosbot-demo is the same bot
-# with the simulator (-tags demo) for `make demo`.
+# with the simulator (-tags demo) for `make demo`. talosbot-plugins is built first:
+# the bot records its sha256 and starts no other binary as its built-in plugins.
 build:
-	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o bin/ ./cmd/talosbot ./cmd/talosbot-plugins
-	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -tags demo -o bin/talosbot-demo ./cmd/talosbot
+	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o bin/ ./cmd/talosbot-plugins
+	sum=$$(sha256sum bin/talosbot-plugins 2>/dev/null || shasum -a 256 bin/talosbot-plugins) && sum=$${sum%% *} && \
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS) -X $(PKG)/internal/version.PluginsSHA256=$$sum" -o bin/ ./cmd/talosbot && \
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS) -X $(PKG)/internal/version.PluginsSHA256=$$sum" -tags demo -o bin/talosbot-demo ./cmd/talosbot
 
 # The release archive: the two files of an install, side by side (the bot finds its plugins next to itself).
 dist: build

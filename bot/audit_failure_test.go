@@ -68,7 +68,7 @@ func TestAuditAppendFailureIsLoggedAndCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	mgr, err := host.New(host.Options{Executable: pluginBin, BuiltIn: []string{"eng"}})
+	mgr, err := host.New(host.Options{Executable: pluginBin, ExecutableSHA256: pluginSHA256, BuiltIn: []string{"eng"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func newConsoleEnv(t *testing.T, cfgText string) *consoleEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := host.New(host.Options{Executable: pluginBin, BuiltIn: []string{"eng"}})
+	mgr, err := host.New(host.Options{Executable: pluginBin, ExecutableSHA256: pluginSHA256, BuiltIn: []string{"eng"}})
 	if err != nil {
 		t.Fatal(err)
 	}

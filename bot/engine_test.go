@@ -2,6 +2,8 @@ package bot_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -24,7 +26,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-var pluginBin string
+// pluginBin is the engine tests' plugin, launched as a built-in, and
+// pluginSHA256 its sum (the host starts no built-in without one).
+var pluginBin, pluginSHA256 string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "engineplugin")
@@ -37,6 +41,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build engineplugin: %v\n%s", err, out)
 		os.Exit(1)
 	}
+	raw, err := os.ReadFile(pluginBin)
+	if err != nil {
+		panic(err)
+	}
+	sum := sha256.Sum256(raw)
+	pluginSHA256 = hex.EncodeToString(sum[:])
 	code := m.Run()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
@@ -313,7 +323,7 @@ func (e *env) open() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.mgr, err = host.New(host.Options{Executable: pluginBin, BuiltIn: []string{"eng"}})
+	e.mgr, err = host.New(host.Options{Executable: pluginBin, ExecutableSHA256: pluginSHA256, BuiltIn: []string{"eng"}})
 	if err != nil {
 		t.Fatal(err)
 	}

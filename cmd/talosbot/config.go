@@ -107,7 +107,11 @@ func newPluginHost(cfg *config.Config, log *slog.Logger, onRestart func(string))
 	for _, p := range cfg.Plugins.External {
 		ext = append(ext, host.External{Name: p.Name, Path: p.Path, SHA256: p.SHA256})
 	}
-	return host.New(host.Options{Executable: pluginsBinaryPath(), BuiltIn: builtins.Names(), External: ext, RunTimeout: cfg.Timeouts.Run.D(), Logger: log, PassEnv: cfg.Plugins.PassEnv,
+	// No sum (a plain go build without TALOSBOT_PLUGINS_SHA256): config
+	// check needs none, and the host refuses to start a built-in without it;
+	// serve has refused already, with the fix (pluginsBinary).
+	sum, _ := pluginsSHA256()
+	return host.New(host.Options{Executable: pluginsBinaryPath(), ExecutableSHA256: sum, BuiltIn: builtins.Names(), External: ext, RunTimeout: cfg.Timeouts.Run.D(), Logger: log, PassEnv: cfg.Plugins.PassEnv,
 		Describe:  builtins.Describe,
 		OnRestart: onRestart})
 }

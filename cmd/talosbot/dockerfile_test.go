@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,29 +60,39 @@ func TestDockerfileMatchesRepoAndMakefile(t *testing.T) {
 	if !strings.Contains(string(df), "CGO_ENABLED=0 go build -trimpath") || !strings.Contains(string(mk), "CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS)") {
 		t.Fatal("Dockerfile and Makefile must both build with CGO_ENABLED=0 and -trimpath")
 	}
-	// One go build makes both binaries, and the image puts them in one
-	// directory: talosbot serve looks for talosbot-plugins next to itself.
-	buildRE := regexp.MustCompile(`(?m)^RUN CGO_ENABLED=0 go build .* -o /out/ (.+)$`)
-	bm := buildRE.FindStringSubmatch(string(df))
-	if bm == nil || strings.Join(strings.Fields(bm[1]), " ") != "./cmd/talosbot ./cmd/talosbot-plugins" {
-		t.Fatalf("the Dockerfile must build ./cmd/talosbot and ./cmd/talosbot-plugins into /out/ in one go build; got %q", bm)
+	// Both binaries go into one directory (talosbot serve looks for
+	// talosbot-plugins next to itself), talosbot-plugins first: talosbot
+	// records its sha256 (and serve refuses any other binary in its place).
+	runRE := regexp.MustCompile(`(?m)^RUN (CGO_ENABLED=0 go build (?:.*\\\n)*.*)$`)
+	rm := runRE.FindStringSubmatch(string(df))
+	if rm == nil {
+		t.Fatal("no RUN CGO_ENABLED=0 go build step in the Dockerfile")
+	}
+	step := rm[1]
+	record := `-ldflags "` + m[1] + ` -X github.com/talosbot/talosbot/internal/version.PluginsSHA256=${sum}" -o /out/ ./cmd/talosbot` + "\n"
+	if !strings.Contains(step, `-o /out/ ./cmd/talosbot-plugins && \`) || !strings.HasSuffix(step+"\n", record) {
+		t.Fatalf("the Dockerfile must build ./cmd/talosbot-plugins into /out/, then ./cmd/talosbot with its sha256 recorded (%s); got:\n%s", record, step)
 	}
 	if !regexp.MustCompile(`(?m)^COPY --from=build /out/talosbot /out/talosbot-plugins /usr/local/bin/$`).Match(df) ||
 		!strings.Contains(string(df), `ENTRYPOINT ["/usr/local/bin/talosbot"]`) {
 		t.Fatal("the image must copy talosbot and talosbot-plugins into /usr/local/bin/, the entrypoint's directory")
 	}
-	if !strings.Contains(string(mk), "-o bin/ ./cmd/talosbot ./cmd/talosbot-plugins") {
-		t.Fatal("make build must build talosbot and talosbot-plugins into bin/ the same way")
+	mkRecord := `-ldflags "$(LDFLAGS) -X $(PKG)/internal/version.PluginsSHA256=$$sum"`
+	if !strings.Contains(string(mk), "CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o bin/ ./cmd/talosbot-plugins\n") ||
+		!strings.Contains(string(mk), mkRecord+" -o bin/ ./cmd/talosbot ") ||
+		!strings.Contains(string(mk), mkRecord+" -tags demo -o bin/talosbot-demo ./cmd/talosbot\n") {
+		t.Fatal("make build must build talosbot-plugins into bin/ first, then talosbot and talosbot-demo with its sha256 recorded, the same way")
 	}
 	if !strings.Contains(string(mk), "-C bin talosbot talosbot-plugins") {
 		t.Fatal("make dist (the release archive) must carry talosbot and talosbot-plugins side by side")
 	}
+	// Run the Dockerfile's build step itself, into a temp dir.
 	dir := t.TempDir()
-	flags := strings.NewReplacer("${VERSION}", "v9.9.9-docker", "${COMMIT}", "abc1234").Replace(m[1])
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", flags, "-o", dir+"/", ".", "../talosbot-plugins")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd := exec.Command("sh", "-ec", strings.ReplaceAll(step, "/out/", dir+"/"))
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "VERSION=v9.9.9-docker", "COMMIT=abc1234")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build with the Dockerfile's flags: %v\n%s", err, b)
+		t.Fatalf("the Dockerfile's build step: %v\n%s", err, b)
 	}
 	for name, want := range map[string]string{"talosbot": "talosbot v9.9.9-docker (abc1234)", "talosbot-plugins": "talosbot v9.9.9-docker (abc1234)"} {
 		out := filepath.Join(dir, name)
@@ -90,6 +103,18 @@ func TestDockerfileMatchesRepoAndMakefile(t *testing.T) {
 		if f, err := exec.Command("file", out).Output(); err == nil && !strings.Contains(string(f), "statically linked") {
 			t.Fatalf("%s is not static: %s", name, f)
 		}
+	}
+	plugins, err := os.ReadFile(filepath.Join(dir, "talosbot-plugins"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bot, err := os.ReadFile(filepath.Join(dir, "talosbot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(plugins)
+	if !bytes.Contains(bot, []byte(hex.EncodeToString(sum[:]))) {
+		t.Fatal("the image's talosbot does not hold the sha256 of its talosbot-plugins")
 	}
 }
 

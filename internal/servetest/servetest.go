@@ -26,25 +26,53 @@ import (
 
 // Binary returns the binary under test: $TALOSBOT_BIN (make test sets it,
 // and $TALOSBOT_PLUGINS_BIN for the built-in plugins, which the process
-// inherits) or a fresh build of ./cmd/talosbot and ./cmd/talosbot-plugins
-// into one temp dir, where talosbot finds talosbot-plugins next to itself.
+// inherits) or a fresh Build into a temp dir, where talosbot finds
+// talosbot-plugins next to itself.
 func Binary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("TALOSBOT_BIN"); p != "" {
 		return p
 	}
+	dir := t.TempDir()
+	if err := Build(dir, false); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "talosbot")
+}
+
+// Build builds talosbot-plugins, then talosbot (and with demo,
+// talosbot-demo) into dir as make build does: talosbot records the sha256 of
+// that talosbot-plugins, and serve starts no other binary as its built-in
+// plugins (a plain go build of talosbot records none and refuses them all).
+func Build(dir string, demo bool) error {
 	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
 	if err != nil {
-		t.Fatalf("find the module root: %v", err)
+		return fmt.Errorf("find the module root: %w", err)
 	}
-	dir := t.TempDir()
-	out := filepath.Join(dir, "talosbot")
-	cmd := exec.Command("go", "build", "-o", dir+"/", "./cmd/talosbot", "./cmd/talosbot-plugins")
-	cmd.Dir = strings.TrimSpace(string(root))
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build talosbot: %v\n%s", err, b)
+	goBuild := func(args ...string) error {
+		cmd := exec.Command("go", append([]string{"build"}, args...)...)
+		cmd.Dir = strings.TrimSpace(string(root))
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %w\n%s", strings.Join(args, " "), err, b)
+		}
+		return nil
 	}
-	return out
+	if err := goBuild("-o", dir+"/", "./cmd/talosbot-plugins"); err != nil {
+		return err
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "talosbot-plugins"))
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(raw)
+	ldflags := "-X github.com/talosbot/talosbot/internal/version.PluginsSHA256=" + hex.EncodeToString(sum[:])
+	if err := goBuild("-ldflags", ldflags, "-o", dir+"/", "./cmd/talosbot"); err != nil {
+		return err
+	}
+	if demo {
+		return goBuild("-tags", "demo", "-ldflags", ldflags, "-o", filepath.Join(dir, "talosbot-demo"), "./cmd/talosbot")
+	}
+	return nil
 }
 
 // FreeAddr returns a free loopback host:port.

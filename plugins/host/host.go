@@ -10,24 +10,34 @@
 //     started by New.
 //   - Lazy start. The first call for a plugin starts its process; later calls
 //     reuse it, concurrently (each call is its own gRPC stream).
-//   - Checksums. Before every launch of an external plugin, including
-//     restarts, the host hashes the executable and refuses to start it if the
-//     sha256 differs from the configured one; go-plugin's SecureConfig checks
-//     it again right before exec. Built-ins are installed with the bot (the
-//     same directory, same trust) and are not hashed; instead each started
-//     built-in must describe itself exactly as the bot's catalogue says
-//     (Options.Describe), which refuses a plugin binary from another build.
+//   - Checksums. Before every launch of a plugin, including restarts, the
+//     host hashes the executable and refuses to start it if the sha256
+//     differs from the expected one; go-plugin's SecureConfig checks it again
+//     right before exec. For an external plugin the sum comes from the config;
+//     for the built-ins it is the sum of talosbot-plugins recorded when the
+//     bot was built (Options.ExecutableSHA256): a wrapper or another build
+//     put in its place is never run, so it never sees a request or its
+//     credentials. In addition each started built-in must describe itself
+//     exactly as the bot's catalogue says (Options.Describe).
 //   - Crash and restart. When a process exits on its own, every call in
 //     flight on it fails promptly with "plugin "x" exited during run: …"
 //     (or during plan/describe). Describe and Plan have no side effects and
 //     are retried once on a fresh process; Run is never retried. The next use
 //     starts a fresh process and calls Options.OnRestart.
-//   - Timeouts and cancellation. Describe and Plan are bounded by
-//     CallTimeout, Run by RunTimeout (a request cannot extend it). Cancelling
-//     the caller's ctx, or a timeout, cancels the gRPC stream, which cancels
-//     the plugin's ctx.
-//   - Close kills every plugin process (graceful shutdown, then SIGKILL after
-//     two seconds).
+//   - Timeouts and cancellation. Starting a process is bounded by
+//     CallTimeout (go-plugin's StartTimeout), Describe and Plan by
+//     CallTimeout including the wait for a start, Run by RunTimeout (a
+//     request cannot extend it). Cancelling the caller's ctx, or a timeout,
+//     cancels the gRPC stream, which cancels the plugin's ctx; the host
+//     returns at once even if the plugin ignores it.
+//   - Nothing waits on a plugin under a lock. A start runs in the background
+//     and callers wait for it with their own ctx; a hung plugin delays only
+//     the calls to that plugin.
+//   - Process groups. Each plugin leads its own process group, and a kill
+//     (graceful shutdown, then SIGKILL to the whole group) also ends what the
+//     plugin started; a child holding the plugin's stderr open cannot keep the
+//     kill waiting. Kills are bounded: Close returns within closeWait
+//     whatever the plugins do.
 //
 // Secrets: OperationRequest carries credentials. This package never logs
 // requests, and plugin processes get a minimal environment (see Options.PassEnv)
@@ -71,11 +81,27 @@ const (
 // exit as the cause. A crash is normally confirmed within milliseconds.
 const exitGrace = 3 * time.Second
 
+// Kill timing. go-plugin's Kill asks the plugin to shut down and waits two
+// seconds before it sends SIGKILL, then waits for the process's pipes to
+// close; killGrace leaves it that graceful shutdown, after which the whole
+// process group gets SIGKILL (what go-plugin kills is the plugin alone, and a
+// child of it holding the stderr pipe would keep Kill waiting for good).
+// killWait bounds the wait after that; a process that outlives it (one that
+// left its process group, or is stuck in the kernel) is reported and given
+// up on. closeWait bounds Close as a whole, so that `serve` exits in bounded
+// time whatever a plugin does.
+const (
+	killGrace = 2500 * time.Millisecond
+	killWait  = 2 * time.Second
+	closeWait = killGrace + killWait + time.Second
+)
+
 // Errors callers can test with errors.Is.
 var (
 	// ErrPluginExited: the plugin process exited while the call was in flight.
 	ErrPluginExited = errors.New("plugin process exited")
-	// ErrChecksumMismatch: an external plugin's executable is not the configured one.
+	// ErrChecksumMismatch: a plugin's executable is not the expected one (the
+	// configured sum for an external plugin, the recorded one for the built-ins).
 	ErrChecksumMismatch = errors.New("checksum mismatch")
 	// ErrBuiltInMismatch: a built-in plugin process describes itself
 	// differently from the catalogue the bot was built with.
@@ -116,6 +142,11 @@ type Options struct {
 	// Executable is the binary of the built-in plugins (talosbot-plugins);
 	// built-ins launch as `Executable plugin NAME`.
 	Executable string
+	// ExecutableSHA256 is the hex sha256 Executable must have (recorded when
+	// the bot was built). A built-in is never started without it: New
+	// accepts an empty value (so that `config check`, which starts no
+	// built-in, works with any build), but the first start then fails.
+	ExecutableSHA256 string
 	// BuiltIn lists the built-in plugin names.
 	BuiltIn []string
 	// External lists checksum-verified plugin executables.
@@ -161,7 +192,7 @@ type Manager struct {
 	plugins map[string]*managed
 	closed  atomic.Bool
 	bgMu    sync.Mutex     // orders bg.Add before Close's bg.Wait
-	bg      sync.WaitGroup // kills of discarded processes
+	bg      sync.WaitGroup // starts, and kills of discarded processes
 }
 
 // managed is one configured plugin and its current process, if any.
@@ -171,10 +202,25 @@ type managed struct {
 	args   []string
 	sha256 string // lower-case hex; empty for built-ins
 
-	mu       sync.Mutex // guards everything below; held while starting
+	builtIn bool
+
+	// mu guards everything below. It is never held across a start, a call
+	// or a kill, which can all take long: Close and the calls to other
+	// plugins must not wait behind a plugin that hangs.
+	mu       sync.Mutex
 	cur      *instance
-	lost     bool // the previous process exited unexpectedly or was discarded
+	starting *startAttempt // the start in progress, if any
+	lost     bool          // the previous process exited unexpectedly or was discarded
 	manifest *lifecyclev1.Manifest
+}
+
+// startAttempt is one start of a plugin process, shared by every caller that
+// needs the process while it starts. done is closed once inst or err is set.
+type startAttempt struct {
+	done  chan struct{}
+	abort context.CancelFunc // kills the process (group) being started
+	inst  *instance
+	err   error
 }
 
 // instance is one running plugin process.
@@ -188,6 +234,10 @@ type instance struct {
 	exited   context.Context
 	pid      int
 	stopping atomic.Bool // set before an intentional kill
+	// abort cancels the ctx of cmd: exec then kills the process group
+	// (cmd.Cancel), even while go-plugin still holds the process.
+	abort context.CancelFunc
+	log   *slog.Logger
 }
 
 // New validates opts and returns a Manager. No plugin is started.
@@ -218,8 +268,12 @@ func New(opts Options) (*Manager, error) {
 	if len(opts.BuiltIn) > 0 && opts.Executable == "" {
 		return nil, errors.New("plugins: Options.Executable (the talosbot-plugins binary) is required to launch built-in plugins")
 	}
+	builtInSum := strings.ToLower(strings.TrimSpace(opts.ExecutableSHA256))
+	if b, err := hex.DecodeString(builtInSum); builtInSum != "" && (err != nil || len(b) != sha256.Size) {
+		return nil, fmt.Errorf("plugins: Options.ExecutableSHA256 %q is not a 64-character hex sha256", opts.ExecutableSHA256)
+	}
 	for _, name := range opts.BuiltIn {
-		if err := add(&managed{name: name, path: opts.Executable, args: []string{"plugin", name}}); err != nil {
+		if err := add(&managed{name: name, path: opts.Executable, args: []string{"plugin", name}, sha256: builtInSum, builtIn: true}); err != nil {
 			return nil, err
 		}
 	}
@@ -263,8 +317,8 @@ func (m *Manager) Verify() error {
 	var errs []error
 	for _, name := range m.names {
 		p := m.plugins[name]
-		if p.sha256 != "" {
-			errs = append(errs, verifyChecksum(p.name, p.path, p.sha256))
+		if !p.builtIn {
+			errs = append(errs, verifyChecksum(p, p.path))
 		}
 	}
 	return errors.Join(errs...)
@@ -284,7 +338,7 @@ func (m *Manager) Manifest(ctx context.Context, name string) (*lifecyclev1.Manif
 		return proto.CloneOf(cached), nil
 	}
 	var mf *lifecyclev1.Manifest
-	if p.sha256 == "" && m.opts.Describe != nil {
+	if p.builtIn && m.opts.Describe != nil {
 		mf, err = m.opts.Describe(ctx, name)
 	} else {
 		err = m.unary(ctx, p, "describe", func(ctx context.Context, c lifecyclev1.LifecycleClient) error {
@@ -353,12 +407,12 @@ func (m *Manager) Run(ctx context.Context, name string, req *lifecyclev1.Operati
 	if err != nil {
 		return nil, err
 	}
-	inst, err := m.acquire(p)
+	tctx, cancelTimeout := context.WithTimeout(ctx, m.opts.RunTimeout)
+	defer cancelTimeout()
+	inst, err := m.acquire(tctx, p)
 	if err != nil {
 		return nil, err
 	}
-	tctx, cancelTimeout := context.WithTimeout(ctx, m.opts.RunTimeout)
-	defer cancelTimeout()
 	rctx, cancel := context.WithCancelCause(tctx)
 	defer cancel(nil)
 	stop := context.AfterFunc(inst.exited, func() { cancel(ErrPluginExited) })
@@ -398,8 +452,10 @@ func (m *Manager) Run(ctx context.Context, name string, req *lifecyclev1.Operati
 	return result, nil
 }
 
-// Close kills all plugin processes and makes every later call fail with
-// ErrClosed. Calls in flight fail. Safe to call more than once.
+// Close kills all plugin processes, those being started included, and makes
+// every later call fail with ErrClosed. Calls in flight fail. It returns
+// within closeWait whatever the plugins do (a process that would not die is
+// logged). Safe to call more than once.
 func (m *Manager) Close() {
 	m.closed.Store(true)
 	var wg sync.WaitGroup
@@ -407,17 +463,41 @@ func (m *Manager) Close() {
 		p.mu.Lock()
 		inst := p.cur
 		p.cur = nil
+		if p.starting != nil {
+			// The start fails at once; its goroutine (in bg) cleans up.
+			p.starting.abort()
+		}
 		p.mu.Unlock()
 		if inst != nil {
 			wg.Go(inst.kill)
 		}
 	}
-	wg.Wait()
-	// After this barrier, discard sees closed and kills synchronously.
+	// After this barrier no goroutine joins bg: goBG sees closed.
 	m.bgMu.Lock()
 	//lint:ignore SA2001 the empty critical section is the barrier
 	m.bgMu.Unlock()
-	m.bg.Wait()
+	wg.Go(m.bg.Wait)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	t := time.NewTimer(closeWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		m.log.Warn("plugin processes did not stop in time; giving up on them", "waited", closeWait)
+	}
+}
+
+// goBG runs f in the background unless the Manager is closed; Close waits
+// for it. It reports whether f was started.
+func (m *Manager) goBG(f func()) bool {
+	m.bgMu.Lock()
+	defer m.bgMu.Unlock()
+	if m.closed.Load() {
+		return false
+	}
+	m.bg.Go(f)
+	return true
 }
 
 func (m *Manager) lookup(name string) (*managed, error) {
@@ -428,37 +508,84 @@ func (m *Manager) lookup(name string) (*managed, error) {
 	return p, nil
 }
 
-// acquire returns p's live process, starting one if needed.
-func (m *Manager) acquire(p *managed) (*instance, error) {
+// acquire returns p's live process, starting one if needed. The start runs
+// in the background, shared by all callers that need the process meanwhile;
+// each waits for it only as long as its own ctx allows.
+func (m *Manager) acquire(ctx context.Context, p *managed) (*instance, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if m.closed.Load() {
+		p.mu.Unlock()
 		return nil, fmt.Errorf("plugin %q: %w", p.name, ErrClosed)
 	}
 	if p.cur != nil && p.cur.exited.Err() == nil {
-		return p.cur, nil
+		inst := p.cur
+		p.mu.Unlock()
+		return inst, nil
 	}
+	var gone *instance
 	if p.cur != nil {
-		// Exited already; Kill only releases go-plugin's goroutines and
-		// sockets. Not inst.kill: that would mark the exit as intended and
-		// could suppress the unexpected-exit warning.
-		p.cur.client.Kill()
+		gone = p.cur
 		p.cur = nil
 		p.lost = true
 	}
-	inst, err := m.start(p)
-	if err != nil {
-		return nil, err
+	a := p.starting
+	if a == nil {
+		pctx, abort := context.WithCancel(context.Background())
+		a = &startAttempt{done: make(chan struct{}), abort: abort}
+		if !m.goBG(func() { m.runStart(pctx, p, a) }) {
+			abort()
+			p.mu.Unlock()
+			return nil, fmt.Errorf("plugin %q: %w", p.name, ErrClosed)
+		}
+		p.starting = a
 	}
-	p.cur = inst
-	if p.lost {
-		p.lost = false
+	p.mu.Unlock()
+	if gone != nil {
+		// Exited already: this only releases go-plugin's goroutines and
+		// sockets (the exit hook in start killed its group). Not inst.kill:
+		// that would mark the exit as intended and could suppress the
+		// unexpected-exit warning.
+		if !m.goBG(gone.client.Kill) {
+			gone.client.Kill()
+		}
+	}
+	select {
+	case <-a.done:
+		return a.inst, a.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("plugin %q: gave up waiting for the plugin process to start: %w", p.name, context.Cause(ctx))
+	}
+}
+
+// runStart starts a process for p and publishes it (or the error) to a and,
+// unless the Manager was closed meanwhile, as p's current process.
+func (m *Manager) runStart(ctx context.Context, p *managed, a *startAttempt) {
+	inst, err := m.start(ctx, p, a.abort)
+	restarted := false
+	p.mu.Lock()
+	p.starting = nil
+	if err == nil && m.closed.Load() {
+		err = fmt.Errorf("plugin %q: %w", p.name, ErrClosed)
+	} else if err == nil {
+		p.cur = inst
+		restarted, p.lost = p.lost, false
+	}
+	a.err = err
+	if err == nil {
+		a.inst = inst
+	}
+	p.mu.Unlock()
+	close(a.done)
+	if err != nil && inst != nil {
+		inst.kill() // started, but Close came first
+		return
+	}
+	if restarted {
 		m.log.Info("plugin restarted after an unexpected exit", "plugin", p.name, "pid", inst.pid)
 		if m.opts.OnRestart != nil {
 			m.opts.OnRestart(p.name)
 		}
 	}
-	return inst, nil
 }
 
 // discard drops inst if it is still p's current process and kills it; used
@@ -471,35 +598,44 @@ func (m *Manager) discard(p *managed, inst *instance) {
 	}
 	p.mu.Unlock()
 	// In the background, so the caller does not wait for a wedged process;
-	// Close waits for these kills.
-	m.bgMu.Lock()
-	defer m.bgMu.Unlock()
-	if m.closed.Load() {
+	// Close waits for these kills. Once closed, Close has taken or will take
+	// the current process; a discarded one is killed here.
+	if !m.goBG(inst.kill) {
 		inst.kill()
-		return
 	}
-	m.bg.Go(inst.kill)
 }
 
-// start launches one process for p. Called with p.mu held.
-func (m *Manager) start(p *managed) (*instance, error) {
-	cmd := exec.Command(p.path, p.args...)
+// start launches one process for p, verified against p's sha256. ctx is the
+// process's: cancelling it (abort) kills the process group, which also ends
+// a start that waits on the plugin.
+func (m *Manager) start(ctx context.Context, p *managed, abort context.CancelFunc) (*instance, error) {
+	if p.sha256 == "" {
+		// Only a built-in can lack a sum (New requires one for externals).
+		abort()
+		return nil, fmt.Errorf("plugin %q (%s): %w: the sha256 of talosbot-plugins is unknown, so it is not started; build talosbot with make build, which records it", p.name, p.path, ErrChecksumMismatch)
+	}
+	cmd := exec.CommandContext(ctx, p.path, p.args...)
 	if cmd.Err != nil {
+		abort()
 		return nil, fmt.Errorf("plugin %q (%s): %w; check the plugin path in the config", p.name, p.path, cmd.Err)
 	}
 	cmd.Env = append([]string(nil), m.env...)
-	dieWithParent(cmd)
-
-	var secure *plugin.SecureConfig
-	if p.sha256 != "" {
-		// Our own check first, for an error message that says what to do;
-		// SecureConfig repeats it immediately before exec.
-		if err := verifyChecksum(p.name, cmd.Path, p.sha256); err != nil {
-			return nil, err
-		}
-		want, _ := hex.DecodeString(p.sha256) // validated in New
-		secure = &plugin.SecureConfig{Checksum: want, Hash: sha256.New()}
+	isolate(cmd)
+	// Called by exec when ctx ends while the process runs (and go-plugin has
+	// not reaped it yet): the whole group, not only the plugin.
+	cmd.Cancel = func() error {
+		_ = killProcessGroup(cmd.Process.Pid)
+		return cmd.Process.Kill()
 	}
+
+	// Our own check first, for an error message that says what to do;
+	// SecureConfig repeats it immediately before exec.
+	if err := verifyChecksum(p, cmd.Path); err != nil {
+		abort()
+		return nil, err
+	}
+	want, _ := hex.DecodeString(p.sha256) // validated in New
+	secure := &plugin.SecureConfig{Checksum: want, Hash: sha256.New()}
 
 	log := m.log.With("plugin", p.name)
 	client := plugin.NewClient(&plugin.ClientConfig{
@@ -517,34 +653,48 @@ func (m *Manager) start(p *managed) (*instance, error) {
 		SyncStdout:       newLineLogger(log, "stdout"),
 		SyncStderr:       newLineLogger(log, "stderr"),
 	})
+	// fail kills what was started (the process group first, so that
+	// go-plugin's Kill does not wait on pipes a child holds) and returns err.
+	fail := func(err error) (*instance, error) {
+		abort()
+		pid := 0
+		if cmd.Process != nil { // set by client.Client, in this goroutine
+			pid = cmd.Process.Pid
+		}
+		(&instance{client: client, pid: pid, abort: abort, log: log}).kill()
+		return nil, err
+	}
 	began := time.Now()
 	rpcClient, err := client.Client()
 	if err != nil {
-		client.Kill()
 		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
-			return nil, fmt.Errorf("plugin %q (%s): %w: the executable changed while it was being launched; check who writes to it", p.name, cmd.Path, ErrChecksumMismatch)
+			return fail(fmt.Errorf("plugin %q (%s): %w: the executable changed while it was being launched; check who writes to it", p.name, cmd.Path, ErrChecksumMismatch))
 		}
-		return nil, fmt.Errorf("plugin %q (%s): start failed: %w", p.name, cmd.Path, err)
+		if ctx.Err() != nil {
+			return fail(fmt.Errorf("plugin %q (%s): start aborted: %w", p.name, cmd.Path, ErrClosed))
+		}
+		return fail(fmt.Errorf("plugin %q (%s): start failed: %w", p.name, cmd.Path, err))
 	}
 	raw, err := rpcClient.Dispense(sdk.PluginName)
 	if err != nil {
-		client.Kill()
-		return nil, fmt.Errorf("plugin %q (%s): %w; is it built with plugins/sdk?", p.name, cmd.Path, err)
+		return fail(fmt.Errorf("plugin %q (%s): %w; is it built with plugins/sdk?", p.name, cmd.Path, err))
 	}
 	d, ok := raw.(*dispensed)
 	if !ok {
-		client.Kill()
-		return nil, fmt.Errorf("plugin %q: unexpected client type %T", p.name, raw)
+		return fail(fmt.Errorf("plugin %q: unexpected client type %T", p.name, raw))
 	}
-	if p.sha256 == "" && m.opts.Describe != nil {
-		if err := m.checkBuiltIn(p, d.rpc); err != nil {
-			client.Kill()
-			return nil, err
+	if p.builtIn && m.opts.Describe != nil {
+		if err := m.checkBuiltIn(ctx, p, d.rpc); err != nil {
+			return fail(err)
 		}
 	}
-	inst := &instance{client: client, cmd: cmd, rpc: d.rpc, conn: d.conn, exited: d.exited, pid: cmd.Process.Pid}
+	inst := &instance{client: client, cmd: cmd, rpc: d.rpc, conn: d.conn, exited: d.exited, pid: cmd.Process.Pid, abort: abort, log: log}
 	log.Debug("plugin ready", "pid", inst.pid, "took", time.Since(began))
 	context.AfterFunc(inst.exited, func() {
+		// What the plugin started must not outlive it. Right after the reap:
+		// while the group has members its pid cannot be reused, and an
+		// empty group's pid is not reused this soon.
+		_ = killProcessGroup(inst.pid)
 		if !inst.stopping.Load() {
 			log.Warn("plugin process exited unexpectedly; it will be restarted on next use",
 				"pid", inst.pid, "status", inst.exitStatus())
@@ -558,8 +708,8 @@ func (m *Manager) start(p *managed) (*instance, error) {
 // differ only when the plugin binary comes from another build, and then the
 // bot's idea of a command (read-only or disruptive, its arguments) may be
 // wrong, so the process is refused rather than used.
-func (m *Manager) checkBuiltIn(p *managed, rpc lifecyclev1.LifecycleClient) error {
-	ctx, cancel := context.WithTimeout(context.Background(), m.opts.CallTimeout)
+func (m *Manager) checkBuiltIn(ctx context.Context, p *managed, rpc lifecyclev1.LifecycleClient) error {
+	ctx, cancel := context.WithTimeout(ctx, m.opts.CallTimeout)
 	defer cancel()
 	want, err := m.opts.Describe(ctx, p.name)
 	if err != nil {
@@ -575,10 +725,39 @@ func (m *Manager) checkBuiltIn(p *managed, rpc lifecyclev1.LifecycleClient) erro
 	return nil
 }
 
-// kill ends the process (graceful, then SIGKILL) and waits for it.
+// kill ends the process: go-plugin's graceful shutdown, then SIGKILL to the
+// whole process group, and waits for it, but not beyond killGrace+killWait.
 func (i *instance) kill() {
 	i.stopping.Store(true)
-	i.client.Kill()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		i.client.Kill()
+	}()
+	t := time.NewTimer(killGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+		// The plugin was reaped; the exit hook in start has killed what it
+		// left in its group. abort is a no-op for a reaped process.
+		i.abort()
+		return
+	case <-t.C:
+	}
+	// Kill is stuck: the plugin ignored the shutdown, or it is gone but a
+	// child holds its pipes, which go-plugin drains before it reaps the
+	// plugin. Either way the plugin is not reaped, so its pid still names
+	// its group.
+	i.abort()
+	if err := killProcessGroup(i.pid); err != nil {
+		i.log.Warn("cannot kill the plugin's process group", "pid", i.pid, "error", err)
+	}
+	t.Reset(killWait)
+	select {
+	case <-done:
+	case <-t.C:
+		i.log.Warn("plugin process did not go away after SIGKILL to its process group; giving up on it", "pid", i.pid)
+	}
 }
 
 // healthy reports whether the connection to the process still answers the
@@ -605,13 +784,13 @@ func (i *instance) exitStatus() string {
 // fresh process if the process died under it (both calls are side-effect free).
 func (m *Manager) unary(ctx context.Context, p *managed, op string, call func(context.Context, lifecyclev1.LifecycleClient) error) error {
 	for attempt := 0; ; attempt++ {
-		inst, err := m.acquire(p)
-		if err != nil {
-			return err
-		}
-		err = func() error {
+		err := func() error {
 			tctx, cancelTimeout := context.WithTimeout(ctx, m.opts.CallTimeout)
 			defer cancelTimeout()
+			inst, err := m.acquire(tctx, p)
+			if err != nil {
+				return err
+			}
 			cctx, cancel := context.WithCancelCause(tctx)
 			defer cancel(nil)
 			stop := context.AfterFunc(inst.exited, func() { cancel(ErrPluginExited) })
@@ -663,21 +842,25 @@ func deadlinePassed(ctx context.Context) bool {
 	return ok && !time.Now().Before(d)
 }
 
-// verifyChecksum hashes path and compares it with want (lower-case hex).
-func verifyChecksum(name, path, want string) error {
+// verifyChecksum hashes path and compares it with p's sha256 (lower-case hex).
+func verifyChecksum(p *managed, path string) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("plugin %q (%s): cannot read the executable to verify its checksum: %w", name, path, err)
+		return fmt.Errorf("plugin %q (%s): cannot read the executable to verify its checksum: %w", p.name, path, err)
 	}
 	defer func() { _ = f.Close() }()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return fmt.Errorf("plugin %q (%s): reading the executable: %w", name, path, err)
+		return fmt.Errorf("plugin %q (%s): reading the executable: %w", p.name, path, err)
 	}
 	got := hex.EncodeToString(h.Sum(nil))
-	if got != want {
-		return fmt.Errorf("plugin %q (%s): %w: expected sha256 %s, got %s; update plugins[].sha256 in the config or reinstall the plugin",
-			name, path, ErrChecksumMismatch, want, got)
+	if got != p.sha256 {
+		fix := "update plugins[].sha256 in the config or reinstall the plugin"
+		if p.builtIn {
+			fix = "install talosbot and talosbot-plugins from the same build (make build, the release archive or the image)"
+		}
+		return fmt.Errorf("plugin %q (%s): %w: expected sha256 %s, got %s; %s",
+			p.name, path, ErrChecksumMismatch, p.sha256, got, fix)
 	}
 	return nil
 }

@@ -110,6 +110,7 @@ func newManager(t testing.TB, opts Options) *Manager {
 	t.Helper()
 	if opts.Executable == "" {
 		opts.Executable = testPluginPath
+		opts.ExecutableSHA256 = sha256File(t, testPluginPath)
 	}
 	m, err := New(opts)
 	if err != nil {
@@ -660,7 +661,7 @@ func TestHCLogAdapterRespectsLevel(t *testing.T) {
 
 func BenchmarkColdStart(b *testing.B) {
 	for b.Loop() {
-		m, err := New(Options{Executable: testPluginPath, BuiltIn: []string{"alpha"}})
+		m, err := New(Options{Executable: testPluginPath, ExecutableSHA256: sha256File(b, testPluginPath), BuiltIn: []string{"alpha"}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -728,4 +729,109 @@ func TestBuiltInFromAnotherBuildIsRefused(t *testing.T) {
 	if !errors.Is(err, ErrBuiltInMismatch) || !strings.Contains(err.Error(), "install talosbot and talosbot-plugins from the same build") {
 		t.Fatalf("skewed built-in: err = %v", err)
 	}
+}
+
+// TestBuiltInChecksum: the built-ins' binary is verified like an external
+// plugin. A wrapper in its place is never run (so it sees no request and no
+// credentials), and without a recorded sum nothing is started at all.
+func TestBuiltInChecksum(t *testing.T) {
+	dir := t.TempDir()
+	ran := filepath.Join(dir, "wrapper-ran")
+	wrapper := filepath.Join(dir, "talosbot-plugins")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\ntouch "+ran+"\nexec "+testPluginPath+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want, got := sha256File(t, testPluginPath), sha256File(t, wrapper)
+	m := newManager(t, Options{Executable: wrapper, ExecutableSHA256: want, BuiltIn: []string{"alpha"}})
+	_, err := m.Plan(t.Context(), "alpha", req("ok"))
+	if !errors.Is(err, ErrChecksumMismatch) || !strings.Contains(err.Error(), "expected sha256 "+want+", got "+got) ||
+		!strings.Contains(err.Error(), "install talosbot and talosbot-plugins from the same build") {
+		t.Fatalf("wrapper as the built-ins: %v", err)
+	}
+	unknown := newManager(t, Options{Executable: testPluginPath, ExecutableSHA256: " ", BuiltIn: []string{"alpha"}})
+	if _, err := unknown.Plan(t.Context(), "alpha", req("ok")); !errors.Is(err, ErrChecksumMismatch) || !strings.Contains(err.Error(), "make build") {
+		t.Fatalf("no recorded sum: %v", err)
+	}
+	if _, err := os.Stat(ran); !os.IsNotExist(err) {
+		t.Fatalf("the wrapper ran (%v)", err)
+	}
+	if _, err := New(Options{Executable: wrapper, ExecutableSHA256: "skip", BuiltIn: []string{"alpha"}}); err == nil {
+		t.Fatal("New took a sha256 that is not one")
+	}
+}
+
+// TestHungStartHoldsNothing: an external plugin that starts a child
+// inheriting its stderr and then hangs before the handshake
+// (testdata/hangplugin) delays only the calls to it. Another plugin answers
+// meanwhile, Close returns (it used to wait on the plugin's lock, held by the
+// start for StartTimeout and then for good by go-plugin's Kill, which waits
+// for the pipe the child holds), and the plugin and its child are killed.
+func TestHungStartHoldsNothing(t *testing.T) {
+	dir := t.TempDir()
+	hang := filepath.Join(dir, "hangplugin")
+	build := exec.Command(goTool(), "build", "-o", hang, "./testdata/hangplugin")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building testdata/hangplugin: %v\n%s", err, b)
+	}
+	marker := filepath.Join(dir, "marker")
+	if err := os.WriteFile(marker, []byte("hang at start"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HANG_MARKER", marker)
+	m := newManager(t, Options{BuiltIn: []string{"alpha"}, External: []External{{Name: "hang", Path: hang, SHA256: sha256File(t, hang)}},
+		PassEnv: []string{"HANG_MARKER"}, CallTimeout: time.Hour})
+
+	planned := make(chan error, 1)
+	go func() {
+		_, err := m.Plan(context.Background(), "hang", req("ok"))
+		planned <- err
+	}()
+	var pluginPID, childPID int
+	waitFor(t, "the plugin to start its child and hang", 30*time.Second, func() bool {
+		raw, err := os.ReadFile(marker + ".pids")
+		if err != nil {
+			return false
+		}
+		_, err = fmt.Sscan(string(raw), &pluginPID, &childPID)
+		return err == nil
+	})
+	if _, err := m.Plan(t.Context(), "alpha", req("ok")); err != nil {
+		t.Fatalf("another plugin while one hangs: %v", err)
+	}
+	// A caller's ctx bounds its wait for the hung start.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := m.Plan(ctx, "hang", req("ok")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled call to the hung plugin: %v", err)
+	}
+
+	closed := make(chan struct{})
+	go func() { m.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second): // Close is bounded far below this
+		t.Fatal("Close did not return while a plugin hung in its start")
+	}
+	select {
+	case err := <-planned:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("the call waiting for the hung start: %v, want ErrClosed", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call waiting for the hung start did not fail on Close")
+	}
+	waitFor(t, "the plugin and its child to be gone", 30*time.Second, func() bool {
+		return !alive(pluginPID) && !alive(childPID)
+	})
+}
+
+// alive reports whether pid runs (a zombie counts as dead).
+func alive(pid int) bool {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(raw)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(fields) > 0 && fields[0] != "Z"
 }
