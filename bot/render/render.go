@@ -376,13 +376,13 @@ func Render(op *state.Operation, lines []string, f *engine.Facts, now time.Time)
 			kinds[s.GetId()] = s.GetKind()
 		}
 		for _, s := range op.Steps {
-			st := s.Status
+			st, detail := chat.ShownStatus(s.Status, s.Detail)
 			if st == "skipped" && kinds[s.ID] == "gate" {
-				st = "not-checked"
+				st = "not-checked" // a probe that did not run is not a skip
 			}
 			line := mark(st) + " " + s.Title
-			if s.Detail != "" && s.Status != "pending" {
-				line += " — " + engine.FirstLine(s.Detail)
+			if detail != "" && s.Status != "pending" {
+				line += " — " + engine.FirstLine(detail)
 			}
 			b.WriteString(line + "\n")
 		}

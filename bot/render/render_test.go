@@ -265,3 +265,28 @@ func TestRefusedOperationsRenderAsRefused(t *testing.T) {
 		t.Errorf("failed: title %q, want %q", got, want)
 	}
 }
+
+// TestMarksSayWhatHappened: a step that did not run is never ✅, and
+// skipped, not checked and unknown each have their own marker and word,
+// the detail without the word repeated (issue 31). The record
+// (bot/auditview) and the thread use the same chat.ShownStatus.
+func TestMarksSayWhatHappened(t *testing.T) {
+	op := &state.Operation{Command: "health", Cluster: "staging", State: state.StateSucceeded,
+		Steps: []state.Step{
+			{ID: "v", Title: "Talos version", Status: "ok", Detail: "v1.13.9 on all 4 nodes"},
+			{ID: "pods", Title: "Pods", Status: "skipped", Detail: "not checked: no Kubernetes API (no kubeconfig for this cluster)"},
+			{ID: "offsite", Title: "off-site copy", Status: "skipped", Detail: "⚠️ no off-site storage configured (snapshots.offsite): the only copy is on the bot's disk"},
+			{ID: "k", Title: "Kubernetes version", Status: "skipped", Detail: "unknown: no kubeconfig"},
+			{ID: "p", Title: "later", Status: "pending"},
+		}}
+	got := RenderOperation(op, nil, time.Now()).Text
+	want := "▰▰▰▰▱ 4/5\n" +
+		"✅ done Talos version — v1.13.9 on all 4 nodes\n" +
+		"❔ not checked Pods — no Kubernetes API (no kubeconfig for this cluster)\n" +
+		"⏭️ skipped off-site copy — ⚠️ no off-site storage configured (snapshots.offsite): the only copy is on the bot's disk\n" +
+		"❓ unknown Kubernetes version — no kubeconfig\n" +
+		chat.StatusMark("pending") + " pending later"
+	if got != want {
+		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}

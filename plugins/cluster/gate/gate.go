@@ -21,7 +21,7 @@ const (
 	StatusFail
 	// StatusNotChecked: the probe could not run (no kubeconfig, no Flux
 	// installed, Kubernetes API unreachable when not required). It is never
-	// shown as passed: its icon is ⏭️, its detail starts with "not checked",
+	// shown as passed: its icon is ❔ (as chat.StatusMark("not-checked")), its detail starts with "not checked",
 	// and Report sends it as a SKIPPED step.
 	StatusNotChecked
 )
@@ -38,7 +38,7 @@ func (s Status) Icon() string {
 	case StatusWarn:
 		return "⚠️"
 	case StatusNotChecked:
-		return "⏭️"
+		return "❔" // the same marker as every renderer's "not checked"
 	default:
 		return "❌"
 	}

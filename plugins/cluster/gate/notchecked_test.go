@@ -52,7 +52,7 @@ func TestFluxWithNothingToCheckIsNotChecked(t *testing.T) {
 			g := &gateRun{c: &cluster.Clients{Dynamic: dyn}, inv: threeCP(), opts: Options{RequireKubernetes: true}.withDefaults()}
 			r := probeFlux(context.Background(), g)
 			if r.Status != StatusNotChecked || !strings.HasPrefix(r.Detail, "not checked: ") || strings.Contains(r.Detail, "all Ready") {
-				t.Fatalf("got %s, want ⏭️ not checked", r.Line())
+				t.Fatalf("got %s, want ❔ not checked", r.Line())
 			}
 		})
 	}
@@ -93,7 +93,7 @@ func TestNotCheckedIsNeverReportedAsPassed(t *testing.T) {
 	}}
 	lines := strings.Join(res.Lines(), "\n")
 	if strings.Contains(lines, "✅ Flux") || strings.Contains(lines, "✅ Pods") ||
-		!strings.Contains(lines, "⏭️ Flux: not checked: Flux is not installed") || !strings.Contains(lines, "⏭️ Pods: not checked") {
+		!strings.Contains(lines, "❔ Flux: not checked: Flux is not installed") || !strings.Contains(lines, "❔ Pods: not checked") {
 		t.Fatalf("lines:\n%s", lines)
 	}
 	if got, want := res.Summary(), "health gate passed 1 of 3 probes; 2 not checked: Flux — "+FluxNotInstalled+"; Pods — "+NoKubeconfig; got != want {
