@@ -202,7 +202,9 @@ func StatusMark(status string) string {
 	case "stopped":
 		return "⏹️"
 	}
-	return "▫️"
+	// ⬜, not ▫️: the small square was nearly invisible beside the other
+	// markers (issue 31).
+	return "⬜"
 }
 
 // StatusLabel is the word shown beside a step's marker, so a status reads

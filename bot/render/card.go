@@ -355,8 +355,9 @@ func evidence(op *state.Operation, p *lifecyclev1.OperationPlan, f *engine.Facts
 	return out
 }
 
-// phases summarises the steps that belong to no node ("gate before: 11
-// done, 1 not checked"), grouped by the part of their id before "/".
+// phases summarises the steps that belong to no node ("gate before: ✅ 11
+// probes done, ❔ 1 probe not checked"), grouped by the part of their id
+// before "/". Every count has its noun: "done 5" alone says nothing.
 func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 	kinds := map[string]string{}
 	for _, s := range p.GetSteps() {
@@ -364,6 +365,7 @@ func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 	}
 	type group struct {
 		name   string
+		noun   string // "probe" for a gate, else "step"
 		counts map[string]int
 		detail string // a failure's or a running step's detail
 	}
@@ -383,11 +385,14 @@ func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 		}
 		g := by[key]
 		if g == nil {
-			g = &group{name: name, counts: map[string]int{}}
+			g = &group{name: name, noun: "step", counts: map[string]int{}}
+			if kinds[s.ID] == "gate" {
+				g.noun = "probe"
+			}
 			by[key] = g
 			order = append(order, g)
 		}
-		st := s.Status
+		st, _ := chat.ShownStatus(s.Status, s.Detail)
 		if st == "skipped" && kinds[s.ID] == "gate" {
 			st = "not-checked" // a probe that could not run is not a pass
 		}
@@ -399,9 +404,9 @@ func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 	var out []string
 	for _, g := range order {
 		var parts []string
-		for _, st := range []string{"failed", "running", "ok", "not-checked", "skipped", "pending"} {
+		for _, st := range []string{"failed", "running", "ok", "not-checked", "unknown", "skipped", "pending"} {
 			if c := g.counts[st]; c > 0 {
-				parts = append(parts, fmt.Sprintf("%s %d", mark(st), c))
+				parts = append(parts, counted(st, c, g.noun))
 			}
 		}
 		line := g.name + ": " + strings.Join(parts, ", ")
@@ -411,6 +416,14 @@ func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 		out = append(out, line)
 	}
 	return out
+}
+
+// counted is a count with its marker, noun and word: "✅ 5 probes done".
+func counted(status string, n int, noun string) string {
+	if n != 1 {
+		noun += "s"
+	}
+	return fmt.Sprintf("%s %d %s %s", chat.StatusMark(status), n, noun, chat.StatusLabel(status))
 }
 
 // nodeBar is the bar over nodes: finished / all.

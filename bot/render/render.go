@@ -18,6 +18,7 @@ import (
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/plugins/host"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -370,11 +371,15 @@ func Render(op *state.Operation, lines []string, f *engine.Facts, now time.Time)
 				done++
 			}
 		}
-		fmt.Fprintf(&b, "%s\n", ProgressBar(done, len(op.Steps)))
 		kinds := map[string]string{}
+		noun := "steps" // a bar's count has its noun
 		for _, s := range p.GetSteps() {
 			kinds[s.GetId()] = s.GetKind()
 		}
+		if len(kinds) > 0 && !slices.ContainsFunc(p.GetSteps(), func(s *lifecyclev1.Step) bool { return s.GetKind() != "gate" }) {
+			noun = "probes" // the health gate: every step is a probe
+		}
+		fmt.Fprintf(&b, "%s %s\n", ProgressBar(done, len(op.Steps)), noun)
 		for _, s := range op.Steps {
 			st, detail := chat.ShownStatus(s.Status, s.Detail)
 			if st == "skipped" && kinds[s.ID] == "gate" {

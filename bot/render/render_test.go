@@ -3,12 +3,17 @@ package render
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protojson"
+
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/internal/rendertest"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -92,7 +97,7 @@ func TestRendererCoalescesEditsAndDeliversLatest(t *testing.T) {
 	if len(ad.edits) != 1 {
 		t.Fatalf("edits = %d, want exactly 1 coalesced edit", len(ad.edits))
 	}
-	if got := ad.edits[0].Text; got != "▰▱ 1/2\n✅ done cp-1 — 49\n⏳ running cp-2" {
+	if got := ad.edits[0].Text; got != "▰▱ 1/2 steps\n✅ done cp-1 — 49\n⏳ running cp-2" {
 		t.Fatalf("latest state not delivered: %q", got)
 	}
 	// Well after the interval, an update is sent at once.
@@ -121,7 +126,7 @@ func TestResultLinesRepeatingStepDetailsAreDropped(t *testing.T) {
 		Steps:  []state.Step{{ID: "v", Title: "Talos version", Status: "ok", Detail: "v1.12.6 on all 2 nodes"}},
 		Result: "staging: health gate passed\n✅ Talos version: v1.12.6 on all 2 nodes\nmanifest sync is not done"}
 	got := RenderOperation(op, nil, time.Now()).Text
-	want := "▰ 1/1\n✅ done Talos version — v1.12.6 on all 2 nodes\nstaging: health gate passed\nmanifest sync is not done"
+	want := "▰ 1/1 steps\n✅ done Talos version — v1.12.6 on all 2 nodes\nstaging: health gate passed\nmanifest sync is not done"
 	if got != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
 	}
@@ -239,7 +244,7 @@ func TestRendererReadsFactsOncePerEdit(t *testing.T) {
 	if ad.posts != 1 || len(ad.edits) != 1 {
 		t.Fatalf("posts=%d edits=%d, want the post and one coalesced edit", ad.posts, len(ad.edits))
 	}
-	if want := "▱ 0/1\n⏳ running cp-1 — event 9"; ad.edits[0].Text != want {
+	if want := "▱ 0/1 steps\n⏳ running cp-1 — event 9"; ad.edits[0].Text != want {
 		t.Fatalf("edit shows %q, want the last update %q", ad.edits[0].Text, want)
 	}
 }
@@ -280,7 +285,7 @@ func TestMarksSayWhatHappened(t *testing.T) {
 			{ID: "p", Title: "later", Status: "pending"},
 		}}
 	got := RenderOperation(op, nil, time.Now()).Text
-	want := "▰▰▰▰▱ 4/5\n" +
+	want := "▰▰▰▰▱ 4/5 steps\n" +
 		"✅ done Talos version — v1.13.9 on all 4 nodes\n" +
 		"❔ not checked Pods — no Kubernetes API (no kubeconfig for this cluster)\n" +
 		"⏭️ skipped off-site copy — ⚠️ no off-site storage configured (snapshots.offsite): the only copy is on the bot's disk\n" +
@@ -288,5 +293,24 @@ func TestMarksSayWhatHappened(t *testing.T) {
 		chat.StatusMark("pending") + " pending later"
 	if got != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestEveryCountHasANoun: "snapshot: done 5" and "gate after: pending 8"
+// said nothing; each count names what it counts, in the phases of a roll
+// and in the bar of an operation without nodes (issue 31).
+func TestEveryCountHasANoun(t *testing.T) {
+	op, f := rendertest.Running()
+	text := Render(op, nil, f, rendertest.Now).Text
+	for _, want := range []string{"\nsnapshot: ✅ 5 steps done\n", "\ngate before: ✅ 5 probes done, ❔ 1 probe not checked\n", "\ngate after: ⬜ 6 probes pending"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("running message lacks %q:\n%s", want, text)
+		}
+	}
+	raw, _ := protojson.Marshal(&lifecyclev1.OperationPlan{Steps: []*lifecyclev1.Step{{Id: "pods", Kind: "gate"}, {Id: "flux", Kind: "gate"}}})
+	health := &state.Operation{Command: "health", Cluster: "staging", State: state.StateRunning, Plan: raw,
+		Steps: []state.Step{{ID: "pods", Title: "Pods", Status: "ok"}, {ID: "flux", Title: "Flux", Status: "running"}}}
+	if got := RenderOperation(health, nil, rendertest.Now).Text; !strings.HasPrefix(got, "▰▱ 1/2 probes\n") {
+		t.Errorf("health bar without its noun:\n%s", got)
 	}
 }

@@ -60,7 +60,7 @@ func TestApprovalCardAndRunningUpgradeInChromium(t *testing.T) {
 	p.AssertText(card, "0/2 — may approve: bob, dave", "in 30 min, 2026-12-01 08:31 UTC", "about 25 min",
 		"Order: worker-1 → worker-2 → cp-2 → cp-3 → cp-1", "⚠️ warning: worker-2 runs the only replica",
 		"✅ ok staging: 5f2c81d0a9e4", "❔ not checked gate", "see Details in the thread")
-	p.AssertText(card+` table`, "Node", "Role", "From → to", "State", "Duration", "cp-1", "controlplane", "v1.12.6 → v1.13.9", "▫️ pending")
+	p.AssertText(card+` table`, "Node", "Role", "From → to", "State", "Duration", "cp-1", "controlplane", "v1.12.6 → v1.13.9", "⬜ pending")
 	box := p.AssertFitsOneScreen(card, "approval-card")
 	if box.Height < 300 {
 		t.Errorf("card measured %.0f px: not the card", box.Height)
@@ -75,8 +75,8 @@ func TestApprovalCardAndRunningUpgradeInChromium(t *testing.T) {
 		Buttons: []engine.Button{{ID: "b1", Label: "Cancel", Style: "danger"}, {ID: "b2", Label: "Pause"}}})
 	p.WaitText(`#messages`, "⏳ running · /talos upgrade talos")
 	live := fmt.Sprintf(`#messages > .msg[data-id=%q]`, browsertest.Eval[string](p, msgWith("⏳ running")))
-	p.AssertText(live, "▰▰▱▱▱ 2/5 nodes", "gate before: ✅ done 5, ❔ not checked 1", "ETA", "about 12 min", "Approved by", "bob (13 min ago")
-	p.AssertText(live+` table`, "worker-1", "✅ done", "4 min", "cp-2", "⏳ running", "3 min", "cp-1", "▫️ pending")
+	p.AssertText(live, "▰▰▱▱▱ 2/5 nodes", "gate before: ✅ 5 probes done, ❔ 1 probe not checked", "ETA", "about 12 min", "Approved by", "bob (13 min ago")
+	p.AssertText(live+` table`, "worker-1", "✅ done", "4 min", "cp-2", "⏳ running", "3 min", "cp-1", "⬜ pending")
 	p.AssertText(live+` button`, "Cancel")
 	p.AssertText(live, "Pause")
 	p.AssertFitsOneScreen(live, "running-upgrade")
