@@ -23,6 +23,11 @@ type node struct {
 	name, role, from, to string
 	skip                 bool // already at the target when planned
 	steps                []state.Step
+	// current: the operation's most recently started step is this node's.
+	// Only the current node is "running" between two of its steps: the
+	// pulls on every node before the first cordon left each node half
+	// done, and every one of them showed "running" at once (issue 31).
+	current bool
 }
 
 // nodesOf returns the operation's nodes in plan order.
@@ -61,6 +66,15 @@ func nodesOf(op *state.Operation, p *lifecyclev1.OperationPlan, f *engine.Facts)
 		n := get(s.Node)
 		n.steps = append(n.steps, s)
 	}
+	var latest *state.Step
+	for i, s := range op.Steps {
+		if !s.StartedAt.IsZero() && (latest == nil || !s.StartedAt.Before(latest.StartedAt)) {
+			latest = &op.Steps[i]
+		}
+	}
+	if latest != nil && byName[latest.Node] != nil {
+		byName[latest.Node].current = true
+	}
 	return out
 }
 
@@ -90,8 +104,10 @@ func (n *node) status() string {
 	switch {
 	case pending == len(n.steps):
 		return "pending"
-	case pending > 0:
+	case pending > 0 && n.current:
 		return "running" // between two of its steps
+	case pending > 0:
+		return "pending" // its work is ahead: another node runs
 	case done == 0:
 		return "skipped"
 	}

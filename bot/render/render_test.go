@@ -314,3 +314,38 @@ func TestEveryCountHasANoun(t *testing.T) {
 		t.Errorf("health bar without its noun:\n%s", got)
 	}
 }
+
+// TestOneNodeRunsAtATime: in a one-at-a-time roll only the node being
+// worked on is "running": a node with its image pulled (every node pulls
+// before the first cordon) and its upgrade ahead is pending (issue 31).
+func TestOneNodeRunsAtATime(t *testing.T) {
+	t0 := rendertest.Now.Add(-10 * time.Minute)
+	raw, _ := protojson.Marshal(&lifecyclev1.OperationPlan{Steps: []*lifecyclev1.Step{
+		{Id: "w-1/pull", Node: "w-1", FromVersion: "v1.12.6", ToVersion: "v1.13.9"}, {Id: "w-2/pull", Node: "w-2", FromVersion: "v1.12.6", ToVersion: "v1.13.9"},
+		{Id: "w-1/upgrade", Node: "w-1"}, {Id: "w-1/gate", Node: "w-1"}, {Id: "w-2/upgrade", Node: "w-2"}, {Id: "w-2/gate", Node: "w-2"}}})
+	op := &state.Operation{Command: "upgrade talos", Cluster: "staging", State: state.StateRunning, Plan: raw, StartedAt: t0,
+		Steps: []state.Step{
+			{ID: "w-1/pull", Node: "w-1", Status: "ok", StartedAt: t0, EndedAt: t0.Add(time.Minute)},
+			{ID: "w-2/pull", Node: "w-2", Status: "ok", StartedAt: t0, EndedAt: t0.Add(time.Minute)},
+			{ID: "w-1/upgrade", Node: "w-1", Status: "ok", StartedAt: t0.Add(time.Minute), EndedAt: t0.Add(4 * time.Minute)},
+			{ID: "w-1/gate", Node: "w-1", Status: "pending"},
+			{ID: "w-2/upgrade", Node: "w-2", Status: "pending"}, {ID: "w-2/gate", Node: "w-2", Status: "pending"},
+		}}
+	states := func() map[string]string {
+		out := map[string]string{}
+		for _, r := range Render(op, nil, nil, rendertest.Now).Table.Rows {
+			out[r[0]] = r[3]
+		}
+		return out
+	}
+	// Between w-1's upgrade and its gate: w-1 runs, w-2 waits.
+	if got := states(); got["w-1"] != mark("running") || got["w-2"] != mark("pending") {
+		t.Errorf("between w-1's steps: %v", got)
+	}
+	// w-1 done, w-2 upgrading: only w-2 runs.
+	op.Steps[3] = state.Step{ID: "w-1/gate", Node: "w-1", Status: "ok", StartedAt: t0.Add(4 * time.Minute), EndedAt: t0.Add(5 * time.Minute)}
+	op.Steps[4] = state.Step{ID: "w-2/upgrade", Node: "w-2", Status: "running", StartedAt: t0.Add(5 * time.Minute)}
+	if got := states(); got["w-1"] != mark("ok") || got["w-2"] != mark("running") {
+		t.Errorf("w-2 upgrading: %v", got)
+	}
+}
