@@ -26,6 +26,12 @@ import (
 // progress are coalesced and the latest state is always delivered.
 const MinEditInterval = time.Second
 
+// ageEvery is how often the message of an operation that has not ended is
+// rendered again although nothing happened: "just now", "in 30 min", the
+// elapsed time and the ETA are relative to now and must age (issue 31), and
+// a long step sends no update.
+const ageEvery = time.Minute
+
 // forgetAfter is how long a finished operation's view is kept.
 const forgetAfter = 15 * time.Minute
 
@@ -61,9 +67,11 @@ type opView struct {
 	lastEdit     time.Time
 	timerSet     bool
 	dirty        bool
-	forgetSet    bool   // the view is dropped a while after the op ends
-	editFailures int    // consecutive failed edits (reset by a successful one)
-	detailsFor   string // the plan digest whose Details thread post was made
+	forgetSet    bool           // the view is dropped a while after the op ends
+	editFailures int            // consecutive failed edits (reset by a successful one)
+	detailsFor   string         // the plan digest whose Details thread post was made
+	last         *engine.Update // the newest update, rendered again to age its times
+	ageSet       bool           // an ageing render is scheduled
 	sending      sync.Mutex
 }
 
@@ -157,7 +165,13 @@ func (r *Renderer) Operation(ctx context.Context, u engine.Update) {
 		details = Details(u.Op)
 	}
 	v.pending = &u
+	v.last = &u
 	v.dirty = true
+	if !u.Op.State.Terminal() && !v.ageSet {
+		v.ageSet = true
+		id := u.Op.ID
+		r.clock.AfterFunc(ageEvery, func() { r.age(context.WithoutCancel(ctx), id) })
+	}
 	first := v.ref == ""
 	wait := time.Duration(0)
 	if !first {
@@ -176,6 +190,28 @@ func (r *Renderer) Operation(ctx context.Context, u engine.Update) {
 	if details != "" {
 		r.Thread(ctx, u.Op, details)
 	}
+}
+
+// age renders the newest update again, so the message's relative times
+// move on while the operation waits or runs, and schedules the next time
+// until the operation ends.
+func (r *Renderer) age(ctx context.Context, id string) {
+	r.mu.Lock()
+	v := r.ops[id]
+	if v == nil || v.last == nil || v.last.Op.State.Terminal() {
+		if v != nil {
+			v.ageSet = false
+		}
+		r.mu.Unlock()
+		return
+	}
+	if !v.dirty {
+		v.pending = v.last
+		v.dirty = true
+	}
+	r.clock.AfterFunc(ageEvery, func() { r.age(ctx, id) })
+	r.mu.Unlock()
+	r.flush(ctx, id)
 }
 
 // render turns u into its message, reading its facts (the store) first.

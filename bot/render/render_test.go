@@ -187,7 +187,7 @@ func TestRendererRetriesAFailedFinalEdit(t *testing.T) {
 	if ad.attempts != 3 || len(ad.edits) != 1 || ad.edits[0].Title != "✅ succeeded · /talos upgrade talos · production" {
 		t.Fatalf("attempts=%d edits=%+v, want the final state delivered by the third attempt", ad.attempts, ad.edits)
 	}
-	clock.Advance(time.Minute)
+	clock.Advance(ageEvery)
 	if ad.attempts != 3 {
 		t.Fatalf("attempts=%d after success, want no more", ad.attempts)
 	}
@@ -205,7 +205,7 @@ func TestRendererGivesUpAfterBoundedEditRetries(t *testing.T) {
 	final.State = state.StateFailed
 	r.Operation(ctx, engine.Update{Op: &final})
 	for range 10 {
-		clock.Advance(time.Minute)
+		clock.Advance(ageEvery)
 	}
 	if ad.attempts != maxEditRetries+1 {
 		t.Fatalf("attempts=%d, want %d (one try and %d retries)", ad.attempts, maxEditRetries+1, maxEditRetries)
@@ -347,5 +347,60 @@ func TestOneNodeRunsAtATime(t *testing.T) {
 	op.Steps[4] = state.Step{ID: "w-2/upgrade", Node: "w-2", Status: "running", StartedAt: t0.Add(5 * time.Minute)}
 	if got := states(); got["w-1"] != mark("ok") || got["w-2"] != mark("running") {
 		t.Errorf("w-2 upgrading: %v", got)
+	}
+}
+
+// TestRelativeTimesAge: "Approved by bob (just now…)" and "Elapsed" moved
+// only when the engine sent an update, and a long step sends none: the
+// message of an operation that has not ended is rendered again every
+// ageEvery, and no more once it ended (issue 31).
+func TestRelativeTimesAge(t *testing.T) {
+	clock := &manualClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	ad := &countingAdapter{}
+	r := NewRenderer(ad, clock, nil)
+	start := clock.Now()
+	op := &state.Operation{ID: "op1", Command: "health", Cluster: "staging", Channel: "ops", State: state.StateRunning, StartedAt: start}
+	facts := func(context.Context) *engine.Facts {
+		return &engine.Facts{Now: clock.Now(), Approvals: []state.Approval{{User: "bob", At: start}}}
+	}
+	r.Operation(context.Background(), engine.Update{Op: op, Facts: facts})
+	clock.Advance(3 * time.Minute) // a quiet step: no update from the engine
+	field := func() (approved, elapsed string) {
+		ad.mu.Lock()
+		defer ad.mu.Unlock()
+		if len(ad.edits) == 0 {
+			return "", ""
+		}
+		for _, f := range ad.edits[len(ad.edits)-1].Fields {
+			switch f.Label {
+			case "Approved by":
+				approved = f.Value
+			case "Elapsed":
+				elapsed = f.Value
+			}
+		}
+		return approved, elapsed
+	}
+	for range 3 {
+		clock.Advance(ageEvery)
+	}
+	approved, elapsed := field()
+	if !strings.HasPrefix(approved, "bob (6 min ago") || elapsed != "6 min" {
+		t.Fatalf("after 6 min without an update: Approved by %q, Elapsed %q", approved, elapsed)
+	}
+	done := *op
+	done.State, done.EndedAt = state.StateSucceeded, clock.Now()
+	r.Operation(context.Background(), engine.Update{Op: &done})
+	clock.Advance(MinEditInterval)
+	ad.mu.Lock()
+	n := len(ad.edits)
+	ad.mu.Unlock()
+	for range 5 {
+		clock.Advance(ageEvery)
+	}
+	ad.mu.Lock()
+	defer ad.mu.Unlock()
+	if len(ad.edits) != n {
+		t.Fatalf("an ended operation was rendered again: %d edits, then %d", n, len(ad.edits))
 	}
 }
