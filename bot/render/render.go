@@ -462,7 +462,11 @@ func Render(op *state.Operation, lines []string, f *engine.Facts, now time.Time)
 		if !op.EndedAt.IsZero() {
 			end = op.EndedAt
 		}
-		m.Fields = append(m.Fields, chat.Field{Label: "Elapsed", Value: Duration(end.Sub(op.StartedAt))})
+		elapsed := Duration(end.Sub(op.StartedAt))
+		if end.Sub(op.StartedAt) < time.Second {
+			elapsed = "under 1 s" // "0 s" read as if nothing ran
+		}
+		m.Fields = append(m.Fields, chat.Field{Label: "Elapsed", Value: elapsed})
 	}
 	if op.State == state.StateRunning && len(nodes) > 0 {
 		m.Fields = append(m.Fields, chat.Field{Label: "ETA", Value: eta(nodes, f, now)})

@@ -404,3 +404,15 @@ func TestRelativeTimesAge(t *testing.T) {
 		t.Fatalf("an ended operation was rendered again: %d edits, then %d", n, len(ad.edits))
 	}
 }
+
+// TestElapsedUnderASecond: a health gate that answered within a second
+// said "Elapsed 0 s", as if nothing ran (issue 31).
+func TestElapsedUnderASecond(t *testing.T) {
+	t0 := rendertest.Now
+	op := &state.Operation{Command: "health", Cluster: "staging", State: state.StateSucceeded, StartedAt: t0, EndedAt: t0.Add(400 * time.Millisecond)}
+	for _, f := range RenderOperation(op, nil, t0).Fields {
+		if f.Label == "Elapsed" && f.Value != "under 1 s" {
+			t.Fatalf("Elapsed = %q", f.Value)
+		}
+	}
+}

@@ -161,12 +161,18 @@ type Result struct {
 	Duration    time.Duration
 }
 
-// Lines returns one chat line per probe, each followed by the server's
-// check lines (indented) when the probe has them.
+// Lines returns one chat line per probe. The server's check lines follow
+// (indented) only a probe that did not pass, where they say what went
+// wrong; after a pass the probe's line counts them ("11 checks passed on
+// cp-1"), and each is in the operation's log (Report): eleven "waiting for
+// …: OK" lines in chat told a tired reader nothing (issue 31).
 func (r *Result) Lines() []string {
 	out := make([]string, 0, len(r.Probes))
 	for _, p := range r.Probes {
 		out = append(out, p.Line())
+		if p.Status == StatusOK {
+			continue
+		}
 		for _, c := range p.Checks {
 			out = append(out, "    "+c)
 		}

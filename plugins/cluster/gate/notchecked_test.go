@@ -294,3 +294,18 @@ func TestSummaryNamesWhatItCounts(t *testing.T) {
 		t.Fatalf("summary\n got %q\nwant %q", got, want)
 	}
 }
+
+// TestLinesListChecksOnlyWhenTheyExplain: the server's check lines follow a
+// probe that did not pass (they say what went wrong) and never one that
+// passed, whose line counts them (issue 31).
+func TestLinesListChecksOnlyWhenTheyExplain(t *testing.T) {
+	checks := []string{"waiting for etcd to be healthy: OK", "waiting for apid to be ready: OK"}
+	passed := &Result{Passed: true, Probes: []ProbeResult{{Title: "Cluster health", Status: StatusOK, Detail: "2 checks passed on cp-1", Checks: checks}}}
+	if got := strings.Join(passed.Lines(), "\n"); got != "✅ Cluster health: 2 checks passed on cp-1" {
+		t.Errorf("passed probe lines:\n%s", got)
+	}
+	failed := &Result{Probes: []ProbeResult{{Title: "Cluster health", Status: StatusFail, Detail: "etcd not healthy (run on cp-1)", Checks: checks}}}
+	if got := strings.Join(failed.Lines(), "\n"); !strings.Contains(got, "\n    waiting for apid to be ready: OK") {
+		t.Errorf("failed probe lines lack the checks:\n%s", got)
+	}
+}
