@@ -206,7 +206,7 @@ func pastDurations(f *engine.Facts) (runs, nodes []time.Duration) {
 func estimate(nodes []*node, f *engine.Facts) string {
 	runs, spans := pastDurations(f)
 	if len(runs) == 0 {
-		return "no past runs of this command on this cluster"
+		return noPastRuns
 	}
 	todo := 0
 	for _, n := range nodes {
@@ -215,16 +215,16 @@ func estimate(nodes []*node, f *engine.Facts) string {
 		}
 	}
 	if len(spans) > 0 && todo > 0 {
-		return fmt.Sprintf("about %s (%d node(s) × %s per node, median of %d past run(s))", Duration(time.Duration(todo)*median(spans)), todo, Duration(median(spans)), len(runs))
+		return fmt.Sprintf("about %s (%d node(s) × %s per node, median of %d past run(s)%s)", Duration(time.Duration(todo)*median(spans)), todo, Duration(median(spans)), len(runs), pastFrom(f))
 	}
-	return fmt.Sprintf("about %s (median of %d past run(s))", Duration(median(runs)), len(runs))
+	return fmt.Sprintf("about %s (median of %d past run(s)%s)", Duration(median(runs)), len(runs), pastFrom(f))
 }
 
 // eta is the time left for the nodes not finished yet, from past node spans.
 func eta(nodes []*node, f *engine.Facts, now time.Time) string {
 	_, spans := pastDurations(f)
 	if len(spans) == 0 {
-		return "unknown: no past runs of this command on this cluster"
+		return "unknown: " + noPastRuns
 	}
 	per := median(spans)
 	var left time.Duration
@@ -241,7 +241,23 @@ func eta(nodes []*node, f *engine.Facts, now time.Time) string {
 	if left == 0 {
 		return "any moment"
 	}
-	return fmt.Sprintf("about %s (%s per node, from %d past node run(s))", Duration(left), Duration(per), len(spans))
+	return fmt.Sprintf("about %s (%s per node, from %d past node run(s)%s)", Duration(left), Duration(per), len(spans), pastFrom(f))
+}
+
+// noPastRuns is why there is no estimate: no run on record here, nor on a
+// cluster with as many nodes.
+const noPastRuns = "no past runs of this command on this cluster or on one with as many nodes"
+
+// pastFrom says where the past runs came from when not from this cluster:
+// " on staging, which has as many nodes".
+func pastFrom(f *engine.Facts) string {
+	switch len(f.PastFrom) {
+	case 0:
+		return ""
+	case 1:
+		return " on " + f.PastFrom[0] + ", which has as many nodes"
+	}
+	return " on " + strings.Join(f.PastFrom, ", ") + ", which have as many nodes"
 }
 
 // approvalLine is "0/2 — bob, dave may approve".

@@ -73,7 +73,7 @@ func TestApprovalCard(t *testing.T) {
 	}
 	// No past runs: the estimate says so instead of guessing.
 	f.Past = nil
-	if got := field(render.Render(op, nil, f, rendertest.Now), "Estimated duration"); got != "no past runs of this command on this cluster" {
+	if got := field(render.Render(op, nil, f, rendertest.Now), "Estimated duration"); got != "no past runs of this command on this cluster or on one with as many nodes" {
 		t.Errorf("estimate without past runs = %q", got)
 	}
 }

@@ -416,3 +416,15 @@ func TestElapsedUnderASecond(t *testing.T) {
 		}
 	}
 }
+
+// TestETASaysWhereItsRunsCameFrom: runs of another cluster with as many
+// nodes stand in for this cluster's, and the ETA names that cluster.
+func TestETASaysWhereItsRunsCameFrom(t *testing.T) {
+	op, f := rendertest.Running()
+	f.PastFrom = []string{"staging"}
+	for _, fl := range Render(op, nil, f, rendertest.Now).Fields {
+		if fl.Label == "ETA" && !strings.HasSuffix(fl.Value, "past node run(s) on staging, which has as many nodes)") {
+			t.Fatalf("ETA = %q", fl.Value)
+		}
+	}
+}
