@@ -428,7 +428,7 @@ func Render(op *state.Operation, lines []string, f *engine.Facts, now time.Time)
 			b.WriteString(line + "\n")
 		}
 	}
-	for _, l := range resultLines(op) {
+	for _, l := range resultLines(op, nodes) {
 		b.WriteString(l + "\n")
 	}
 	for _, l := range lines {
@@ -475,8 +475,10 @@ func Render(op *state.Operation, lines []string, f *engine.Facts, now time.Time)
 }
 
 // resultLines are the summary and report lines of a finished operation,
-// without the lines that only repeat a step's detail already shown above.
-func resultLines(op *state.Operation) []string {
+// without the lines that only repeat a step's detail already shown above,
+// nor a node's own line ("✅ cp-2 v1.12.6 → v1.13.9", "⏭️ cp-2 already at
+// v1.13.9") when the node table shows that node: each node is listed once.
+func resultLines(op *state.Operation, nodes []*node) []string {
 	if op.Result == "" {
 		return nil
 	}
@@ -488,7 +490,9 @@ func resultLines(op *state.Operation) []string {
 			// words about every node, never a repeated step detail.
 			return append(out, all[i+1:]...)
 		}
-		dup := false
+		dup := slices.ContainsFunc(nodes, func(n *node) bool {
+			return strings.HasPrefix(l, "✅ "+n.name+" ") || strings.HasPrefix(l, "⏭️ "+n.name+" already at ")
+		})
 		for _, s := range op.Steps {
 			if s.Detail != "" && strings.HasSuffix(l, s.Detail) {
 				dup = true
