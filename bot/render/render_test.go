@@ -436,7 +436,7 @@ func TestEachNodeListedOnce(t *testing.T) {
 	raw, _ := protojson.Marshal(&lifecyclev1.OperationPlan{Steps: []*lifecyclev1.Step{
 		{Id: "w-1/upgrade", Node: "w-1", FromVersion: "v1.12.6", ToVersion: "v1.13.9"}, {Id: "w-2/upgrade", Node: "w-2", FromVersion: "v1.13.9", ToVersion: "v1.13.9"}}})
 	op := &state.Operation{Command: "upgrade talos", Cluster: "staging", State: state.StateSucceeded, Plan: raw,
-		Steps: []state.Step{{ID: "w-1/upgrade", Node: "w-1", Status: "ok"}, {ID: "w-2/upgrade", Node: "w-2", Status: "skipped"}},
+		Steps:  []state.Step{{ID: "w-1/upgrade", Node: "w-1", Status: "ok"}, {ID: "w-2/upgrade", Node: "w-2", Status: "skipped"}},
 		Result: "staging: every node at v1.13.9\n💾 snapshot staging/x (verified)\n⏭️ w-2 already at v1.13.9\n✅ w-1 v1.12.6 → v1.13.9\n🩺 w-1: health gate passed"}
 	m := Render(op, nil, nil, rendertest.Now)
 	if strings.Contains(m.Text, "✅ w-1 v1.12.6") || strings.Contains(m.Text, "⏭️ w-2 already") ||
