@@ -399,7 +399,9 @@ func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 		name   string
 		noun   string // "probe" for a gate, else "step"
 		counts map[string]int
-		detail string // a failure's or a running step's detail
+		// details are every failure's and every warning's text: a
+		// warning counted and not shown told nobody what it was (issue 31).
+		details []string
 	}
 	var order []*group
 	by := map[string]*group{}
@@ -429,8 +431,8 @@ func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 			st = "not-checked" // a probe that could not run is not a pass
 		}
 		g.counts[st]++
-		if (st == "failed" || strings.HasPrefix(s.Detail, "⚠️")) && g.detail == "" {
-			g.detail = s.Title + ": " + engine.FirstLine(s.Detail)
+		if st == "failed" || strings.HasPrefix(s.Detail, "⚠️") {
+			g.details = append(g.details, s.Title+": "+engine.FirstLine(s.Detail))
 		}
 	}
 	var out []string
@@ -442,8 +444,8 @@ func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 			}
 		}
 		line := g.name + ": " + strings.Join(parts, ", ")
-		if g.detail != "" {
-			line += " — " + g.detail
+		if len(g.details) > 0 {
+			line += " — " + strings.Join(g.details, "; ")
 		}
 		out = append(out, line)
 	}

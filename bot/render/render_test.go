@@ -444,3 +444,21 @@ func TestEachNodeListedOnce(t *testing.T) {
 		t.Fatalf("text:\n%s", m.Text)
 	}
 }
+
+// TestEveryWarningIsShownWhereCounted: a phase named only its first
+// warning; each warning's text is on the phase's line (issue 31).
+func TestEveryWarningIsShownWhereCounted(t *testing.T) {
+	op, f := rendertest.Running()
+	for i, s := range op.Steps {
+		switch s.ID {
+		case "gate-before/pods":
+			op.Steps[i].Detail = "⚠️ 2 pods Pending in default"
+		case "gate-before/etcd":
+			op.Steps[i].Detail = "⚠️ budget web allows 0 disruptions"
+		}
+	}
+	text := Render(op, nil, f, rendertest.Now).Text
+	if !strings.Contains(text, "⚠️ 2 pods Pending in default") || !strings.Contains(text, "⚠️ budget web allows 0 disruptions") {
+		t.Fatalf("a warning's text is missing:\n%s", text)
+	}
+}
