@@ -183,7 +183,7 @@ func TestOpShowsMaintenanceRecord(t *testing.T) {
 		"Requested by: alice", "Approved by: bob (", "Plan: roll to v2", "Plan digest: " + op.Digest, "Target: v2",
 		"Snapshot: none taken", "Terraform plan: not recorded", "Git commit: not recorded",
 		"Started: " + op.StartedAt.UTC().Format("2006-01-02 15:04:05"), "Ended: " + op.EndedAt.UTC().Format("2006-01-02 15:04:05"),
-		"✅ first node — ok: done", "✅ second node — ok: done", "Validation: passed (1 of 1 checks)", "Audit: ",
+		"✅ first node — done: done", "✅ second node — done: done", "Validation: passed (1 of 1 checks)", "Audit: ",
 	} {
 		if !strings.Contains(reply, want) {
 			t.Errorf("maintenance record lacks %q:\n%s", want, reply)

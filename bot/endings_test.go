@@ -160,8 +160,8 @@ func TestInterruptedRollIsPostedAndResumeKeepsEveryAttempt(t *testing.T) {
 	recs, _ = e.store.QueryAudit(context.Background(), state.AuditQuery{OpID: id, Limit: 1000})
 	rec := auditview.MaintenanceRecord(op, recs, nil)
 	mustContain(t, "maintenance record", rec,
-		"Steps, attempt 1 (interrupted", "✅ cp-1: upgrade — ok: at v2", "cp-2: upgrade — stopped: was running when talosbot stopped",
-		"Steps, attempt 2 (succeeded)", "cp-1: upgrade — ok: done in attempt 1 (now: already at v2)", "cp-3: upgrade — ok: at v2")
+		"Steps, attempt 1 (interrupted", "✅ cp-1: upgrade — done: at v2", "cp-2: upgrade — stopped: was running when talosbot stopped",
+		"Steps, attempt 2 (succeeded)", "cp-1: upgrade — done: done in attempt 1 (now: already at v2)", "cp-3: upgrade — done: at v2")
 	if strings.Contains(rec, "cp-1: upgrade — skipped") {
 		t.Fatalf("the record calls cp-1 skipped although attempt 1 upgraded it:\n%s", rec)
 	}

@@ -291,13 +291,16 @@ func firstLine(s string) string {
 // writeSteps writes one attempt's step results.
 func writeSteps(b *strings.Builder, steps []state.Step) {
 	for _, s := range steps {
-		line := "  " + chat.StatusMark(s.Status) + " " + s.Title
+		// The same marker and word as the message and the thread: a
+		// probe that could not run is "❔ not checked", not "⏭️ skipped".
+		st, detail := chat.ShownStatus(s.Status, s.Detail)
+		line := "  " + chat.StatusMark(st) + " " + s.Title
 		if s.Node != "" && !strings.Contains(s.Title, s.Node) {
 			line += " [" + s.Node + "]"
 		}
-		line += " — " + s.Status
-		if s.Detail != "" {
-			line += ": " + firstLine(s.Detail)
+		line += " — " + chat.StatusLabel(st)
+		if detail != "" {
+			line += ": " + firstLine(detail)
 		}
 		if d := s.EndedAt.Sub(s.StartedAt); !s.StartedAt.IsZero() && !s.EndedAt.IsZero() && d >= time.Second {
 			line += " (" + chat.Duration(d) + ")"

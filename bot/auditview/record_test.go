@@ -56,7 +56,7 @@ func TestMaintenanceRecordR22(t *testing.T) {
 		"Snapshot: production/snap-20260501 sha256 feedbeef (1234 bytes, /var/lib/talosbot/snapshots/x.db, etcd revision 42)",
 		"Terraform plan: tfplan-1 (sha256 0a0b, /plans/1.json)", "Git commit: 9f8e7d6",
 		"Started: 2026-05-01 10:01:00 UTC", "Ended: 2026-05-01 10:10:00 UTC (took 9 min)", "Attempts: 2",
-		"✅ upgrade w-1 — ok: v1.12.6 → v1.13.9 (5 min)", "❌ health gate (after) — failed: etcd: no leader",
+		"✅ upgrade w-1 — done: v1.12.6 → v1.13.9 (5 min)", "❌ health gate (after) — failed: etcd: no leader",
 		"Validation: failed (1 of 2 checks): health gate (after)", "Audit: 4 records, seq 10–13",
 	} {
 		if !strings.Contains(out, want) {
@@ -135,5 +135,26 @@ func TestDescribeFilterHasNoNanoseconds(t *testing.T) {
 	}
 	if got := auditview.FilterArgs(q); got != "--since 2026-11-30T08:31:02.123456789Z" {
 		t.Errorf("FilterArgs = %q", got)
+	}
+}
+
+// TestRecordMarksAsTheMessageDoes: a probe that could not run is
+// "❔ not checked" in the record as in the message and the thread, not
+// "⏭️ skipped"; a plain skip stays a skip (issue 31).
+func TestRecordMarksAsTheMessageDoes(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	op := &state.Operation{ID: "h1", Cluster: "staging", Command: "health", Requester: "carol", State: state.StateSucceeded, CreatedAt: t0,
+		Steps: []state.Step{
+			{ID: "pods", Title: "Pods", Status: "skipped", Detail: "not checked: no Kubernetes API (no kubeconfig for this cluster)"},
+			{ID: "w-1", Title: "upgrade w-1", Status: "skipped", Detail: "already at v1.13.9"},
+		}}
+	out := auditview.MaintenanceRecord(op, nil, nil)
+	for _, want := range []string{"❔ Pods — not checked: no Kubernetes API (no kubeconfig for this cluster)", "⏭️ upgrade w-1 — skipped: already at v1.13.9"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("record lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "⏭️ Pods") {
+		t.Errorf("a probe that did not run is shown as skipped:\n%s", out)
 	}
 }

@@ -193,6 +193,8 @@ func StatusMark(status string) string {
 		return "⏭️"
 	case "not-checked":
 		return "❔"
+	case "unknown":
+		return "❓"
 	case "refused":
 		return "⛔"
 	case "running":
@@ -200,7 +202,9 @@ func StatusMark(status string) string {
 	case "stopped":
 		return "⏹️"
 	}
-	return "▫️"
+	// ⬜, not ▫️: the small square was nearly invisible beside the other
+	// markers (issue 31).
+	return "⬜"
 }
 
 // StatusLabel is the word shown beside a step's marker, so a status reads
@@ -213,6 +217,28 @@ func StatusLabel(status string) string {
 		return status
 	case "not-checked":
 		return "not checked"
+	case "unknown":
+		return "unknown"
 	}
 	return "pending"
+}
+
+// ShownStatus is the status a step is shown with, and its detail without
+// the words its marker already says. The protocol has one status for a step
+// that did not run, SKIPPED; what it means is in the detail's first words:
+// "not checked: …" (a check that could not run, gate.Report) and
+// "unknown: …" (a fact that could not be read) are shown as such, never as
+// a plain skip, and the same in every renderer (the message, the thread,
+// the record).
+func ShownStatus(status, detail string) (string, string) {
+	if status != "skipped" {
+		return status, detail
+	}
+	for _, st := range []string{"not-checked", "unknown"} {
+		word := StatusLabel(st)
+		if rest, ok := strings.CutPrefix(detail, word); ok && (rest == "" || strings.HasPrefix(rest, ":")) {
+			return st, strings.TrimSpace(strings.TrimPrefix(rest, ":"))
+		}
+	}
+	return status, detail
 }

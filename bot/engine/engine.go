@@ -831,8 +831,8 @@ func (e *Engine) progress(ctx context.Context, id string, p *lifecyclev1.Progres
 			s := ev.Step
 			applyStep(o, s, now)
 			if threadWorthy(o, s) {
-				st := stepStatus(s.GetStatus())
-				threadLine = fmt.Sprintf("%s %s · %s: %s", chat.StatusMark(st), chat.StatusLabel(st), stepTitle(o, s.GetStepId()), s.GetDetail())
+				st, detail := chat.ShownStatus(stepStatus(s.GetStatus()), s.GetDetail())
+				threadLine = fmt.Sprintf("%s %s · %s: %s", chat.StatusMark(st), chat.StatusLabel(st), stepTitle(o, s.GetStepId()), detail)
 			}
 		case *lifecyclev1.Progress_Log:
 			return tx.AppendLog(id, ev.Log.GetLevel()+" "+ev.Log.GetMessage())

@@ -40,6 +40,11 @@ type Facts struct {
 	// Past are earlier succeeded runs of the same command on the cluster,
 	// newest first (at most pastRuns): durations and ETAs come from them.
 	Past []*state.Operation
+	// PastFrom names the other clusters Past came from: with no run of the
+	// command on record on this cluster, runs on clusters with the same
+	// node count stand in (staging's run estimates production's), and the
+	// estimate says where they came from.
+	PastFrom []string
 	// Previous maps a node the plan moves to "its previous version" (a
 	// rollback names no target) to the version it ran before the newest
 	// operation on record that upgraded it to its current one.
@@ -60,6 +65,33 @@ func (e *Engine) emit(ctx context.Context, u Update) {
 		u.Facts = func(ctx context.Context) *Facts { return e.facts(ctx, op) }
 	}
 	e.o.Sink.Operation(ctx, u)
+}
+
+// pastElsewhere fills f.Past from succeeded runs of op's command on other
+// clusters with as many nodes as op's cluster, newest first.
+func (e *Engine) pastElsewhere(tx *state.Tx, op *state.Operation, f *Facts) error {
+	here := e.o.Config.Cluster(op.Cluster)
+	if here == nil {
+		return nil
+	}
+	ops, err := tx.Operations(state.OpFilter{Command: op.Command, States: []state.OpState{state.StateSucceeded}, Limit: scanBack})
+	if err != nil {
+		return err
+	}
+	for _, o := range ops {
+		if len(f.Past) == pastRuns {
+			break
+		}
+		there := e.o.Config.Cluster(o.Cluster)
+		if o.Cluster == op.Cluster || there == nil || len(there.Nodes) != len(here.Nodes) || dryRun(o) || o.StartedAt.IsZero() {
+			continue
+		}
+		f.Past = append(f.Past, o)
+		if !slices.Contains(f.PastFrom, o.Cluster) {
+			f.PastFrom = append(f.PastFrom, o.Cluster)
+		}
+	}
+	return nil
 }
 
 func (e *Engine) facts(ctx context.Context, op *state.Operation) *Facts {
@@ -131,6 +163,9 @@ func (e *Engine) facts(ctx context.Context, op *state.Operation) *Facts {
 			if f.Gate == nil && known && spec.GetEffect() == lifecyclev1.Effect_EFFECT_READ_ONLY && hasGateSteps(o.Plan) {
 				f.Gate = o
 			}
+		}
+		if len(f.Past) == 0 {
+			return e.pastElsewhere(tx, op, f)
 		}
 		return nil
 	})

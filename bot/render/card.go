@@ -23,6 +23,11 @@ type node struct {
 	name, role, from, to string
 	skip                 bool // already at the target when planned
 	steps                []state.Step
+	// current: the operation's most recently started step is this node's.
+	// Only the current node is "running" between two of its steps: the
+	// pulls on every node before the first cordon left each node half
+	// done, and every one of them showed "running" at once (issue 31).
+	current bool
 }
 
 // nodesOf returns the operation's nodes in plan order.
@@ -61,6 +66,15 @@ func nodesOf(op *state.Operation, p *lifecyclev1.OperationPlan, f *engine.Facts)
 		n := get(s.Node)
 		n.steps = append(n.steps, s)
 	}
+	var latest *state.Step
+	for i, s := range op.Steps {
+		if !s.StartedAt.IsZero() && (latest == nil || !s.StartedAt.Before(latest.StartedAt)) {
+			latest = &op.Steps[i]
+		}
+	}
+	if latest != nil && byName[latest.Node] != nil {
+		byName[latest.Node].current = true
+	}
 	return out
 }
 
@@ -90,8 +104,10 @@ func (n *node) status() string {
 	switch {
 	case pending == len(n.steps):
 		return "pending"
-	case pending > 0:
+	case pending > 0 && n.current:
 		return "running" // between two of its steps
+	case pending > 0:
+		return "pending" // its work is ahead: another node runs
 	case done == 0:
 		return "skipped"
 	}
@@ -190,7 +206,7 @@ func pastDurations(f *engine.Facts) (runs, nodes []time.Duration) {
 func estimate(nodes []*node, f *engine.Facts) string {
 	runs, spans := pastDurations(f)
 	if len(runs) == 0 {
-		return "no past runs of this command on this cluster"
+		return noPastRuns
 	}
 	todo := 0
 	for _, n := range nodes {
@@ -199,16 +215,16 @@ func estimate(nodes []*node, f *engine.Facts) string {
 		}
 	}
 	if len(spans) > 0 && todo > 0 {
-		return fmt.Sprintf("about %s (%d node(s) × %s per node, median of %d past run(s))", Duration(time.Duration(todo)*median(spans)), todo, Duration(median(spans)), len(runs))
+		return fmt.Sprintf("about %s (%d node(s) × %s per node, median of %d past run(s)%s)", Duration(time.Duration(todo)*median(spans)), todo, Duration(median(spans)), len(runs), pastFrom(f))
 	}
-	return fmt.Sprintf("about %s (median of %d past run(s))", Duration(median(runs)), len(runs))
+	return fmt.Sprintf("about %s (median of %d past run(s)%s)", Duration(median(runs)), len(runs), pastFrom(f))
 }
 
 // eta is the time left for the nodes not finished yet, from past node spans.
 func eta(nodes []*node, f *engine.Facts, now time.Time) string {
 	_, spans := pastDurations(f)
 	if len(spans) == 0 {
-		return "unknown: no past runs of this command on this cluster"
+		return "unknown: " + noPastRuns
 	}
 	per := median(spans)
 	var left time.Duration
@@ -225,7 +241,23 @@ func eta(nodes []*node, f *engine.Facts, now time.Time) string {
 	if left == 0 {
 		return "any moment"
 	}
-	return fmt.Sprintf("about %s (%s per node, from %d past node run(s))", Duration(left), Duration(per), len(spans))
+	return fmt.Sprintf("about %s (%s per node, from %d past node run(s)%s)", Duration(left), Duration(per), len(spans), pastFrom(f))
+}
+
+// noPastRuns is why there is no estimate: no run on record here, nor on a
+// cluster with as many nodes.
+const noPastRuns = "no past runs of this command on this cluster or on one with as many nodes"
+
+// pastFrom says where the past runs came from when not from this cluster:
+// " on staging, which has as many nodes".
+func pastFrom(f *engine.Facts) string {
+	switch len(f.PastFrom) {
+	case 0:
+		return ""
+	case 1:
+		return " on " + f.PastFrom[0] + ", which has as many nodes"
+	}
+	return " on " + strings.Join(f.PastFrom, ", ") + ", which have as many nodes"
 }
 
 // approvalLine is "0/2 — bob, dave may approve".
@@ -342,8 +374,9 @@ func evidence(op *state.Operation, p *lifecyclev1.OperationPlan, f *engine.Facts
 	return out
 }
 
-// phases summarises the steps that belong to no node ("gate before: 11
-// done, 1 not checked"), grouped by the part of their id before "/".
+// phases summarises the steps that belong to no node ("gate before: ✅ 11
+// probes done, ❔ 1 probe not checked"), grouped by the part of their id
+// before "/". Every count has its noun: "done 5" alone says nothing.
 func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 	kinds := map[string]string{}
 	for _, s := range p.GetSteps() {
@@ -351,8 +384,11 @@ func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 	}
 	type group struct {
 		name   string
+		noun   string // "probe" for a gate, else "step"
 		counts map[string]int
-		detail string // a failure's or a running step's detail
+		// details are every failure's and every warning's text: a
+		// warning counted and not shown told nobody what it was (issue 31).
+		details []string
 	}
 	var order []*group
 	by := map[string]*group{}
@@ -370,30 +406,34 @@ func phases(op *state.Operation, p *lifecyclev1.OperationPlan) []string {
 		}
 		g := by[key]
 		if g == nil {
-			g = &group{name: name, counts: map[string]int{}}
+			g = &group{name: name, noun: "step", counts: map[string]int{}}
+			if kinds[s.ID] == "gate" {
+				g.noun = "probe"
+			}
 			by[key] = g
 			order = append(order, g)
 		}
-		st := s.Status
+		st, _ := chat.ShownStatus(s.Status, s.Detail)
 		if st == "skipped" && kinds[s.ID] == "gate" {
 			st = "not-checked" // a probe that could not run is not a pass
 		}
 		g.counts[st]++
-		if st == "failed" && g.detail == "" { // warnings: see stepWarnings
-			g.detail = s.Title + ": " + engine.FirstLine(s.Detail)
+		// Failures here, every one; warnings once each, in stepWarnings.
+		if st == "failed" {
+			g.details = append(g.details, s.Title+": "+engine.FirstLine(s.Detail))
 		}
 	}
 	var out []string
 	for _, g := range order {
 		var parts []string
-		for _, st := range []string{"failed", "running", "ok", "not-checked", "skipped", "pending"} {
+		for _, st := range []string{"failed", "running", "ok", "not-checked", "unknown", "skipped", "pending"} {
 			if c := g.counts[st]; c > 0 {
-				parts = append(parts, fmt.Sprintf("%s %d", mark(st), c))
+				parts = append(parts, counted(st, c, g.noun))
 			}
 		}
 		line := g.name + ": " + strings.Join(parts, ", ")
-		if g.detail != "" {
-			line += " — " + g.detail
+		if len(g.details) > 0 {
+			line += " — " + strings.Join(g.details, "; ")
 		}
 		out = append(out, line)
 	}
@@ -437,6 +477,14 @@ func stepWarnings(op *state.Operation) []string {
 		out = append(out, "⚠️ warning: "+strings.Join(who[text], ", ")+": "+short(text))
 	}
 	return out
+}
+
+// counted is a count with its marker, noun and word: "✅ 5 probes done".
+func counted(status string, n int, noun string) string {
+	if n != 1 {
+		noun += "s"
+	}
+	return fmt.Sprintf("%s %d %s %s", chat.StatusMark(status), n, noun, chat.StatusLabel(status))
 }
 
 // nodeBar is the bar over nodes: finished / all.

@@ -79,7 +79,7 @@ func TestApprovalCard(t *testing.T) {
 	}
 	// No past runs: the estimate says so instead of guessing.
 	f.Past = nil
-	if got := field(render.Render(op, nil, f, rendertest.Now), "Estimated duration"); got != "no past runs of this command on this cluster" {
+	if got := field(render.Render(op, nil, f, rendertest.Now), "Estimated duration"); got != "no past runs of this command on this cluster or on one with as many nodes" {
 		t.Errorf("estimate without past runs = %q", got)
 	}
 }
@@ -148,7 +148,7 @@ func TestRunningUpgrade(t *testing.T) {
 	if os.Getenv("RENDER_PRINT") != "" {
 		t.Logf("%s\n%s\n%s\n%+v", m.Title, m.Text, m.Table.Markdown(), m.Fields)
 	}
-	for _, want := range []string{"v1.12.6 → v1.13.9 on production\n▰▰▱▱▱ 2/5 nodes\nsnapshot: ✅ done 5\ngate before: ✅ done 5, ❔ not checked 1\n"} {
+	for _, want := range []string{"v1.12.6 → v1.13.9 on production\n▰▰▱▱▱ 2/5 nodes\nsnapshot: ✅ 5 steps done\ngate before: ✅ 5 probes done, ❔ 1 probe not checked\n"} {
 		if !strings.Contains(m.Text, want) {
 			t.Errorf("running message lacks %q:\n%s", want, m.Text)
 		}
@@ -157,7 +157,7 @@ func TestRunningUpgrade(t *testing.T) {
 	for _, r := range m.Table.Rows {
 		rows[r[0]] = strings.Join(r[1:], "|")
 	}
-	if rows["worker-1"] != "worker|v1.12.6 → v1.13.9|✅ done|4 min" || rows["cp-2"] != "controlplane|v1.12.6 → v1.13.9|⏳ running|3 min" || rows["cp-1"] != "controlplane|v1.12.6 → v1.13.9|▫️ pending|—" {
+	if rows["worker-1"] != "worker|v1.12.6 → v1.13.9|✅ done|4 min" || rows["cp-2"] != "controlplane|v1.12.6 → v1.13.9|⏳ running|3 min" || rows["cp-1"] != "controlplane|v1.12.6 → v1.13.9|⬜ pending|—" {
 		t.Errorf("rows %v", rows)
 	}
 	if got := field(m, "ETA"); got != "about 12 min (5 min per node, from 10 past node run(s))" {

@@ -18,12 +18,19 @@ import (
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/plugins/host"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
 // MinEditInterval is the fastest an operation's message is edited; bursts of
 // progress are coalesced and the latest state is always delivered.
 const MinEditInterval = time.Second
+
+// ageEvery is how often the message of an operation that has not ended is
+// rendered again although nothing happened: "just now", "in 30 min", the
+// elapsed time and the ETA are relative to now and must age (issue 31), and
+// a long step sends no update.
+const ageEvery = time.Minute
 
 // forgetAfter is how long a finished operation's view is kept.
 const forgetAfter = 15 * time.Minute
@@ -60,9 +67,11 @@ type opView struct {
 	lastEdit     time.Time
 	timerSet     bool
 	dirty        bool
-	forgetSet    bool   // the view is dropped a while after the op ends
-	editFailures int    // consecutive failed edits (reset by a successful one)
-	detailsFor   string // the plan digest whose Details thread post was made
+	forgetSet    bool           // the view is dropped a while after the op ends
+	editFailures int            // consecutive failed edits (reset by a successful one)
+	detailsFor   string         // the plan digest whose Details thread post was made
+	last         *engine.Update // the newest update, rendered again to age its times
+	ageSet       bool           // an ageing render is scheduled
 	sending      sync.Mutex
 }
 
@@ -156,7 +165,13 @@ func (r *Renderer) Operation(ctx context.Context, u engine.Update) {
 		details = Details(u.Op)
 	}
 	v.pending = &u
+	v.last = &u
 	v.dirty = true
+	if !u.Op.State.Terminal() && !v.ageSet {
+		v.ageSet = true
+		id := u.Op.ID
+		r.clock.AfterFunc(ageEvery, func() { r.age(context.WithoutCancel(ctx), id) })
+	}
 	first := v.ref == ""
 	wait := time.Duration(0)
 	if !first {
@@ -175,6 +190,28 @@ func (r *Renderer) Operation(ctx context.Context, u engine.Update) {
 	if details != "" {
 		r.Thread(ctx, u.Op, details)
 	}
+}
+
+// age renders the newest update again, so the message's relative times
+// move on while the operation waits or runs, and schedules the next time
+// until the operation ends.
+func (r *Renderer) age(ctx context.Context, id string) {
+	r.mu.Lock()
+	v := r.ops[id]
+	if v == nil || v.last == nil || v.last.Op.State.Terminal() {
+		if v != nil {
+			v.ageSet = false
+		}
+		r.mu.Unlock()
+		return
+	}
+	if !v.dirty {
+		v.pending = v.last
+		v.dirty = true
+	}
+	r.clock.AfterFunc(ageEvery, func() { r.age(ctx, id) })
+	r.mu.Unlock()
+	r.flush(ctx, id)
 }
 
 // render turns u into its message, reading its facts (the store) first.
@@ -367,24 +404,28 @@ func Render(op *state.Operation, lines []string, f *engine.Facts, now time.Time)
 				done++
 			}
 		}
-		fmt.Fprintf(&b, "%s\n", ProgressBar(done, len(op.Steps)))
 		kinds := map[string]string{}
+		noun := "steps" // a bar's count has its noun
 		for _, s := range p.GetSteps() {
 			kinds[s.GetId()] = s.GetKind()
 		}
+		if len(kinds) > 0 && !slices.ContainsFunc(p.GetSteps(), func(s *lifecyclev1.Step) bool { return s.GetKind() != "gate" }) {
+			noun = "probes" // the health gate: every step is a probe
+		}
+		fmt.Fprintf(&b, "%s %s\n", ProgressBar(done, len(op.Steps)), noun)
 		for _, s := range op.Steps {
-			st := s.Status
+			st, detail := chat.ShownStatus(s.Status, s.Detail)
 			if st == "skipped" && kinds[s.ID] == "gate" {
-				st = "not-checked"
+				st = "not-checked" // a probe that did not run is not a skip
 			}
 			line := mark(st) + " " + s.Title
-			if s.Detail != "" && s.Status != "pending" {
-				line += " — " + engine.FirstLine(s.Detail)
+			if detail != "" && s.Status != "pending" {
+				line += " — " + engine.FirstLine(detail)
 			}
 			b.WriteString(line + "\n")
 		}
 	}
-	for _, l := range resultLines(op) {
+	for _, l := range resultLines(op, nodes) {
 		b.WriteString(l + "\n")
 	}
 	for _, l := range lines {
@@ -418,7 +459,11 @@ func Render(op *state.Operation, lines []string, f *engine.Facts, now time.Time)
 		if !op.EndedAt.IsZero() {
 			end = op.EndedAt
 		}
-		m.Fields = append(m.Fields, chat.Field{Label: "Elapsed", Value: Duration(end.Sub(op.StartedAt))})
+		elapsed := Duration(end.Sub(op.StartedAt))
+		if end.Sub(op.StartedAt) < time.Second {
+			elapsed = "under 1 s" // "0 s" read as if nothing ran
+		}
+		m.Fields = append(m.Fields, chat.Field{Label: "Elapsed", Value: elapsed})
 	}
 	if op.State == state.StateRunning && len(nodes) > 0 {
 		m.Fields = append(m.Fields, chat.Field{Label: "ETA", Value: eta(nodes, f, now)})
@@ -427,8 +472,10 @@ func Render(op *state.Operation, lines []string, f *engine.Facts, now time.Time)
 }
 
 // resultLines are the summary and report lines of a finished operation,
-// without the lines that only repeat a step's detail already shown above.
-func resultLines(op *state.Operation) []string {
+// without the lines that only repeat a step's detail already shown above,
+// nor a node's own line ("✅ cp-2 v1.12.6 → v1.13.9", "⏭️ cp-2 already at
+// v1.13.9") when the node table shows that node: each node is listed once.
+func resultLines(op *state.Operation, nodes []*node) []string {
 	if op.Result == "" {
 		return nil
 	}
@@ -440,7 +487,9 @@ func resultLines(op *state.Operation) []string {
 			// words about every node, never a repeated step detail.
 			return append(out, all[i+1:]...)
 		}
-		dup := false
+		dup := slices.ContainsFunc(nodes, func(n *node) bool {
+			return strings.HasPrefix(l, "✅ "+n.name+" ") || strings.HasPrefix(l, "⏭️ "+n.name+" already at ")
+		})
 		for _, s := range op.Steps {
 			if s.Detail != "" && strings.HasSuffix(l, s.Detail) {
 				dup = true

@@ -54,7 +54,9 @@ func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*life
 		Target: inv.Name,
 	}
 	for _, p := range gate.Probes() {
-		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: p.Name, Title: p.Title + ": " + p.What, Kind: "gate"})
+		// The title alone: "Talos version: Talos version on every node, …"
+		// repeated each probe's definition on every line of the message.
+		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: p.Name, Title: p.Title, Kind: "gate"})
 	}
 	if len(req.GetCredentials().GetKubeconfig()) == 0 {
 		plan.Warnings = append(plan.Warnings, fmt.Sprintf("no kubeconfig for this cluster: the Kubernetes probes (%s) will be %s",

@@ -281,13 +281,7 @@ func (ru *run) hop(ctx context.Context, req *lifecyclev1.OperationRequest, now f
 	// R20: snapshot, then gate, before anything changes.
 	sopts := etcd.SnapshotOptionsFor(req)
 	sopts.Now = now
-	sopts.Step = func(id, detail string, err error) {
-		if err != nil {
-			_ = r.StepFailed(px+id, err.Error())
-			return
-		}
-		_ = r.StepOK(px+id, detail)
-	}
+	sopts.Step = func(id, detail string, err error) { etcd.ReportStep(r, px+id, detail, err) }
 	snap, err := etcd.TakeSnapshot(ctx, ru.c, inv, sopts)
 	if snap == nil {
 		return ru.stop(ctx, "etcd snapshot", err)

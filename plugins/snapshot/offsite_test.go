@@ -139,3 +139,31 @@ func TestListShowsLocalOffsiteRecordsAndLastDrill(t *testing.T) {
 		}
 	}
 }
+
+// TestNoOffsiteIsSkippedNotDone: without off-site storage the off-site step
+// did not run, so it is SKIPPED with a ⚠️ detail (the thread shows it),
+// never OK: "✅ done … skipped: no off-site storage" hid that the only copy
+// is on the bot's disk (issue 31).
+func TestNoOffsiteIsSkippedNotDone(t *testing.T) {
+	c := startSim(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rec, _ := sdktest.Run(ctx, New(), request(c, t.TempDir(), 0), nil)
+	if res := rec.FinalResult(); !res.GetOk() {
+		t.Fatalf("snapshot failed: %s %s", res.GetSummary(), res.GetError())
+	}
+	var seen bool
+	for _, s := range rec.Steps() {
+		if s.GetStepId() != "snapshot-offsite" || s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_RUNNING {
+			continue
+		}
+		seen = true
+		if s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_SKIPPED || !strings.HasPrefix(s.GetDetail(), "⚠️ ") ||
+			!strings.Contains(s.GetDetail(), "the only copy is on the bot's disk") {
+			t.Errorf("off-site step = %s %q, want SKIPPED with a ⚠️ detail", s.GetStatus(), s.GetDetail())
+		}
+	}
+	if !seen {
+		t.Fatalf("no off-site step: %v", rec.Steps())
+	}
+}

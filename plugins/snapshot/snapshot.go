@@ -104,13 +104,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 
 	opts := etcd.SnapshotOptionsFor(req)
 	opts.Now, opts.FreeSpace = p.now, p.freeSpace
-	opts.Step = func(id, detail string, err error) {
-		if err != nil {
-			_ = r.StepFailed(id, err.Error())
-			return
-		}
-		_ = r.StepOK(id, detail)
-	}
+	opts.Step = func(id, detail string, err error) { etcd.ReportStep(r, id, detail, err) }
 	opts.Waiting = func(holder string) {
 		// On the card (the running step's detail) and in the operation's log.
 		msg := "⏳ queued behind " + holder + " of " + inv.Name + ": snapshots of one cluster run one at a time; this one starts when it ends"

@@ -35,6 +35,9 @@ type path struct {
 	// kubeSupport says whether the target supports the running Kubernetes
 	// (R20), for the plan.
 	kubeSupport string
+	// kubeUnknown: the running Kubernetes version could not be read, so
+	// R20 was not checked; the plan says so as a warning, never as a ✅.
+	kubeUnknown bool
 	// at is every node's version as read when the path was computed, then
 	// as each node finishes a hop: what the result reports on a failure.
 	at map[string]talos.Release
@@ -109,7 +112,9 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 	}
 	stops := []releases.Version{releases.Version(target)}
 	if !oldest.IsZero() && target.Compare(talos.Release(oldest)) > 0 {
-		if stops, p.kubeSupport, err = pathCheck(oldest, stops[0], runningKubernetes(ctx, s, ids), req.GetSettings()); err != nil {
+		kube := runningKubernetes(ctx, s, ids)
+		p.kubeUnknown = kube.IsZero()
+		if stops, p.kubeSupport, err = pathCheck(oldest, stops[0], kube, req.GetSettings()); err != nil {
 			return nil, err
 		}
 	}
@@ -210,7 +215,12 @@ func (p *path) operationPlan(req *lifecyclev1.OperationRequest) *lifecyclev1.Ope
 		{Name: "upgrade path", Ok: true, Rule: "R10", Detail: detail},
 		{Name: "installer platform and schematic", Ok: true, Rule: "R14", Detail: "unchanged on every node"},
 	}
-	if p.kubeSupport != "" {
+	switch {
+	case p.kubeSupport != "" && p.kubeUnknown:
+		// A check that could not run is not a passed precondition: the
+		// card would show "✅ ok" beside "the version is unknown".
+		plan.Warnings = append(plan.Warnings, "Kubernetes support (R20) not checked: "+p.kubeSupport)
+	case p.kubeSupport != "":
 		plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "Kubernetes support", Ok: true, Rule: "R20", Detail: p.kubeSupport})
 	}
 	return plan

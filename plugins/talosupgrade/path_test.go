@@ -44,6 +44,29 @@ func TestPlanShowsKubernetesSupport(t *testing.T) {
 	t.Errorf("no Kubernetes support precondition: %v", plan.GetPreconditions())
 }
 
+// TestUnknownKubernetesIsNotAPassedPrecondition: without a kubeconfig the
+// running Kubernetes version is unknown, so R20 was not checked: the plan
+// says so in a warning and has no "ok" Kubernetes support precondition
+// (the card showed "✅ ok Kubernetes support (R20): … unknown", issue 31).
+func TestUnknownKubernetesIsNotAPassedPrecondition(t *testing.T) {
+	e := start(t, 1, 1, false, nil)
+	plan, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), e.request(t, target))
+	if err != nil || plan.GetRefusal() != nil {
+		t.Fatalf("plan %v, %v", plan, err)
+	}
+	for _, p := range plan.GetPreconditions() {
+		if p.GetRule() == "R20" {
+			t.Errorf("R20 shown as a precondition (ok=%v) while the Kubernetes version is unknown: %s", p.GetOk(), p.GetDetail())
+		}
+	}
+	for _, w := range plan.GetWarnings() {
+		if strings.HasPrefix(w, "Kubernetes support (R20) not checked: ") && strings.Contains(w, "the running Kubernetes version is unknown") {
+			return
+		}
+	}
+	t.Errorf("no warning that R20 was not checked: %q", plan.GetWarnings())
+}
+
 // TestRunningKubernetesIsTheLowestComponent: the running Kubernetes whose
 // support a Talos upgrade checks (R20) is the lowest version the cluster
 // runs — apiserver, control-plane static pods, kubelets — as the

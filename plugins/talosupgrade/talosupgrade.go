@@ -368,14 +368,7 @@ func (x *run) execute(ctx context.Context) error {
 	// once, before the first hop: hops.)
 	opts := etcd.SnapshotOptionsFor(x.req)
 	opts.Now, opts.FreeSpace = x.p.now, x.p.freeSpace
-	opts.Step = func(id, detail string, err error) {
-		id = ro.prefix + id
-		if err != nil {
-			_ = x.r.StepFailed(id, err.Error())
-			return
-		}
-		_ = x.r.StepOK(id, detail)
-	}
+	opts.Step = func(id, detail string, err error) { etcd.ReportStep(x.r, ro.prefix+id, detail, err) }
 	snap, err := etcd.TakeSnapshot(ctx, x.s.Clients, x.s.Inv, opts)
 	if snap == nil {
 		return x.fail("etcd snapshot before the upgrade failed; nothing was changed", fmt.Errorf("R12: %w", err))

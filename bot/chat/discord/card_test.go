@@ -92,7 +92,7 @@ func TestApprovalCardAndRunningUpgradeAsEmbeds(t *testing.T) {
 	}
 	edited, ebuttons := read(filter(recs, rest("PATCH", "/channels/600000000000000001/messages/"))[0].Body)
 	ed := edited.Embeds[0]
-	if !strings.Contains(ed.Description, "▰▰▱▱▱ 2/5 nodes") || !strings.Contains(ed.Description, "cp-2      controlplane  v1.12.6 → v1.13.9  ⏳ running   3 min") {
+	if !strings.Contains(ed.Description, "▰▰▱▱▱ 2/5 nodes") || !strings.Contains(ed.Description, "cp-2      controlplane  v1.12.6 → v1.13.9  ⏳ running  3 min") {
 		t.Errorf("running embed:\n%s", ed.Description)
 	}
 	efields := map[string]string{}

@@ -30,6 +30,7 @@ import (
 	"github.com/talosbot/talosbot/internal/snapname"
 	"github.com/talosbot/talosbot/plugins/cluster"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
 // Snapshot step ids, reported through SnapshotOptions.Step.
@@ -40,6 +41,30 @@ const (
 	StepSnapshotOffsite   = "snapshot-offsite"
 	StepSnapshotRetention = "snapshot-retention"
 )
+
+// ErrStepSkipped is the error SnapshotOptions.Step hears for a step that did
+// not run: the off-site copy without off-site storage. It is not a failure,
+// and not a pass either.
+var ErrStepSkipped = errors.New("step skipped")
+
+// NoOffsite is the off-site step's detail without off-site storage. It
+// starts with ⚠️, so the thread shows it: the only copy is on the bot's disk.
+const NoOffsite = "⚠️ no off-site storage configured (snapshots.offsite): the only copy is on the bot's disk"
+
+// ReportStep reports a snapshot step as SnapshotOptions.Step hears it:
+// failed with err's text, skipped (ErrStepSkipped) with detail, else done.
+// Every plugin that takes a snapshot reports through it, so the off-site
+// step without storage is never "✅ done".
+func ReportStep(r sdk.Reporter, id, detail string, err error) {
+	switch {
+	case errors.Is(err, ErrStepSkipped):
+		_ = r.StepSkipped(id, detail)
+	case err != nil:
+		_ = r.StepFailed(id, err.Error())
+	default:
+		_ = r.StepOK(id, detail)
+	}
+}
 
 // SnapshotSteps lists the steps of TakeSnapshot in order, with titles.
 func SnapshotSteps() [][2]string {
@@ -91,6 +116,8 @@ type SnapshotOptions struct {
 	// FreeSpace reports the bytes available in a directory (default statfs).
 	FreeSpace func(dir string) (uint64, error)
 	// Step, when set, hears the end of each step (err nil: it succeeded).
+	// ErrStepSkipped as err: the step did not run (ReportStep sends it
+	// SKIPPED, never OK).
 	Step func(id, detail string, err error)
 	// SourceTimeout bounds the pick of the source member (default
 	// DefaultSourceTimeout).
@@ -276,7 +303,7 @@ func TakeSnapshot(ctx context.Context, c *cluster.Clients, inv cluster.Inventory
 
 	var store *offsite.Store
 	if opts.Offsite == nil {
-		opts.Step(StepSnapshotOffsite, "skipped: no off-site storage configured (snapshots.offsite); the copy is on the bot's disk only", nil)
+		opts.Step(StepSnapshotOffsite, NoOffsite, ErrStepSkipped)
 	} else {
 		store, err = offsite.New(*opts.Offsite)
 		var key string

@@ -21,7 +21,7 @@ const (
 	StatusFail
 	// StatusNotChecked: the probe could not run (no kubeconfig, no Flux
 	// installed, Kubernetes API unreachable when not required). It is never
-	// shown as passed: its icon is ⏭️, its detail starts with "not checked",
+	// shown as passed: its icon is ❔ (as chat.StatusMark("not-checked")), its detail starts with "not checked",
 	// and Report sends it as a SKIPPED step.
 	StatusNotChecked
 )
@@ -38,7 +38,7 @@ func (s Status) Icon() string {
 	case StatusWarn:
 		return "⚠️"
 	case StatusNotChecked:
-		return "⏭️"
+		return "❔" // the same marker as every renderer's "not checked"
 	default:
 		return "❌"
 	}
@@ -161,12 +161,18 @@ type Result struct {
 	Duration    time.Duration
 }
 
-// Lines returns one chat line per probe, each followed by the server's
-// check lines (indented) when the probe has them.
+// Lines returns one chat line per probe. The server's check lines follow
+// (indented) only a probe that did not pass, where they say what went
+// wrong; after a pass the probe's line counts them ("11 checks passed on
+// cp-1"), and each is in the operation's log (Report): eleven "waiting for
+// …: OK" lines in chat told a tired reader nothing (issue 31).
 func (r *Result) Lines() []string {
 	out := make([]string, 0, len(r.Probes))
 	for _, p := range r.Probes {
 		out = append(out, p.Line())
+		if p.Status == StatusOK {
+			continue
+		}
 		for _, c := range p.Checks {
 			out = append(out, "    "+c)
 		}
@@ -185,31 +191,71 @@ func (r *Result) NotCheckedTitles() []string {
 	return out
 }
 
-// Summary is a one-line verdict. Probes that could not run are named: a
-// gate that passed without them says so.
+// Summary is a one-line verdict, its headline first. A gate that passed
+// without every probe says how many ran ("health gate passed 4 of 8 probes;
+// 4 not checked: …"), never a bare "passed"; every warning's text is in it,
+// not only its count, since the summary is what the thread, the record and
+// the node's gate step show.
 func (r *Result) Summary() string {
-	warn := 0
+	var warns []string
 	for _, p := range r.Probes {
 		if p.Status == StatusWarn {
-			warn++
+			warns = append(warns, p.Title+": "+p.Detail)
 		}
 	}
+	nc := r.NotCheckedTitles()
 	var b strings.Builder
-	if r.Passed {
-		b.WriteString("health gate passed")
-	} else {
+	switch {
+	case !r.Passed:
 		fmt.Fprintf(&b, "health gate failed (%d of %d probes)", len(r.Reasons), len(r.Probes))
+	case len(nc) > 0:
+		fmt.Fprintf(&b, "health gate passed %d of %d probes", len(r.Probes)-len(nc), len(r.Probes))
+	default:
+		b.WriteString("health gate passed")
 	}
-	if warn > 0 {
-		fmt.Fprintf(&b, ", %d warning(s)", warn)
+	if len(nc) > 0 {
+		fmt.Fprintf(&b, "; %d %s", len(nc), r.notCheckedWhy())
 	}
-	if nc := r.NotCheckedTitles(); len(nc) > 0 {
-		b.WriteString("; " + NotChecked + ": " + strings.Join(nc, ", "))
+	if len(warns) > 0 {
+		fmt.Fprintf(&b, "; %d %s: %s", len(warns), plural(len(warns), "warning", "warnings"), strings.Join(warns, "; "))
 	}
 	if len(r.Unreachable) > 0 {
 		b.WriteString("; unreachable: " + strings.Join(r.Unreachable, ", "))
 	}
 	return b.String()
+}
+
+// notCheckedWhy names the probes that could not run grouped by why, in
+// report order: "not checked: Pods, Flux (no Kubernetes API (…))".
+func (r *Result) notCheckedWhy() string {
+	var whys []string
+	titles := map[string][]string{}
+	for _, p := range r.Probes {
+		if p.Status != StatusNotChecked {
+			continue
+		}
+		why := strings.TrimPrefix(strings.TrimPrefix(p.Detail, NotChecked), ": ")
+		if _, ok := titles[why]; !ok {
+			whys = append(whys, why)
+		}
+		titles[why] = append(titles[why], p.Title)
+	}
+	parts := make([]string, 0, len(whys))
+	for _, why := range whys {
+		part := strings.Join(titles[why], ", ")
+		if why != "" {
+			part += " — " + why
+		}
+		parts = append(parts, part)
+	}
+	return NotChecked + ": " + strings.Join(parts, "; ")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // Err is nil when the gate passed, else an error listing every reason; the

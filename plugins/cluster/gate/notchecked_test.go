@@ -52,7 +52,7 @@ func TestFluxWithNothingToCheckIsNotChecked(t *testing.T) {
 			g := &gateRun{c: &cluster.Clients{Dynamic: dyn}, inv: threeCP(), opts: Options{RequireKubernetes: true}.withDefaults()}
 			r := probeFlux(context.Background(), g)
 			if r.Status != StatusNotChecked || !strings.HasPrefix(r.Detail, "not checked: ") || strings.Contains(r.Detail, "all Ready") {
-				t.Fatalf("got %s, want ⏭️ not checked", r.Line())
+				t.Fatalf("got %s, want ❔ not checked", r.Line())
 			}
 		})
 	}
@@ -93,11 +93,11 @@ func TestNotCheckedIsNeverReportedAsPassed(t *testing.T) {
 	}}
 	lines := strings.Join(res.Lines(), "\n")
 	if strings.Contains(lines, "✅ Flux") || strings.Contains(lines, "✅ Pods") ||
-		!strings.Contains(lines, "⏭️ Flux: not checked: Flux is not installed") || !strings.Contains(lines, "⏭️ Pods: not checked") {
+		!strings.Contains(lines, "❔ Flux: not checked: Flux is not installed") || !strings.Contains(lines, "❔ Pods: not checked") {
 		t.Fatalf("lines:\n%s", lines)
 	}
-	if got := res.Summary(); got != "health gate passed; not checked: Flux, Pods" {
-		t.Fatalf("summary = %q", got)
+	if got, want := res.Summary(), "health gate passed 1 of 3 probes; 2 not checked: Flux — "+FluxNotInstalled+"; Pods — "+NoKubeconfig; got != want {
+		t.Fatalf("summary = %q, want %q", got, want)
 	}
 	rec := sdktest.NewRecorder(nil)
 	if err := Report(rec, "gate-before/", res); err != nil {
@@ -265,5 +265,47 @@ func TestPlanWarningsWhenKubernetesProbesCannotRun(t *testing.T) {
 	}
 	if w := PlanWarnings(ctx, &cluster.Clients{Kube: kubefake.NewClientset(), Dynamic: noFlux()}); len(w) != 1 || !strings.Contains(w[0], FluxNotInstalled) {
 		t.Fatalf("no Flux: %q", w)
+	}
+}
+
+// TestSummaryNamesWhatItCounts: the summary is what the thread, the record
+// and a node's gate step show, so every warning's text is in it, not only
+// their count, and a gate that passed without some probes says how many ran
+// and why the others did not (issue 31).
+func TestSummaryNamesWhatItCounts(t *testing.T) {
+	ok := func(name string) ProbeResult {
+		return ProbeResult{Name: name, Title: name, Status: StatusOK, Detail: "fine"}
+	}
+	res := &Result{Passed: true, Probes: []ProbeResult{
+		ok("talos-version"), ok("cluster-health"), ok("controlplane-services"), ok("etcd-status"),
+		{Name: "kube-nodes", Title: "Kubernetes nodes", Status: StatusNotChecked, Detail: NotChecked + ": " + NoKubeconfig},
+		{Name: "pods", Title: "Pods", Status: StatusNotChecked, Detail: NotChecked + ": " + NoKubeconfig},
+		{Name: "flux", Title: "Flux", Status: StatusWarn, Detail: "HelmRelease podinfo/podinfo suspended"},
+		{Name: "pdb", Title: "PodDisruptionBudgets", Status: StatusNotChecked, Detail: NotChecked + ": " + NoKubeconfig},
+	}}
+	want := "health gate passed 5 of 8 probes; 3 not checked: Kubernetes nodes, Pods, PodDisruptionBudgets — " + NoKubeconfig +
+		"; 1 warning: Flux: HelmRelease podinfo/podinfo suspended"
+	if got := res.Summary(); got != want {
+		t.Fatalf("summary\n got %q\nwant %q", got, want)
+	}
+	all := &Result{Passed: true, Probes: []ProbeResult{ok("a"), ok("b"),
+		{Name: "c", Title: "c", Status: StatusWarn, Detail: "one"}, {Name: "d", Title: "d", Status: StatusWarn, Detail: "two"}}}
+	if got, want := all.Summary(), "health gate passed; 2 warnings: c: one; d: two"; got != want {
+		t.Fatalf("summary\n got %q\nwant %q", got, want)
+	}
+}
+
+// TestLinesListChecksOnlyWhenTheyExplain: the server's check lines follow a
+// probe that did not pass (they say what went wrong) and never one that
+// passed, whose line counts them (issue 31).
+func TestLinesListChecksOnlyWhenTheyExplain(t *testing.T) {
+	checks := []string{"waiting for etcd to be healthy: OK", "waiting for apid to be ready: OK"}
+	passed := &Result{Passed: true, Probes: []ProbeResult{{Title: "Cluster health", Status: StatusOK, Detail: "2 checks passed on cp-1", Checks: checks}}}
+	if got := strings.Join(passed.Lines(), "\n"); got != "✅ Cluster health: 2 checks passed on cp-1" {
+		t.Errorf("passed probe lines:\n%s", got)
+	}
+	failed := &Result{Probes: []ProbeResult{{Title: "Cluster health", Status: StatusFail, Detail: "etcd not healthy (run on cp-1)", Checks: checks}}}
+	if got := strings.Join(failed.Lines(), "\n"); !strings.Contains(got, "\n    waiting for apid to be ready: OK") {
+		t.Errorf("failed probe lines lack the checks:\n%s", got)
 	}
 }
