@@ -275,3 +275,21 @@ func TestErrorsCarryTheLine(t *testing.T) {
 		t.Fatalf("want %q in\n%v", want, err)
 	}
 }
+
+// A node's name is part of its snapshots' file names: one with a '/' or
+// ".." would write a snapshot outside the snapshot directory, one with a
+// space a snapshot that listing, retention and recover never see. Both
+// were accepted.
+func TestNodeNameIsAFileNameComponent(t *testing.T) {
+	node := func(name string) string {
+		return strings.Replace(base, "{name: cp-1,", fmt.Sprintf("{name: %q,", name), 1) + goodPolicy
+	}
+	for _, bad := range []string{"../../../../tmp/evil", "cp/1", "cp 1", ".hidden", "-cp", "cp-1\n", "<!here>"} {
+		wantErrs(t, node(bad), fmt.Sprintf("clusters[0].nodes[0].name: %q is not a node name", bad))
+	}
+	for _, good := range []string{"cp-1", "talos-cp-01.lab.example", "Node_7"} {
+		if _, err := Parse([]byte(node(good))); err != nil {
+			t.Errorf("node name %q: %v", good, err)
+		}
+	}
+}
