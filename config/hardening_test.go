@@ -230,6 +230,17 @@ alerts: {token: env:T_ALERTS}
 	if got := resolve(); !strings.Contains(got, "audit.token: the token of the audit API is shorter than 32") {
 		t.Errorf("a one-character audit token:\n%s", got)
 	}
+	// Padding does not make a token long enough, and a token an HTTP
+	// header cannot carry (its ends are trimmed) is refused at start.
+	t.Setenv("T_AUDIT", strings.Repeat(" ", MinTokenLen)+"x")
+	t.Setenv("T_ALERTS", strong("alerts")+"\n")
+	got = resolve()
+	for _, want := range []string{"audit.token: the token of the audit API contains spaces or control characters",
+		"alerts.token: the token of the alert webhook contains spaces or control characters"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in\n%s", want, got)
+		}
+	}
 	// An empty file: Resolve accepts it, the start-up check does not (the
 	// Discord adapter would otherwise refuse it in serve only).
 	empty := filepath.Join(t.TempDir(), "empty")
