@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talosbot/talosbot/bot/auditview"
+	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/state"
 )
@@ -218,5 +220,22 @@ func TestAuditHeadPostsAPinnableHead(t *testing.T) {
 	}
 	if reply, err := auditReply(t, e, "mallory", "/talos audit head"); err == nil || !strings.Contains(reply, "mallory has no role") {
 		t.Fatalf("stranger: %v %s", err, reply)
+	}
+}
+
+// A long filter value is refused, quoted as a short prefix: an accepted one
+// came back in full in the answer's header (a 60 KB --op gave a 60 KB
+// reply; issue 29, defect 3, through the audit filters).
+func TestAuditFilterValueIsBounded(t *testing.T) {
+	e := newEnv(t)
+	long := strings.Repeat("y", 60<<10)
+	for _, k := range []string{"op", "action", "user", "result", "op_id", "cluster"} {
+		reply, err := auditReply(t, e, "alice", "/talos audit --"+k+" "+long)
+		if err == nil || len(reply) > 1024 || !strings.Contains(reply, k+` "`+strings.Repeat("y", chat.EchoRunes)+`"… is longer than`) {
+			t.Fatalf("--%s with 60 KB: %v; the reply (%d bytes): %.300s", k, err, len(reply), reply)
+		}
+	}
+	if _, err := auditReply(t, e, "alice", "/talos audit --op "+strings.Repeat("y", auditview.MaxFilterValue)); err != nil {
+		t.Fatalf("a value of the maximum length: %v", err)
 	}
 }

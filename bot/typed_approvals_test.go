@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/state"
 )
@@ -189,5 +190,35 @@ func TestRestartExpiresLapsedApprovalRequest(t *testing.T) {
 	}
 	if err := e.eng.Act(ctx, engine.Origin{User: "bob", Channel: "prd", Click: true}, old); err == nil || !strings.Contains(err.Error(), "expired; there is nothing to approve") {
 		t.Fatalf("old button on an expired request: %v", err)
+	}
+}
+
+// TestIDCommandsEchoAShortPrefix: every command that takes an operation id
+// answers an unknown one by quoting at most chat.EchoRunes runes of it, in
+// the reply and in the audited refusal (issue 29, defect 3: a 60 KB echo).
+// approve and deny quoted the whole id.
+func TestIDCommandsEchoAShortPrefix(t *testing.T) {
+	e := newEnv(t)
+	long := strings.Repeat("x", 60<<10)
+	want := `"` + strings.Repeat("x", chat.EchoRunes) + `"…`
+	for _, cmd := range []string{"approve", "deny", "cancel", "pause", "resume", "abandon", "op"} {
+		t.Run(cmd, func(t *testing.T) {
+			_, _ = e.submit("bob", "prd", "/talos "+cmd+" "+cmd+long)
+			got := e.sink.waitReply(t, `"`+cmd+"xxx")
+			if len(got) > 1024 || !strings.Contains(got, `"`+cmd+want[1+len(cmd):]) {
+				t.Fatalf("the reply (%d bytes) is not a short prefix of the id: %.200s", len(got), got)
+			}
+		})
+	}
+	recs, err := e.store.QueryAudit(context.Background(), state.AuditQuery{Actor: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		for k, v := range r.Detail {
+			if len(v) > 1024 {
+				t.Errorf("audit record %s keeps %d bytes of input in %s", r.Action, len(v), k)
+			}
+		}
 	}
 }

@@ -230,6 +230,17 @@ alerts: {token: env:T_ALERTS}
 	if got := resolve(); !strings.Contains(got, "audit.token: the token of the audit API is shorter than 32") {
 		t.Errorf("a one-character audit token:\n%s", got)
 	}
+	// Padding does not make a token long enough, and a token an HTTP
+	// header cannot carry (its ends are trimmed) is refused at start.
+	t.Setenv("T_AUDIT", strings.Repeat(" ", MinTokenLen)+"x")
+	t.Setenv("T_ALERTS", strong("alerts")+"\n")
+	got = resolve()
+	for _, want := range []string{"audit.token: the token of the audit API contains spaces or control characters",
+		"alerts.token: the token of the alert webhook contains spaces or control characters"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in\n%s", want, got)
+		}
+	}
 	// An empty file: Resolve accepts it, the start-up check does not (the
 	// Discord adapter would otherwise refuse it in serve only).
 	empty := filepath.Join(t.TempDir(), "empty")
@@ -273,5 +284,23 @@ func TestErrorsCarryTheLine(t *testing.T) {
 	line := strings.Count(doc, "\n")
 	if want := fmt.Sprintf("%s:%d: listen: \"nope\" is not host:port", p, line); !strings.Contains(err.Error(), want) {
 		t.Fatalf("want %q in\n%v", want, err)
+	}
+}
+
+// A node's name is part of its snapshots' file names: one with a '/' or
+// ".." would write a snapshot outside the snapshot directory, one with a
+// space a snapshot that listing, retention and recover never see. Both
+// were accepted.
+func TestNodeNameIsAFileNameComponent(t *testing.T) {
+	node := func(name string) string {
+		return strings.Replace(base, "{name: cp-1,", fmt.Sprintf("{name: %q,", name), 1) + goodPolicy
+	}
+	for _, bad := range []string{"../../../../tmp/evil", "cp/1", "cp 1", ".hidden", "-cp", "cp-1\n", "<!here>"} {
+		wantErrs(t, node(bad), fmt.Sprintf("clusters[0].nodes[0].name: %q is not a node name", bad))
+	}
+	for _, good := range []string{"cp-1", "talos-cp-01.lab.example", "Node_7"} {
+		if _, err := Parse([]byte(node(good))); err != nil {
+			t.Errorf("node name %q: %v", good, err)
+		}
 	}
 }

@@ -28,7 +28,8 @@ type Secrets struct {
 }
 
 // ResolveSecrets reads every start-up secret and checks the bearer tokens:
-// each at least MinTokenLen characters, and no two of them equal (a token
+// each one word (no spaces or control characters) of at least MinTokenLen
+// characters, and no two of them equal (a token
 // says who is asking, so one shared by two roles or two users cannot). Every
 // problem is reported at once, so that a first start with several variables
 // missing is fixed in one go, not one restart per variable. Messages name
@@ -81,7 +82,13 @@ func (c *Config) ResolveSecrets() (*Secrets, []FieldError) {
 		if b.tok == "" {
 			continue
 		}
-		if len(b.tok) < MinTokenLen {
+		switch {
+		case strings.IndexFunc(b.tok, func(r rune) bool { return r <= ' ' || r == 0x7f }) >= 0:
+			// Spaces would pad a short token past the floor, and an HTTP
+			// header drops them at its ends, so a token ending in one (or
+			// a newline) could never be sent.
+			errs = append(errs, FieldError{Path: b.path, Msg: fmt.Sprintf("the token of %s contains spaces or control characters (a newline?); a bearer token is one word: generate one with `openssl rand -hex 24`", b.who)})
+		case len(b.tok) < MinTokenLen:
 			errs = append(errs, FieldError{Path: b.path, Msg: fmt.Sprintf("the token of %s is shorter than %d characters; generate one with `openssl rand -hex 24`", b.who, MinTokenLen)})
 		}
 		if first, ok := holder[b.tok]; ok {

@@ -50,6 +50,10 @@ func (e *Errors) Error() string {
 
 var releaseRE = regexp.MustCompile(`^v\d+\.\d+\.\d+$`)
 
+// nodeNameRE is a node name: the characters a snapshot name may hold
+// (internal/snapname), at most a hostname's length.
+var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$`)
+
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Validate returns every problem in the configuration (after defaults).
@@ -186,6 +190,12 @@ func validateNodes(p string, nodes []Node) []FieldError {
 		np := fmt.Sprintf("%s.nodes[%d]", p, j)
 		if n.Name == "" {
 			add(np+".name", "is required")
+		} else if !nodeNameRE.MatchString(n.Name) {
+			// The name is part of every snapshot's file and object name:
+			// a '/' or ".." would put the file outside the snapshot
+			// directory, and a space or other character would make a
+			// snapshot that listing, retention and recover never see.
+			add(np+".name", "%q is not a node name: use letters, digits, '.', '-' and '_', starting with a letter or digit (the node's hostname, e.g. cp-1)", n.Name)
 		} else if names[n.Name] {
 			add(np+".name", "%q is used by another node", n.Name)
 		}

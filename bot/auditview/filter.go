@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/config"
@@ -18,6 +19,10 @@ func FilterKeys() []string {
 	return []string{"cluster", "user", "op", "result", "action", "op_id", "since", "until", "limit", "before"}
 }
 
+// MaxFilterValue is the longest string filter value (cluster, user, op,
+// result, action, op_id) ParseFilter accepts, in characters.
+const MaxFilterValue = 256
+
 // ParseFilter turns filter values (looked up by get, "" when absent) into a
 // query. since/until take a duration back from now ("7d", "12h") or a time
 // (RFC 3339 or 2006-01-02). limit must be 1..maxLimit; it defaults to defLimit.
@@ -26,6 +31,14 @@ func ParseFilter(get func(string) string, now time.Time, defLimit, maxLimit int)
 	q := state.AuditQuery{
 		Cluster: get("cluster"), Actor: get("user"), Command: get("op"), Result: get("result"),
 		Action: get("action"), OpID: get("op_id"), Limit: defLimit,
+	}
+	// Every filter is repeated in the answer's header and its "more"
+	// command, so a long value would come back in full; no record holds
+	// one this long (user and operation ids, cluster and command names).
+	for _, k := range []string{"cluster", "user", "op", "result", "action", "op_id"} {
+		if v := get(k); utf8.RuneCountInString(v) > MaxFilterValue {
+			return q, fmt.Errorf("%s %s is longer than %d characters, which no audit record holds; give the value itself", k, chat.Echo(v), MaxFilterValue)
+		}
 	}
 	var err error
 	if q.Since, err = parseWhen(get("since"), now); err != nil {

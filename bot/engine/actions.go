@@ -159,7 +159,7 @@ func (e *Engine) refuseAction(ctx context.Context, from Origin, op *state.Operat
 func (e *Engine) Approve(ctx context.Context, from Origin, id string) error {
 	op, err := e.Operation(ctx, id)
 	if err != nil {
-		return e.refuseAction(ctx, from, nil, "approve", fmt.Sprintf("no operation %q; /talos status lists the operations awaiting approval", id))
+		return e.refuseAction(ctx, from, nil, "approve", fmt.Sprintf("no operation %s; /talos status lists the operations awaiting approval", chat.Echo(id)))
 	}
 	return e.approve(ctx, from, op, false)
 }
@@ -169,7 +169,7 @@ func (e *Engine) Approve(ctx context.Context, from Origin, id string) error {
 func (e *Engine) Deny(ctx context.Context, from Origin, id string) error {
 	op, err := e.Operation(ctx, id)
 	if err != nil {
-		return e.refuseAction(ctx, from, nil, "deny", fmt.Sprintf("no operation %q; /talos status lists the operations awaiting approval", id))
+		return e.refuseAction(ctx, from, nil, "deny", fmt.Sprintf("no operation %s; /talos status lists the operations awaiting approval", chat.Echo(id)))
 	}
 	return e.deny(ctx, from, op)
 }

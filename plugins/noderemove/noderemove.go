@@ -76,7 +76,7 @@ func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Se
 	n, ok := s.Inv.Node(name)
 	if !ok {
 		return nil, &sdk.Refusal{Rule: "R8",
-			Reason: fmt.Sprintf("%q is not in the inventory of %s: the bot removes a node only while the inventory (Terraform) still has its address and credentials", name, s.Inv.Name),
+			Reason: fmt.Sprintf("%s is not in the inventory of %s: the bot removes a node only while the inventory (Terraform) still has its address and credentials", sdk.Quote(name), s.Inv.Name),
 			Fix: fmt.Sprintf("check the name (nodes: %s); if the entry was already removed from Terraform, restore it, apply, then remove the node here first",
 				strings.Join(cluster.Names(s.Inv.Nodes), ", "))}
 	}

@@ -68,12 +68,12 @@ type target struct {
 func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Session) (*target, error) {
 	arg := strings.TrimSpace(req.GetArgs()["node"])
 	if arg == "" || strings.ContainsAny(arg, ", ") {
-		return nil, &sdk.Refusal{Rule: "R19", Reason: fmt.Sprintf("rollback takes exactly one node, got %q", arg),
+		return nil, &sdk.Refusal{Rule: "R19", Reason: fmt.Sprintf("rollback takes exactly one node, got %s", sdk.Quote(arg)),
 			Fix: "roll back one node, check it, then the next: /talos rollback <node>"}
 	}
 	n, ok := s.Inv.Node(arg)
 	if !ok {
-		return nil, &sdk.Refusal{Rule: "R19", Reason: fmt.Sprintf("%s is not in the inventory of %s", arg, s.Inv.Name),
+		return nil, &sdk.Refusal{Rule: "R19", Reason: fmt.Sprintf("%s is not in the inventory of %s", sdk.Clip(arg), s.Inv.Name),
 			Fix: "use a node name from the inventory: " + strings.Join(cluster.Names(s.Inv.Nodes), ", ")}
 	}
 	tag, err := talos.TalosTag(ctx, s, n)

@@ -3,6 +3,8 @@ package sdk
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"unicode/utf8"
 
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
@@ -68,4 +70,28 @@ func RefusedResult(err error, summary string) *lifecyclev1.Result {
 		summary = "refused"
 	}
 	return &lifecyclev1.Result{Ok: false, Summary: summary, Error: err.Error(), Refusal: r.Proto()}
+}
+
+// QuoteRunes is how much of a value Quote shows: the bot's own echoes
+// (bot/chat.Echo) show as much.
+const QuoteRunes = 64
+
+// Quote is how a refusal or error shows a value the user typed (a version,
+// a node name): quoted, and cut to QuoteRunes runes with "…". The text goes
+// to chat, the card and the audit trail, so a 60 KB argument must not come
+// back in full.
+func Quote(s string) string {
+	if utf8.RuneCountInString(s) <= QuoteRunes {
+		return strconv.Quote(s)
+	}
+	return strconv.Quote(string([]rune(s)[:QuoteRunes])) + "…"
+}
+
+// Clip is Quote without the quotes, for a value shown bare (a node name in
+// "cp-9 is not in the inventory").
+func Clip(s string) string {
+	if utf8.RuneCountInString(s) <= QuoteRunes {
+		return s
+	}
+	return string([]rune(s)[:QuoteRunes]) + "…"
 }

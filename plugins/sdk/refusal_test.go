@@ -3,6 +3,7 @@ package sdk_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/talosbot/talosbot/plugins/sdk"
@@ -25,5 +26,19 @@ func TestRefusalThroughWrappedErrors(t *testing.T) {
 	}
 	if sdk.RefusedResult(other, "") != nil {
 		t.Fatal("RefusedResult(plain error) must be nil: only rules refuse")
+	}
+}
+
+// Quote and Clip show at most QuoteRunes runes of what a user typed.
+func TestQuoteAndClipAreShort(t *testing.T) {
+	long := strings.Repeat("é", 60<<10)
+	if got, want := sdk.Quote(long), `"`+strings.Repeat("é", sdk.QuoteRunes)+`"…`; got != want {
+		t.Fatalf("Quote = %.100q…", got)
+	}
+	if got, want := sdk.Clip(long), strings.Repeat("é", sdk.QuoteRunes)+"…"; got != want {
+		t.Fatalf("Clip = %.100q…", got)
+	}
+	if sdk.Quote("cp-9") != `"cp-9"` || sdk.Clip("cp-9") != "cp-9" {
+		t.Fatalf("short values change: %s %s", sdk.Quote("cp-9"), sdk.Clip("cp-9"))
 	}
 }

@@ -145,7 +145,7 @@ func selection(inv cluster.Inventory, arg string) (map[string]bool, error) {
 		name = strings.TrimSpace(name)
 		n, ok := inv.Node(name)
 		if !ok {
-			return nil, &sdk.Refusal{Rule: "R15", Reason: fmt.Sprintf("--nodes names %q, which is not in the inventory of %s", name, inv.Name),
+			return nil, &sdk.Refusal{Rule: "R15", Reason: fmt.Sprintf("--nodes names %s, which is not in the inventory of %s", sdk.Quote(name), inv.Name),
 				Fix: "use node names from the inventory: " + strings.Join(cluster.Names(inv.Nodes), ", ")}
 		}
 		out[n.Name] = true

@@ -72,7 +72,7 @@ func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Se
 			"configure the cluster's kubeconfig credential, or run kubectl uncordon yourself")
 	}
 	if _, ok := s.Inv.Node(name); !ok {
-		return nil, sdk.Refuse(Rule, fmt.Sprintf("%s is not in the inventory of %s", name, s.Inv.Name),
+		return nil, sdk.Refuse(Rule, fmt.Sprintf("%s is not in the inventory of %s", sdk.Clip(name), s.Inv.Name),
 			"use an inventory name: "+strings.Join(cluster.Names(s.Inv.Nodes), ", "))
 	}
 	ids := identity.Resolve(ctx, s.Clients, s.Inv, identity.Options{})

@@ -62,7 +62,7 @@ func check(req *lifecyclev1.OperationRequest) (cluster.Inventory, target, error)
 	name := req.GetArgs()["node"]
 	n, ok := inv.Node(name)
 	if !ok {
-		return inv, target{}, &sdk.Refusal{Rule: "R7", Reason: fmt.Sprintf("%s is not in the inventory of %s", name, inv.Name),
+		return inv, target{}, &sdk.Refusal{Rule: "R7", Reason: fmt.Sprintf("%s is not in the inventory of %s", sdk.Clip(name), inv.Name),
 			Fix: "add the node to Terraform's talos_nodes inventory and apply first; the inventory names: " + strings.Join(cluster.Names(inv.Nodes), ", ")}
 	}
 	if n.Role != cluster.RoleControlPlane {

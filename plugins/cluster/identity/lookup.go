@@ -74,7 +74,7 @@ func (m *Map) Require(aspects Aspect, nodes ...string) error {
 		for _, name := range nodes {
 			n, ok := m.Of(name)
 			if !ok {
-				return sdk.Refuse(Rule, fmt.Sprintf("%s is not in the inventory of %s", name, m.inv.Name),
+				return sdk.Refuse(Rule, fmt.Sprintf("%s is not in the inventory of %s", sdk.Clip(name), m.inv.Name),
 					"use an inventory name: "+strings.Join(cluster.Names(m.inv.Nodes), ", "))
 			}
 			targets = append(targets, n)

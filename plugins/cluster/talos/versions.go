@@ -26,13 +26,13 @@ type Release struct{ Major, Minor, Patch int }
 func ParseRelease(s string) (Release, error) {
 	parts := strings.Split(strings.TrimPrefix(strings.TrimSpace(s), "v"), ".")
 	if len(parts) != 3 {
-		return Release{}, fmt.Errorf("version %q is not vMAJOR.MINOR.PATCH (e.g. v1.13.9)", s)
+		return Release{}, fmt.Errorf("version %s is not vMAJOR.MINOR.PATCH (e.g. v1.13.9)", sdk.Quote(s))
 	}
 	var v [3]int
 	for i, p := range parts {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 0 {
-			return Release{}, fmt.Errorf("version %q is not vMAJOR.MINOR.PATCH (e.g. v1.13.9)", s)
+			return Release{}, fmt.Errorf("version %s is not vMAJOR.MINOR.PATCH (e.g. v1.13.9)", sdk.Quote(s))
 		}
 		v[i] = n
 	}
