@@ -193,6 +193,10 @@ type Manager struct {
 	closed  atomic.Bool
 	bgMu    sync.Mutex     // orders bg.Add before Close's bg.Wait
 	bg      sync.WaitGroup // starts, and kills of discarded processes
+
+	// afterVerify, when set (tests), runs between the checksum check and the
+	// exec, where an attacker would swap the file.
+	afterVerify func(path string)
 }
 
 // managed is one configured plugin and its current process, if any.
@@ -318,7 +322,7 @@ func (m *Manager) Verify() error {
 	for _, name := range m.names {
 		p := m.plugins[name]
 		if !p.builtIn {
-			errs = append(errs, verifyChecksum(p, p.path))
+			errs = append(errs, verifyFile(p))
 		}
 	}
 	return errors.Join(errs...)
@@ -614,11 +618,30 @@ func (m *Manager) start(ctx context.Context, p *managed, abort context.CancelFun
 		abort()
 		return nil, fmt.Errorf("plugin %q (%s): %w: the sha256 of talosbot-plugins is unknown, so it is not started; build talosbot with make build, which records it", p.name, p.path, ErrChecksumMismatch)
 	}
-	cmd := exec.CommandContext(ctx, p.path, p.args...)
+	// The executable is opened once, verified through that descriptor, and
+	// executed through it (execPath): the check and the exec see the same
+	// file, so renaming another file over p.path after the check (the
+	// attacker's swap) cannot change what runs.
+	exe, execPath, err := openExecutable(p)
+	if err != nil {
+		abort()
+		return nil, err
+	}
+	defer func() { _ = exe.Close() }() // the child has exec'd or failed by the time start returns
+	if err := verifyChecksum(p, exe, p.path); err != nil {
+		abort()
+		return nil, err
+	}
+	if m.afterVerify != nil {
+		m.afterVerify(p.path)
+	}
+	cmd := exec.CommandContext(ctx, execPath, p.args...)
 	if cmd.Err != nil {
 		abort()
 		return nil, fmt.Errorf("plugin %q (%s): %w; check the plugin path in the config", p.name, p.path, cmd.Err)
 	}
+	// argv[0] stays the configured path, as the plugin would see it without the descriptor.
+	cmd.Args[0] = p.path
 	cmd.Env = append([]string(nil), m.env...)
 	isolate(cmd)
 	// Called by exec when ctx ends while the process runs (and go-plugin has
@@ -628,12 +651,8 @@ func (m *Manager) start(ctx context.Context, p *managed, abort context.CancelFun
 		return cmd.Process.Kill()
 	}
 
-	// Our own check first, for an error message that says what to do;
-	// SecureConfig repeats it immediately before exec.
-	if err := verifyChecksum(p, cmd.Path); err != nil {
-		abort()
-		return nil, err
-	}
+	// SecureConfig repeats the check on execPath, the same open file,
+	// immediately before exec.
 	want, _ := hex.DecodeString(p.sha256) // validated in New
 	secure := &plugin.SecureConfig{Checksum: want, Hash: sha256.New()}
 
@@ -668,16 +687,16 @@ func (m *Manager) start(ctx context.Context, p *managed, abort context.CancelFun
 	rpcClient, err := client.Client()
 	if err != nil {
 		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
-			return fail(fmt.Errorf("plugin %q (%s): %w: the executable changed while it was being launched; check who writes to it", p.name, cmd.Path, ErrChecksumMismatch))
+			return fail(fmt.Errorf("plugin %q (%s): %w: the executable changed while it was being launched; check who writes to it", p.name, p.path, ErrChecksumMismatch))
 		}
 		if ctx.Err() != nil {
-			return fail(fmt.Errorf("plugin %q (%s): start aborted: %w", p.name, cmd.Path, ErrClosed))
+			return fail(fmt.Errorf("plugin %q (%s): start aborted: %w", p.name, p.path, ErrClosed))
 		}
-		return fail(fmt.Errorf("plugin %q (%s): start failed: %w", p.name, cmd.Path, err))
+		return fail(fmt.Errorf("plugin %q (%s): start failed: %w", p.name, p.path, err))
 	}
 	raw, err := rpcClient.Dispense(sdk.PluginName)
 	if err != nil {
-		return fail(fmt.Errorf("plugin %q (%s): %w; is it built with plugins/sdk?", p.name, cmd.Path, err))
+		return fail(fmt.Errorf("plugin %q (%s): %w; is it built with plugins/sdk?", p.name, p.path, err))
 	}
 	d, ok := raw.(*dispensed)
 	if !ok {
@@ -843,14 +862,19 @@ func deadlinePassed(ctx context.Context) bool {
 }
 
 // verifyChecksum hashes path and compares it with p's sha256 (lower-case hex).
-func verifyChecksum(p *managed, path string) error {
-	f, err := os.Open(path)
+// verifyFile checks the sha256 of the file at p.path (config check).
+func verifyFile(p *managed) error {
+	f, err := os.Open(p.path)
 	if err != nil {
-		return fmt.Errorf("plugin %q (%s): cannot read the executable to verify its checksum: %w", p.name, path, err)
+		return fmt.Errorf("plugin %q (%s): cannot read the executable to verify its checksum: %w", p.name, p.path, err)
 	}
 	defer func() { _ = f.Close() }()
+	return verifyChecksum(p, f, p.path)
+}
+
+func verifyChecksum(p *managed, f *os.File, path string) error {
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, 1<<62)); err != nil {
 		return fmt.Errorf("plugin %q (%s): reading the executable: %w", p.name, path, err)
 	}
 	got := hex.EncodeToString(h.Sum(nil))

@@ -835,3 +835,45 @@ func alive(pid int) bool {
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return len(fields) > 0 && fields[0] != "Z"
 }
+
+// TestSwapAfterTheCheckDoesNotRun: a wrapper renamed over the plugin's path
+// between the checksum check and the exec (the attacker's swap, here at the
+// exact point through afterVerify) is never what runs: the host executes the
+// file it verified, through the descriptor it hashed. Executed by its path,
+// the launch would read the wrapper (go-plugin's own check then refuses it,
+// or, in the window after that check, runs it).
+func TestSwapAfterTheCheckDoesNotRun(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "talosbot-plugins")
+	b, err := os.ReadFile(testPluginPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ran := filepath.Join(dir, "wrapper-ran")
+	wrapper := filepath.Join(dir, "wrapper")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\ntouch "+ran+"\nexec "+testPluginPath+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, Options{Executable: path, ExecutableSHA256: sha256File(t, path), BuiltIn: []string{"alpha"}})
+	swapped := false
+	m.afterVerify = func(p string) {
+		if !swapped {
+			swapped = true
+			if err := os.Rename(wrapper, p); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	if _, err := m.Plan(t.Context(), "alpha", req("ok")); err != nil {
+		t.Fatalf("the verified binary did not run after the swap: %v", err)
+	}
+	if !swapped {
+		t.Fatal("the swap never happened")
+	}
+	if _, err := os.Stat(ran); !os.IsNotExist(err) {
+		t.Fatalf("the wrapper ran (%v)", err)
+	}
+}

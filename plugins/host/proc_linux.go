@@ -4,6 +4,8 @@ package host
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -36,4 +38,17 @@ func killProcessGroup(pid int) error {
 		return err
 	}
 	return nil
+}
+
+// openExecutable opens the plugin's executable for a launch and returns the
+// path that executes that open file (/proc/self/fd/N: in the child, between
+// fork and exec, the descriptor is still open, as fexecve relies on). The
+// checksum is taken from the same descriptor, so a file renamed over
+// p.path after the check is never what runs.
+func openExecutable(p *managed) (*os.File, string, error) {
+	f, err := os.Open(p.path)
+	if err != nil {
+		return nil, "", fmt.Errorf("plugin %q (%s): cannot open the executable: %w; check the plugin path in the config", p.name, p.path, err)
+	}
+	return f, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), nil
 }
