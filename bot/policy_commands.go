@@ -3,6 +3,7 @@ package bot
 import (
 	"context"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/grammar"
@@ -30,6 +31,9 @@ func policyCommands() []botCommand {
 	}
 }
 
+// maxFreezeReason bounds a freeze reason, in characters.
+const maxFreezeReason = 280
+
 func setFreeze(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation, on bool) error {
 	name := inv.Args["cluster"]
 	cl, err := e.ResolveCluster(name, from.Channel)
@@ -41,6 +45,13 @@ func setFreeze(ctx context.Context, e *engine.Engine, from engine.Origin, inv *g
 	// itself need the cluster unfrozen.
 	if err := e.Policy().Authorize(ctx, engine.PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: true, Now: e.Now(), Housekeeping: true}); err != nil {
 		e.Refuse(ctx, from, cl.Name, inv, err)
+		return err
+	}
+	// A freeze reason is shown in every refusal and in /talos status for as
+	// long as the freeze holds: a bounded sentence, not a document.
+	if n := utf8.RuneCountInString(inv.Args["reason"]); on && n > maxFreezeReason {
+		err := fmt.Errorf("the freeze reason is %d characters; at most %d are kept, say it shorter (the cluster is not frozen)", n, maxFreezeReason)
+		e.Sink().Reply(ctx, from, err.Error())
 		return err
 	}
 	cur, err := e.Freeze(ctx, cl.Name)
