@@ -372,7 +372,7 @@ func (e *Engine) ResolveCluster(name, channel string) (*config.Cluster, error) {
 		if cl := cfg.Cluster(name); cl != nil {
 			return cl, nil
 		}
-		return nil, fmt.Errorf("unknown cluster %s; clusters: %s", chat.Echo(name), strings.Join(cfg.ClusterNames(), ", "))
+		return nil, fmt.Errorf("unknown cluster %s; %s", chat.Echo(name), cfg.ClustersHint(name))
 	}
 	var bound []*config.Cluster
 	for i := range cfg.Clusters {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/config"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
 
@@ -100,7 +101,7 @@ func (g *Grammar) Parse(line string) (*Invocation, error) {
 	}
 	spec, ok := g.match(toks)
 	if !ok {
-		return nil, &UsageError{Msg: fmt.Sprintf("unknown command %s. %s", chat.Echo(toks[0]), g.CommandList())}
+		return nil, g.unknown(toks)
 	}
 	rest := toks[len(strings.Fields(spec.Name)):]
 	args, err := bindArgs(spec, rest)
@@ -128,6 +129,46 @@ func (g *Grammar) match(toks []string) (CommandSpec, bool) {
 		}
 	}
 	return CommandSpec{}, false
+}
+
+// unknown is the error for a line that names no command. It teaches: a
+// first word that starts several commands ("upgrade staging …") names
+// them with their usage, and a typo ("helth") gets the nearest command;
+// only a word near nothing gets the whole list.
+func (g *Grammar) unknown(toks []string) error {
+	var starts, seconds []string
+	for _, s := range g.Specs() {
+		if w := strings.Fields(s.Name); len(w) > 1 && strings.EqualFold(w[0], toks[0]) {
+			starts = append(starts, Usage(s.Command))
+			seconds = append(seconds, w[1])
+		}
+	}
+	if len(starts) > 0 && len(toks) > 1 {
+		// "upgrade tlaos" is a typo of one of them.
+		if best := config.Closest(toks[1], seconds); best != "" {
+			return g.didYouMean(toks[0]+" "+toks[1], strings.ToLower(toks[0])+" "+best)
+		}
+		return &UsageError{Msg: fmt.Sprintf("unknown command %s; did you mean %s? Try /talos help %s.",
+			chat.Echo(toks[0]+" "+toks[1]), strings.Join(starts, " or "), strings.ToLower(toks[0]))}
+	}
+	if len(starts) > 0 {
+		return &UsageError{Msg: fmt.Sprintf("unknown command %s; did you mean %s? Try /talos help %s.",
+			chat.Echo(toks[0]), strings.Join(starts, " or "), strings.ToLower(toks[0]))}
+	}
+	var names []string
+	for _, s := range g.Specs() {
+		names = append(names, s.Name)
+	}
+	if best := config.Closest(toks[0], names); best != "" {
+		return g.didYouMean(toks[0], best)
+	}
+	return &UsageError{Msg: fmt.Sprintf("unknown command %s. %s", chat.Echo(toks[0]), g.CommandList())}
+}
+
+func (g *Grammar) didYouMean(got, name string) error {
+	s, _ := g.Lookup(name)
+	return &UsageError{Msg: fmt.Sprintf("unknown command %s; did you mean /talos %s? Try /talos help %s.", chat.Echo(got), name, name),
+		Usage: Usage(s.Command)}
 }
 
 // CommandList names every known command, for usage errors and help.

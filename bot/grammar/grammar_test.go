@@ -79,6 +79,26 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// TestUnknownCommandsTeach: a typo gets the nearest command and its usage,
+// a first word shared by several commands names them all (the old Slack
+// usage hint "upgrade staging to v1.13.9"), and only a word near nothing
+// gets the whole list.
+func TestUnknownCommandsTeach(t *testing.T) {
+	g := testGrammar()
+	for in, want := range map[string]string{
+		"/talos staus production":           `unknown command "staus"; did you mean /talos status? Try /talos help status.` + "\nusage: /talos status [cluster]",
+		"/talos FREZE prod why":             `did you mean /talos freeze?`,
+		"/talos upgrade tlaos v1.13.9":      `unknown command "upgrade tlaos"; did you mean /talos upgrade talos? Try /talos help upgrade talos.`,
+		"/talos upgrade staging to v1.13.9": `unknown command "upgrade staging"; did you mean /talos upgrade k8s <version> [cluster] [--dry-run] or /talos upgrade talos <version> [cluster] [--nodes NODES]? Try /talos help upgrade.`,
+		"/talos frobnicate":                 `unknown command "frobnicate". Commands: freeze, help, status, upgrade k8s, upgrade talos.`,
+	} {
+		_, err := g.Parse(in)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v\nwant %q", in, err, want)
+		}
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	g := testGrammar()
 	for _, s := range []string{"/talos upgrade talos v1.13.9 production --nodes a,b", `freeze "x`, "help", "--=", `\`} {
