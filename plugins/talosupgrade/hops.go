@@ -73,6 +73,12 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 	if err := allowedTarget(req.GetSettings(), target); err != nil {
 		return nil, err
 	}
+	var warnings []string
+	// "1.13.9" is accepted as v1.13.9, and the plan says so, so that what
+	// is approved is spelled as it will run.
+	if typed := strings.TrimSpace(req.GetArgs()["version"]); typed != target.String() {
+		warnings = append(warnings, fmt.Sprintf("version %q read as %s", typed, target))
+	}
 	only, err := selection(inv, req.GetArgs()["nodes"])
 	if err != nil {
 		return nil, err
@@ -103,7 +109,7 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 			oldest = rv
 		}
 	}
-	p := &path{target: target, at: map[string]talos.Release{}}
+	p := &path{target: target, at: map[string]talos.Release{}, warnings: warnings}
 	for n, v := range at {
 		p.at[n] = v
 	}
