@@ -126,6 +126,11 @@ func Catalogue(ctx context.Context, plugins engine.Plugins) ([]config.CommandInf
 	return engine.Catalogue(ctx, plugins, Router{})
 }
 
+// Grammar is the bot's whole grammar (engine.Grammar with its own commands).
+func Grammar(ctx context.Context, plugins engine.Plugins) (*grammar.Grammar, error) {
+	return engine.Grammar(ctx, plugins, Router{})
+}
+
 // Router serves the bot's own commands for the engine (engine.Commands).
 type Router struct{}
 

@@ -136,24 +136,31 @@ func (g *Grammar) match(toks []string) (CommandSpec, bool) {
 // them with their usage, and a typo ("helth") gets the nearest command;
 // only a word near nothing gets the whole list.
 func (g *Grammar) unknown(toks []string) error {
-	var starts, seconds []string
+	var starts, seconds, examples []string
 	for _, s := range g.Specs() {
 		if w := strings.Fields(s.Name); len(w) > 1 && strings.EqualFold(w[0], toks[0]) {
-			starts = append(starts, Usage(s.Command))
+			starts = append(starts, "/talos "+s.Name)
 			seconds = append(seconds, w[1])
+			if s.GetExample() != "" {
+				examples = append(examples, s.GetExample())
+			}
 		}
-	}
-	if len(starts) > 0 && len(toks) > 1 {
-		// "upgrade tlaos" is a typo of one of them.
-		if best := config.Closest(toks[1], seconds); best != "" {
-			return g.didYouMean(toks[0]+" "+toks[1], strings.ToLower(toks[0])+" "+best)
-		}
-		return &UsageError{Msg: fmt.Sprintf("unknown command %s; did you mean %s? Try /talos help %s.",
-			chat.Echo(toks[0]+" "+toks[1]), strings.Join(starts, " or "), strings.ToLower(toks[0]))}
 	}
 	if len(starts) > 0 {
-		return &UsageError{Msg: fmt.Sprintf("unknown command %s; did you mean %s? Try /talos help %s.",
-			chat.Echo(toks[0]), strings.Join(starts, " or "), strings.ToLower(toks[0]))}
+		got := toks[0]
+		if len(toks) > 1 {
+			// "upgrade tlaos" is a typo of one of them.
+			if best := config.Closest(toks[1], seconds); best != "" {
+				return g.didYouMean(toks[0]+" "+toks[1], strings.ToLower(toks[0])+" "+best)
+			}
+			got += " " + toks[1]
+		}
+		eg := ""
+		if len(examples) > 0 {
+			eg = " (e.g. " + strings.Join(examples, "; ") + ")"
+		}
+		return &UsageError{Msg: fmt.Sprintf("unknown command %s; did you mean %s%s? Try /talos help %s.",
+			chat.Echo(got), strings.Join(starts, " or "), eg, strings.ToLower(toks[0]))}
 	}
 	var names []string
 	for _, s := range g.Specs() {
