@@ -37,6 +37,21 @@ func TestDemoRunsBuiltInPlugins(t *testing.T) {
 	if !d.waitLine("talosbot demo is ready", 3*time.Minute) {
 		t.Fatalf("the demo was not ready within 3 minutes (or exited); output:\n%s", d.output())
 	}
+	// The talosctl line the demo prints works as printed (with the real
+	// talosctl, when TALOSBOT_TALOSCTL names one).
+	if bin := os.Getenv("TALOSBOT_TALOSCTL"); bin != "" {
+		_, line, ok := strings.Cut(d.output(), "    TALOSCONFIG=")
+		line, _, _ = strings.Cut(line, "\n")
+		cfgPath, args, _ := strings.Cut(line, " talosctl ")
+		if !ok || args != "version" {
+			t.Fatalf("the demo prints no talosctl line; output:\n%s", d.output())
+		}
+		cmd := exec.Command(bin, args)
+		cmd.Env = append(os.Environ(), "TALOSCONFIG="+cfgPath)
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "Tag:         v1.12.6") {
+			t.Fatalf("TALOSCONFIG=%s talosctl %s: %v\n%s", cfgPath, args, err, out)
+		}
+	}
 	b := &servetest.Bot{T: t, Addr: addr}
 	b.Command("alice", "ops", "/talos health staging")
 	b.WaitForWithin("the health gate to pass on staging", 2*time.Minute, func() bool {

@@ -125,7 +125,8 @@ talosbot demo is ready: open %s
   channel "ops"; users alice (operator), bob (approver), carol (viewer)
   staging:    1 control plane + 1 worker, Talos v1.12.6, Kubernetes v1.35.2
   production: 3 control planes + 2 workers, Talos v1.12.6, Kubernetes v1.35.2
-  talosconfigs: %s/clusters/<name>/talosconfig
+  talosconfigs: %s/clusters/<name>/talosconfig (endpoints and a default node set), e.g.
+    TALOSCONFIG=%s/clusters/staging/talosconfig talosctl version
 Try:
   /talos help
   /talos health staging
@@ -139,7 +140,7 @@ Audit API and Alertmanager webhook (token %s, also in %s/demo-token):
     http_config: {authorization: {type: Bearer, credentials_file: %s/demo-token}}
   metrics: %s/metrics
 Press Ctrl-C to stop; everything lives under %s (%s).
-`, url, dataDir, url, url, token, dataDir, dataDir, url, url, dataDir, url, dataDir, keptOrRemoved(o.keep))
+`, url, dataDir, dataDir, url, url, token, dataDir, dataDir, url, url, dataDir, url, dataDir, keptOrRemoved(o.keep))
 	<-ctx.Done()
 	fmt.Fprintln(out, "stopping the demo")
 	return nil
