@@ -18,9 +18,13 @@ all: build
 # bin/talosbot (the bot) and bin/talosbot-plugins (its built-in plugins, which the bot
 # finds next to itself) are what gets installed; bin/talosbot-demo is the same bot
 # with the simulator (-tags demo) for `make demo`.
+# A cold build takes minutes: it says what it builds and shows progress (hack/build-progress.awk).
 build:
-	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o bin/ ./cmd/talosbot ./cmd/talosbot-plugins
-	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -tags demo -o bin/talosbot-demo ./cmd/talosbot
+	@echo "building bin/talosbot and bin/talosbot-plugins (a first build downloads and compiles ~1000 packages: minutes) …"
+	set -o pipefail; CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -v -o bin/ ./cmd/talosbot ./cmd/talosbot-plugins 2>&1 | awk -f hack/build-progress.awk
+	@echo "building bin/talosbot-demo (the same bot with the simulator) …"
+	set -o pipefail; CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -v -tags demo -o bin/talosbot-demo ./cmd/talosbot 2>&1 | awk -f hack/build-progress.awk
+	@echo "built bin/talosbot, bin/talosbot-plugins and bin/talosbot-demo"
 
 # The release archive: the two files of an install, side by side (the bot finds its plugins next to itself).
 dist: build
