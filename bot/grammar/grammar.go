@@ -150,7 +150,7 @@ func (g *Grammar) unknown(toks []string) error {
 		got := toks[0]
 		if len(toks) > 1 {
 			// "upgrade tlaos" is a typo of one of them.
-			if best := config.Closest(toks[1], seconds); best != "" {
+			if best := config.Closest(toks[1], seconds); best != "" && len(toks[1]) > 2 {
 				return g.didYouMean(toks[0]+" "+toks[1], strings.ToLower(toks[0])+" "+best)
 			}
 			got += " " + toks[1]
@@ -166,7 +166,8 @@ func (g *Grammar) unknown(toks []string) error {
 	for _, s := range g.Specs() {
 		names = append(names, s.Name)
 	}
-	if best := config.Closest(toks[0], names); best != "" {
+	// A word of one or two letters is near too much to guess from.
+	if best := config.Closest(toks[0], names); best != "" && len(toks[0]) > 2 {
 		return g.didYouMean(toks[0], best)
 	}
 	return &UsageError{Msg: fmt.Sprintf("unknown command %s. %s", chat.Echo(toks[0]), g.CommandList())}

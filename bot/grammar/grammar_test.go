@@ -90,6 +90,7 @@ func TestUnknownCommandsTeach(t *testing.T) {
 		"/talos FREZE prod why":             `did you mean /talos freeze?`,
 		"/talos upgrade tlaos v1.13.9":      `unknown command "upgrade tlaos"; did you mean /talos upgrade talos? Try /talos help upgrade talos.`,
 		"/talos upgrade staging to v1.13.9": `unknown command "upgrade staging"; did you mean /talos upgrade k8s or /talos upgrade talos (e.g. /talos upgrade talos v1.13.9 staging)? Try /talos help upgrade.`,
+		"/talos he":                         `unknown command "he". Commands: freeze, help, status, upgrade k8s, upgrade talos.`,
 		"/talos frobnicate":                 `unknown command "frobnicate". Commands: freeze, help, status, upgrade k8s, upgrade talos.`,
 	} {
 		_, err := g.Parse(in)
