@@ -44,3 +44,10 @@ func TestVersionWithoutVIsSaid(t *testing.T) {
 		t.Fatalf("target %q, warnings %q", plan.GetTarget(), plan.GetWarnings())
 	}
 }
+
+// TestMinorAloneGetsDidYouMean: "v1.13" is refused (R10) with its newest
+// known patch as the fix, spelled as a command; nothing is read or changed.
+func TestMinorAloneGetsDidYouMean(t *testing.T) {
+	e := start(t, 1, 1, false, nil)
+	refusedEverywhere(t, e, e.request(t, "v1.13"), "R10", "did you mean v1.13.9, the newest known v1.13 patch? /talos upgrade talos v1.13.9")
+}
