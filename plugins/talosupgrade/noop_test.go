@@ -30,6 +30,14 @@ func TestNoOpUpgradePlansNothing(t *testing.T) {
 			t.Fatalf("the refusal does not name the selection: %v", plan.GetRefusal())
 		}
 	}
+	// A resume of a run interrupted after its last node is planned (the
+	// host plans every resume): its verify and closing gate are still owed.
+	req := e.request(t, target)
+	req.Attempt = 2
+	plan, err := (&Plugin{}).Plan(ctx, req)
+	if err != nil || plan.GetRefusal() != nil || len(plan.GetSteps()) == 0 {
+		t.Fatalf("a resume with every node at the target: %v %v", plan, err)
+	}
 }
 
 // TestVersionWithoutVIsSaid: "1.13.9" plans v1.13.9 and the plan says it

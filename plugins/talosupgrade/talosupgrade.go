@@ -200,9 +200,10 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 		return sdk.RefusalPlan(err)
 	}
 	// A roll with no node to upgrade would still take a snapshot and run
-	// both gates: say so and plan nothing. Only a new command gets here;
-	// a resumed run (Run) finishes its verify and gates as planned.
-	if last := pa.hops[len(pa.hops)-1]; !pa.multi() && len(last.toUpgrade()) == 0 {
+	// both gates: say so and plan nothing. Not for a resume (attempt > 1,
+	// planned again by the host): a run interrupted after its last node
+	// still owes its verify and closing gate.
+	if last := pa.hops[len(pa.hops)-1]; !pa.multi() && len(last.toUpgrade()) == 0 && req.GetAttempt() <= 1 {
 		who := "every node of " + inv.Name
 		if sel := strings.TrimSpace(req.GetArgs()["nodes"]); sel != "" {
 			who = "every node named by --nodes (" + sel + ")"
