@@ -19,11 +19,15 @@ all: build
 # finds next to itself) are what gets installed; bin/talosbot-demo is the same bot
 # with the simulator (-tags demo) for `make demo`. talosbot-plugins is built first:
 # the bot records its sha256 and starts no other binary as its built-in plugins.
+# A cold build takes minutes: it says what it builds and shows progress (hack/build-progress.awk).
 build:
-	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o bin/ ./cmd/talosbot-plugins
-	sum=$$(sha256sum bin/talosbot-plugins 2>/dev/null || shasum -a 256 bin/talosbot-plugins) && sum=$${sum%% *} && \
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS) -X $(PKG)/internal/version.PluginsSHA256=$$sum" -o bin/ ./cmd/talosbot && \
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS) -X $(PKG)/internal/version.PluginsSHA256=$$sum" -tags demo -o bin/talosbot-demo ./cmd/talosbot
+	@echo "building bin/talosbot-plugins (a first build downloads and compiles ~1000 packages: minutes) …"
+	set -o pipefail; CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -v -o bin/ ./cmd/talosbot-plugins 2>&1 | awk -f hack/build-progress.awk
+	@echo "building bin/talosbot, which records the sha256 of bin/talosbot-plugins …"
+	set -o pipefail; sum=$$(sha256sum bin/talosbot-plugins 2>/dev/null || shasum -a 256 bin/talosbot-plugins) && sum=$${sum%% *} && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS) -X $(PKG)/internal/version.PluginsSHA256=$$sum" -v -o bin/ ./cmd/talosbot 2>&1 | awk -f hack/build-progress.awk
+	@echo "building bin/talosbot-demo (the same bot with the simulator) …"
+	set -o pipefail; sum=$$(sha256sum bin/talosbot-plugins 2>/dev/null || shasum -a 256 bin/talosbot-plugins) && sum=$${sum%% *} && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS) -X $(PKG)/internal/version.PluginsSHA256=$$sum" -v -tags demo -o bin/talosbot-demo ./cmd/talosbot 2>&1 | awk -f hack/build-progress.awk
+	@echo "built bin/talosbot, bin/talosbot-plugins and bin/talosbot-demo"
 
 # The release archive: the two files of an install, side by side (the bot finds its plugins next to itself).
 dist: build

@@ -69,7 +69,7 @@ func auditAuthorize(ctx context.Context, e *engine.Engine, user, cluster string)
 	if cluster != "" {
 		cl := e.Config().Cluster(cluster)
 		if cl == nil {
-			return fmt.Errorf("unknown cluster %s; clusters: %s", chat.Echo(cluster), strings.Join(e.Config().ClusterNames(), ", "))
+			return fmt.Errorf("unknown cluster %s; %s", chat.Echo(cluster), e.Config().ClustersHint(cluster))
 		}
 		cls = append(cls, cl)
 	} else {

@@ -65,7 +65,7 @@ func coreCommands() []botCommand {
 			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
 				cluster := inv.Args["cluster"]
 				if cluster != "" && e.Config().Cluster(cluster) == nil {
-					err := fmt.Errorf("unknown cluster %s; clusters: %s", chat.Echo(cluster), strings.Join(e.Config().ClusterNames(), ", "))
+					err := fmt.Errorf("unknown cluster %s; %s", chat.Echo(cluster), e.Config().ClustersHint(cluster))
 					e.Sink().Reply(ctx, from, err.Error())
 					return err
 				}
@@ -124,6 +124,11 @@ func New(ctx context.Context, o engine.Options) (*engine.Engine, error) {
 // checks the configuration against it, and so does `talosbot config check`.
 func Catalogue(ctx context.Context, plugins engine.Plugins) ([]config.CommandInfo, error) {
 	return engine.Catalogue(ctx, plugins, Router{})
+}
+
+// Grammar is the bot's whole grammar (engine.Grammar with its own commands).
+func Grammar(ctx context.Context, plugins engine.Plugins) (*grammar.Grammar, error) {
+	return engine.Grammar(ctx, plugins, Router{})
 }
 
 // Router serves the bot's own commands for the engine (engine.Commands).
@@ -209,7 +214,7 @@ func statusAuthorize(ctx context.Context, e *engine.Engine, user, cluster string
 	for _, n := range names {
 		cl := e.Config().Cluster(n)
 		if cl == nil {
-			return nil, nil, fmt.Errorf("unknown cluster %s", chat.Echo(n))
+			return nil, nil, fmt.Errorf("unknown cluster %s; %s", chat.Echo(n), e.Config().ClustersHint(n))
 		}
 		if err := e.Policy().Authorize(ctx, engine.PolicyRequest{User: user, Cluster: cl, Command: "status", Now: e.Now()}); err != nil {
 			hidden = append(hidden, n)

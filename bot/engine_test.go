@@ -408,6 +408,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"/talos roll v2 staging --mode", "flag --mode needs a value"},
 		{"/talos roll", "missing <target>"},
 		{"/talos roll v2 nowhere", `unknown cluster "nowhere"; clusters: staging, production`},
+		{"/talos roll v2 stagign", `unknown cluster "stagign"; did you mean "staging"? clusters: staging, production`},
+		{"/talos rol v2 staging", `unknown command "rol"; did you mean /talos roll? Try /talos help roll.`},
 		{`/talos roll "v2`, "unterminated double quote"},
 		{"/talos probe", "name the cluster"},
 	} {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"strconv"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -64,7 +66,7 @@ func parseDocument(data []byte) (*yaml.Node, error) {
 		if errors.Is(err, io.EOF) {
 			return &yaml.Node{Kind: yaml.DocumentNode}, nil // an empty file
 		}
-		return nil, errors.New(yamlMessage(err))
+		return nil, syntaxError(data, err)
 	}
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
@@ -125,3 +127,39 @@ func (b *budget) walk(n *yaml.Node, depth int) (int, error) {
 	b.size[n] = total
 	return total, nil
 }
+
+var syntaxRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntaxError turns yaml.v3's "yaml: line N: msg" into "line L: msg" (which
+// Decode reads as the error's line) with L the line that broke the
+// document. yaml.v3 reports a parser error at the line where the enclosing
+// block starts, counted from 0 — a mis-indented key on line 4 of a list
+// that starts on line 2 is "line 1" — and a scanner error one line early.
+// The shortest prefix of the document that fails the same way ends at the
+// line that broke it. The scan starts at the line yaml.v3 names (the
+// problem is never above its enclosing block) and is bounded, so a huge
+// file costs at most maxSyntaxScan parses; past that, yaml.v3's line stands.
+func syntaxError(data []byte, err error) error {
+	sub := syntaxRE.FindStringSubmatch(yamlMessage(err))
+	if sub == nil {
+		return errors.New(yamlMessage(err))
+	}
+	line, _ := strconv.Atoi(sub[1])
+	msg := sub[2]
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	for k := max(line, 1); k <= len(lines) && k < line+maxSyntaxScan; k++ {
+		var n yaml.Node
+		perr := yaml.Unmarshal(bytes.Join(lines[:k], nil), &n)
+		if perr == nil {
+			continue
+		}
+		if s := syntaxRE.FindStringSubmatch(perr.Error()); s != nil && s[2] == msg {
+			line = k
+			break
+		}
+	}
+	return fmt.Errorf("line %d: %s", line, msg)
+}
+
+// maxSyntaxScan bounds syntaxError's search for the line of a syntax error.
+const maxSyntaxScan = 500

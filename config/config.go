@@ -493,6 +493,18 @@ func (c *Config) ClusterNames() []string {
 	return out
 }
 
+// ClustersHint follows "unknown cluster X": the nearest cluster name when X
+// looks like a typo of one, then every cluster, e.g.
+// `did you mean "staging"? clusters: staging, production`.
+func (c *Config) ClustersHint(name string) string {
+	names := c.ClusterNames()
+	list := "clusters: " + strings.Join(names, ", ")
+	if best := Closest(name, names); best != "" {
+		return fmt.Sprintf("did you mean %q? %s", best, list)
+	}
+	return list
+}
+
 // ControlPlanes returns the cluster's control-plane nodes in inventory order.
 func (cl *Cluster) ControlPlanes() []Node {
 	var out []Node

@@ -583,8 +583,15 @@ func (c *Cluster) controlPlaneEndpoints() []string {
 }
 
 func (c *Cluster) writeTalosconfig() error {
-	cfg := clientconfig.NewConfig(c.opts.Name, c.controlPlaneEndpoints(), c.pki.caPEM,
+	eps := c.controlPlaneEndpoints()
+	cfg := clientconfig.NewConfig(c.opts.Name, eps, c.pki.caPEM,
 		&x509.PEMEncodedCertificateAndKey{Crt: c.pki.clientCrtPEM, Key: c.pki.clientKeyPEM})
+	// A default node, as `talosctl config node` sets one: without it plain
+	// `talosctl version` fails with "nodes are not set for the command".
+	// Clients that name their nodes (the bot, -n) are unaffected.
+	if len(eps) > 0 {
+		cfg.Contexts[c.opts.Name].Nodes = eps[:1]
+	}
 
 	b, err := cfg.Bytes()
 	if err != nil {
@@ -601,7 +608,8 @@ func (c *Cluster) writeTalosconfig() error {
 }
 
 // Talosconfig returns the client configuration (machinery clientconfig format): one context
-// named after the cluster, every control-plane endpoint, CA and an os:admin client certificate.
+// named after the cluster, every control-plane endpoint, the first control plane as its default
+// node, CA and an os:admin client certificate.
 // It is also written 0600 to Dir/talosconfig. It is a secret: keep it out of logs.
 func (c *Cluster) Talosconfig() []byte { return append([]byte(nil), c.talosconfig...) }
 

@@ -129,3 +129,13 @@ func TestTalosctlResources(t *testing.T) {
 
 	mustContain(t, "read /system/state/config.yaml", out, "NotFound", "no such file or directory")
 }
+
+// TestTalosctlWithoutNodes: the talosconfig names a default node (the first
+// control plane), so plain `talosctl version`, as the demo prints it, works
+// without -n; a real talosconfig from `talosctl config node` does the same.
+func TestTalosctlWithoutNodes(t *testing.T) {
+	bin := needTalosctl(t)
+	c, _ := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, TalosVersion: "v1.13.9"})
+	out := newTalosctl(bin, c).mustRun(t, "version")
+	mustContain(t, "version", out, "Server:", "NODE:        "+nodeIP(t, c, "cp-1"), "Tag:         v1.13.9")
+}

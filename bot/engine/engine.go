@@ -145,6 +145,17 @@ func Catalogue(ctx context.Context, plugins Plugins, own Commands) ([]config.Com
 	return catalogue(commandSpecs(own, mans)), nil
 }
 
+// Grammar is the grammar New builds from the same manifests and own
+// commands (policy flags included), for checks that parse command lines
+// without an engine: the usage hints test in cmd/talosbot.
+func Grammar(ctx context.Context, plugins Plugins, own Commands) (*grammar.Grammar, error) {
+	mans, err := plugins.Manifests(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read plugin manifests: %w", err)
+	}
+	return grammar.NewGrammar(commandSpecs(own, mans)), nil
+}
+
 // Policy flags the engine adds to every disruptive plugin command. They
 // change what policy allows, not what the plugin does, so plugins never see
 // them. Package approvals reads them; they are defined once, here.
@@ -372,7 +383,7 @@ func (e *Engine) ResolveCluster(name, channel string) (*config.Cluster, error) {
 		if cl := cfg.Cluster(name); cl != nil {
 			return cl, nil
 		}
-		return nil, fmt.Errorf("unknown cluster %s; clusters: %s", chat.Echo(name), strings.Join(cfg.ClusterNames(), ", "))
+		return nil, fmt.Errorf("unknown cluster %s; %s", chat.Echo(name), cfg.ClustersHint(name))
 	}
 	var bound []*config.Cluster
 	for i := range cfg.Clusters {

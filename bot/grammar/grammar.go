@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/config"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
 
@@ -100,7 +101,7 @@ func (g *Grammar) Parse(line string) (*Invocation, error) {
 	}
 	spec, ok := g.match(toks)
 	if !ok {
-		return nil, &UsageError{Msg: fmt.Sprintf("unknown command %s. %s", chat.Echo(toks[0]), g.CommandList())}
+		return nil, g.unknown(toks)
 	}
 	rest := toks[len(strings.Fields(spec.Name)):]
 	args, err := bindArgs(spec, rest)
@@ -128,6 +129,54 @@ func (g *Grammar) match(toks []string) (CommandSpec, bool) {
 		}
 	}
 	return CommandSpec{}, false
+}
+
+// unknown is the error for a line that names no command. It teaches: a
+// first word that starts several commands ("upgrade staging …") names
+// them with their usage, and a typo ("helth") gets the nearest command;
+// only a word near nothing gets the whole list.
+func (g *Grammar) unknown(toks []string) error {
+	var starts, seconds, examples []string
+	for _, s := range g.Specs() {
+		if w := strings.Fields(s.Name); len(w) > 1 && strings.EqualFold(w[0], toks[0]) {
+			starts = append(starts, "/talos "+s.Name)
+			seconds = append(seconds, w[1])
+			if s.GetExample() != "" {
+				examples = append(examples, s.GetExample())
+			}
+		}
+	}
+	if len(starts) > 0 {
+		got := toks[0]
+		if len(toks) > 1 {
+			// "upgrade tlaos" is a typo of one of them.
+			if best := config.Closest(toks[1], seconds); best != "" && len(toks[1]) > 2 {
+				return g.didYouMean(toks[0]+" "+toks[1], strings.ToLower(toks[0])+" "+best)
+			}
+			got += " " + toks[1]
+		}
+		eg := ""
+		if len(examples) > 0 {
+			eg = " (e.g. " + strings.Join(examples, "; ") + ")"
+		}
+		return &UsageError{Msg: fmt.Sprintf("unknown command %s; did you mean %s%s? Try /talos help %s.",
+			chat.Echo(got), strings.Join(starts, " or "), eg, strings.ToLower(toks[0]))}
+	}
+	var names []string
+	for _, s := range g.Specs() {
+		names = append(names, s.Name)
+	}
+	// A word of one or two letters is near too much to guess from.
+	if best := config.Closest(toks[0], names); best != "" && len(toks[0]) > 2 {
+		return g.didYouMean(toks[0], best)
+	}
+	return &UsageError{Msg: fmt.Sprintf("unknown command %s. %s", chat.Echo(toks[0]), g.CommandList())}
+}
+
+func (g *Grammar) didYouMean(got, name string) error {
+	s, _ := g.Lookup(name)
+	return &UsageError{Msg: fmt.Sprintf("unknown command %s; did you mean /talos %s? Try /talos help %s.", chat.Echo(got), name, name),
+		Usage: Usage(s.Command)}
 }
 
 // CommandList names every known command, for usage errors and help.

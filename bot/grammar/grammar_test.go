@@ -35,7 +35,7 @@ func testGrammar() *Grammar {
 		{Command: &lifecyclev1.Command{Name: "freeze", Args: []*lifecyclev1.Arg{{Name: "cluster", Required: true}, {Name: "reason", Required: true}}}},
 		{Command: &lifecyclev1.Command{Name: "help", Args: []*lifecyclev1.Arg{{Name: "command"}}}},
 	},
-		CommandSpec{Plugin: "talosupgrade", Command: &lifecyclev1.Command{Name: "upgrade talos", Args: []*lifecyclev1.Arg{
+		CommandSpec{Plugin: "talosupgrade", Command: &lifecyclev1.Command{Name: "upgrade talos", Example: "/talos upgrade talos v1.13.9 staging", Args: []*lifecyclev1.Arg{
 			{Name: "version", Required: true}, {Name: "cluster"}, {Name: "nodes", Flag: true}}}},
 		CommandSpec{Plugin: "k8s", Command: &lifecyclev1.Command{Name: "upgrade k8s", Args: []*lifecyclev1.Arg{
 			{Name: "version", Required: true}, {Name: "cluster"}, {Name: "dry-run", Flag: true, Boolean: true}}}},
@@ -75,6 +75,27 @@ func TestParseErrors(t *testing.T) {
 		_, err := g.Parse(in)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse(%q) = %v; want %q", in, err, want)
+		}
+	}
+}
+
+// TestUnknownCommandsTeach: a typo gets the nearest command and its usage,
+// a first word shared by several commands names them all (the old Slack
+// usage hint "upgrade staging to v1.13.9"), and only a word near nothing
+// gets the whole list.
+func TestUnknownCommandsTeach(t *testing.T) {
+	g := testGrammar()
+	for in, want := range map[string]string{
+		"/talos staus production":           `unknown command "staus"; did you mean /talos status? Try /talos help status.` + "\nusage: /talos status [cluster]",
+		"/talos FREZE prod why":             `did you mean /talos freeze?`,
+		"/talos upgrade tlaos v1.13.9":      `unknown command "upgrade tlaos"; did you mean /talos upgrade talos? Try /talos help upgrade talos.`,
+		"/talos upgrade staging to v1.13.9": `unknown command "upgrade staging"; did you mean /talos upgrade k8s or /talos upgrade talos (e.g. /talos upgrade talos v1.13.9 staging)? Try /talos help upgrade.`,
+		"/talos he":                         `unknown command "he". Commands: freeze, help, status, upgrade k8s, upgrade talos.`,
+		"/talos frobnicate":                 `unknown command "frobnicate". Commands: freeze, help, status, upgrade k8s, upgrade talos.`,
+	} {
+		_, err := g.Parse(in)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%q) = %v\nwant %q", in, err, want)
 		}
 	}
 }

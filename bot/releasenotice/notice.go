@@ -153,7 +153,7 @@ func snoozeKey(cluster string) string { return "snooze/" + cluster }
 // that appear meanwhile are announced when it ends (each once).
 func (n *Notifier) Snooze(ctx context.Context, cluster, by string, until time.Time) error {
 	if n.o.Config.Cluster(cluster) == nil {
-		return fmt.Errorf("unknown cluster %s; clusters: %s", chat.Echo(cluster), strings.Join(n.o.Config.ClusterNames(), ", "))
+		return fmt.Errorf("unknown cluster %s; %s", chat.Echo(cluster), n.o.Config.ClustersHint(cluster))
 	}
 	return SnoozeCluster(ctx, n.o.Store, cluster, by, n.o.Now(), until)
 }

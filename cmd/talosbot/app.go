@@ -99,6 +99,9 @@ type appOptions struct {
 	auditToken     string
 	alertsToken    string
 	alertsFallback string // channel for alerts whose cluster has none
+	// plugins wraps the plugin host for the engine (the demo's make-tools
+	// remedy); nil: the host itself.
+	plugins func(engine.Plugins) engine.Plugins
 }
 
 func newLogger() *slog.Logger {
@@ -172,8 +175,12 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	}
 	// The engine reads the manifests (a failed read stops the start) and
 	// passes each command's declared min_approvals to the policy itself.
+	var plugins engine.Plugins = a.plugins
+	if o.plugins != nil {
+		plugins = o.plugins(plugins)
+	}
 	a.engine, err = bot.New(ctx, engine.Options{
-		Config: cfg, Store: st, Plugins: a.plugins, Credentials: creds, Policy: approvals.New(cfg),
+		Config: cfg, Store: st, Plugins: plugins, Credentials: creds, Policy: approvals.New(cfg),
 		Sink: sink, Logger: log, Observer: a.metrics, Hooks: append(slices.Clone(a.follow.hooks), relHook),
 	})
 	if err != nil {

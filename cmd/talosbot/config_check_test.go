@@ -78,6 +78,26 @@ snapshots: {max_age: 213504d}
 	}
 }
 
+// A YAML syntax error names the line that broke the document, as FILE:LINE,
+// in config check and serve alike: yaml.v3 itself names the line where the
+// enclosing block starts (a mis-indented key on line 4 was "line 1") or the
+// line before a tab. Both commands print "error:" as every command does.
+func TestConfigSyntaxErrorsNameTheirLine(t *testing.T) {
+	for _, tc := range []struct{ doc, want string }{
+		{"clusters:\n  - name: staging\n    environment: staging\n   endpoints: [10.0.20.204]\n", ":4: (document): did not find expected '-' indicator"},
+		{"clusters:\n  - name: staging\n    environment: staging\n\tendpoints: [10.0.20.204]\n", ":4: (document): found a tab character"},
+		{"clusters:\n  - name: staging\n    environment: staging\n      endpoints: [10.0.20.204]\n", ":4: (document): mapping values are not allowed"},
+	} {
+		p := writeConfig(t, tc.doc)
+		for _, cmd := range [][]string{{"config", "check"}, {"serve"}} {
+			out, code := run(t, append(cmd, "--config", p)...)
+			if code != 2 || !strings.Contains(out, p+tc.want) || !strings.HasPrefix(out, "error: ") {
+				t.Errorf("%s: exit %d, want 2 and %q after \"error: \"\n%s", cmd, code, p+tc.want, out)
+			}
+		}
+	}
+}
+
 // External plugins' commands are known to config check (it reads their
 // manifests as serve does), and serve refuses to start on a name config
 // check refuses: the two agree.

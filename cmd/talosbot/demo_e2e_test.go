@@ -37,6 +37,21 @@ func TestDemoRunsBuiltInPlugins(t *testing.T) {
 	if !d.waitLine("talosbot demo is ready", 3*time.Minute) {
 		t.Fatalf("the demo was not ready within 3 minutes (or exited); output:\n%s", d.output())
 	}
+	// The talosctl line the demo prints works as printed (with the real
+	// talosctl, when TALOSBOT_TALOSCTL names one).
+	if bin := os.Getenv("TALOSBOT_TALOSCTL"); bin != "" {
+		_, line, ok := strings.Cut(d.output(), "    TALOSCONFIG=")
+		line, _, _ = strings.Cut(line, "\n")
+		cfgPath, args, _ := strings.Cut(line, " talosctl ")
+		if !ok || args != "version" {
+			t.Fatalf("the demo prints no talosctl line; output:\n%s", d.output())
+		}
+		cmd := exec.Command(bin, args)
+		cmd.Env = append(os.Environ(), "TALOSCONFIG="+cfgPath)
+		if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "Tag:         v1.12.6") {
+			t.Fatalf("TALOSCONFIG=%s talosctl %s: %v\n%s", cfgPath, args, err, out)
+		}
+	}
 	b := &servetest.Bot{T: t, Addr: addr}
 	b.Command("alice", "ops", "/talos health staging")
 	b.WaitForWithin("the health gate to pass on staging", 2*time.Minute, func() bool {
@@ -234,4 +249,43 @@ func TestDemoCtrlCWhileStarting(t *testing.T) {
 	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
 		t.Fatalf("after Ctrl-C while starting, the data dir is still there (%v); output:\n%s", err, d.output())
 	}
+}
+
+// TestDemoRefusalsNameMakeTools: without a kube-apiserver in the tools
+// cache the demo's clusters have no kubeconfig; a refusal for that (R20 on
+// `upgrade k8s`) says that `make tools` fixes it, in the demo only, and the
+// demo says so at start.
+func TestDemoRefusalsNameMakeTools(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two simulated clusters")
+	}
+	t.Setenv("TALOSBOT_KUBE_APISERVER", filepath.Join(t.TempDir(), "no-kube-apiserver")) // as without `make tools`
+	addr := servetest.FreeAddr(t)
+	d := startDemo(t, "--listen", addr, "--data-dir", filepath.Join(t.TempDir(), "demo"))
+	if !d.waitLine("talosbot demo is ready", 3*time.Minute) {
+		t.Fatalf("the demo was not ready within 3 minutes (or exited); output:\n%s", d.output())
+	}
+	if !strings.Contains(d.output(), "Run `make tools` to get one.") {
+		t.Fatalf("the demo does not say at start that it has no Kubernetes API; output:\n%s", d.output())
+	}
+	b := &servetest.Bot{T: t, Addr: addr}
+	b.Command("alice", "ops", "/talos upgrade k8s 1.36.3 staging")
+	var got string
+	b.WaitForWithin("the R20 refusal", time.Minute, func() bool {
+		return b.HasMessage("ops", func(m servetest.Message) bool {
+			if strings.Contains(m.Text+m.Field("Result")+m.Field("Error"), "no kubeconfig") {
+				got = m.Title + "\n" + m.Text
+				for _, f := range m.Fields {
+					got += "\n" + f.Label + ": " + f.Value
+				}
+				return true
+			}
+			return false
+		})
+	})
+	t.Logf("refusal:\n%s", got)
+	if !strings.Contains(got, "make tools") {
+		t.Fatalf("the no-kubeconfig refusal does not name `make tools`:\n%s", got)
+	}
+	d.interrupt()
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -20,8 +21,10 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/talosbot/talosbot/bot/alerts"
+	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/testenv"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
 
 // demoUsers are the console's users: an operator, an approver and a viewer.
@@ -109,9 +112,13 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) error {
 	if err != nil {
 		return err
 	}
-	a, err := startApp(ctx, cfg, appOptions{consoleOn: true, consoleOpen: true, channels: []string{"ops"}, users: demoUsers(),
+	ao := appOptions{consoleOn: true, consoleOpen: true, channels: []string{"ops"}, users: demoUsers(),
 		userLabels: map[string]string{"alice": "operator", "bob": "approver", "carol": "viewer"},
-		auditToken: token, alertsToken: token, alertsFallback: "ops"})
+		auditToken: token, alertsToken: token, alertsFallback: "ops"}
+	if !withKube {
+		ao.plugins = func(p engine.Plugins) engine.Plugins { return makeToolsRemedy{p} }
+	}
+	a, err := startApp(ctx, cfg, ao)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
 			return portBusy(o.listen, err) // taken while the clusters started
@@ -125,7 +132,8 @@ talosbot demo is ready: open %s
   channel "ops"; users alice (operator), bob (approver), carol (viewer)
   staging:    1 control plane + 1 worker, Talos v1.12.6, Kubernetes v1.35.2
   production: 3 control planes + 2 workers, Talos v1.12.6, Kubernetes v1.35.2
-  talosconfigs: %s/clusters/<name>/talosconfig
+  talosconfigs: %s/clusters/<name>/talosconfig (endpoints and a default node set), e.g.
+    TALOSCONFIG=%s/clusters/staging/talosconfig talosctl version
 Try:
   /talos help
   /talos health staging
@@ -139,10 +147,50 @@ Audit API and Alertmanager webhook (token %s, also in %s/demo-token):
     http_config: {authorization: {type: Bearer, credentials_file: %s/demo-token}}
   metrics: %s/metrics
 Press Ctrl-C to stop; everything lives under %s (%s).
-`, url, dataDir, url, url, token, dataDir, dataDir, url, url, dataDir, url, dataDir, keptOrRemoved(o.keep))
+`, url, dataDir, dataDir, url, url, token, dataDir, dataDir, url, url, dataDir, url, dataDir, keptOrRemoved(o.keep))
 	<-ctx.Done()
 	fmt.Fprintln(out, "stopping the demo")
 	return nil
+}
+
+// makeToolsRemedy is the demo's plugin host when the tools cache has no
+// kube-apiserver: its clusters then have no kubeconfig, and a refusal or
+// warning that says so (R20 "no kubeconfig", the drill's "no kubeconfig")
+// gets the fix only the demo knows. The plugins cannot know it and a real
+// deployment must not say it.
+type makeToolsRemedy struct{ engine.Plugins }
+
+// makeToolsFix is what the demo adds where a Kubernetes API is missing.
+const makeToolsFix = "in the demo: run `make tools` once (about 20 minutes: it builds kube-apiserver) and restart the demo for a Kubernetes API"
+
+func (p makeToolsRemedy) Plan(ctx context.Context, name string, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+	plan, err := p.Plugins.Plan(ctx, name, req)
+	if plan != nil {
+		addMakeTools(plan.GetRefusal())
+		for i, w := range plan.GetWarnings() {
+			if needsKube(w) {
+				plan.Warnings[i] = w + " (" + makeToolsFix + ")"
+			}
+		}
+	}
+	return plan, err
+}
+
+func (p makeToolsRemedy) Run(ctx context.Context, name string, req *lifecyclev1.OperationRequest, onProgress func(*lifecyclev1.Progress) error) (*lifecyclev1.Result, error) {
+	res, err := p.Plugins.Run(ctx, name, req, onProgress)
+	addMakeTools(res.GetRefusal())
+	return res, err
+}
+
+func addMakeTools(r *lifecyclev1.Refusal) {
+	if r != nil && needsKube(r.GetReason()+" "+r.GetFix()) {
+		r.Fix = strings.TrimSuffix(r.GetFix(), ".") + "; " + makeToolsFix
+	}
+}
+
+func needsKube(s string) bool {
+	s = strings.ToLower(s)
+	return strings.Contains(s, "kubeconfig") || strings.Contains(s, "no kubernetes api")
 }
 
 func keptOrRemoved(keep bool) string {

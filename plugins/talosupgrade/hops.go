@@ -26,6 +26,19 @@ import (
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
+// versionFix is the fix for a target that is not vMAJOR.MINOR.PATCH: a
+// minor alone ("v1.13") gets its newest known patch as "did you mean".
+func versionFix(req *lifecyclev1.OperationRequest) string {
+	typed := strings.TrimSpace(req.GetArgs()["version"])
+	if minor, err := releases.Parse(typed + ".0"); err == nil {
+		known, _ := knownReleases(req.GetSettings())
+		if lp, ok := releases.LatestPatch(known, minor); ok {
+			return fmt.Sprintf("did you mean %s, the newest known %s patch? /talos upgrade talos %s", lp.Tag(), minor.MinorTag(), lp.Tag())
+		}
+	}
+	return "give the target as vMAJOR.MINOR.PATCH, e.g. /talos upgrade talos v1.13.9"
+}
+
 // path is the computed upgrade: one roll per hop, in order; a target in
 // the running minor or the next one is a path of one hop.
 type path struct {
@@ -71,10 +84,16 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 	inv := s.Inv
 	target, err := talos.ParseRelease(req.GetArgs()["version"])
 	if err != nil {
-		return nil, &sdk.Refusal{Rule: "R10", Reason: err.Error(), Fix: "give the target as vMAJOR.MINOR.PATCH, e.g. /talos upgrade talos v1.13.9"}
+		return nil, &sdk.Refusal{Rule: "R10", Reason: err.Error(), Fix: versionFix(req)}
 	}
 	if err := allowedTarget(req.GetSettings(), target); err != nil {
 		return nil, err
+	}
+	var warnings []string
+	// "1.13.9" is accepted as v1.13.9, and the plan says so, so that what
+	// is approved is spelled as it will run.
+	if typed := strings.TrimSpace(req.GetArgs()["version"]); typed != target.String() {
+		warnings = append(warnings, fmt.Sprintf("version %q read as %s", typed, target))
 	}
 	only, err := selection(inv, req.GetArgs()["nodes"])
 	if err != nil {
@@ -106,7 +125,7 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 			oldest = rv
 		}
 	}
-	p := &path{target: target, at: map[string]talos.Release{}}
+	p := &path{target: target, at: map[string]talos.Release{}, warnings: warnings}
 	for n, v := range at {
 		p.at[n] = v
 	}

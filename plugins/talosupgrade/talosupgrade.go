@@ -199,6 +199,18 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	if err != nil {
 		return sdk.RefusalPlan(err)
 	}
+	// A roll with no node to upgrade would still take a snapshot and run
+	// both gates: say so and plan nothing. Not for a resume (attempt > 1,
+	// planned again by the host): a run interrupted after its last node
+	// still owes its verify and closing gate.
+	if last := pa.hops[len(pa.hops)-1]; !pa.multi() && len(last.toUpgrade()) == 0 && req.GetAttempt() <= 1 {
+		who := "every node of " + inv.Name
+		if sel := strings.TrimSpace(req.GetArgs()["nodes"]); sel != "" {
+			who = "every node named by --nodes (" + sel + ")"
+		}
+		return sdk.RefusalPlan(&sdk.Refusal{Reason: fmt.Sprintf("already at %s: %s runs it, so there is nothing to upgrade", pa.target, who),
+			Fix: "nothing to do; /talos status shows the running versions"})
+	}
 	pa.warnings = append(pa.warnings, gate.PlanWarnings(ctx, s.Clients)...)
 	plan := pa.operationPlan(req)
 	plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "node identity", Ok: true, Rule: identity.Rule, Detail: strings.Join(pa.hops[0].ids.Lines(), "; ")})

@@ -172,7 +172,7 @@ func (a *Adapter) Wait() { a.work.Wait() }
 
 // Command is the one application command talosbot registers: /talos with a
 // required free-form string option "command" holding the rest of the line
-// (e.g. "upgrade staging to v1.13.9"). See docs/CHAT.md for why.
+// (e.g. "upgrade talos v1.13.9 staging"). See docs/CHAT.md for why.
 func Command() *discordgo.ApplicationCommand {
 	return &discordgo.ApplicationCommand{
 		Name:        "talos",
