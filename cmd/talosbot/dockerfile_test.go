@@ -78,9 +78,11 @@ func TestDockerfileMatchesRepoAndMakefile(t *testing.T) {
 		t.Fatal("the image must copy talosbot and talosbot-plugins into /usr/local/bin/, the entrypoint's directory")
 	}
 	mkRecord := `-ldflags "$(LDFLAGS) -X $(PKG)/internal/version.PluginsSHA256=$$sum"`
-	if !strings.Contains(string(mk), "CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o bin/ ./cmd/talosbot-plugins\n") ||
-		!strings.Contains(string(mk), mkRecord+" -o bin/ ./cmd/talosbot ") ||
-		!strings.Contains(string(mk), mkRecord+" -tags demo -o bin/talosbot-demo ./cmd/talosbot\n") {
+	// (-v feeds the progress filter, TestMakeBuildShowsProgress.)
+	if !strings.Contains(string(mk), "CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -v -o bin/ ./cmd/talosbot-plugins ") ||
+		!strings.Contains(string(mk), mkRecord+" -v -o bin/ ./cmd/talosbot ") ||
+		!strings.Contains(string(mk), mkRecord+" -v -tags demo -o bin/talosbot-demo ./cmd/talosbot ") ||
+		strings.Index(string(mk), "./cmd/talosbot-plugins ") > strings.Index(string(mk), mkRecord) {
 		t.Fatal("make build must build talosbot-plugins into bin/ first, then talosbot and talosbot-demo with its sha256 recorded, the same way")
 	}
 	if !strings.Contains(string(mk), "-C bin talosbot talosbot-plugins") {
