@@ -205,20 +205,25 @@ type Box struct {
 // Fits reports whether the element is no taller than one screen.
 func (b Box) Fits() bool { return b.Height <= b.ScreenHeight }
 
-// Measure scrolls the first element matching sel to the top of the screen,
-// just under any bar fixed to the top, and reports its box. Bars fixed or
-// sticky at the top or bottom edge of the viewport are not screen space.
-func (p *Page) Measure(sel string) Box {
-	p.t.Helper()
-	b := Eval[*Box](p, fmt.Sprintf(`(() => { const e = document.querySelector(%s); if (!e) return null;
-		let top = 0, bottom = 0;
+// fixedBarsJS sets top and bottom to the heights of the bars fixed or sticky
+// at the viewport's top and bottom edges (not screen space for a message),
+// for Measure and InViewport.
+const fixedBarsJS = `let top = 0, bottom = 0;
 		for (const o of document.querySelectorAll("body *")) {
 			const pos = getComputedStyle(o).position;
 			if (pos !== "fixed" && pos !== "sticky") continue;
 			const r = o.getBoundingClientRect();
 			if (r.height === 0 || r.width < innerWidth / 2 || r.height > innerHeight / 3) continue;
 			if (r.top <= 0) top = Math.max(top, r.bottom); else if (r.bottom >= innerHeight) bottom = Math.max(bottom, innerHeight - r.top);
-		}
+		}`
+
+// Measure scrolls the first element matching sel to the top of the screen,
+// just under any bar fixed to the top, and reports its box. Bars fixed or
+// sticky at the top or bottom edge of the viewport are not screen space.
+func (p *Page) Measure(sel string) Box {
+	p.t.Helper()
+	b := Eval[*Box](p, fmt.Sprintf(`(() => { const e = document.querySelector(%s); if (!e) return null;
+		`+fixedBarsJS+`
 		e.scrollIntoView({block: "start"});
 		window.scrollBy(0, -top);
 		const r = e.getBoundingClientRect();
@@ -280,14 +285,7 @@ func (p *Page) Lines(sel string) int {
 func (p *Page) InViewport(sel string) (Box, bool) {
 	p.t.Helper()
 	b := Eval[*Box](p, fmt.Sprintf(`(() => { const e = document.querySelector(%s); if (!e) return null;
-		let top = 0, bottom = 0;
-		for (const o of document.querySelectorAll("body *")) {
-			const pos = getComputedStyle(o).position;
-			if (pos !== "fixed" && pos !== "sticky") continue;
-			const r = o.getBoundingClientRect();
-			if (r.height === 0 || r.width < innerWidth / 2 || r.height > innerHeight / 3) continue;
-			if (r.top <= 0) top = Math.max(top, r.bottom); else if (r.bottom >= innerHeight) bottom = Math.max(bottom, innerHeight - r.top);
-		}
+		`+fixedBarsJS+`
 		const r = e.getBoundingClientRect();
 		return {Top: r.top, Bottom: r.bottom, Height: r.height, ScreenHeight: innerHeight - top - bottom, ScreenTop: top}; })()`, jsString(sel)))
 	if b == nil {
