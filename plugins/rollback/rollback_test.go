@@ -108,9 +108,15 @@ func TestRollbackAfterUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	card := render.RenderOperation(&state.Operation{ID: "op", Command: Command, Cluster: "staging", State: state.StateAwaitingApproval, Plan: raw}, nil, time.Now()).Text
-	if !strings.Contains(card, "⚠️") || !strings.Contains(card, "health gate: no kubeconfig for this cluster, so its Kubernetes probes (Kubernetes nodes, Pods, Flux, PodDisruptionBudgets) are not checked") {
-		t.Fatalf("approval card must warn that the Kubernetes probes are not checked:\n%s", card)
+	// The card says it in one line (a long risk is cut at a word); its
+	// Details reply has the whole sentence.
+	op := &state.Operation{ID: "op", Command: Command, Cluster: "staging", State: state.StateAwaitingApproval, Plan: raw}
+	card := render.RenderOperation(op, nil, time.Now()).Text
+	if !strings.Contains(card, "⚠️ warning: health gate: no kubeconfig for this cluster") {
+		t.Fatalf("approval card must warn that there is no kubeconfig:\n%s", card)
+	}
+	if d := render.Details(op); !strings.Contains(d, "health gate: no kubeconfig for this cluster, so its Kubernetes probes (Kubernetes nodes, Pods, Flux, PodDisruptionBudgets) are not checked") {
+		t.Fatalf("the card's Details must say which Kubernetes probes are not checked:\n%s", d)
 	}
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
