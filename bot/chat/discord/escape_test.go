@@ -159,6 +159,11 @@ func TestEscapeLeavesCodeAndMarkup(t *testing.T) {
 		"a \\<@1> b":                             "a \\\\\\<@1> b",
 		"`unclosed <@1>":                         "`unclosed \\<@1>",
 		"mail bob@example.com, @here":            "mail bob@example.com, @\u200bhere",
+		// A run of another length does not close a span: Discord shows
+		// these links, so they are escaped.
+		"`[x](https://e.example)``":      "`\\[x](https://e.example)``",
+		"``[x](https://e.example)` `":    "``\\[x](https://e.example)` `",
+		"`a` [x](https://e.example) ``b": "`a` \\[x](https://e.example) ``b",
 	} {
 		if got := discord.Escape(in); got != want {
 			t.Errorf("Escape(%q) = %q, want %q", in, got, want)
