@@ -59,8 +59,8 @@ func noMentions() *discordgo.MessageAllowedMentions {
 
 // closingRun returns where, from from on, the next run of exactly n
 // backticks starts (a run with no backtick just before or after it), or -1.
-// Discord closes a code span only there: "`[x](u)``" is no code span (its
-// one backtick meets a run of two), so Discord shows a masked link in it,
+// Discord closes a code span only there: one backtick, a masked link and
+// then a run of two backticks is no code span, so Discord shows the link,
 // and leaving it verbatim as code would let the link through.
 func closingRun(s string, from, n int) int {
 	for j := from; j < len(s); {

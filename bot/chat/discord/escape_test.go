@@ -180,3 +180,53 @@ func parsesNothing(raw json.RawMessage) bool {
 	}
 	return json.Unmarshal(raw, &am) == nil && am.Parse != nil && len(*am.Parse) == 0 && len(am.Users) == 0 && len(am.Roles) == 0
 }
+
+// TestCutTextKeepsLinksEscaped: a message over Discord's limit is cut before
+// it is escaped. Cut after, a code span whose closing backtick fell past the
+// limit lost it, and the masked link Escape had left inside (as code) reached
+// Discord as a link.
+func TestCutTextKeepsLinksEscaped(t *testing.T) {
+	h := newStub()
+	fake, a, ctx := startGateway(t, h)
+	ch := "discord:600000000000000001"
+	link := "`[Approve here](https://evil.example)" + strings.Repeat("x", 3000) + "`"
+	if _, err := a.Post(ctx, ch, "", chat.Message{Text: strings.Repeat("a", 1900) + link}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Post(ctx, ch, "", chat.Message{Title: "t", Fields: []chat.Field{{Label: "Reason", Value: strings.Repeat("a", 900) + link}}}); err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	_, err := fake.WaitFor(ctx, func(rs []discordfake.Record) bool {
+		texts = texts[:0]
+		for _, r := range rs {
+			if r.Kind != "rest" || r.Method != "POST" || !strings.HasSuffix(r.Path, "/messages") {
+				continue
+			}
+			var m struct {
+				Content string
+				Embeds  []struct{ Fields []struct{ Value string } }
+			}
+			if json.Unmarshal(r.Body, &m) != nil {
+				continue
+			}
+			if m.Content != "" {
+				texts = append(texts, m.Content)
+			}
+			for _, e := range m.Embeds {
+				for _, f := range e.Fields {
+					texts = append(texts, f.Value)
+				}
+			}
+		}
+		return len(texts) >= 2
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range texts {
+		if !strings.Contains(s, `\[Approve here]`) {
+			t.Errorf("a cut text shows the masked link unescaped: %.120q…", s[max(0, strings.Index(s, "`")-10):])
+		}
+	}
+}
