@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"syscall"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -31,7 +32,9 @@ const (
 
 // ReadFile reads a configuration file of at most MaxConfigSize bytes.
 func ReadFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: opening a FIFO would otherwise wait for a writer before
+	// the Stat below could refuse it, and config check would hang.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}

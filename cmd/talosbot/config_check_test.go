@@ -229,3 +229,38 @@ func TestConfigCheckAndServeAgree(t *testing.T) {
 		})
 	}
 }
+
+// A path in the config that names a FIFO or a device is refused with
+// "not a regular file", through the real binary, by config check and serve
+// alike. Before, opening a FIFO as the config file waited for a writer, and an
+// external plugin at /dev/zero or a FIFO was hashed for ever (or waited on
+// open): config check and serve's start hung instead of naming the path.
+func TestConfigAndPluginPathsMustBeRegularFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	must(t, syscall.Mkfifo(fifo, 0o600))
+	policy := "policy:\n  staging: {operators: [alice]}\n  production: {operators: [alice], approvers: [bob]}\n"
+	plugin := func(path string) string {
+		return writeConfig(t, fmt.Sprintf("%sdata_dir: %s\nlisten: 127.0.0.1:0\n%splugins:\n  external: [{name: eng, path: %q, sha256: %s}]\n",
+			checkClusters, t.TempDir(), policy, path, strings.Repeat("0", 64)))
+	}
+	for _, tc := range []struct {
+		name, config, want string
+	}{
+		{"config file is a FIFO", fifo, "read config " + fifo + ": not a regular file"},
+		{"plugin at /dev/zero", plugin("/dev/zero"), `plugin "eng" (/dev/zero): cannot open the executable: not a regular file (a device)`},
+		{"plugin at a FIFO", plugin(fifo), `plugin "eng" (` + fifo + `): cannot open the executable: not a regular file (a FIFO)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, args := range [][]string{{"config", "check", "--config", tc.config}, {"serve", "--config", tc.config}} {
+				out, code := runEnv(t, nil, args...)
+				if code == 0 || !strings.Contains(out, "not a regular file") {
+					t.Errorf("%s: exit %d, want a refusal naming the path as not a regular file\n%s", args[0], code, out)
+				}
+				if args[0] == "config" && (code != 2 || !strings.Contains(out, tc.want)) {
+					t.Errorf("config check: exit %d, want 2 and %q\n%s", code, tc.want, out)
+				}
+			}
+		})
+	}
+}

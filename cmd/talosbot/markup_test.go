@@ -221,6 +221,44 @@ func TestServeChatInputIsNotMarkup(t *testing.T) {
 		})
 	})
 
+	// replies counts the bot's "unknown cluster" replies in the Discord channel.
+	replies := func(rs []discordfake.Record) int {
+		n := 0
+		for _, r := range rs {
+			if r.Kind == "rest" && r.Method == "POST" && strings.HasSuffix(r.Path, "/channels/"+discordChan+"/messages") &&
+				strings.Contains(string(r.Body), "unknown cluster") {
+				n++
+			}
+		}
+		return n
+	}
+	// discordStatus sends /talos status with a cluster name that is markup,
+	// as Discord would, and waits for its "unknown cluster" reply.
+	discordStatus := func(t *testing.T, typed string) []discordfake.Record {
+		t.Helper()
+		before := replies(df.Records())
+		_, p := df.SlashCommandPayload(discordUser, discordChan, typed)
+		body, _ := json.Marshal(p)
+		stamp := strconv.FormatInt(time.Now().Unix(), 10)
+		req, _ := http.NewRequest("POST", "http://"+b.Addr+"/discord/interactions", strings.NewReader(string(body)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Signature-Timestamp", stamp)
+		req.Header.Set("X-Signature-Ed25519", hex.EncodeToString(ed25519.Sign(priv, append([]byte(stamp), body...))))
+		resp, err := http.DefaultClient.Do(req)
+		must(t, err)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("discord interaction: %d", resp.StatusCode)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		rs, err := df.WaitFor(wctx, func(rs []discordfake.Record) bool { return replies(rs) > before })
+		if err != nil {
+			t.Fatalf("no Discord reply to %q: %v", typed, err)
+		}
+		return rs
+	}
+
 	t.Run("discord: nothing pings and mentions are escaped", func(t *testing.T) {
 		_, p := df.SlashCommandPayload(discordUser, discordChan, `status "<@&700000000000000001> @everyone [Approve here](https://evil.example)"`)
 		body, _ := json.Marshal(p)
@@ -282,6 +320,32 @@ func TestServeChatInputIsNotMarkup(t *testing.T) {
 		}
 		if sent < 2 { // the reply in the channel and the interaction's echo
 			t.Fatalf("saw %d Discord messages with content, want the reply and the echo", sent)
+		}
+	})
+
+	// A backtick that Discord does not pair (one backtick, then a run of
+	// two) opens no code span, so the masked link after it is shown as a
+	// link unless it is escaped. Escape used to take any backtick as the
+	// close and left the link verbatim.
+	t.Run("discord: an unpaired backtick does not shield a masked link", func(t *testing.T) {
+		rs := discordStatus(t, "status \"`[Approve here](https://evil.example)``\"")
+		found := false
+		for _, r := range rs {
+			if r.Kind != "rest" || r.Method != "POST" || !strings.HasSuffix(r.Path, "/channels/"+discordChan+"/messages") {
+				continue
+			}
+			var m struct{ Content string }
+			must(t, json.Unmarshal(r.Body, &m))
+			if !strings.Contains(m.Content, "(https://evil.example)") {
+				continue
+			}
+			found = true
+			if !strings.Contains(m.Content, `\[Approve here]`) {
+				t.Fatalf("the reply shows a masked link Discord would render: %q", m.Content)
+			}
+		}
+		if !found {
+			t.Fatal("no reply quoted the typed cluster name")
 		}
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/cosi-project/runtime/pkg/state"
@@ -90,10 +92,9 @@ func Connect(ctx context.Context, inv Inventory, creds *lifecyclev1.Credentials)
 // given endpoints (overriding the talosconfig's own, which may be stale or a
 // single address). Target nodes per call with client.WithNode(s).
 func NewTalosClient(ctx context.Context, talosconfig []byte, endpoints []string) (*client.Client, error) {
-	cfg, err := clientconfig.FromBytes(talosconfig)
+	cfg, err := ParseTalosconfig(talosconfig)
 	if err != nil {
-		// The parser's message does not echo the document, so no secret leaks.
-		return nil, fmt.Errorf("parse talosconfig: %w (check the talosconfig credential)", err)
+		return nil, err
 	}
 	if len(endpoints) == 0 {
 		return nil, errors.New("no Talos endpoints: the inventory lists no control-plane address")
@@ -103,6 +104,25 @@ func NewTalosClient(ctx context.Context, talosconfig []byte, endpoints []string)
 		return nil, fmt.Errorf("create Talos client: %w", err)
 	}
 	return c, nil
+}
+
+// quotedValue is a value the YAML decoder quotes in its errors
+// ("cannot construct !!str `xoxb-SU...` into config.Config").
+var quotedValue = regexp.MustCompile("`[^`]*`")
+
+// ParseTalosconfig parses talosconfig bytes. Its error keeps the decoder's
+// line numbers and types but none of the document: the decoder quotes the
+// start of a value it cannot use, and a talosconfig credential pointing at
+// the wrong file (an env file, a token) would show the start of that secret
+// on the card, in the log and in the audit trail. So the decoder's error is
+// not wrapped (%w would carry its text), only its redacted text is kept.
+func ParseTalosconfig(talosconfig []byte) (*clientconfig.Config, error) {
+	cfg, err := clientconfig.FromBytes(talosconfig)
+	if err != nil {
+		msg := quotedValue.ReplaceAllString(err.Error(), "a value")
+		return nil, fmt.Errorf("parse talosconfig: %s (check the talosconfig credential)", strings.Join(strings.Fields(msg), " "))
+	}
+	return cfg, nil
 }
 
 // TrackerDialOptions are the connection settings of talosctl's action

@@ -30,7 +30,6 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
-	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -336,9 +335,9 @@ func endpointVIP(_ context.Context, in Inputs) (Status, string) {
 }
 
 func talosconfigEndpoints(_ context.Context, in Inputs) (Status, string) {
-	cfg, err := clientconfig.FromBytes(in.Talosconfig)
+	cfg, err := cluster.ParseTalosconfig(in.Talosconfig)
 	if err != nil {
-		return Fail, "parse talosconfig (check the talosconfig credential): " + err.Error()
+		return Fail, err.Error()
 	}
 	ctx := cfg.Contexts[cfg.Context]
 	if ctx == nil {

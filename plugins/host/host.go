@@ -57,6 +57,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
@@ -861,10 +862,47 @@ func deadlinePassed(ctx context.Context) bool {
 	return ok && !time.Now().Before(d)
 }
 
+// openRegular opens path for reading if it is a regular file. Anything else
+// is refused before a byte is read: hashing /dev/zero never ends, and opening
+// a FIFO waits for a writer, so either would hang config check and serve's
+// start. O_NONBLOCK keeps the open itself from waiting on a FIFO; the Stat of
+// the open file then refuses it.
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		_ = f.Close()
+		return nil, fmt.Errorf("not a regular file (%s)", fileKind(st.Mode()))
+	}
+	return f, nil
+}
+
+// fileKind names what a non-regular file is, for the refusal.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return "mode " + m.Type().String()
+}
+
 // verifyChecksum hashes path and compares it with p's sha256 (lower-case hex).
 // verifyFile checks the sha256 of the file at p.path (config check).
 func verifyFile(p *managed) error {
-	f, err := os.Open(p.path)
+	f, err := openRegular(p.path)
 	if err != nil {
 		return fmt.Errorf("plugin %q (%s): cannot read the executable to verify its checksum: %w", p.name, p.path, err)
 	}

@@ -46,7 +46,7 @@ func killProcessGroup(pid int) error {
 // checksum is taken from the same descriptor, so a file renamed over
 // p.path after the check is never what runs.
 func openExecutable(p *managed) (*os.File, string, error) {
-	f, err := os.Open(p.path)
+	f, err := openRegular(p.path)
 	if err != nil {
 		return nil, "", fmt.Errorf("plugin %q (%s): cannot open the executable: %w; check the plugin path in the config", p.name, p.path, err)
 	}

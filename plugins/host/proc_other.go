@@ -20,7 +20,7 @@ func killProcessGroup(int) error { return nil }
 // executed by its path (no /proc/self/fd), so a swap after the check is not
 // excluded there.
 func openExecutable(p *managed) (*os.File, string, error) {
-	f, err := os.Open(p.path)
+	f, err := openRegular(p.path)
 	if err != nil {
 		return nil, "", fmt.Errorf("plugin %q (%s): cannot open the executable: %w; check the plugin path in the config", p.name, p.path, err)
 	}

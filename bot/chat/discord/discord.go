@@ -381,8 +381,8 @@ func (a *Adapter) PostPrivate(ctx context.Context, channel, user string, m chat.
 	if i == nil {
 		return chat.ErrNoPrivate
 	}
-	text := Escape(strings.TrimSpace(strings.TrimSpace(m.Title) + "\n" + m.Text))
-	_, err := a.s.FollowupMessageCreate(i, true, &discordgo.WebhookParams{Content: truncate(text, maxContent), Flags: discordgo.MessageFlagsEphemeral,
+	text := escapeTruncate(strings.TrimSpace(strings.TrimSpace(m.Title)+"\n"+m.Text), maxContent)
+	_, err := a.s.FollowupMessageCreate(i, true, &discordgo.WebhookParams{Content: text, Flags: discordgo.MessageFlagsEphemeral,
 		AllowedMentions: noMentions()}, discordgo.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("discord: ephemeral follow-up to %s: %w%s", user, err, hint(err))
@@ -421,12 +421,12 @@ type rendered struct {
 func render(m chat.Message) (rendered, error) {
 	var r rendered
 	if strings.TrimSpace(m.Title) == "" && len(m.Fields) == 0 && m.Table == nil {
-		r.content = truncate(Escape(m.Text), maxContent)
+		r.content = escapeTruncate(m.Text, maxContent)
 		if strings.TrimSpace(r.content) == "" && len(m.Buttons) == 0 {
 			r.content = "…" // Discord refuses an empty message
 		}
 	} else {
-		desc := Escape(m.Text)
+		desc := escapeTruncate(m.Text, maxEmbedDesc)
 		if t := strings.ReplaceAll(m.Table.Aligned(), "`", "'"); t != "" {
 			// Discord has no tables: a monospace block keeps the columns.
 			// The table is cut, never the fence, so the block stays closed.
@@ -437,7 +437,7 @@ func render(m chat.Message) (rendered, error) {
 		}
 		e := &discordgo.MessageEmbed{Title: truncate(m.Title, maxEmbedTitle), Description: truncate(desc, maxEmbedDesc)}
 		for _, f := range m.Fields[:min(len(m.Fields), maxEmbedFields)] {
-			name, value := truncate(Escape(f.Label), maxFieldName), truncate(Escape(f.Value), maxFieldValue)
+			name, value := escapeTruncate(f.Label, maxFieldName), escapeTruncate(f.Value, maxFieldValue)
 			if strings.TrimSpace(name) == "" {
 				name = "\u200b"
 			}
@@ -474,6 +474,26 @@ func render(m chat.Message) (rendered, error) {
 		}
 	}
 	return r, nil
+}
+
+// escapeTruncate escapes s (Escape) cut to at most n runes. It cuts the
+// text, then escapes it: escaping first and cutting after could cut off the
+// backticks that close a code span, whose text Escape leaves as it is, and
+// Discord would then show the masked link or mention in it.
+func escapeTruncate(s string, n int) string {
+	if e := Escape(s); utf8.RuneCountInString(e) <= n {
+		return e
+	}
+	r := []rune(s)
+	keep := min(len(r), n-1)
+	for {
+		e := Escape(string(r[:keep]))
+		over := utf8.RuneCountInString(e) - (n - 1)
+		if over <= 0 {
+			return e + "…"
+		}
+		keep = max(keep-over, 0) // escaping only adds, so this ends
+	}
 }
 
 func truncate(s string, n int) string {

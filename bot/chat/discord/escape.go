@@ -28,8 +28,8 @@ func Escape(s string) string {
 				n++
 			}
 			end := i + n
-			if j := strings.Index(s[i+n:], s[i:i+n]); j >= 0 {
-				end = i + n + j + n // a code span or block: verbatim
+			if j := closingRun(s, i+n, n); j >= 0 {
+				end = j + n // a code span or block: verbatim
 			}
 			b.WriteString(s[i:end])
 			i = end
@@ -55,4 +55,27 @@ func Escape(s string) string {
 // even where escaping cannot reach (an embed title).
 func noMentions() *discordgo.MessageAllowedMentions {
 	return &discordgo.MessageAllowedMentions{Parse: []discordgo.AllowedMentionType{}}
+}
+
+// closingRun returns where, from from on, the next run of exactly n
+// backticks starts (a run with no backtick just before or after it), or -1.
+// Discord closes a code span only there: one backtick, a masked link and
+// then a run of two backticks is no code span, so Discord shows the link,
+// and leaving it verbatim as code would let the link through.
+func closingRun(s string, from, n int) int {
+	for j := from; j < len(s); {
+		if s[j] != '`' {
+			j++
+			continue
+		}
+		k := j
+		for k < len(s) && s[k] == '`' {
+			k++
+		}
+		if k-j == n {
+			return j
+		}
+		j = k
+	}
+	return -1
 }

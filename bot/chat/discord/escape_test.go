@@ -159,6 +159,11 @@ func TestEscapeLeavesCodeAndMarkup(t *testing.T) {
 		"a \\<@1> b":                             "a \\\\\\<@1> b",
 		"`unclosed <@1>":                         "`unclosed \\<@1>",
 		"mail bob@example.com, @here":            "mail bob@example.com, @\u200bhere",
+		// A run of another length does not close a span: Discord shows
+		// these links, so they are escaped.
+		"`[x](https://e.example)``":      "`\\[x](https://e.example)``",
+		"``[x](https://e.example)` `":    "``\\[x](https://e.example)` `",
+		"`a` [x](https://e.example) ``b": "`a` \\[x](https://e.example) ``b",
 	} {
 		if got := discord.Escape(in); got != want {
 			t.Errorf("Escape(%q) = %q, want %q", in, got, want)
@@ -174,4 +179,54 @@ func parsesNothing(raw json.RawMessage) bool {
 		Users, Roles []string
 	}
 	return json.Unmarshal(raw, &am) == nil && am.Parse != nil && len(*am.Parse) == 0 && len(am.Users) == 0 && len(am.Roles) == 0
+}
+
+// TestCutTextKeepsLinksEscaped: a message over Discord's limit is cut before
+// it is escaped. Cut after, a code span whose closing backtick fell past the
+// limit lost it, and the masked link Escape had left inside (as code) reached
+// Discord as a link.
+func TestCutTextKeepsLinksEscaped(t *testing.T) {
+	h := newStub()
+	fake, a, ctx := startGateway(t, h)
+	ch := "discord:600000000000000001"
+	link := "`[Approve here](https://evil.example)" + strings.Repeat("x", 3000) + "`"
+	if _, err := a.Post(ctx, ch, "", chat.Message{Text: strings.Repeat("a", 1900) + link}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Post(ctx, ch, "", chat.Message{Title: "t", Fields: []chat.Field{{Label: "Reason", Value: strings.Repeat("a", 900) + link}}}); err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	_, err := fake.WaitFor(ctx, func(rs []discordfake.Record) bool {
+		texts = texts[:0]
+		for _, r := range rs {
+			if r.Kind != "rest" || r.Method != "POST" || !strings.HasSuffix(r.Path, "/messages") {
+				continue
+			}
+			var m struct {
+				Content string
+				Embeds  []struct{ Fields []struct{ Value string } }
+			}
+			if json.Unmarshal(r.Body, &m) != nil {
+				continue
+			}
+			if m.Content != "" {
+				texts = append(texts, m.Content)
+			}
+			for _, e := range m.Embeds {
+				for _, f := range e.Fields {
+					texts = append(texts, f.Value)
+				}
+			}
+		}
+		return len(texts) >= 2
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range texts {
+		if !strings.Contains(s, `\[Approve here]`) {
+			t.Errorf("a cut text shows the masked link unescaped: %.120q…", s[max(0, strings.Index(s, "`")-10):])
+		}
+	}
 }
