@@ -323,7 +323,10 @@ func channelReader(cfg *config.Config) func(user, channel string) bool {
 
 func (a *app) close() {
 	if a.srv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// serve exits within 10 s of SIGTERM whatever a plugin does: 3 s for
+		// open requests (a console event stream never ends by itself) plus
+		// the plugin host's bounded Close (plugins/host closeWait, 5 s).
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		_ = a.srv.Shutdown(ctx)
 		cancel()
 	}
