@@ -169,13 +169,25 @@ func decodeEvent(payload []byte, botUserID string) (decodedEvent, error) {
 	if e.Channel == "" {
 		return decodedEvent{}, errors.New("app_mention event has no channel")
 	}
-	d.Command = &chat.Command{User: e.User, Channel: chat.QualifyChannel(chat.PlatformSlack, e.Channel), Text: stripMention(e.Text)}
+	d.Command = &chat.Command{User: e.User, Channel: chat.QualifyChannel(chat.PlatformSlack, e.Channel), Text: stripMention(e.Text, botUserID)}
 	return d, nil
 }
 
-// stripMention drops everything up to and including the first user mention,
-// so "hey <@U0BOT> health staging" becomes "health staging".
-func stripMention(text string) string {
+// stripMention drops everything up to and including the bot's own mention,
+// so "hey <@U0BOT> health staging" becomes "health staging", and
+// "<@U0BOB> <@U0BOT> health staging" is not read from bob's mention on. With
+// the bot's id unknown (or not mentioned as such) it falls back to the first
+// user mention.
+func stripMention(text, botUserID string) string {
+	if botUserID != "" {
+		for _, own := range []string{"<@" + botUserID + ">", "<@" + botUserID + "|"} {
+			if i := strings.Index(text, own); i >= 0 {
+				if j := strings.IndexByte(text[i:], '>'); j >= 0 {
+					return strings.TrimSpace(text[i+j+1:])
+				}
+			}
+		}
+	}
 	if i := strings.Index(text, "<@"); i >= 0 {
 		if j := strings.IndexByte(text[i:], '>'); j >= 0 {
 			return strings.TrimSpace(text[i+j+1:])
