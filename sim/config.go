@@ -142,14 +142,16 @@ func parseImages(data []byte) (images, string, error) {
 
 	img := images{
 		Install: cfg.Machine().Install().Image(),
-		Kubelet: cfg.Machine().Kubelet().Image(),
-		Proxy:   cfg.Cluster().Proxy().Image(),
+		Kubelet: cfg.K8sKubeletConfig().Image(),
+		Proxy:   cfg.K8sProxyConfig().Image(),
 	}
 
+	// machinery v1.14 reads the Kubernetes settings through the K8s*Config accessors (a
+	// v1alpha1 document answers through its bridge, never nil once Machine/Cluster exist).
 	if cfg.Machine().Type().IsControlPlane() {
-		img.APIServer = cfg.Cluster().APIServer().Image()
-		img.ControllerManager = cfg.Cluster().ControllerManager().Image()
-		img.Scheduler = cfg.Cluster().Scheduler().Image()
+		img.APIServer = cfg.K8sAPIServerConfig().Image()
+		img.ControllerManager = cfg.K8sControllerManagerConfig().Image()
+		img.Scheduler = cfg.K8sSchedulerConfig().Image()
 	}
 
 	return img, cfg.Machine().Type().String(), nil

@@ -216,7 +216,7 @@ func TestResourcesFollowLifecycle(t *testing.T) {
 
 		for _, id := range []resource.ID{config.ActiveID, config.PersistentID} {
 			mc := get[*config.MachineConfig](ctx, t, cli, worker, id)
-			if img := mc.Config().Machine().Kubelet().Image(); img != "ghcr.io/siderolabs/kubelet:v1.36.0" {
+			if img := mc.Config().K8sKubeletConfig().Image(); img != "ghcr.io/siderolabs/kubelet:v1.36.0" {
 				t.Fatalf("%s kubelet image %s", id, img)
 			}
 

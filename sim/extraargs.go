@@ -25,15 +25,15 @@ func extraArgsOf(cfg talosconfig.Provider) componentArgs {
 		return out
 	}
 
-	if m := cfg.Machine(); m != nil {
-		out.kubelet = m.Kubelet().ExtraArgs()
-		out.kubeletConfig = m.Kubelet().ExtraConfig()
+	if k := cfg.K8sKubeletConfig(); k != nil {
+		out.kubelet = k.ExtraArgs()
+		out.kubeletConfig = k.ExtraConfig()
 	}
 
-	if cl := cfg.Cluster(); cl != nil && cfg.Machine() != nil && cfg.Machine().Type().IsControlPlane() {
-		out.byComponent[ComponentAPIServer] = cl.APIServer().ExtraArgs()
-		out.byComponent[ComponentControllerManager] = cl.ControllerManager().ExtraArgs()
-		out.byComponent[ComponentScheduler] = cl.Scheduler().ExtraArgs()
+	if cfg.Cluster() != nil && cfg.Machine() != nil && cfg.Machine().Type().IsControlPlane() {
+		out.byComponent[ComponentAPIServer] = cfg.K8sAPIServerConfig().ExtraArgs()
+		out.byComponent[ComponentControllerManager] = cfg.K8sControllerManagerConfig().ExtraArgs()
+		out.byComponent[ComponentScheduler] = cfg.K8sSchedulerConfig().ExtraArgs()
 	}
 
 	return out

@@ -10,6 +10,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/meta"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	"google.golang.org/grpc/codes"
@@ -34,13 +35,13 @@ func TestExtraArgs(t *testing.T) {
 	defer cancel()
 
 	applyPatch(ctx, t, cli, cp.IP, func(c *v1alpha1.Config) {
-		c.ClusterConfig.APIServerConfig.ExtraArgsConfig = v1alpha1.Args{
-			"feature-gates":  v1alpha1.NewArgValue("WatchFromStorageWithoutResourceVersion=false", nil),
-			"secure-port":    v1alpha1.NewArgValue("7443", nil),
-			"audit-log-path": v1alpha1.NewArgValue("-", nil),
+		c.ClusterConfig.APIServerConfig.ExtraArgsConfig = meta.Args{
+			"feature-gates":  meta.NewArgValue("WatchFromStorageWithoutResourceVersion=false", nil),
+			"secure-port":    meta.NewArgValue("7443", nil),
+			"audit-log-path": meta.NewArgValue("-", nil),
 		}
-		c.MachineConfig.MachineKubelet.KubeletExtraArgs = v1alpha1.Args{"pod-infra-container-image": v1alpha1.NewArgValue("registry.k8s.io/pause:3.10", nil)}
-		c.MachineConfig.MachineKubelet.KubeletExtraConfig = v1alpha1.Unstructured{Object: map[string]any{"featureGates": map[string]any{"SizeMemoryBackedVolumes": true}}}
+		c.MachineConfig.MachineKubelet.KubeletExtraArgs = meta.Args{"pod-infra-container-image": meta.NewArgValue("registry.k8s.io/pause:3.10", nil)}
+		c.MachineConfig.MachineKubelet.KubeletExtraConfig = meta.Unstructured{Object: map[string]any{"featureGates": map[string]any{"SizeMemoryBackedVolumes": true}}}
 		c.MachineConfig.MachineKubelet.KubeletImage = "ghcr.io/siderolabs/kubelet:v1.36.3-fat"
 	})
 

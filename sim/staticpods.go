@@ -402,7 +402,7 @@ func (n *node) kubeResources(img images, cfg talosconfig.Provider) []desiredReso
 
 	endpoint := "https://" + n.c.firstCPIP() + ":6443"
 
-	api := k8s.NewAPIServerConfig()
+	api := k8s.NewAPIServerConfig(k8s.APIServerConfigID)
 	*api.TypedSpec() = k8s.APIServerConfigSpec{
 		Image:                img.APIServer,
 		ControlPlaneEndpoint: endpoint,
@@ -414,13 +414,13 @@ func (n *node) kubeResources(img images, cfg talosconfig.Provider) []desiredReso
 	}
 	add("k8s.ControlPlaneAPIServerController", api)
 
-	cm := k8s.NewControllerManagerConfig()
+	cm := k8s.NewControllerManagerConfig(k8s.ControllerManagerConfigID)
 	*cm.TypedSpec() = k8s.ControllerManagerConfigSpec{Enabled: true, Image: img.ControllerManager,
 		PodCIDRs: []string{"10.244.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/12"},
 		ExtraArgs: argValues(extra.byComponent[ComponentControllerManager])}
 	add("k8s.ControlPlaneControllerManagerController", cm)
 
-	sc := k8s.NewSchedulerConfig()
+	sc := k8s.NewSchedulerConfig(k8s.SchedulerConfigID)
 	*sc.TypedSpec() = k8s.SchedulerConfigSpec{Enabled: true, Image: img.Scheduler,
 		ExtraArgs: argValues(extra.byComponent[ComponentScheduler])}
 	add("k8s.ControlPlaneSchedulerController", sc)

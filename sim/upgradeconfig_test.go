@@ -11,6 +11,7 @@ import (
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/meta"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 
 	"github.com/talosbot/talosbot/sim"
@@ -29,7 +30,7 @@ func TestUpgradeKeepsMachineConfig(t *testing.T) {
 
 	before := mustLoad(t, machineConfig(ctx, t, cli, w1)).Machine().Install().Image()
 	applyPatch(ctx, t, cli, w1, func(c *v1alpha1.Config) {
-		c.MachineConfig.MachineKubelet.KubeletExtraArgs = v1alpha1.Args{"max-pods": v1alpha1.NewArgValue("250", nil)}
+		c.MachineConfig.MachineKubelet.KubeletExtraArgs = meta.Args{"max-pods": meta.NewArgValue("250", nil)}
 	})
 
 	image := strings.TrimSuffix(before, ":v1.12.6") + ":v1.13.9"
@@ -45,8 +46,8 @@ func TestUpgradeKeepsMachineConfig(t *testing.T) {
 
 	after := mustLoad(t, machineConfig(ctx, t, cli, w1))
 
-	if got := after.Machine().Kubelet().ExtraArgs()["max-pods"]; len(got) != 1 || got[0] != "250" {
-		t.Errorf("after the upgrade the kubelet's extraArgs are %v, want max-pods=250 kept", after.Machine().Kubelet().ExtraArgs())
+	if got := after.K8sKubeletConfig().ExtraArgs()["max-pods"]; len(got) != 1 || got[0] != "250" {
+		t.Errorf("after the upgrade the kubelet's extraArgs are %v, want max-pods=250 kept", after.K8sKubeletConfig().ExtraArgs())
 	}
 
 	if got := after.Machine().Install().Image(); got != before {

@@ -308,8 +308,8 @@ func endpointVIP(_ context.Context, in Inputs) (Status, string) {
 	}
 	var endpoint string
 	for _, n := range cps {
-		if c := cfgs[n.Name]; c.Cluster() != nil && c.Cluster().Endpoint() != nil {
-			endpoint = c.Cluster().Endpoint().Hostname()
+		if k := cfgs[n.Name].K8sClusterConfig(); k != nil && k.ClusterEndpoint() != nil {
+			endpoint = k.ClusterEndpoint().Hostname()
 			break
 		}
 	}

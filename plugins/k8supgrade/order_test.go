@@ -12,6 +12,7 @@ import (
 	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/cosi-project/runtime/pkg/state"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/config/types/meta"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	talosk8s "github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	talosv1alpha1 "github.com/siderolabs/talos/pkg/machinery/resources/v1alpha1"
@@ -100,8 +101,8 @@ func TestPreflightRefusesAtPlanTime(t *testing.T) {
 	t.Run("a kube-apiserver feature gate removed in 1.36 (real data)", func(t *testing.T) {
 		e := startEnv(t, kube, supportsTarget)
 		patchNode(t, e, "cp-2", func(c *v1alpha1.Config) {
-			c.ClusterConfig.APIServerConfig.ExtraArgsConfig = v1alpha1.Args{
-				"feature-gates": v1alpha1.NewArgValue("WatchFromStorageWithoutResourceVersion=false", nil)}
+			c.ClusterConfig.APIServerConfig.ExtraArgsConfig = meta.Args{
+				"feature-gates": meta.NewArgValue("WatchFromStorageWithoutResourceVersion=false", nil)}
 		})
 		refused(t, e, e.request(target), "R20", "Kubernetes v1.36.3 removed what the cluster still uses",
 			"kube-apiserver on cp-2 (", "feature gate WatchFromStorageWithoutResourceVersion", "removed in Kubernetes 1.36",
@@ -120,7 +121,7 @@ func TestPreflightRefusesAtPlanTime(t *testing.T) {
 			}
 		}
 		patchNode(t, e, "cp-1", func(c *v1alpha1.Config) {
-			c.ClusterConfig.APIServerConfig.ExtraArgsConfig = v1alpha1.Args{"audit-log-maxbackup": v1alpha1.NewArgValue("3", nil)}
+			c.ClusterConfig.APIServerConfig.ExtraArgsConfig = meta.Args{"audit-log-maxbackup": meta.NewArgValue("3", nil)}
 		})
 		p := &Plugin{removals: table}
 		ctx := ctxFor(t, 2*time.Minute)

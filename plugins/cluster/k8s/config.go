@@ -61,15 +61,23 @@ type Images struct {
 // ImagesOf returns the Kubernetes images of a machine config.
 func ImagesOf(cfg config.Provider) Images {
 	out := Images{ProxyEnabled: true}
-	if m := cfg.Machine(); m != nil {
-		out.Kubelet = m.Kubelet().Image()
+	// machinery v1.14 moved the Kubernetes settings off Machine()/Cluster() onto the
+	// multi-doc K8s*Config accessors; v1alpha1 documents still answer through them.
+	if k := cfg.K8sKubeletConfig(); k != nil {
+		out.Kubelet = k.Image()
 	}
-	if cl := cfg.Cluster(); cl != nil {
-		out.APIServer = cl.APIServer().Image()
-		out.ControllerManager = cl.ControllerManager().Image()
-		out.Scheduler = cl.Scheduler().Image()
-		out.Proxy = cl.Proxy().Image()
-		out.ProxyEnabled = cl.Proxy().Enabled()
+	if a := cfg.K8sAPIServerConfig(); a != nil {
+		out.APIServer = a.Image()
+	}
+	if c := cfg.K8sControllerManagerConfig(); c != nil {
+		out.ControllerManager = c.Image()
+	}
+	if s := cfg.K8sSchedulerConfig(); s != nil {
+		out.Scheduler = s.Image()
+	}
+	if p := cfg.K8sProxyConfig(); p != nil {
+		out.Proxy = p.Image()
+		out.ProxyEnabled = p.Enabled()
 	}
 	return out
 }
