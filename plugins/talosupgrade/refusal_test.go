@@ -38,9 +38,11 @@ func refusedEverywhere(t *testing.T, e *env, req *lifecyclev1.OperationRequest, 
 func TestRefusesSkippingAMinor(t *testing.T) {
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, "v1.14.1")
-	// Only a known release is a target: declare v1.14.1, so that the
-	// skipped minor is what is refused.
-	req.Settings.KnownTalosReleases = append(req.Settings.KnownTalosReleases, "v1.14.1")
+	// Only a known release is a target: declare v1.14.1, and no release of
+	// v1.13 (the minor between), so that no hop-by-hop path exists and the
+	// skipped minor is what is refused. With a v1.13 patch known the same
+	// request plans two hops (TestMultiHop*).
+	req.Settings.KnownTalosReleases = []string{"v1.12.6", "v1.14.1"}
 	refusedEverywhere(t, e, req, "R10", "skips a minor")
 }
 

@@ -27,7 +27,9 @@ func TestCheckUpgradePath(t *testing.T) {
 		{"v1.11.6", "v1.13.9", "skips a minor"},
 		{"v1.12.6", "v1.12.1", "downgrade"},
 		{"v1.13.0", "v1.12.6", "downgrade"},
-		{"v1.13.9", "v1.14.0", "upgrades to version 1.14.0 are not supported"}, // machinery's tables end at 1.13
+		{"v1.13.9", "v1.14.0", ""},
+		{"v1.13.9", "v1.14.1", ""},
+		{"v1.14.1", "v1.15.0", "upgrades to version 1.15.0 are not supported"}, // machinery v1.14.1's tables end at 1.14
 	} {
 		re := CheckUpgradePath("n1", rel(t, tc.from), rel(t, tc.to))
 		switch {
