@@ -1,12 +1,14 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -16,103 +18,115 @@ import (
 )
 
 // Fault is the set of faults active on one node. The zero value means healthy.
+//
+// On the control API a Fault is JSON with one key per field (its json tag), durations as Go
+// duration strings ("250ms"). A new fault is one field here with its tag: MarshalJSON and
+// UnmarshalJSON follow the tags, so the wire form cannot drift from the struct.
 type Fault struct {
 	// Latency delays every RPC the node serves.
-	Latency time.Duration
+	Latency time.Duration `json:"-"`
 	// Unreachable closes the node's API listener: callers get codes.Unavailable, one-to-many
 	// replies carry a per-node error.
-	Unreachable bool
+	Unreachable bool `json:"unreachable,omitempty"`
 	// UnhealthyService reports the named service (e.g. "kubelet", "etcd") as unhealthy.
-	UnhealthyService string
+	UnhealthyService string `json:"unhealthyService,omitempty"`
 	// EtcdStopped stops the node's etcd member (control planes only).
-	EtcdStopped bool
+	EtcdStopped bool `json:"etcdStopped,omitempty"`
 	// NoEtcdLeader stops enough other etcd members that the cluster loses quorum, so the
 	// remaining members (including this node's) have no leader.
-	NoEtcdLeader bool
+	NoEtcdLeader bool `json:"noEtcdLeader,omitempty"`
 	// EtcdDataLost stops the node's etcd member and deletes its data directory (a lost disk
 	// or a corrupted database), control planes only. The node's etcd service then waits to
 	// join (Preparing) as Talos's does with an empty data directory; it joins by itself while
 	// the other members keep a quorum. Clearing the fault does not bring the data back. On a
 	// majority (Cluster.LoseEtcdQuorum) it loses quorum for good: recover with EtcdRecover
 	// and Bootstrap{RecoverEtcd}.
-	EtcdDataLost bool
+	EtcdDataLost bool `json:"etcdDataLost,omitempty"`
 	// ImagePullFailure makes image pulls (ImageService.Pull, upgrades) fail.
-	ImagePullFailure bool
+	ImagePullFailure bool `json:"imagePullFailure,omitempty"`
 	// BootFailure makes the next boot into a new version fail: the node comes back on its old
 	// version (A/B fallback) and says so in its boot events.
-	BootFailure bool
+	BootFailure bool `json:"bootFailure,omitempty"`
 	// NeverReturn keeps a node that goes down for a reboot down until the fault is cleared.
-	NeverReturn bool
+	NeverReturn bool `json:"neverReturn,omitempty"`
 	// SlowReboot adds to the reboot delay.
-	SlowReboot time.Duration
+	SlowReboot time.Duration `json:"-"`
 	// StaticPodNotReady names a control-plane component ("kube-apiserver",
 	// "kube-controller-manager", "kube-scheduler") whose static pod on this node never becomes
 	// Ready after a config change (with Options.Kube and StaticPods). Clearing it makes the pod Ready.
-	StaticPodNotReady string
-}
-
-// faultJSON is Fault on the control API, with durations as Go duration strings ("250ms").
-type faultJSON struct {
-	Latency           string `json:"latency,omitempty"`
-	Unreachable       bool   `json:"unreachable,omitempty"`
-	UnhealthyService  string `json:"unhealthyService,omitempty"`
-	EtcdStopped       bool   `json:"etcdStopped,omitempty"`
-	NoEtcdLeader      bool   `json:"noEtcdLeader,omitempty"`
-	EtcdDataLost      bool   `json:"etcdDataLost,omitempty"`
-	ImagePullFailure  bool   `json:"imagePullFailure,omitempty"`
-	BootFailure       bool   `json:"bootFailure,omitempty"`
-	NeverReturn       bool   `json:"neverReturn,omitempty"`
-	SlowReboot        string `json:"slowReboot,omitempty"`
 	StaticPodNotReady string `json:"staticPodNotReady,omitempty"`
 }
 
+// faultDurations are Fault's duration fields on the wire, as strings.
+type faultDurations struct {
+	Latency    string `json:"latency,omitempty"`
+	SlowReboot string `json:"slowReboot,omitempty"`
+}
+
+// faultWire is a Fault on the control API: every tagged field as it is, the durations as
+// strings (Fault tags its durations "-", so only these carry the keys).
+type faultWire struct {
+	faultFields
+	faultDurations
+}
+
+// faultFields is Fault without its methods, so that encoding it does not recurse.
+type faultFields Fault
+
 // MarshalJSON implements json.Marshaler.
 func (f Fault) MarshalJSON() ([]byte, error) {
-	j := faultJSON{
-		Unreachable: f.Unreachable, UnhealthyService: f.UnhealthyService, EtcdStopped: f.EtcdStopped,
-		NoEtcdLeader: f.NoEtcdLeader, ImagePullFailure: f.ImagePullFailure, BootFailure: f.BootFailure,
-		NeverReturn: f.NeverReturn, StaticPodNotReady: f.StaticPodNotReady, EtcdDataLost: f.EtcdDataLost,
-	}
-
+	w := faultWire{faultFields: faultFields(f)}
 	if f.Latency > 0 {
-		j.Latency = f.Latency.String()
+		w.faultDurations.Latency = f.Latency.String()
 	}
 
 	if f.SlowReboot > 0 {
-		j.SlowReboot = f.SlowReboot.String()
+		w.faultDurations.SlowReboot = f.SlowReboot.String()
 	}
 
-	return json.Marshal(j)
+	return json.Marshal(w)
 }
 
-// UnmarshalJSON implements json.Unmarshaler.
-func (f *Fault) UnmarshalJSON(b []byte) error {
-	var j faultJSON
+// faultKeys lists the control API's keys, for the error that names them.
+func faultKeys() []string {
+	var keys []string
 
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-
-	if err := dec.Decode(&j); err != nil {
-		return fmt.Errorf("fault: %w (fields: latency, unreachable, unhealthyService, etcdStopped, noEtcdLeader, etcdDataLost, imagePullFailure, bootFailure, neverReturn, slowReboot, staticPodNotReady)", err)
-	}
-
-	*f = Fault{
-		Unreachable: j.Unreachable, UnhealthyService: j.UnhealthyService, EtcdStopped: j.EtcdStopped,
-		NoEtcdLeader: j.NoEtcdLeader, ImagePullFailure: j.ImagePullFailure, BootFailure: j.BootFailure,
-		NeverReturn: j.NeverReturn, StaticPodNotReady: j.StaticPodNotReady, EtcdDataLost: j.EtcdDataLost,
-	}
-
-	var err error
-
-	if j.Latency != "" {
-		if f.Latency, err = time.ParseDuration(j.Latency); err != nil {
-			return fmt.Errorf("fault latency %q: %w (use e.g. \"250ms\")", j.Latency, err)
+	for _, t := range []reflect.Type{reflect.TypeFor[faultDurations](), reflect.TypeFor[Fault]()} {
+		for i := range t.NumField() {
+			if k, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); k != "" && k != "-" {
+				keys = append(keys, k)
+			}
 		}
 	}
 
-	if j.SlowReboot != "" {
-		if f.SlowReboot, err = time.ParseDuration(j.SlowReboot); err != nil {
-			return fmt.Errorf("fault slowReboot %q: %w (use e.g. \"5s\")", j.SlowReboot, err)
+	return keys
+}
+
+// UnmarshalJSON implements json.Unmarshaler. An unknown key is an error that names the known
+// ones: a typo never injects nothing silently.
+func (f *Fault) UnmarshalJSON(b []byte) error {
+	var w faultWire
+
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+
+	if err := dec.Decode(&w); err != nil {
+		return fmt.Errorf("fault: %w (fields: %s)", err, strings.Join(faultKeys(), ", "))
+	}
+
+	*f = Fault(w.faultFields)
+
+	var err error
+
+	if w.faultDurations.Latency != "" {
+		if f.Latency, err = time.ParseDuration(w.faultDurations.Latency); err != nil {
+			return fmt.Errorf("fault latency %q: %w (use e.g. \"250ms\")", w.faultDurations.Latency, err)
+		}
+	}
+
+	if w.faultDurations.SlowReboot != "" {
+		if f.SlowReboot, err = time.ParseDuration(w.faultDurations.SlowReboot); err != nil {
+			return fmt.Errorf("fault slowReboot %q: %w (use e.g. \"5s\")", w.faultDurations.SlowReboot, err)
 		}
 	}
 

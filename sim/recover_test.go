@@ -342,3 +342,24 @@ func TestControlAPIEtcdLoseQuorum(t *testing.T) {
 		return nil
 	})
 }
+
+// The control API's JSON follows Fault's tags: every key round-trips, durations are duration
+// strings, and an unknown key is refused with the known ones named.
+func TestFaultJSONFollowsTheStruct(t *testing.T) {
+	in := sim.Fault{Latency: 250 * time.Millisecond, SlowReboot: 5 * time.Second, Unreachable: true, UnhealthyService: "kubelet", StaticPodNotReady: "kube-apiserver"}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"latency":"250ms"`) || !strings.Contains(string(b), `"slowReboot":"5s"`) {
+		t.Fatalf("wire form %s: want durations as strings", b)
+	}
+	var out sim.Fault
+	if err := json.Unmarshal(b, &out); err != nil || out != in {
+		t.Fatalf("round trip: %+v, %v; want %+v", out, err, in)
+	}
+	err = json.Unmarshal([]byte(`{"unreachabel":true}`), &out)
+	if err == nil || !strings.Contains(err.Error(), "unreachable") || !strings.Contains(err.Error(), "slowReboot") {
+		t.Fatalf("typo: %v, want a refusal naming the known keys", err)
+	}
+}
