@@ -166,7 +166,7 @@ func (s *machined) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machineap
 	return &machineapi.EtcdStatusResponse{Messages: []*machineapi.EtcdStatus{{
 		MemberStatus: &machineapi.EtcdMemberStatus{
 			MemberId:         st.Header.GetMemberId(),
-			ProtocolVersion:  st.Version,
+			ProtocolVersion:  s.n.etcdVersion(st.Version), // versions.go: the release's etcd
 			StorageVersion:   st.StorageVersion,
 			DbSize:           st.DbSize,
 			DbSizeInUse:      st.DbSizeInUse,
@@ -591,7 +591,7 @@ func (s *machined) Read(req *machineapi.ReadRequest, srv grpc.ServerStreamingSer
 	case stateConfigPath:
 		// Talos v1.12 stopped mounting the STATE partition, so there the file does not exist
 		// and Read gives os.Stat's NotFound; clients read the MachineConfig resource instead.
-		if atLeast(s.n.talosVersion(), 1, 12) {
+		if !s.n.behaviour().stateConfigFile {
 			return status.Errorf(codes.NotFound, "stat %s: no such file or directory", req.Path)
 		}
 
@@ -606,6 +606,10 @@ func (s *machined) Read(req *machineapi.ReadRequest, srv grpc.ServerStreamingSer
 }
 
 func (s *machined) ApplyConfiguration(_ context.Context, req *machineapi.ApplyConfigurationRequest) (*machineapi.ApplyConfigurationResponse, error) {
+	if err := s.n.applyModeRefusal(req.Mode); err != nil { // versions.go: v1.14 removed REBOOT
+		return nil, err
+	}
+
 	if req.Mode != machineapi.ApplyConfigurationRequest_NO_REBOOT {
 		return nil, status.Errorf(codes.Unimplemented, "the sim applies configuration only in NO_REBOOT mode (got %s)", req.Mode)
 	}
@@ -643,23 +647,9 @@ func (s *machined) Kubeconfig(_ *emptypb.Empty, srv grpc.ServerStreamingServer[c
 		return status.Error(codes.FailedPrecondition, "kubeconfig is only available on control plane nodes")
 	}
 
-	kc := s.n.c.opts.Kubeconfig
-	if len(kc) == 0 {
-		kc = []byte(fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: %[1]s
-  cluster:
-    server: https://%[2]s:6443
-    insecure-skip-tls-verify: true
-contexts:
-- name: admin@%[1]s
-  context: {cluster: %[1]s, user: admin@%[1]s}
-current-context: admin@%[1]s
-users:
-- name: admin@%[1]s
-  user: {token: sim-placeholder}
-`, s.n.c.opts.Name, s.n.c.firstCPIP()))
+	kc, err := s.n.c.adminKubeconfig() // kubeconfig.go: Talos's shape
+	if err != nil {
+		return status.Errorf(codes.FailedPrecondition, "kubeconfig: %v", err)
 	}
 
 	var buf bytes.Buffer

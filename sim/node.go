@@ -156,7 +156,7 @@ func newUUID() string {
 // renderConfig renders the node's first machine config from its images (an upgrade keeps
 // the config; see switchVersion). Caller holds mu (or owns n).
 func (n *node) renderConfig() {
-	cfg, err := machineConfig(n.c.opts.Name, n.info.Role, "https://"+n.c.firstCPIP()+":6443", n.c.pkiCAPEM(), n.img)
+	cfg, err := machineConfig(n.c.opts.Name, n.info.Role, "https://"+n.c.firstCPIP()+":6443", n.c.pkiCAPEM(), n.c.kubeCAPEM(), n.img)
 	if err != nil {
 		n.c.log.Error("render machine config", "node", n.info.Name, "err", err)
 
@@ -261,10 +261,10 @@ func (n *node) startBackend() error {
 	return nil
 }
 
-// serviceAvailable gates ImageService and LifecycleService: they exist from Talos v1.13.
+// serviceAvailable gates ImageService and LifecycleService: they exist from Talos v1.13 (versions.go).
 func (n *node) serviceAvailable(method string) error {
 	if strings.HasPrefix(method, "/machine.ImageService/") || strings.HasPrefix(method, "/machine.LifecycleService/") {
-		if !atLeast(n.talosVersion(), 1, 13) {
+		if !n.behaviour().lifecycleAPI {
 			svc := strings.Split(strings.TrimPrefix(method, "/"), "/")[0]
 
 			return status.Errorf(codes.Unimplemented, "unknown service %s", svc)
