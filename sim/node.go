@@ -156,7 +156,7 @@ func newUUID() string {
 // renderConfig renders the node's first machine config from its images (an upgrade keeps
 // the config; see switchVersion). Caller holds mu (or owns n).
 func (n *node) renderConfig() {
-	cfg, err := machineConfig(n.c.opts.Name, n.info.Role, "https://"+n.c.firstCPIP()+":6443", n.c.pkiCAPEM(), n.c.kubeCAPEM(), n.img)
+	cfg, err := machineConfig(n.c.opts.Name, n.info.Role, "https://"+n.c.firstCPIP()+":6443", n.c.pkiCAPEM(), n.c.kubeCAPEM(), n.c.etcdCAPEM(), n.img)
 	if err != nil {
 		n.c.log.Error("render machine config", "node", n.info.Name, "err", err)
 

@@ -174,6 +174,7 @@ type Cluster struct {
 	now     func() time.Time
 	pki     *pki
 	kubeCA  *kubeCA // Talos's cluster.ca: kubeconfig.go
+	etcdCA  *kubeCA // cluster.etcd.ca
 	ids     *idGen
 	kinds   map[string]methodKind
 	etcd    *etcdsim.Cluster
@@ -247,7 +248,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 
-	if c.kubeCA, err = newKubeCA(opts.Name, c.now()); err != nil { // kubeconfig.go
+	if c.kubeCA, err = newKubeCA(opts.Name+" sim Kubernetes CA", c.now()); err != nil { // kubeconfig.go
+		return nil, err
+	}
+
+	if c.etcdCA, err = newKubeCA(opts.Name+" sim etcd CA", c.now()); err != nil {
 		return nil, err
 	}
 
