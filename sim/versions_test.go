@@ -50,6 +50,14 @@ func TestReleaseCatalogue(t *testing.T) {
 		t.Errorf("v1.13.9: %+v %v", r, ok)
 	}
 
+	if r, _ := sim.LookupRelease("v1.13.9"); !r.GHCRInstaller {
+		t.Error("v1.13.9 published ghcr.io/siderolabs/installer")
+	}
+
+	if r, _ := sim.LookupRelease("v1.14.0"); r.GHCRInstaller {
+		t.Error("v1.14.0 did not publish ghcr.io/siderolabs/installer")
+	}
+
 	for _, fake := range []string{"v1.13.99", "v9.9.9", "v1.14.0-rc.1"} {
 		if _, ok := sim.LookupRelease(fake); ok {
 			t.Errorf("%s is no release but the catalogue knows it", fake)
