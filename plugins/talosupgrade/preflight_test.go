@@ -14,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/sim"
 )
@@ -239,5 +241,31 @@ func TestPreflightWarnsFromKubernetes(t *testing.T) {
 	}
 	if !hasWarning(p, "in-tree iSCSI volumes (PV db-iscsi)", "CSI driver") {
 		t.Errorf("no iSCSI warning: %q", p.GetWarnings())
+	}
+}
+
+// BenchmarkTargetPreflight is what the pre-flight adds to a plan: reading
+// every node's machine config, the etcd members and Kubernetes (3 control
+// planes, 2 workers, a real kube-apiserver), then the checks of a hop
+// into v1.14.
+func BenchmarkTargetPreflight(b *testing.B) {
+	e := start(b, 3, 2, true, func(o *sim.Options) { o.TalosVersion = "v1.13.9" })
+	req := e.request(b, "v1.14.1")
+	ctx := ctxFor(b, time.Minute)
+	s, err := cluster.OpenRequest(ctx, req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close() //nolint:errcheck
+	at := map[string]talos.Release{}
+	for _, n := range s.Inv.Nodes {
+		at[n.Name] = talos.Release{Major: 1, Minor: 13, Patch: 9}
+	}
+	stops := []releases.Version{{Major: 1, Minor: 14, Patch: 1}}
+	b.ResetTimer()
+	for range b.N {
+		if _, err := runPreflight(ctx, s, at, stops, nil); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
