@@ -214,6 +214,7 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	pa.warnings = append(pa.warnings, gate.PlanWarnings(ctx, s.Clients)...)
 	plan := pa.operationPlan(req)
 	plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "node identity", Ok: true, Rule: identity.Rule, Detail: strings.Join(pa.hops[0].ids.Lines(), "; ")})
+	plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "target pre-flight", Ok: true, Rule: "R10", Detail: pa.preflight})
 	return plan, nil
 }
 
