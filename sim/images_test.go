@@ -153,6 +153,20 @@ func TestInstallerPreflightRefusesDowngradeTooFar(t *testing.T) {
 		t.Fatalf("after a refused install and a reboot worker-1 runs %s", v)
 	}
 
+	// An installer of a version the compatibility table does not know refuses too.
+	if _, err := c.PublishImage("ghcr.io/siderolabs/installer:next", "v1.15.0"); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := pull(nctx, cli, "ghcr.io/siderolabs/installer:next"); err != nil {
+		t.Fatal(err)
+	}
+
+	if lines, exit, err = install(nctx, cli, "ghcr.io/siderolabs/installer:next"); err != nil || exit != 1 ||
+		!strings.Contains(strings.Join(lines, "\n"), "pre-flight checks failed: upgrades to version 1.15.0 are not supported") {
+		t.Fatalf("install of an unknown version: exit %d, %v:\n%s", exit, err, strings.Join(lines, "\n"))
+	}
+
 	// An adjacent minor passes the same check.
 	next := "ghcr.io/siderolabs/installer:v1.14.1"
 	if err := pull(nctx, cli, next); err != nil {
