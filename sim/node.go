@@ -99,25 +99,26 @@ type node struct {
 
 	logs *nodeLogs
 
-	mu          sync.Mutex
-	front       *grpc.Server
-	state       string
-	seq         seqLock
-	stage       machineapi.MachineStatusEvent_MachineStage
-	version     string
-	prevVersion string
-	bootID      string
-	bootedAt    time.Time
-	img         images
-	config      []byte
-	nextImage   string                     // installed (or staged) image the next boot switches to
-	pulled      map[string]map[string]bool // containerd namespace → image refs pulled
-	installing  bool                       // LifecycleService's own install/upgrade mutex
-	wiped       bool
-	fault       Fault
-	etcdLeft    bool
-	etcdSvc     etcdService   // the etcd service where it is not "the member runs from its data" (recover.go)
-	returnCh    chan struct{} // closed to release a node held down by NeverReturn
+	mu           sync.Mutex
+	front        *grpc.Server
+	state        string
+	seq          seqLock
+	stage        machineapi.MachineStatusEvent_MachineStage
+	version      string
+	prevVersion  string
+	bootID       string
+	bootedAt     time.Time
+	img          images
+	config       []byte
+	nextImage    string                     // installed (or staged) image the next boot switches to
+	pulled       map[string]map[string]bool // containerd namespace → image refs pulled
+	pulledImages map[string]*pulledImage    // imagegc.go: "namespace digest-ref" → when pulled
+	installing   bool                       // LifecycleService's own install/upgrade mutex
+	wiped        bool
+	fault        Fault
+	etcdLeft     bool
+	etcdSvc      etcdService   // the etcd service where it is not "the member runs from its data" (recover.go)
+	returnCh     chan struct{} // closed to release a node held down by NeverReturn
 
 	staticMu sync.Mutex // serialises the kubelet's work on the node's static pods
 
@@ -591,7 +592,12 @@ func (n *node) upgradePhases(req sequenceRequest) []phase {
 		ph("unmountBind", noop("unmountSystemDiskBindMounts")), ph("unmountSystem", noop("unmountEphemeralPartition")),
 		ph("volumeFinalize", noop("teardownLifecycle")),
 		ph("upgrade", task{name: "upgrade", run: func(context.Context) error {
-			// The installer writes the new image to the inactive boot entry.
+			// The installer writes the new image to the inactive boot entry, once its
+			// pre-flight passed (installer.go); its exit code fails the task.
+			if err := n.installerTask(req.image); err != nil {
+				return err
+			}
+
 			n.mu.Lock()
 			n.nextImage = req.image
 			n.mu.Unlock()
@@ -761,6 +767,7 @@ func (n *node) switchVersion(req sequenceRequest) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 
+	n.collectImages(n.c.now()) // the GC of the boot that ends (imagegc.go)
 	n.bootID = newUUID()
 	n.bootedAt = n.c.now()
 

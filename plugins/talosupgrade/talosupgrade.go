@@ -541,7 +541,8 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 		return failNode(err)
 	}
 	o.p, err = talos.StartUpgrade(ctx, x.s, talos.NodeUpgrade{Node: n.node, KubeNode: o.kubeNode, From: n.from, To: x.roll.target, Image: n.image, Pulled: x.pulled[n.node.Name]},
-		talos.UpgradeOptions{Drain: k8s.DrainOptions{Timeout: min(x.nodeTO/2, k8s.DefaultDrainTimeout), Log: logf}, Log: logf})
+		talos.UpgradeOptions{Drain: k8s.DrainOptions{Timeout: min(x.nodeTO/2, k8s.DefaultDrainTimeout), Log: logf}, Log: logf,
+			Pull: talos.PullOptions{Stall: talos.PullStall(x.req.GetSettings())}})
 	if err != nil {
 		return failNode(err)
 	}
