@@ -512,8 +512,26 @@ func (k *kubeSide) reconcileCoreDNS(ctx context.Context) error {
 			ReadyReplicas: ready, AvailableReplicas: ready, UnavailableReplicas: max(0, replicas-ready),
 		}
 
-		if equality.Semantic.DeepEqual(cur.Status, st) {
+		// The conditions the Deployment controller keeps, which kstatus (talosctl's manifest
+		// sync waits with it) reads: Available, and Progressing with NewReplicaSetAvailable
+		// once the rollout is done.
+		avail, progress := corev1.ConditionFalse, "ReplicaSetUpdated"
+		if ready >= replicas {
+			avail, progress = corev1.ConditionTrue, "NewReplicaSetAvailable"
+		}
+
+		st.Conditions = []appsv1.DeploymentCondition{
+			{Type: appsv1.DeploymentAvailable, Status: avail, Reason: "MinimumReplicasAvailable"},
+			{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: progress},
+		}
+
+		if sameDeploymentStatus(cur.Status, st) {
 			return nil
+		}
+
+		now := metav1.Now()
+		for i := range st.Conditions {
+			st.Conditions[i].LastUpdateTime, st.Conditions[i].LastTransitionTime = now, now
 		}
 
 		cur.Status = st
@@ -540,4 +558,18 @@ func (k *kubeSide) scheduleCoreDNS(alive map[string]*node, cordoned map[string]b
 	}
 
 	return best
+}
+
+// sameDeploymentStatus compares two statuses without the conditions' timestamps.
+func sameDeploymentStatus(a, b appsv1.DeploymentStatus) bool {
+	strip := func(s appsv1.DeploymentStatus) appsv1.DeploymentStatus {
+		s = *s.DeepCopy()
+		for i := range s.Conditions {
+			s.Conditions[i].LastUpdateTime, s.Conditions[i].LastTransitionTime = metav1.Time{}, metav1.Time{}
+		}
+
+		return s
+	}
+
+	return equality.Semantic.DeepEqual(strip(a), strip(b))
 }
