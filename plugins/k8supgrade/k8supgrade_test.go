@@ -472,7 +472,7 @@ func assertOrder(t *testing.T, rec *sdktest.Recorder) {
 		"kube-apiserver/cp-1", "kube-apiserver/cp-2", "kube-apiserver/cp-3",
 		"kube-controller-manager/cp-1", "kube-controller-manager/cp-2", "kube-controller-manager/cp-3",
 		"kube-scheduler/cp-1", "kube-scheduler/cp-2", "kube-scheduler/cp-3", "kube-proxy",
-		"kubelet/cp-1", "kubelet/cp-2", "kubelet/cp-3", "kubelet/worker-1", "gate-after", "drift-note"}
+		"kubelet/cp-1", "kubelet/cp-2", "kubelet/cp-3", "kubelet/worker-1", stepManifests, "gate-after", "drift-note"}
 	if strings.Join(seq, " ") != strings.Join(want, " ") {
 		t.Fatalf("step order:\n got %v\nwant %v", seq, want)
 	}
