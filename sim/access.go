@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	talosx509 "github.com/siderolabs/crypto/x509"
+
+	"github.com/talosbot/talosbot/internal/talosrbac"
 )
 
 // Talos's role-based access control, as the sim enforces it.
@@ -38,80 +40,10 @@ const roleMetadataKey = constants.APIAuthzRoleMetadataKey
 // notAuthorized is Talos's authz.ErrNotAuthorized, word for word.
 func notAuthorized() error { return status.Error(codes.PermissionDenied, "not authorized") }
 
-var (
-	anyReader = role.MakeSet(role.Admin, role.Operator, role.Reader)
-	adminOnly = role.MakeSet(role.Admin)
-	adminOp   = role.MakeSet(role.Admin, role.Operator)
-	etcdRead  = role.MakeSet(role.Admin, role.Operator, role.Reader, role.EtcdBackup)
-)
-
-// accessRules is machined's rules table (system/services/machined.go, v1.13.9; the same for
-// the methods below at v1.14.1) for the methods the sim serves. A method not listed needs
-// os:admin, as Talos's FallbackRoles.
-var accessRules = map[string]role.Set{
-	"/cluster.ClusterService/HealthCheck": anyReader,
-
-	"/machine.ImageService/List": anyReader,
-	"/machine.ImageService/Pull": adminOp,
-
-	"/machine.LifecycleService/Install": adminOnly,
-	"/machine.LifecycleService/Upgrade": adminOnly,
-
-	// Reader too, "for maintenance only, verified in the handler": a running node refuses it
-	// to a reader in the handler, see authorize.
-	"/machine.MachineService/ApplyConfiguration":    role.MakeSet(role.Admin, role.Reader),
-	"/machine.MachineService/Bootstrap":             adminOnly,
-	"/machine.MachineService/Dmesg":                 anyReader,
-	"/machine.MachineService/EtcdAlarmList":         etcdRead,
-	"/machine.MachineService/EtcdAlarmDisarm":       adminOp,
-	"/machine.MachineService/EtcdDefragment":        adminOp,
-	"/machine.MachineService/EtcdForfeitLeadership": adminOnly,
-	"/machine.MachineService/EtcdLeaveCluster":      adminOnly,
-	"/machine.MachineService/EtcdMemberList":        etcdRead,
-	"/machine.MachineService/EtcdRecover":           adminOnly,
-	"/machine.MachineService/EtcdRemoveMemberByID":  adminOnly,
-	"/machine.MachineService/EtcdSnapshot":          role.MakeSet(role.Admin, role.Operator, role.EtcdBackup),
-	"/machine.MachineService/EtcdStatus":            etcdRead,
-	"/machine.MachineService/Events":                anyReader,
-	"/machine.MachineService/Hostname":              anyReader,
-	"/machine.MachineService/ImageList":             anyReader,
-	"/machine.MachineService/ImagePull":             adminOp,
-	"/machine.MachineService/Kubeconfig":            adminOnly,
-	"/machine.MachineService/List":                  anyReader,
-	"/machine.MachineService/Logs":                  anyReader,
-	"/machine.MachineService/LogsContainers":        anyReader,
-	"/machine.MachineService/Memory":                anyReader,
-	"/machine.MachineService/Read":                  adminOnly,
-	"/machine.MachineService/Reboot":                adminOp,
-	"/machine.MachineService/Reset":                 adminOnly,
-	"/machine.MachineService/Restart":               adminOp,
-	"/machine.MachineService/Rollback":              adminOnly,
-	"/machine.MachineService/ServiceList":           anyReader,
-	"/machine.MachineService/ServiceRestart":        adminOp,
-	"/machine.MachineService/ServiceStart":          adminOp,
-	"/machine.MachineService/ServiceStop":           adminOp,
-	"/machine.MachineService/Shutdown":              adminOp,
-	"/machine.MachineService/Upgrade":               adminOnly,
-	"/machine.MachineService/Version":               anyReader,
-
-	"/cosi.resource.State/Create":  adminOnly,
-	"/cosi.resource.State/Destroy": adminOnly,
-	"/cosi.resource.State/Get":     anyReader,
-	"/cosi.resource.State/List":    anyReader,
-	"/cosi.resource.State/Update":  adminOnly,
-	"/cosi.resource.State/Watch":   anyReader,
-
-	"/storage.StorageService/Disks": anyReader,
-}
-
 // AllowedRoles returns the Talos roles that may call a full gRPC method name, as machined's
-// access table says (os:admin alone for a method it does not list).
+// access table says (os:admin alone for a method it does not list; internal/talosrbac).
 func AllowedRoles(method string) []string {
-	if s, ok := accessRules[method]; ok {
-		return s.Strings()
-	}
-
-	return adminOnly.Strings()
+	return talosrbac.Allowed(method).Strings()
 }
 
 // peerRoles is apid's role extraction for a call that reached this node from outside: the
@@ -161,25 +93,15 @@ func callerRoles(ctx context.Context) role.Set {
 	return roles
 }
 
-// authorize is machined's authz.Authorizer.
+// authorize is machined's authz.Authorizer with its rules table (internal/talosrbac), and
+// ApplyConfiguration's own check in its handler (v1alpha1_server.go: a configured node takes
+// it only from os:admin; sim nodes are never in maintenance mode).
 func authorize(ctx context.Context, method string) error {
-	allowed, ok := accessRules[method]
-	if !ok {
-		allowed = adminOnly
+	if talosrbac.Permits(callerRoles(ctx), method) {
+		return nil
 	}
 
-	roles := callerRoles(ctx)
-	if !allowed.IncludesAny(roles) {
-		return notAuthorized()
-	}
-
-	// ApplyConfiguration's handler refuses non-admins outside maintenance mode
-	// (v1alpha1_server.go, ApplyConfiguration); sim nodes are never in maintenance.
-	if method == "/machine.MachineService/ApplyConfiguration" && !roles.Includes(role.Admin) {
-		return notAuthorized()
-	}
-
-	return nil
+	return notAuthorized()
 }
 
 // TalosconfigWithRole returns a talosconfig like Talosconfig's whose client certificate carries

@@ -17,11 +17,12 @@ import (
 	"github.com/cosi-project/runtime/pkg/state/protobuf/server"
 	"github.com/cosi-project/runtime/pkg/state/registry"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
-	"github.com/siderolabs/talos/pkg/machinery/role"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/talosbot/talosbot/internal/talosrbac"
 )
 
 // This file is the node's COSI resource API: the cosi.resource.State service that machined
@@ -412,8 +413,8 @@ func accessRule(st state.State) state.FilteringRule {
 			return err
 		}
 
-		// Sensitive types (the machine config) only for os:admin (access.go).
-		if def, ok := rd.(*meta.ResourceDefinition); ok && def.TypedSpec().Sensitivity == meta.Sensitive && !callerRoles(ctx).Includes(role.Admin) {
+		// Sensitive types (the machine config) only for os:admin (access.go, internal/talosrbac).
+		if def, ok := rd.(*meta.ResourceDefinition); ok && def.TypedSpec().Sensitivity == meta.Sensitive && !talosrbac.Permits(callerRoles(ctx), talosrbac.ReadSensitive) {
 			return notAuthorized()
 		}
 
