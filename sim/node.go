@@ -310,11 +310,19 @@ func (n *node) unaryInterceptor(ctx context.Context, req any, info *grpc.UnarySe
 		return nil, err
 	}
 
+	if err := authorize(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+
 	return handler(ctx, req)
 }
 
 func (n *node) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if err := n.before(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+
+	if err := authorize(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
 
