@@ -123,6 +123,9 @@ type node struct {
 	staticMu sync.Mutex // serialises the kubelet's work on the node's static pods
 
 	cosi *cosiState // the node's COSI resources (cosi.go)
+
+	land     *landing    // what the booted entry carries (landing.go), under mu
+	fallback *abFallback // a boot that fails and falls back (abfallback.go), under mu
 }
 
 func newNode(c *Cluster, info NodeInfo) *node {
@@ -141,6 +144,7 @@ func newNode(c *Cluster, info NodeInfo) *node {
 	n.logs = newNodeLogs(c.now)
 	n.img = defaultImages(installerImage(info.Schematic, c.opts.TalosVersion), c.opts.KubernetesVersion)
 	n.renderConfig()
+	n.currentLandingLocked() // landing.go: the entry it booted with
 
 	return n
 }
@@ -461,7 +465,7 @@ func (n *node) runBoot(ctx context.Context, note string, startup time.Duration) 
 		return
 	}
 
-	n.emitStage(machineapi.MachineStatusEvent_RUNNING, true)
+	n.publishReadiness(ctx) // machinestatus.go: running, ready once every check passes
 }
 
 // sequenceRequest is what Upgrade, Reboot, Rollback and Reset hand to the background sequence.
@@ -564,12 +568,21 @@ func (n *node) reboot(ctx context.Context, req sequenceRequest) {
 	}
 
 	note := n.switchVersion(req)
+	if n.failBoot(ctx) { // abfallback.go
+		return
+	}
+
 	n.comeUp(ctx, note)
 }
 
 // rebootPhase is the "reboot" phase: the Reboot task publishes a RestartEvent and the node goes down.
 func (n *node) rebootPhase() phase {
 	return ph("reboot", task{name: "reboot", run: func(ctx context.Context) error {
+		if n.currentFault().NoReboot {
+			// Fault noReboot: the request was acknowledged, the machine never restarts.
+			return nil
+		}
+
 		n.events.publish(actorFrom(ctx), &machineapi.RestartEvent{Cmd: 0x1234567})
 		n.goDown(context.WithoutCancel(ctx))
 
@@ -785,6 +798,7 @@ func (n *node) switchVersion(req sequenceRequest) string {
 	switch {
 	case req.rollback:
 		n.version, n.prevVersion = n.prevVersion, n.version
+		n.swapLandingLocked()
 	case image != "":
 		target, ok := n.c.images.version(image)
 		if !ok {
@@ -792,9 +806,11 @@ func (n *node) switchVersion(req sequenceRequest) string {
 		}
 
 		if n.fault.BootFailure {
-			// The new image was written but does not boot: the bootloader falls back to the
-			// previous (A/B) entry, so the node comes back on its old version.
-			return fmt.Sprintf("boot of Talos %s failed; bootloader rolled back to %s (A/B fallback)", target, n.version)
+			// The new image was written but does not boot: reboot runs the failed boot and
+			// the fallback to the old entry (abfallback.go).
+			n.fallback = &abFallback{from: n.version, to: target, image: image}
+
+			return ""
 		}
 
 		if target != n.version {
@@ -802,6 +818,7 @@ func (n *node) switchVersion(req sequenceRequest) string {
 		}
 
 		n.version = target
+		n.installLandingLocked(image, target)
 	}
 
 	return ""
@@ -889,7 +906,7 @@ func (n *node) serviceStates(ctx context.Context) []*machineapi.ServiceInfo {
 			state, healthy, msg = "Finished", false, "restarting: the kubelet configuration changed"
 		}
 
-		if f.UnhealthyService == id {
+		if f.UnhealthyService == id || id == "kubelet" && f.holdsUnmet("services") {
 			healthy, msg = false, "health check failed (simulated fault)"
 		}
 
