@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/talosbot/talosbot/internal/servetest"
 	"github.com/talosbot/talosbot/internal/testenv"
@@ -35,9 +38,11 @@ type Result struct {
 	// whose point the operations never reached is not applied.
 	Applied map[string]int
 	Breaks  []Break
-	// Ops is each operation's command and how it ended.
-	Ops  []string
-	Wall time.Duration
+	// Ops is each operation's command and how it ended; Endings its
+	// message's text then (for the log of a failing seed).
+	Ops     []string
+	Endings []string
+	Wall    time.Duration
 }
 
 // Timing of a scenario's operations.
@@ -148,7 +153,7 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	for _, o := range s.ops() {
 		res.Ops = append(res.Ops, runOp(t, ctx, env, c, b, obs, sch, s, o, &res))
 		sch.clear(ctx)
-		waitNodesBack(c, s)
+		settle(ctx, c, s)
 	}
 	sch.stop()
 	sch.clear(ctx)
@@ -202,9 +207,9 @@ func runOp(t testing.TB, ctx context.Context, env Env, c *sim.Cluster, b *servet
 		select {
 		case <-sch.kills:
 			// Wait out an Upgrade request still being answered (see UpgradeInFlight).
-			for wait := time.Now().Add(upgradeAnswer); obs.UpgradeInFlight(5*time.Second) && time.Now().Before(wait); {
-				time.Sleep(50 * time.Millisecond)
-			}
+			_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, upgradeAnswer, true, func(context.Context) (bool, error) {
+				return !obs.UpgradeInFlight(5 * time.Second), nil
+			})
 			_ = b.Cmd.Process.Signal(syscall.SIGKILL)
 			_ = b.Cmd.Wait()
 			sch.count(KindSIGKILL)
@@ -219,6 +224,7 @@ func runOp(t testing.TB, ctx context.Context, env Env, c *sim.Cluster, b *servet
 		switch st := m.Field("State"); st {
 		case "succeeded", "failed", "refused", "cancelled", "denied", "expired":
 			final = st
+			res.Endings = append(res.Endings, o.text+" → "+st+":\n"+m.Text)
 			res.Breaks = append(res.Breaks, checkEnd(ctx, env, c, s, o, id, st, m.Text, before)...)
 		case "awaiting approval":
 			for _, u := range users[1:] {
@@ -346,25 +352,33 @@ func checkStore(ctx context.Context, path string) []Break {
 	return out
 }
 
-// waitNodesBack waits until every node that was not removed is booted again
-// after the faults were cleared, so the next operation starts on a settled cluster.
-func waitNodesBack(c *sim.Cluster, s Scenario) {
-	deadline := time.Now().Add(nodesBack)
-	for time.Now().Before(deadline) {
-		all := true
-		for _, n := range NodeNames() {
-			if s.Kind == KindNodeRemove && n == s.Target {
-				continue
-			}
-			if !c.NodeBooted(n) {
-				all = false
-			}
-		}
-		if all {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+// settle waits until every node that was not removed answers through the
+// cluster's endpoints (apid's backoff towards a rebooted node included), as
+// an operator would before the next command, so that the next operation is
+// planned on a settled cluster rather than refused for a node still coming back.
+func settle(ctx context.Context, c *sim.Cluster, s Scenario) {
+	cfg, err := clientconfig.FromBytes(c.Talosconfig())
+	if err != nil {
+		return
 	}
+	cli, err := client.New(ctx, client.WithConfig(cfg))
+	if err != nil {
+		return
+	}
+	defer cli.Close()
+	var ips []string
+	for _, n := range c.Nodes() {
+		if s.Kind == KindNodeRemove && n.Name == s.Target {
+			continue
+		}
+		ips = append(ips, n.IP)
+	}
+	_ = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, nodesBack, true, func(ctx context.Context) (bool, error) {
+		vctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := cli.Version(client.WithNodes(vctx, ips...))
+		return err == nil, nil
+	})
 }
 
 // scheduler fires a scenario's events as the disruptive calls reach them.

@@ -43,6 +43,9 @@ func TestSoak(t *testing.T) {
 			r := Run(t, env, s)
 			results = append(results, r)
 			t.Logf("seed %d: %s in %s; ops: %s; applied: %v", s.Seed, s.Kind, r.Wall.Round(time.Second), strings.Join(r.Ops, "; "), r.Applied)
+			if testing.Verbose() || len(r.Breaks) > 0 {
+				t.Logf("endings:\n%s", strings.Join(r.Endings, "\n---\n"))
+			}
 			for _, b := range r.Breaks {
 				t.Errorf("invariant broken: %s", b)
 			}
