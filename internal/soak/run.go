@@ -24,11 +24,11 @@ import (
 	"github.com/talosbot/talosbot/state"
 )
 
-// Env is what every scenario of a soak shares: the talosbot binary and one
-// real kube-apiserver (each scenario's Nodes carry its own prefix).
+// Env is what every scenario of a soak shares: the talosbot binary. Each
+// scenario starts its own kube-apiserver (about 3 s): Talos's health check
+// counts every kube-apiserver pod the API has, so scenarios cannot share one.
 type Env struct {
-	Bin  string
-	Kube *testenv.Kube
+	Bin string
 }
 
 // Result is one scenario's outcome.
@@ -108,9 +108,10 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	ctx := context.Background()
 	dir := t.TempDir()
 	obs := NewObserver()
+	kube := testenv.StartKube(t)
 	opts := sim.Options{Dir: filepath.Join(dir, "sim"), ControlPlanes: controlPlanes, Workers: workers,
 		TalosVersion: talosFrom, KubernetesVersion: k8sFrom, RebootDelay: s.RebootDelay,
-		Kube: env.Kube.Client, Kubeconfig: env.Kube.Kubeconfig, StaticPods: true,
+		Kube: kube.Client, Kubeconfig: kube.Kubeconfig, StaticPods: true,
 		Naming: func(i sim.NodeInfo) sim.NodeNames {
 			return sim.NodeNames{Hostname: i.Name, NodeName: s.nodeName(i.Name), EtcdMember: i.Name}
 		},
@@ -127,15 +128,10 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 		t.Fatalf("%s: start sim: %v", s, err)
 	}
 	obs.Attach(c)
-	defer func() {
-		_ = c.Close()
-		for _, n := range NodeNames() {
-			_ = env.Kube.Client.CoreV1().Nodes().Delete(ctx, s.nodeName(n), metav1.DeleteOptions{})
-		}
-	}()
+	defer func() { _ = c.Close() }()
 	name, environment := s.cluster()
 	b := servetest.Config{Dir: dir, SnapshotDir: true, Users: users,
-		Clusters: []servetest.Cluster{{Name: name, Environment: environment, Sim: c, Kubeconfig: env.Kube.Kubeconfig,
+		Clusters: []servetest.Cluster{{Name: name, Environment: environment, Sim: c, Kubeconfig: kube.Kubeconfig,
 			Declared: "talos_version: " + opts.TalosVersion}},
 		Releases: "{talos: [v1.11.6, v1.12.6, v1.13.9], kubernetes: [1.34.5, 1.35.2, 1.36.3]}",
 		Timeouts: "{gate: 15s, node: 45s}"}.Bot(t, env.Bin)
@@ -151,7 +147,7 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	defer sch.stop()
 
 	for _, o := range s.ops() {
-		res.Ops = append(res.Ops, runOp(t, ctx, env, c, b, obs, sch, s, o, &res))
+		res.Ops = append(res.Ops, runOp(t, ctx, kube, c, b, obs, sch, s, o, &res))
 		sch.clear(ctx)
 		settle(ctx, c, s)
 	}
@@ -170,7 +166,7 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 // runOp submits one operation and drives it to its end through approvals,
 // the schedule's SIGKILLs and resumes; it checks the invariants of its end
 // and returns "command: state".
-func runOp(t testing.TB, ctx context.Context, env Env, c *sim.Cluster, b *servetest.Bot, obs *Observer, sch *scheduler, s Scenario, o op, res *Result) string {
+func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster, b *servetest.Bot, obs *Observer, sch *scheduler, s Scenario, o op, res *Result) string {
 	t.Helper()
 	before := map[string]int{}
 	for _, n := range NodeNames() {
@@ -193,8 +189,14 @@ func runOp(t testing.TB, ctx context.Context, env Env, c *sim.Cluster, b *servet
 		}
 		return false
 	})
-	sch.running(true)
-	defer sch.running(false)
+	// The schedule fires once the run starts (a kill while planning only
+	// fails the request: "talosbot stopped before the plan was ready").
+	runs := false
+	defer func() {
+		if runs {
+			sch.running(false)
+		}
+	}()
 
 	clicked := map[string]bool{}
 	deadline := time.Now().Add(opDeadline)
@@ -221,11 +223,15 @@ func runOp(t testing.TB, ctx context.Context, env Env, c *sim.Cluster, b *servet
 		if !ok {
 			continue
 		}
+		if st := m.Field("State"); !runs && st == "running" {
+			runs = true
+			sch.running(true)
+		}
 		switch st := m.Field("State"); st {
 		case "succeeded", "failed", "refused", "cancelled", "denied", "expired":
 			final = st
 			res.Endings = append(res.Endings, o.text+" → "+st+":\n"+m.Text)
-			res.Breaks = append(res.Breaks, checkEnd(ctx, env, c, s, o, id, st, m.Text, before)...)
+			res.Breaks = append(res.Breaks, checkEnd(ctx, kube, c, s, o, id, st, m.Text, before)...)
 		case "awaiting approval":
 			for _, u := range users[1:] {
 				if a := m.Button("Approve"); a != "" && !clicked[m.ID+a+u] {
@@ -268,13 +274,13 @@ var endingLine = regexp.MustCompile(`(?m)^• ([a-z0-9-]+): ([a-z ]+?)(?:, at (v
 // checkEnd checks the invariants of an operation's end: the ending's words
 // against each node's real version, no cordoned node it does not name, no
 // node upgraded twice.
-func checkEnd(ctx context.Context, env Env, c *sim.Cluster, s Scenario, o op, id, st, text string, before map[string]int) []Break {
+func checkEnd(ctx context.Context, kube *testenv.Kube, c *sim.Cluster, s Scenario, o op, id, st, text string, before map[string]int) []Break {
 	var out []Break
 	actual := func(node string) string {
 		if o.talos {
 			return c.NodeVersion(node)
 		}
-		n, err := env.Kube.Client.CoreV1().Nodes().Get(ctx, s.nodeName(node), metav1.GetOptions{})
+		n, err := kube.Client.CoreV1().Nodes().Get(ctx, s.nodeName(node), metav1.GetOptions{})
 		if err != nil {
 			return ""
 		}
@@ -302,7 +308,7 @@ func checkEnd(ctx context.Context, env Env, c *sim.Cluster, s Scenario, o op, id
 			out = append(out, Break{InvEnding, fmt.Sprintf("%s (%s) ended %q for %s, which runs %s", o.text, id, m[0], node, got)})
 		}
 	}
-	nodes, err := env.Kube.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	nodes, err := kube.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err == nil {
 		for _, n := range nodes.Items {
 			for _, inv := range NodeNames() {
