@@ -523,8 +523,11 @@ func (n *node) sequence(ctx context.Context, req sequenceRequest) {
 	case errors.Is(err, errReboot):
 		if req.sequence == seqReset && !req.reboot {
 			n.mu.Lock()
+			from := n.state
 			n.state = stateReset
 			n.mu.Unlock()
+
+			n.transition(from, stateReset)
 
 			return
 		}
@@ -718,8 +721,11 @@ func (n *node) uncordonIfOwned(ctx context.Context) {
 // API unreachable, in-memory events gone.
 func (n *node) goDown(ctx context.Context) {
 	n.mu.Lock()
+	from := n.state
 	n.state = stateRebooting
 	n.mu.Unlock()
+
+	defer n.transition(from, stateRebooting)
 
 	if n.c.kube != nil {
 		if err := n.c.kube.setReady(ctx, n.info.NodeName, false, "KubeletNotReady", "node is rebooting"); err != nil {
@@ -836,9 +842,12 @@ func (n *node) comeUp(ctx context.Context, note string) {
 	}
 
 	n.mu.Lock()
+	from := n.state
 	n.state = stateRunning
 	unreachable := n.fault.Unreachable
 	n.mu.Unlock()
+
+	n.transition(from, stateRunning)
 
 	n.logs.booted(n)
 
