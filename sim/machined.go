@@ -191,9 +191,14 @@ func (s *machined) EtcdMemberList(ctx context.Context, req *machineapi.EtcdMembe
 		return nil, err
 	}
 
-	ml, err := m.MemberList(ctx)
+	var others []*etcdsim.Member
+	if !req.QueryLocal {
+		others = s.n.c.etcd.Members()
+	}
+
+	ml, err := requireLeaderMemberList(ctx, m, others)
 	if err != nil {
-		return nil, etcdErr("failed to list etcd members", err)
+		return nil, err
 	}
 
 	out := &machineapi.EtcdMembers{}
@@ -236,9 +241,9 @@ func (s *machined) EtcdRemoveMemberByID(ctx context.Context, req *machineapi.Etc
 	}
 
 	// Talos refuses an id that is not a member instead of succeeding silently.
-	ml, err := m.MemberList(ctx)
+	ml, err := requireLeaderMemberList(ctx, m, s.n.c.etcd.Members())
 	if err != nil {
-		return nil, etcdErr("failed to list etcd members", err)
+		return nil, err
 	}
 
 	found := false
@@ -405,7 +410,7 @@ const quorumCheckTimeout = 15 * time.Second
 func (s *machined) Upgrade(ctx context.Context, req *machineapi.UpgradeRequest) (*machineapi.UpgradeResponse, error) {
 	actor := newUUID()
 
-	if _, err := s.n.pull(nsSystem, req.Image); err != nil {
+	if _, err := s.n.pull(ctx, nsSystem, req.Image); err != nil {
 		return nil, fmt.Errorf("error validating installer image %q: %w", req.Image, err)
 	}
 
@@ -499,7 +504,8 @@ func (s *machined) Rollback(_ context.Context, _ *machineapi.RollbackRequest) (*
 	s.n.mu.Unlock()
 
 	if prev == "" {
-		return nil, status.Error(codes.FailedPrecondition, "cannot rollback: no previous Talos version is installed on this node")
+		// A plain error (codes.Unknown), as GRUB's revert returns it (bootloader/grub/revert.go).
+		return nil, errNoRollbackEntry
 	}
 
 	s.n.startSequence(sequenceRequest{sequence: seqReboot, takeover: true, rollback: true})
@@ -644,7 +650,7 @@ func (s *machined) ApplyConfiguration(_ context.Context, req *machineapi.ApplyCo
 
 func (s *machined) Kubeconfig(_ *emptypb.Empty, srv grpc.ServerStreamingServer[common.Data]) error {
 	if s.n.info.Role != RoleControlPlane {
-		return status.Error(codes.FailedPrecondition, "kubeconfig is only available on control plane nodes")
+		return status.Error(codes.Unimplemented, "kubeconfig is only available on control plane nodes")
 	}
 
 	kc, err := s.n.c.adminKubeconfig() // kubeconfig.go: Talos's shape

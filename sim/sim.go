@@ -120,6 +120,11 @@ type Options struct {
 	// example to kill a client at the moment one step of its work reached the node; it must
 	// return once ctx (the call's) ends.
 	OnCall func(ctx context.Context, node, method string) error
+	// OnTransition, when set, is told of every change of a node's lifecycle state (down for
+	// a reboot, running again, reset), after it took effect (observe.go). The soak harness
+	// checks its invariants on them (never two nodes down, never a lost quorum). It runs on
+	// the node's sequence goroutine and must return quickly.
+	OnTransition func(Transition)
 	// Naming gives each node its Talos hostname, Kubernetes Node name and etcd member name.
 	// Nil (or empty fields) derive them as Talos does: hostname = the inventory name, Node name
 	// and etcd member name = the hostname. DistinctNames makes them all differ.
