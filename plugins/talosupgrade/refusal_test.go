@@ -209,3 +209,18 @@ func plan(t *testing.T, req *lifecyclev1.OperationRequest) *lifecyclev1.Operatio
 	}
 	return p
 }
+
+// TestRefusesATalosconfigWithoutAdmin: with an os:operator talosconfig (it may reboot but not
+// upgrade, read the boot id or fetch a kubeconfig) the upgrade is refused at Plan and at Run,
+// naming the role, and no node is asked to upgrade; the sim would refuse those calls with
+// PermissionDenied part way through.
+func TestRefusesATalosconfigWithoutAdmin(t *testing.T) {
+	e := start(t, 1, 1, false, nil)
+	req := e.request(t, target)
+	tc, err := e.c.TalosconfigWithRole("os:operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Credentials.Talosconfig = tc
+	refusedEverywhere(t, e, req, "R23", "role os:operator")
+}

@@ -190,6 +190,9 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	if err := cluster.CheckSnapshotDir(req.GetSettings().GetSnapshotDir(), "an upgrade"); err != nil {
 		return sdk.RefusalPlan(err)
 	}
+	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the Talos upgrade", cluster.GateMethods, cluster.SnapshotMethods, cluster.TalosUpgradeMethods); err != nil {
+		return sdk.RefusalPlan(err)
+	}
 	s, err := cluster.Open(ctx, inv, req.GetCredentials())
 	if err != nil {
 		return nil, err
@@ -285,6 +288,9 @@ type run struct {
 // Run executes the roll.
 func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
 	if err := cluster.CheckSnapshotDir(req.GetSettings().GetSnapshotDir(), "an upgrade"); err != nil {
+		return r.Result(sdk.RefusedResult(err, "refused"))
+	}
+	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the Talos upgrade", cluster.GateMethods, cluster.SnapshotMethods, cluster.TalosUpgradeMethods); err != nil {
 		return r.Result(sdk.RefusedResult(err, "refused"))
 	}
 	s, err := cluster.OpenRequest(ctx, req)
@@ -541,7 +547,8 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 		return failNode(err)
 	}
 	o.p, err = talos.StartUpgrade(ctx, x.s, talos.NodeUpgrade{Node: n.node, KubeNode: o.kubeNode, From: n.from, To: x.roll.target, Image: n.image, Pulled: x.pulled[n.node.Name]},
-		talos.UpgradeOptions{Drain: k8s.DrainOptions{Timeout: min(x.nodeTO/2, k8s.DefaultDrainTimeout), Log: logf}, Log: logf})
+		talos.UpgradeOptions{Drain: k8s.DrainOptions{Timeout: min(x.nodeTO/2, k8s.DefaultDrainTimeout), Log: logf}, Log: logf,
+			Pull: talos.PullOptions{Stall: talos.PullStall(x.req.GetSettings())}})
 	if err != nil {
 		return failNode(err)
 	}
