@@ -110,12 +110,16 @@ func TestPreflightExtraKernelArgsOnTheLifecyclePath(t *testing.T) {
 	e := startAt(t, "v1.13.2", false)
 	w := worker(e, t)
 	e.patchConfig(t, w, func(c *v1alpha1.Config) {
-		c.MachineConfig.MachineInstall.InstallExtraKernelArgs = []string{"console=ttyS1,115200"}
+		c.MachineConfig.MachineInstall.InstallExtraKernelArgs = []string{"console=ttyS1,115200", "siderolink.api=grpc://10.0.0.9:8090?jointoken=s3cr3t"}
 		c.MachineConfig.MachineInstall.InstallGrubUseUKICmdline = new(false)
 	})
 	req := e.preflightRequest(t, "v1.13.9")
-	refusedEverywhere(t, e, req, "R13", "machine.install.extraKernelArgs on "+w+" (console=ttyS1,115200)")
+	refusedEverywhere(t, e, req, "R13", "machine.install.extraKernelArgs on "+w+" (console siderolink.api)")
 	p := plan(t, req)
+	// The arguments' values may be secrets (a join token): only names reach chat.
+	if text := p.GetRefusal().GetReason() + p.GetRefusal().GetFix() + strings.Join(p.GetWarnings(), " "); strings.Contains(text, "s3cr3t") || strings.Contains(text, "ttyS1") {
+		t.Errorf("an argument's value reached the refusal: %v", p.GetRefusal())
+	}
 	for _, want := range []string{"#13967", "LifecycleService.Upgrade"} {
 		if !strings.Contains(p.GetRefusal().GetReason(), want) {
 			t.Errorf("reason %q lacks %q", p.GetRefusal().GetReason(), want)
