@@ -124,6 +124,9 @@ type node struct {
 	pulledImages map[string]*pulledImage // imagegc.go: "namespace digest-ref" → pull time (under mu)
 
 	cosi *cosiState // the node's COSI resources (cosi.go)
+
+	land     *landing    // what the booted entry carries (landing.go), under mu
+	fallback *abFallback // a boot that fails and falls back (abfallback.go), under mu
 }
 
 func newNode(c *Cluster, info NodeInfo) *node {
@@ -142,6 +145,7 @@ func newNode(c *Cluster, info NodeInfo) *node {
 	n.logs = newNodeLogs(c.now)
 	n.img = defaultImages(installerImage(info.Schematic, c.opts.TalosVersion), c.opts.KubernetesVersion)
 	n.renderConfig()
+	n.currentLandingLocked() // landing.go: the entry it booted with
 
 	return n
 }
@@ -158,7 +162,7 @@ func newUUID() string {
 // renderConfig renders the node's first machine config from its images (an upgrade keeps
 // the config; see switchVersion). Caller holds mu (or owns n).
 func (n *node) renderConfig() {
-	cfg, err := machineConfig(n.c.opts.Name, n.info.Role, "https://"+n.c.firstCPIP()+":6443", n.c.pkiCAPEM(), n.img)
+	cfg, err := machineConfig(n.c.opts.Name, n.info.Role, "https://"+n.c.firstCPIP()+":6443", n.c.pkiCAPEM(), n.c.kubeCAPEM(), n.c.etcdCAPEM(), n.img)
 	if err != nil {
 		n.c.log.Error("render machine config", "node", n.info.Name, "err", err)
 
@@ -263,10 +267,10 @@ func (n *node) startBackend() error {
 	return nil
 }
 
-// serviceAvailable gates ImageService and LifecycleService: they exist from Talos v1.13.
+// serviceAvailable gates ImageService and LifecycleService: they exist from Talos v1.13 (versions.go).
 func (n *node) serviceAvailable(method string) error {
 	if strings.HasPrefix(method, "/machine.ImageService/") || strings.HasPrefix(method, "/machine.LifecycleService/") {
-		if !atLeast(n.talosVersion(), 1, 13) {
+		if !n.behaviour().lifecycleAPI {
 			svc := strings.Split(strings.TrimPrefix(method, "/"), "/")[0]
 
 			return status.Errorf(codes.Unimplemented, "unknown service %s", svc)
@@ -311,11 +315,19 @@ func (n *node) unaryInterceptor(ctx context.Context, req any, info *grpc.UnarySe
 		return nil, err
 	}
 
+	if err := authorize(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+
 	return handler(ctx, req)
 }
 
 func (n *node) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if err := n.before(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+
+	if err := authorize(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
 
@@ -454,7 +466,7 @@ func (n *node) runBoot(ctx context.Context, note string, startup time.Duration) 
 		return
 	}
 
-	n.emitStage(machineapi.MachineStatusEvent_RUNNING, true)
+	n.publishReadiness(ctx) // machinestatus.go: running, ready once every check passes
 }
 
 // sequenceRequest is what Upgrade, Reboot, Rollback and Reset hand to the background sequence.
@@ -512,8 +524,11 @@ func (n *node) sequence(ctx context.Context, req sequenceRequest) {
 	case errors.Is(err, errReboot):
 		if req.sequence == seqReset && !req.reboot {
 			n.mu.Lock()
+			from := n.state
 			n.state = stateReset
 			n.mu.Unlock()
+
+			n.transition(from, stateReset)
 
 			return
 		}
@@ -557,12 +572,21 @@ func (n *node) reboot(ctx context.Context, req sequenceRequest) {
 	}
 
 	note := n.switchVersion(req)
+	if n.failBoot(ctx) { // abfallback.go
+		return
+	}
+
 	n.comeUp(ctx, note)
 }
 
 // rebootPhase is the "reboot" phase: the Reboot task publishes a RestartEvent and the node goes down.
 func (n *node) rebootPhase() phase {
 	return ph("reboot", task{name: "reboot", run: func(ctx context.Context) error {
+		if n.currentFault().NoReboot {
+			// Fault noReboot: the request was acknowledged, the machine never restarts.
+			return nil
+		}
+
 		n.events.publish(actorFrom(ctx), &machineapi.RestartEvent{Cmd: 0x1234567})
 		n.goDown(context.WithoutCancel(ctx))
 
@@ -698,8 +722,11 @@ func (n *node) uncordonIfOwned(ctx context.Context) {
 // API unreachable, in-memory events gone.
 func (n *node) goDown(ctx context.Context) {
 	n.mu.Lock()
+	from := n.state
 	n.state = stateRebooting
 	n.mu.Unlock()
+
+	defer n.transition(from, stateRebooting)
 
 	if n.c.kube != nil {
 		if err := n.c.kube.setReady(ctx, n.info.NodeName, false, "KubeletNotReady", "node is rebooting"); err != nil {
@@ -778,6 +805,7 @@ func (n *node) switchVersion(req sequenceRequest) string {
 	switch {
 	case req.rollback:
 		n.version, n.prevVersion = n.prevVersion, n.version
+		n.swapLandingLocked()
 	case image != "":
 		target, ok := n.c.images.version(image)
 		if !ok {
@@ -785,9 +813,11 @@ func (n *node) switchVersion(req sequenceRequest) string {
 		}
 
 		if n.fault.BootFailure {
-			// The new image was written but does not boot: the bootloader falls back to the
-			// previous (A/B) entry, so the node comes back on its old version.
-			return fmt.Sprintf("boot of Talos %s failed; bootloader rolled back to %s (A/B fallback)", target, n.version)
+			// The new image was written but does not boot: reboot runs the failed boot and
+			// the fallback to the old entry (abfallback.go).
+			n.fallback = &abFallback{from: n.version, to: target, image: image}
+
+			return ""
 		}
 
 		if target != n.version {
@@ -795,6 +825,7 @@ func (n *node) switchVersion(req sequenceRequest) string {
 		}
 
 		n.version = target
+		n.installLandingLocked(image, target)
 	}
 
 	return ""
@@ -812,9 +843,12 @@ func (n *node) comeUp(ctx context.Context, note string) {
 	}
 
 	n.mu.Lock()
+	from := n.state
 	n.state = stateRunning
 	unreachable := n.fault.Unreachable
 	n.mu.Unlock()
+
+	n.transition(from, stateRunning)
 
 	n.logs.booted(n)
 
@@ -882,7 +916,7 @@ func (n *node) serviceStates(ctx context.Context) []*machineapi.ServiceInfo {
 			state, healthy, msg = "Finished", false, "restarting: the kubelet configuration changed"
 		}
 
-		if f.UnhealthyService == id {
+		if f.UnhealthyService == id || id == "kubelet" && f.holdsUnmet("services") {
 			healthy, msg = false, "health check failed (simulated fault)"
 		}
 
