@@ -8,22 +8,27 @@ import (
 	"github.com/blang/semver/v4"
 )
 
-// talosReleases is the sim's release catalogue: the Talos releases whose installer images the
-// sim's registry serves. They are Talos's own tags (git tags of siderolabs/talos: every v1.9–v1.13
-// patch release, the v1.14 pre-releases, and v1.14.0 and v1.14.1), so an installer for a version
-// that was never released ("v1.99.0", "v1.13.99") is NotFound as factory.talos.dev and ghcr.io
-// answer it. A function, not a variable: the sim keeps no package-level mutable state, and the
-// version work extends the list here.
+// talosReleases is the sim's registry's list of Talos installer tags: every release of the
+// release catalogue (releases_catalogue.go, v1.12.0–v1.14.1), the v1.9–v1.11 patch releases and
+// the v1.14 pre-releases (git tags of siderolabs/talos), so that an installer for a version that
+// was never released ("v1.99.0", "v1.13.99") is NotFound as factory.talos.dev and ghcr.io answer
+// it, while an old release (a downgrade the installer's pre-flight refuses) exists. The older
+// tags have no entry in the release catalogue: the sim never runs them, it only serves their
+// installers.
 func talosReleases() []string {
 	out := []string{}
 
 	for _, minor := range []struct {
 		minor   int
 		patches int // highest patch released
-	}{{9, 6}, {10, 9}, {11, 6}, {12, 11}, {13, 9}, {14, 1}} {
+	}{{9, 6}, {10, 9}, {11, 6}} {
 		for p := 0; p <= minor.patches; p++ {
 			out = append(out, fmt.Sprintf("v1.%d.%d", minor.minor, p))
 		}
+	}
+
+	for _, r := range Releases() {
+		out = append(out, r.Version)
 	}
 
 	return append(out, "v1.14.0-alpha.0", "v1.14.0-alpha.1", "v1.14.0-alpha.2", "v1.14.0-beta.0", "v1.14.0-beta.1", "v1.14.0-rc.1")
