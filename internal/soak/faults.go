@@ -46,6 +46,7 @@ func Registry() []FaultKind {
 		{Name: "noEtcdLeader", Role: sim.RoleControlPlane, Draw: func(*rand.Rand) sim.Fault { return sim.Fault{NoEtcdLeader: true} }},
 		{Name: "etcdDataLost", Role: sim.RoleControlPlane, Draw: func(*rand.Rand) sim.Fault { return sim.Fault{EtcdDataLost: true} }},
 		{Name: "imagePullFailure", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{ImagePullFailure: true} }},
+		{Name: "registryUnreachable", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{RegistryUnreachable: true} }},
 		{Name: "bootFailure", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{BootFailure: true} }},
 		{Name: "neverReturn", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{NeverReturn: true} }},
 		{Name: "slowReboot", Draw: func(r *rand.Rand) sim.Fault {
