@@ -362,6 +362,7 @@ func kubeResourceTypes() []meta.ResourceWithRD {
 		&k8s.Manifest{},
 		&k8s.StaticPod{},
 		&k8s.KubeletSpec{},
+		&k8s.KubeletConfig{},
 	}
 }
 
@@ -395,6 +396,13 @@ func (n *node) kubeResources(img images, cfg talosconfig.Provider) []desiredReso
 	}, extra.kubelet)
 	ks.TypedSpec().Config = kubeletConfiguration(extra.kubeletConfig)
 	add("k8s.KubeletSpecController", ks)
+
+	// KubeletConfig (kubelet_config.go, v1.13.9): talosctl v1.14.1's health reads it to tell
+	// whether the kubelet runs at all (pkg/cluster/check/default.go kubeletDisabled).
+	kc := k8s.NewKubeletConfig(k8s.NamespaceName, k8s.KubeletID)
+	*kc.TypedSpec() = k8s.KubeletConfigSpec{Image: img.Kubelet, ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local",
+		ExtraArgs: argValues(extra.kubelet), ExtraConfig: extra.kubeletConfig}
+	add("k8s.KubeletConfigController", kc)
 
 	if n.info.Role != RoleControlPlane {
 		return out
