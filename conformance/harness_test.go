@@ -32,9 +32,6 @@ var clientOf = map[string]struct{ release, file string }{
 // cmdTimeout bounds one talosctl run; the machine running the suite may be loaded.
 const cmdTimeout = 4 * time.Minute
 
-// talosctlPath returns $TALOSBOT_TALOSCTL or skips the test, saying how to set it.
-func talosctlPath(t *testing.T) string { return talosctlPathFor(t, EnvTalosctl) }
-
 // talosctlPathFor returns the binary the variable env names or skips the test, saying how to
 // set it.
 func talosctlPathFor(t *testing.T, env string) string {

@@ -218,6 +218,8 @@ func TestUpgradeK8s(t *testing.T) {
 		// release data (or with releases.kubernetes empty) every target is.
 		e := startEnv(t, kube, supportsTarget)
 		refused(t, e, e.request("1.36.99"), "R20", "1.36.99 is not a Kubernetes release the bot knows", "the newest 1.36 patch is 1.36.3", "releases.kubernetes")
+		// A minor nobody knows: the newest known release, never an invented one.
+		refused(t, e, e.request("9.9.9"), "R20", "9.9.9 is not a Kubernetes release the bot knows", "the newest known Kubernetes release is 1.36.3")
 		refused(t, e, withReleases(e.request("1.36.3"), ""), "R20", "no Kubernetes release is known", "releases.kubernetes")
 		req := e.request("1.36.3")
 		req.Settings.Extra = nil
