@@ -340,6 +340,12 @@ func (ru *run) hop(ctx context.Context, req *lifecyclev1.OperationRequest, now f
 			return ru.stop(ctx, "kubelet on "+n.Name, err)
 		}
 	}
+	if ru.paused("the bootstrap manifests", &perr) {
+		return perr
+	}
+	if err := ru.syncManifests(ctx); err != nil { // manifests.go
+		return ru.stop(ctx, "the bootstrap manifest sync", err)
+	}
 
 	verdict = gate.Until(ctx, ru.c, inv, gopts, gate.AfterWait(req.GetSettings()))
 	if err := gate.Report(r, px+gateAfter, verdict); err != nil {

@@ -44,6 +44,11 @@ func TestRefusesSkippingAMinor(t *testing.T) {
 	// request plans two hops (TestMultiHop*).
 	req.Settings.KnownTalosReleases = []string{"v1.12.6", "v1.14.1"}
 	refusedEverywhere(t, e, req, "R10", "skips a minor")
+	// No advice names a version the bot does not know: no "v1.13.x".
+	r := plan(t, req).GetRefusal()
+	if text := r.GetReason() + " " + r.GetFix(); strings.Contains(text, ".x") || !strings.Contains(r.GetFix(), "declare its newest release under releases.talos") {
+		t.Errorf("the refusal names a version the bot does not know, or no way to declare one: %v", r)
+	}
 }
 
 func TestRefusesDowngrade(t *testing.T) {

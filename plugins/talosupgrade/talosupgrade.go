@@ -217,6 +217,7 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	pa.warnings = append(pa.warnings, gate.PlanWarnings(ctx, s.Clients)...)
 	plan := pa.operationPlan(req)
 	plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "node identity", Ok: true, Rule: identity.Rule, Detail: strings.Join(pa.hops[0].ids.Lines(), "; ")})
+	plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "target pre-flight", Ok: true, Rule: "R10", Detail: pa.preflight})
 	return plan, nil
 }
 
@@ -553,7 +554,8 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 		return failNode(err)
 	}
 	o.p, err = talos.StartUpgrade(ctx, x.s, talos.NodeUpgrade{Node: n.node, KubeNode: o.kubeNode, From: n.from, To: x.roll.target, Image: n.image, Pulled: x.pulled[n.node.Name]},
-		talos.UpgradeOptions{Drain: k8s.DrainOptions{Timeout: min(x.nodeTO/2, k8s.DefaultDrainTimeout), Log: logf}, Log: logf})
+		talos.UpgradeOptions{Drain: k8s.DrainOptions{Timeout: min(x.nodeTO/2, k8s.DefaultDrainTimeout), Log: logf}, Log: logf,
+			Pull: talos.PullOptions{Stall: talos.PullStall(x.req.GetSettings())}})
 	if err != nil {
 		return failNode(err)
 	}
