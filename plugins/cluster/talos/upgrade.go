@@ -188,7 +188,7 @@ func StartUpgrade(ctx context.Context, s *cluster.Session, u NodeUpgrade, opts U
 		}
 		logf("%s: pulled %s", u.Node.Name, u.Image)
 	}
-	err := lifecycleUpgrade(nctx, s, containerd, u.Image)
+	err = lifecycleUpgrade(nctx, s, containerd, u.Image)
 	if installerGone(err) {
 		// Pulled at the start of the roll and gone since: Talos's image GC removes an
 		// installer nothing uses an hour after it first sees it (image_gc.go), and a roll
