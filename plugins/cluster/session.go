@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"k8s.io/client-go/kubernetes"
 
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
@@ -16,6 +17,9 @@ type Session struct {
 	*Clients
 	Talos *client.Client
 	Inv   Inventory
+
+	// talosKube is DrainKube's client from the Talos-served kubeconfig (kubeviatalos.go).
+	talosKube kubernetes.Interface
 }
 
 // Open connects like Connect and keeps the Talos client. Credentials stay in
