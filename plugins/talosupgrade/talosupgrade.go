@@ -539,24 +539,34 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	if err != nil {
 		return failNode(err)
 	}
+	// What the node must run afterwards (landing.go): read before the upgrade changes it.
+	plan, unchecked := talos.PlanLanding(ctx, x.s, n.node, x.roll.target, n.image)
+	if unchecked != "" {
+		logf(unchecked)
+	}
 	o.p, err = talos.StartUpgrade(ctx, x.s, talos.NodeUpgrade{Node: n.node, KubeNode: o.kubeNode, From: n.from, To: x.roll.target, Image: n.image, Pulled: x.pulled[n.node.Name]},
 		talos.UpgradeOptions{Drain: k8s.DrainOptions{Timeout: min(x.nodeTO/2, k8s.DefaultDrainTimeout), Log: logf}, Log: logf})
 	if err != nil {
 		return failNode(err)
 	}
 	res, err := talos.TrackReboot(ctx, x.s, n.node, talos.TrackOptions{Timeout: x.nodeTO, OldBootID: bootID, Actor: o.p.Actor, Log: logf})
-	var seq *talos.SequenceError
+	var (
+		seq         *talos.SequenceError
+		notRebooted *talos.NotRebootedError
+		notReady    *talos.NotReadyError
+	)
 	switch {
 	case errors.As(err, &seq):
 		o.sequenceFailed = true
+	case errors.As(err, &notRebooted):
+		o.notRebooted = true
+	case errors.As(err, &notReady):
+		o.notReady = notReady.Error()
 	case err == nil:
 		o.back, o.version, o.note = true, res.Version, res.Note
 	}
-	if err == nil && res.Version != to {
-		err = fmt.Errorf("%s came back on %s, not %s", n.node.Name, res.Version, to)
-		if res.Note != "" {
-			err = fmt.Errorf("%w: %s (automatic rollback)", err, res.Note)
-		}
+	if err == nil {
+		err = x.landed(ctx, n, o, res, plan)
 	}
 	if err == nil && o.p.Cordoned {
 		// Uncordon only once the Node is Ready again, as talosctl does.
