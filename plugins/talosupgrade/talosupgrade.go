@@ -449,7 +449,10 @@ func (x *run) execute(ctx context.Context) error {
 
 	// Gate after (R1): nothing left to drain.
 	x.gateStarted(ro.prefix + "gate-after/")
-	verdict = gate.Until(ctx, x.s.Clients, x.s.Inv, x.gateOptions([]string{}), x.afterTO)
+	// The gates after a node read each node at its own address (see verify).
+	directGate := x.s.DirectClients()
+	verdict = gate.Until(ctx, directGate, x.s.Inv, x.gateOptions([]string{}), x.afterTO)
+	_ = directGate.Close()
 	if err := gate.Report(x.r, ro.prefix+"gate-after/", verdict); err != nil {
 		return err
 	}
@@ -585,7 +588,11 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 
 	if cp {
 		_ = x.r.StepStarted(n.id("quorum-after"), "")
-		q, err := etcd.WaitQuorum(ctx, x.s.Clients, x.roll.ids, x.gateTO, etcd.Quorum.CheckRestored)
+		// Each member read at its own address: the endpoint's apid may still
+		// be waiting out its redial backoff to the node just back.
+		direct := x.s.DirectClients()
+		q, err := etcd.WaitQuorum(ctx, direct, x.roll.ids, x.gateTO, etcd.Quorum.CheckRestored)
+		_ = direct.Close()
 		if err != nil {
 			_ = x.r.StepFailed(n.id("quorum-after"), err.Error())
 			x.lines = append(x.lines, "🩺 "+o.line())
@@ -607,7 +614,9 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	if drain == nil {
 		drain = []string{}
 	}
-	verdict := gate.Until(ctx, x.s.Clients, x.s.Inv, x.gateOptions(drain), x.afterTO)
+	directGate := x.s.DirectClients()
+	verdict := gate.Until(ctx, directGate, x.s.Inv, x.gateOptions(drain), x.afterTO)
+	_ = directGate.Close()
 	if !verdict.Passed {
 		_ = x.r.StepFailed(n.id("gate"), strings.Join(verdict.Reasons, "; "))
 		x.lines = append(x.lines, "🩺 "+o.line())
@@ -626,8 +635,12 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 func (x *run) verify(ctx context.Context) (map[string]string, string, error) {
 	running := map[string]string{}
 	var problems []string
+	// At each node's own address: the last node just came back, and the
+	// endpoint's apid may still be waiting out its redial backoff to it.
+	direct := x.s.DirectClients()
+	defer direct.Close() //nolint:errcheck
 	for _, n := range x.s.Inv.Nodes {
-		tag, err := talos.TalosTag(ctx, x.s, n)
+		tag, err := talos.TalosTagFrom(ctx, direct.Machine, n)
 		if err != nil {
 			problems = append(problems, err.Error())
 			continue

@@ -29,7 +29,20 @@ func BootID(ctx context.Context, s *cluster.Session, n cluster.Node) (string, er
 
 // TalosTag asks one node for Version.Tag.
 func TalosTag(ctx context.Context, s *cluster.Session, n cluster.Node) (string, error) {
-	return talosTagVia(client.WithNode(ctx, n.Address), s.Talos, n)
+	return TalosTagFrom(ctx, s.Talos.MachineClient, n)
+}
+
+// TalosTagFrom asks one node for Version.Tag through m (Session.DirectClients' Machine reads
+// it at the node's own address).
+func TalosTagFrom(ctx context.Context, m cluster.MachineAPI, n cluster.Node) (string, error) {
+	resp, err := m.Version(client.WithNode(ctx, n.Address), &emptypb.Empty{})
+	if err != nil {
+		return "", fmt.Errorf("read the Talos version of %s: %w", n.Name, err)
+	}
+	if len(resp.GetMessages()) == 0 {
+		return "", fmt.Errorf("read the Talos version of %s: empty reply", n.Name)
+	}
+	return resp.GetMessages()[0].GetVersion().GetTag(), nil
 }
 
 // TrackOptions tune TrackReboot.
@@ -295,7 +308,7 @@ func bootIDVia(ctx context.Context, cli *client.Client, n cluster.Node) (string,
 	return id, nil
 }
 
-// talosTagVia is TalosTag through cli.
+// talosTagVia is TalosTag through cli, with the node already chosen by ctx or the client.
 func talosTagVia(ctx context.Context, cli *client.Client, n cluster.Node) (string, error) {
 	resp, err := cli.MachineClient.Version(ctx, &emptypb.Empty{})
 	if err != nil {
