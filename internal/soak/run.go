@@ -66,6 +66,9 @@ type op struct {
 	talos bool
 	// target is where a node is when the operation succeeded ("" for no check).
 	target string
+	// again: an operation that did not succeed is run once more after the
+	// faults are cleared, as an operator would (a rollback needs the roll).
+	again bool
 }
 
 func (s Scenario) cluster() (name, env string) {
@@ -90,6 +93,7 @@ func (s Scenario) ops() []op {
 	case KindNodeRemove:
 		return []op{{text: "/talos node remove " + s.Target + " " + name}}
 	case KindRollback:
+		roll.again = true
 		return []op{roll, {text: "/talos rollback " + s.Target + " " + name, hops: 0, talos: true}}
 	}
 	return []op{roll}
@@ -147,9 +151,15 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	defer sch.stop()
 
 	for _, o := range s.ops() {
-		res.Ops = append(res.Ops, runOp(t, ctx, kube, c, b, obs, sch, s, o, &res))
-		sch.clear(ctx)
-		settle(ctx, c, s)
+		for try := 0; ; try++ {
+			end := runOp(t, ctx, kube, c, b, obs, sch, s, o, &res)
+			res.Ops = append(res.Ops, o.text+": "+end)
+			sch.clear(ctx)
+			settle(ctx, c, s)
+			if end == "succeeded" || !o.again || try > 0 {
+				break
+			}
+		}
 	}
 	sch.stop()
 	sch.clear(ctx)
@@ -165,7 +175,7 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 
 // runOp submits one operation and drives it to its end through approvals,
 // the schedule's SIGKILLs and resumes; it checks the invariants of its end
-// and returns "command: state".
+// and returns the state it ended in ("hung" when it did not end).
 func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster, b *servetest.Bot, obs *Observer, sch *scheduler, s Scenario, o op, res *Result) string {
 	t.Helper()
 	before := map[string]int{}
@@ -252,11 +262,17 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 		_ = b.Cmd.Wait()
 		b.Start()
 		m, _ := opMessage(b, id)
-		res.Breaks = append(res.Breaks, Break{InvEnded, fmt.Sprintf("%s (%s) did not end within %s (state %q)", o.text, id, opDeadline, m.Field("State"))})
+		var last []string
+		msgs := b.Messages("ops")
+		for _, x := range msgs[max(0, len(msgs)-4):] {
+			last = append(last, x.Title+" | "+x.Text)
+		}
+		res.Breaks = append(res.Breaks, Break{InvEnded, fmt.Sprintf("%s (%s) did not end within %s (state %q):\n%s\nlast messages:\n%s",
+			o.text, id, opDeadline, m.Field("State"), m.Text, strings.Join(last, "\n---\n"))})
 		b.Command("alice", "ops", "/talos abandon "+id)
 		final = "hung"
 	}
-	return o.text + ": " + final
+	return final
 }
 
 func opMessage(b *servetest.Bot, id string) (servetest.Message, bool) {
