@@ -44,9 +44,26 @@ type Fault struct {
 	EtcdDataLost bool `json:"etcdDataLost,omitempty"`
 	// ImagePullFailure makes image pulls (ImageService.Pull, upgrades) fail.
 	ImagePullFailure bool `json:"imagePullFailure,omitempty"`
-	// BootFailure makes the next boot into a new version fail: the node comes back on its old
-	// version (A/B fallback) and says so in its boot events.
+	// RegistryUnreachable makes the node's registries unreachable: a pull of an image the node
+	// does not have retries, silently, until the fault is cleared or 20 minutes pass on the
+	// sim's clock (image.Pull's PullTimeout), then fails (registry.go).
+	RegistryUnreachable bool `json:"registryUnreachable,omitempty"`
+	// BootFailure makes the next boot into a new version fail as Talos's A/B fallback goes
+	// (abfallback.go): the new version boots, its boot sequence fails, machined reverts the
+	// bootloader, counts down 10 s and reboots into the old version.
 	BootFailure bool `json:"bootFailure,omitempty"`
+	// NoReboot acknowledges reboot requests but never reboots: the node keeps its boot id and
+	// version, an installed upgrade waits as the default boot entry.
+	NoReboot bool `json:"noReboot,omitempty"`
+	// LandSchematic is the schematic id the next installed image boots with instead of its
+	// installer's (landing.go).
+	LandSchematic string `json:"landSchematic,omitempty"`
+	// KernelArgsNotApplied installs the next image without the machine config's
+	// machine.install.extraKernelArgs (as LifecycleService.Upgrade does, siderolabs/talos#13967).
+	KernelArgsNotApplied bool `json:"kernelArgsNotApplied,omitempty"`
+	// UnmetConditions keeps MachineStatus readiness checks unmet, comma separated: time,
+	// network, services (kubelet unhealthy), staticPods, nodeReady (machinestatus.go).
+	UnmetConditions string `json:"unmetConditions,omitempty"`
 	// NeverReturn keeps a node that goes down for a reboot down until the fault is cleared.
 	NeverReturn bool `json:"neverReturn,omitempty"`
 	// SlowReboot adds to the reboot delay.
@@ -154,6 +171,10 @@ func (c *Cluster) Inject(ctx context.Context, nodeName string, f Fault) error {
 		}
 	}
 
+	if err := landingFaultError(f); err != nil {
+		return err
+	}
+
 	c.faultMu.Lock()
 	defer c.faultMu.Unlock()
 
@@ -202,6 +223,8 @@ func (c *Cluster) Inject(ctx context.Context, nodeName string, f Fault) error {
 	if old.StaticPodNotReady != "" && f.StaticPodNotReady != old.StaticPodNotReady && n.hasStaticPods() {
 		n.markStaticPods(ctx)
 	}
+
+	n.readinessChanged(old, f) // machinestatus.go
 
 	c.log.Info("fault set", "node", n.info.Name, "fault", fmt.Sprintf("%+v", f))
 

@@ -367,7 +367,7 @@ func TestKubeProxyBootstrapManifest(t *testing.T) {
 	cp := c.Nodes()[0]
 
 	manifests, err := safe.StateListAll[*k8s.Manifest](client.WithNode(ctx, cp.IP), cli.COSI)
-	if err != nil || manifests.Len() != 1 {
+	if err != nil || manifests.Len() != len(talosManifestIDs) {
 		t.Fatalf("Manifest resources on the control plane: %v %v", manifests, err)
 	}
 

@@ -99,29 +99,33 @@ type node struct {
 
 	logs *nodeLogs
 
-	mu          sync.Mutex
-	front       *grpc.Server
-	state       string
-	seq         seqLock
-	stage       machineapi.MachineStatusEvent_MachineStage
-	version     string
-	prevVersion string
-	bootID      string
-	bootedAt    time.Time
-	img         images
-	config      []byte
-	nextImage   string                     // installed (or staged) image the next boot switches to
-	pulled      map[string]map[string]bool // containerd namespace → image refs pulled
-	installing  bool                       // LifecycleService's own install/upgrade mutex
-	wiped       bool
-	fault       Fault
-	etcdLeft    bool
-	etcdSvc     etcdService   // the etcd service where it is not "the member runs from its data" (recover.go)
-	returnCh    chan struct{} // closed to release a node held down by NeverReturn
+	mu           sync.Mutex
+	front        *grpc.Server
+	state        string
+	seq          seqLock
+	stage        machineapi.MachineStatusEvent_MachineStage
+	version      string
+	prevVersion  string
+	bootID       string
+	bootedAt     time.Time
+	img          images
+	config       []byte
+	nextImage    string                     // installed (or staged) image the next boot switches to
+	pulled       map[string]map[string]bool // containerd namespace → image refs pulled
+	pulledImages map[string]*pulledImage    // imagegc.go: "namespace digest-ref" → when pulled
+	installing   bool                       // LifecycleService's own install/upgrade mutex
+	wiped        bool
+	fault        Fault
+	etcdLeft     bool
+	etcdSvc      etcdService   // the etcd service where it is not "the member runs from its data" (recover.go)
+	returnCh     chan struct{} // closed to release a node held down by NeverReturn
 
 	staticMu sync.Mutex // serialises the kubelet's work on the node's static pods
 
 	cosi *cosiState // the node's COSI resources (cosi.go)
+
+	land     *landing    // what the booted entry carries (landing.go), under mu
+	fallback *abFallback // a boot that fails and falls back (abfallback.go), under mu
 }
 
 func newNode(c *Cluster, info NodeInfo) *node {
@@ -140,6 +144,7 @@ func newNode(c *Cluster, info NodeInfo) *node {
 	n.logs = newNodeLogs(c.now)
 	n.img = defaultImages(installerImage(info.Schematic, c.opts.TalosVersion), c.opts.KubernetesVersion)
 	n.renderConfig()
+	n.currentLandingLocked() // landing.go: the entry it booted with
 
 	return n
 }
@@ -156,7 +161,7 @@ func newUUID() string {
 // renderConfig renders the node's first machine config from its images (an upgrade keeps
 // the config; see switchVersion). Caller holds mu (or owns n).
 func (n *node) renderConfig() {
-	cfg, err := machineConfig(n.c.opts.Name, n.info.Role, "https://"+n.c.firstCPIP()+":6443", n.c.pkiCAPEM(), n.img)
+	cfg, err := machineConfig(n.c.opts.Name, n.info.Role, "https://"+n.c.firstCPIP()+":6443", n.c.pkiCAPEM(), n.c.kubeCAPEM(), n.c.etcdCAPEM(), n.img)
 	if err != nil {
 		n.c.log.Error("render machine config", "node", n.info.Name, "err", err)
 
@@ -261,10 +266,10 @@ func (n *node) startBackend() error {
 	return nil
 }
 
-// serviceAvailable gates ImageService and LifecycleService: they exist from Talos v1.13.
+// serviceAvailable gates ImageService and LifecycleService: they exist from Talos v1.13 (versions.go).
 func (n *node) serviceAvailable(method string) error {
 	if strings.HasPrefix(method, "/machine.ImageService/") || strings.HasPrefix(method, "/machine.LifecycleService/") {
-		if !atLeast(n.talosVersion(), 1, 13) {
+		if !n.behaviour().lifecycleAPI {
 			svc := strings.Split(strings.TrimPrefix(method, "/"), "/")[0]
 
 			return status.Errorf(codes.Unimplemented, "unknown service %s", svc)
@@ -309,11 +314,19 @@ func (n *node) unaryInterceptor(ctx context.Context, req any, info *grpc.UnarySe
 		return nil, err
 	}
 
+	if err := authorize(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+
 	return handler(ctx, req)
 }
 
 func (n *node) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if err := n.before(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+
+	if err := authorize(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
 
@@ -452,7 +465,7 @@ func (n *node) runBoot(ctx context.Context, note string, startup time.Duration) 
 		return
 	}
 
-	n.emitStage(machineapi.MachineStatusEvent_RUNNING, true)
+	n.publishReadiness(ctx) // machinestatus.go: running, ready once every check passes
 }
 
 // sequenceRequest is what Upgrade, Reboot, Rollback and Reset hand to the background sequence.
@@ -558,12 +571,21 @@ func (n *node) reboot(ctx context.Context, req sequenceRequest) {
 	}
 
 	note := n.switchVersion(req)
+	if n.failBoot(ctx) { // abfallback.go
+		return
+	}
+
 	n.comeUp(ctx, note)
 }
 
 // rebootPhase is the "reboot" phase: the Reboot task publishes a RestartEvent and the node goes down.
 func (n *node) rebootPhase() phase {
 	return ph("reboot", task{name: "reboot", run: func(ctx context.Context) error {
+		if n.currentFault().NoReboot {
+			// Fault noReboot: the request was acknowledged, the machine never restarts.
+			return nil
+		}
+
 		n.events.publish(actorFrom(ctx), &machineapi.RestartEvent{Cmd: 0x1234567})
 		n.goDown(context.WithoutCancel(ctx))
 
@@ -594,7 +616,12 @@ func (n *node) upgradePhases(req sequenceRequest) []phase {
 		ph("unmountBind", noop("unmountSystemDiskBindMounts")), ph("unmountSystem", noop("unmountEphemeralPartition")),
 		ph("volumeFinalize", noop("teardownLifecycle")),
 		ph("upgrade", task{name: "upgrade", run: func(context.Context) error {
-			// The installer writes the new image to the inactive boot entry.
+			// The installer writes the new image to the inactive boot entry, once its
+			// pre-flight passed (installer.go); its exit code fails the task.
+			if err := n.installerTask(req.image); err != nil {
+				return err
+			}
+
 			n.mu.Lock()
 			n.nextImage = req.image
 			n.mu.Unlock()
@@ -767,6 +794,7 @@ func (n *node) switchVersion(req sequenceRequest) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 
+	n.collectImages(n.c.now()) // the GC of the boot that ends (imagegc.go)
 	n.bootID = newUUID()
 	n.bootedAt = n.c.now()
 
@@ -776,6 +804,7 @@ func (n *node) switchVersion(req sequenceRequest) string {
 	switch {
 	case req.rollback:
 		n.version, n.prevVersion = n.prevVersion, n.version
+		n.swapLandingLocked()
 	case image != "":
 		target, ok := n.c.images.version(image)
 		if !ok {
@@ -783,9 +812,11 @@ func (n *node) switchVersion(req sequenceRequest) string {
 		}
 
 		if n.fault.BootFailure {
-			// The new image was written but does not boot: the bootloader falls back to the
-			// previous (A/B) entry, so the node comes back on its old version.
-			return fmt.Sprintf("boot of Talos %s failed; bootloader rolled back to %s (A/B fallback)", target, n.version)
+			// The new image was written but does not boot: reboot runs the failed boot and
+			// the fallback to the old entry (abfallback.go).
+			n.fallback = &abFallback{from: n.version, to: target, image: image}
+
+			return ""
 		}
 
 		if target != n.version {
@@ -793,6 +824,7 @@ func (n *node) switchVersion(req sequenceRequest) string {
 		}
 
 		n.version = target
+		n.installLandingLocked(image, target)
 	}
 
 	return ""
@@ -883,7 +915,7 @@ func (n *node) serviceStates(ctx context.Context) []*machineapi.ServiceInfo {
 			state, healthy, msg = "Finished", false, "restarting: the kubelet configuration changed"
 		}
 
-		if f.UnhealthyService == id {
+		if f.UnhealthyService == id || id == "kubelet" && f.holdsUnmet("services") {
 			healthy, msg = false, "health check failed (simulated fault)"
 		}
 

@@ -79,7 +79,7 @@ func cosiResourceTypes() []meta.ResourceWithRD {
 		&runtime.Version{},
 		&timeres.Status{},
 		&v1alpha1.Service{},
-	}, kubeResourceTypes()...) // staticpods.go
+	}, append(kubeResourceTypes(), landingResourceTypes()...)...) // staticpods.go, landing.go
 }
 
 // configCache keeps the parsed machine config until the node's config bytes change.
@@ -164,12 +164,10 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 	nn.TypedSpec().HostnameVersion = "1"
 	add("k8s.NodenameController", nn)
 
-	ts := timeres.NewStatus()
-	ts.TypedSpec().Synced = true
+	ts := n.timeStatus() // machinestatus.go
 	add("time.SyncController", ts)
 
-	ns := network.NewStatus(network.NamespaceName, network.StatusID)
-	*ns.TypedSpec() = network.StatusSpec{AddressReady: true, ConnectivityReady: true, HostnameReady: true, EtcFilesReady: true}
+	ns := n.networkStatus()
 	add("network.StatusController", ns)
 
 	out = append(out, n.addressResources()...)
@@ -184,7 +182,7 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 		add("etcd.MemberController", m)
 	}
 
-	pods := n.staticPodStatuses(ctx)
+	pods := n.staticPodFault(n.staticPodStatuses(ctx))
 	for _, p := range pods {
 		add("k8s.KubeletStaticPodController", p)
 	}
@@ -200,7 +198,11 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 		add("cluster.MemberController", m)
 	}
 
-	add("runtime.MachineStatusController", n.machineStatus(services, pods, nodeStatus))
+	add("runtime.MachineStatusController", n.machineStatus(n.unmetConditions(ts, ns, services, pods, nodeStatus)))
+
+	for _, r := range n.landingResources() { // landing.go
+		out = append(out, r)
+	}
 
 	return out
 }
@@ -521,10 +523,9 @@ func foldStage(events []simEvent) runtime.MachineStage {
 	return stage
 }
 
-// machineStatus follows MachineStatusController's readiness checks: while booting or running,
-// time, network, services (apid, machined, kubelet; etcd and trustd on control planes), static
-// pods and the Kubernetes Node must all be ready.
-func (n *node) machineStatus(services []*v1alpha1.Service, pods []*k8s.StaticPodStatus, nodeStatus *k8s.NodeStatus) *runtime.MachineStatus {
+// machineStatus follows MachineStatusController: while booting or running, ready when no
+// readiness check is unmet (machinestatus.go runs the checks).
+func (n *node) machineStatus(unmet []runtime.UnmetCondition) *runtime.MachineStatus {
 	stage := n.machineStage()
 	r := runtime.NewMachineStatus()
 	r.TypedSpec().Stage = stage
@@ -532,23 +533,6 @@ func (n *node) machineStatus(services []*v1alpha1.Service, pods []*k8s.StaticPod
 
 	if stage != runtime.MachineStageBooting && stage != runtime.MachineStageRunning {
 		return r
-	}
-
-	var unmet []runtime.UnmetCondition
-
-	if problems := servicesProblems(services, n.machineType()); problems != "" {
-		unmet = append(unmet, runtime.UnmetCondition{Name: "services", Reason: problems})
-	}
-
-	if problems := staticPodProblems(pods); problems != "" {
-		unmet = append(unmet, runtime.UnmetCondition{Name: "staticPods", Reason: problems})
-	}
-
-	switch {
-	case nodeStatus == nil:
-		unmet = append(unmet, runtime.UnmetCondition{Name: "nodeReady", Reason: fmt.Sprintf("node %q status is not available yet", n.cosiNodename())})
-	case !nodeStatus.TypedSpec().NodeReady:
-		unmet = append(unmet, runtime.UnmetCondition{Name: "nodeReady", Reason: fmt.Sprintf("node %q is not ready", n.cosiNodename())})
 	}
 
 	r.TypedSpec().Status.Ready = len(unmet) == 0

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -390,7 +391,11 @@ func TestClusterBasics(t *testing.T) {
 			msgs = append(msgs, p.Message)
 		}
 
-		if len(msgs) == 0 || !strings.HasSuffix(msgs[len(msgs)-1], ": OK") {
+		// Without a Kubernetes side the sim runs Talos's Kubernetes checks as SKIP, never
+		// silently leaves them out (sim/health.go skippedKubernetesChecks).
+		if len(msgs) == 0 || !slices.Contains(msgs, "waiting for all nodes to finish boot sequence: OK") ||
+			msgs[len(msgs)-1] != "waiting for all k8s nodes to report schedulable: SKIP" ||
+			!slices.Contains(msgs, "waiting for all k8s nodes to report: SKIP") {
 			t.Fatalf("progress %q", msgs)
 		}
 	})
@@ -684,62 +689,6 @@ func TestUpgradeEtcdSafetyAndReset(t *testing.T) {
 	// Forced, it goes ahead.
 	if _, err = cli.Upgrade(client.WithNode(ctx, cp1), upgradeImage, false, true); err != nil {
 		t.Fatalf("forced upgrade: %v", err)
-	}
-}
-
-func TestBootFailureRollsBack(t *testing.T) {
-	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, RebootDelay: 100 * time.Millisecond})
-	ctx := t.Context()
-	ip := nodeIP(t, c, "worker-1")
-
-	if err := c.Inject(ctx, "worker-1", sim.Fault{BootFailure: true}); err != nil {
-		t.Fatal(err)
-	}
-
-	before := bootID(ctx, t, cli, ip)
-
-	if _, err := cli.Upgrade(client.WithNode(ctx, ip), upgradeImage, false, false); err != nil {
-		t.Fatal(err)
-	}
-
-	eventually(t, 20*time.Second, "worker-1 rebooted", func() error {
-		r, err := cli.Read(client.WithNode(ctx, ip), "/proc/sys/kernel/random/boot_id")
-		if err != nil {
-			return err
-		}
-
-		b, err := io.ReadAll(r)
-		if err == nil && strings.TrimSpace(string(b)) == before {
-			err = errors.New("same boot")
-		}
-
-		return err
-	})
-
-	v, err := version(ctx, cli, ip)
-	if err != nil || v != sim.DefaultTalosVersion {
-		t.Fatalf("after failed boot: %s %v, want %s", v, err, sim.DefaultTalosVersion)
-	}
-
-	hist, err := cli.Events(client.WithNode(ctx, ip), client.WithTailEvents(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	for {
-		e, err := hist.Recv()
-		if err != nil {
-			t.Fatalf("no A/B fallback event: %v", err)
-		}
-
-		ev, err := client.UnmarshalEvent(e)
-		if err != nil {
-			continue
-		}
-
-		if s, ok := ev.Payload.(*machineapi.SequenceEvent); ok && s.Error != nil && strings.Contains(s.Error.Message, "A/B fallback") {
-			break
-		}
 	}
 }
 
