@@ -92,7 +92,7 @@ func (s Scenario) ops() []op {
 		roll.text += " --skip-staging"
 		return []op{roll}
 	case KindMultiHop:
-		roll.hops = 2
+		roll.text, roll.hops, roll.target = "/talos upgrade talos "+talosHopTarget+" "+name, 2, talosHopTarget
 		return []op{roll}
 	case KindK8sUpgrade:
 		return []op{{text: "/talos upgrade k8s " + k8sTarget + " " + name, hops: 0, target: "v" + k8sTarget}}
@@ -128,8 +128,6 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 		OnCall: obs.OnCall, OnTransition: obs.OnTransition}
 	opts.Name, _ = s.cluster()
 	switch s.Kind {
-	case KindMultiHop:
-		opts.TalosVersion, opts.KubernetesVersion = talosHopFrom, k8sHopFrom
 	case KindK8sUpgrade:
 		opts.TalosVersion = talosTarget
 	}
@@ -143,7 +141,7 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	b := servetest.Config{Dir: dir, SnapshotDir: true, Users: users,
 		Clusters: []servetest.Cluster{{Name: name, Environment: environment, Sim: c, Kubeconfig: kube.Kubeconfig,
 			Declared: "talos_version: " + opts.TalosVersion}},
-		Releases: "{talos: [v1.11.6, v1.12.6, v1.13.9], kubernetes: [1.34.5, 1.35.2, 1.36.3]}",
+		Releases: releases,
 		Timeouts: "{gate: 15s, node: 45s}"}.Bot(t, env.Bin)
 	b.Start()
 	defer func() {
