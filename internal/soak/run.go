@@ -234,7 +234,7 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 				_ = b.Cmd.Process.Signal(syscall.SIGKILL)
 				_ = b.Cmd.Wait()
 				b.Start()
-				res.Notes = append(res.Notes, fmt.Sprintf("%s (%s) still %q after %s with the faults on: SIGKILLed", o.text, id, m.Field("State"), opDeadline))
+				res.Notes = append(res.Notes, fmt.Sprintf("%s (%s) still %q after %s with the faults on: SIGKILLed; its message then:\n%s", o.text, id, m.Field("State"), opDeadline, m.Text))
 			} else {
 				res.Notes = append(res.Notes, fmt.Sprintf("%s (%s) still interrupted after %s with the faults on (its resumes were refused)", o.text, id, opDeadline))
 			}
