@@ -11,7 +11,7 @@ export TALOSBOT_TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/talosbot/too
 TEST_TIMEOUT ?= 30m
 DEMO_ARGS ?=
 
-.PHONY: all build dist test generate lint tools demo bench fuzz clean
+.PHONY: all build dist test generate lint tools demo bench fuzz soak clean
 
 all: build
 
@@ -68,6 +68,17 @@ bench: tools build
 
 fuzz:
 	bash hack/fuzz.sh long
+
+# The seeded chaos soak (docs/SOAK.md): SOAK_SCENARIOS scenarios from seed SOAK_SEED on
+# (a fresh seed each run unless given); `make test` runs the short one (3 scenarios, seed 1).
+# Replay one: make soak SOAK_SEED=N SOAK_SCENARIOS=1. The summary goes to bin/soak-report.txt.
+SOAK_SCENARIOS ?= 200
+SOAK_SEED ?= $(shell date +%s)
+soak: tools build
+	set -a; [ -f "$(TALOSBOT_TOOLS_DIR)/env" ] && . "$(TALOSBOT_TOOLS_DIR)/env"; set +a; \
+	export TALOSBOT_BIN=$(CURDIR)/bin/talosbot TALOSBOT_PLUGINS_BIN=$(CURDIR)/bin/talosbot-plugins; \
+	SOAK_SEED=$(SOAK_SEED) SOAK_SCENARIOS=$(SOAK_SCENARIOS) SOAK_REPORT=$(CURDIR)/bin/soak-report.txt \
+	$(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./internal/soak
 
 clean:
 	rm -rf bin

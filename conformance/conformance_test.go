@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -34,15 +35,39 @@ func installer(version string) string {
 	return "factory.talos.dev/nocloud-installer/" + sim.DefaultSchematic + ":" + version
 }
 
-// TestConformance runs the real talosctl against one sim of 3 control planes and 2 workers with
-// a kube-apiserver on the sim's etcd. Read-only commands come first, then the ones that change
-// the cluster, each on a node of its own, with reset last.
+// mainSuite is the main cluster's run for one talosctl release against nodes of its minor.
+type mainSuite struct {
+	name        string // the sim cluster's name
+	env         string // the variable naming the talosctl binary
+	client      string // the talosctl release, as `talosctl version` prints it
+	talos, next string // the nodes' Talos version, and the one a worker is upgraded to
+	k8s         string // the nodes' Kubernetes version
+	targetK8s   string // upgrade-k8s's target
+}
+
+// TestConformance runs the real talosctl v1.13.9 against one sim of 3 control planes and 2
+// workers at v1.13 with a kube-apiserver on the sim's etcd. Read-only commands come first, then
+// the ones that change the cluster, each on a node of its own, with reset last.
 func TestConformance(t *testing.T) {
 	t.Parallel()
 
-	cl := startCluster(t, sim.Options{
-		Name: "conformance", ControlPlanes: 3, Workers: 2,
-		TalosVersion: mainTalos, KubernetesVersion: mainK8s,
+	mainSuite{name: "conformance", env: EnvTalosctl, client: "v1.13.9", talos: mainTalos, next: nextTalos, k8s: mainK8s, targetK8s: targetK8s}.run(t)
+}
+
+// TestConformanceV114 is the same suite with the real talosctl v1.14.1 against nodes at
+// v1.14.0, a worker upgraded to v1.14.1 and rolled back.
+func TestConformanceV114(t *testing.T) {
+	t.Parallel()
+
+	mainSuite{name: "conformance-v114", env: EnvTalosctlV114, client: "v1.14.1", talos: "v1.14.0", next: "v1.14.1", k8s: mainK8s, targetK8s: targetK8s}.run(t)
+}
+
+func (s mainSuite) run(t *testing.T) {
+	t.Helper()
+
+	cl := startClusterWith(t, s.env, sim.Options{
+		Name: s.name, ControlPlanes: 3, Workers: 2,
+		TalosVersion: s.talos, KubernetesVersion: s.k8s,
 		RebootDelay: 300 * time.Millisecond,
 	}, true)
 
@@ -55,10 +80,10 @@ func TestConformance(t *testing.T) {
 
 	t.Run("version", func(t *testing.T) {
 		r := cl.ok(t, "-n", strings.Join(ips(all), ","), "version")
-		mustContain(t, r, r.stdout, "Client:", "Tag:         v1.13.9", "Server:")
+		mustContain(t, r, r.stdout, "Client:", "Tag:         "+s.client, "Server:")
 
-		if got := strings.Count(r.stdout, "Tag:         "+mainTalos); got != len(all) {
-			t.Fatalf("want %d servers at %s, got %d:\n%s", len(all), mainTalos, got, r)
+		if got := strings.Count(r.stdout, "Tag:         "+s.talos); got != len(all) {
+			t.Fatalf("want %d servers at %s, got %d:\n%s", len(all), s.talos, got, r)
 		}
 
 		for _, n := range all {
@@ -78,7 +103,7 @@ func TestConformance(t *testing.T) {
 	t.Run("get/machineconfig", func(t *testing.T) {
 		r := cl.ok(t, "-n", cp1.IP, "get", "machineconfig", "-o", "yaml")
 		mustContain(t, r, r.stdout, "type: MachineConfigs.config.talos.dev", "id: v1alpha1",
-			"type: controlplane", "image: registry.k8s.io/kube-apiserver:"+mainK8s)
+			"type: controlplane", "image: registry.k8s.io/kube-apiserver:"+s.k8s)
 	})
 
 	t.Run("get/nodename", func(t *testing.T) {
@@ -122,6 +147,19 @@ func TestConformance(t *testing.T) {
 
 		if len(leaders) != 1 {
 			t.Fatalf("members disagree on the leader %v:\n%s", leaders, r)
+		}
+	})
+
+	t.Run("etcd/status-version", func(t *testing.T) {
+		// Each node reports the etcd of the release it runs (DefaultEtcdVersion at the tag).
+		rel, ok := sim.LookupRelease(s.talos)
+		if !ok {
+			t.Fatalf("%s is not in the sim's release catalogue", s.talos)
+		}
+
+		r := cl.ok(t, "-n", cp1.IP, "etcd", "status")
+		if line := lineStarting(r.stdout, cp1.IP+" "); !strings.Contains(line, " "+rel.Etcd+" ") {
+			t.Fatalf("etcd status of a %s node does not name etcd %s:\n%s", s.talos, rel.Etcd, r)
 		}
 	})
 
@@ -188,45 +226,56 @@ func TestConformance(t *testing.T) {
 		}
 	})
 
+	t.Run("kubeconfig", func(t *testing.T) {
+		// talosctl validates the RPC's kubeconfig against the structure Talos generates
+		// (v1.14.1: pkg/kubeconfig LoadAndValidate) before it writes the file.
+		path := filepath.Join(t.TempDir(), "kubeconfig")
+		cl.ok(t, "-n", cp1.IP, "kubeconfig", path)
+		checkKubeconfig(t, path, len(all))
+	})
+
 	t.Run("upgrade-k8s/dry-run", func(t *testing.T) {
-		r := cl.ok(t, "-n", cp1.IP, "upgrade-k8s", "--to", targetK8s, "--dry-run")
+		r := cl.ok(t, "-n", cp1.IP, "upgrade-k8s", "--to", s.targetK8s, "--dry-run")
 		out := r.combined()
 		mustContain(t, r, out,
-			"automatically detected the lowest Kubernetes version "+strings.TrimPrefix(mainK8s, "v"),
+			"automatically detected the lowest Kubernetes version "+strings.TrimPrefix(s.k8s, "v"),
 			"discovered controlplane nodes",
-			"is compatible with Kubernetes version "+targetK8s,
-			" > update kube-apiserver: "+mainK8s+" -> "+targetK8s,
-			" > update kube-controller-manager: "+mainK8s+" -> "+targetK8s,
-			" > update kube-scheduler: "+mainK8s+" -> "+targetK8s,
-			" > update kubelet: "+strings.TrimPrefix(mainK8s, "v")+" -> "+targetK8s,
+			"is compatible with Kubernetes version "+s.targetK8s,
+			" > update kubelet: "+strings.TrimPrefix(s.k8s, "v")+" -> "+s.targetK8s,
 			" > skipped in dry-run")
+
+		// talosctl v1.13.9 prints the running version of a component as its image tag
+		// ("v1.35.2 -> 1.36.3"), v1.14.1 without the "v".
+		for _, comp := range []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+			mustMatch(t, r, out, regexp.QuoteMeta(" > update "+comp+": ")+"v?"+regexp.QuoteMeta(strings.TrimPrefix(s.k8s, "v")+" -> "+s.targetK8s))
+		}
 
 		for _, n := range all {
 			mustContain(t, r, out, fmt.Sprintf("%q", n.IP))
 		}
 
 		// Nothing changed.
-		assertImages(t, cl, mainK8s)
+		assertImages(t, cl, s.k8s)
 	})
 
 	t.Run("upgrade-k8s", func(t *testing.T) {
-		r := cl.ok(t, "-n", cp1.IP, "upgrade-k8s", "--to", targetK8s)
+		r := cl.ok(t, "-n", cp1.IP, "upgrade-k8s", "--to", s.targetK8s)
 		out := r.combined()
-		mustContain(t, r, out, "updating \"kube-apiserver\" to version \""+targetK8s+"\"",
-			"updating kube-proxy to version \""+targetK8s+"\"",
-			"updating kubelet to version \""+targetK8s+"\"",
+		mustContain(t, r, out, "updating \"kube-apiserver\" to version \""+s.targetK8s+"\"",
+			"updating kube-proxy to version \""+s.targetK8s+"\"",
+			"updating kubelet to version \""+s.targetK8s+"\"",
 			// The manifest sync (server-side apply) rolls the kube-proxy DaemonSet and waits for it.
 			"updating manifests", "configured DaemonSet/kube-system/kube-proxy",
-			"+        image: registry.k8s.io/kube-proxy:v"+targetK8s, "waiting for kubernetes objects to be fully reconciled")
+			"+        image: registry.k8s.io/kube-proxy:v"+s.targetK8s, "waiting for kubernetes objects to be fully reconciled")
 
 		for _, n := range all {
 			mustContain(t, r, out, fmt.Sprintf(" < %q: successfully updated", n.IP))
 		}
 
-		assertImages(t, cl, "v"+targetK8s)
+		assertImages(t, cl, "v"+s.targetK8s)
 
 		// A second run finds nothing to do.
-		r = cl.ok(t, "-n", cp1.IP, "upgrade-k8s", "--to", targetK8s, "--dry-run")
+		r = cl.ok(t, "-n", cp1.IP, "upgrade-k8s", "--to", s.targetK8s, "--dry-run")
 		if strings.Contains(r.combined(), " > update kube-apiserver") {
 			t.Fatalf("upgrade-k8s still wants to update after the upgrade:\n%s", r)
 		}
@@ -237,7 +286,7 @@ func TestConformance(t *testing.T) {
 	t.Run("upgrade/new-api-with-drain", func(t *testing.T) {
 		pod := createRunningPod(t, cl, nodename(upgraded))
 
-		r := cl.ok(t, "-n", upgraded.IP, "upgrade", "--image", installer(nextTalos), "--wait", "--timeout", "3m")
+		r := cl.ok(t, "-n", upgraded.IP, "upgrade", "--image", installer(s.next), "--wait", "--timeout", "3m")
 		out := r.combined()
 		nn := nodename(upgraded)
 		mustContain(t, r, out, "upgrade completed",
@@ -245,10 +294,10 @@ func TestConformance(t *testing.T) {
 			nn+": node drained", "post check passed", nn+": node uncordoned")
 
 		if strings.Contains(out, "falling back to legacy") {
-			t.Fatalf("a v1.13 node must be upgraded through LifecycleService:\n%s", r)
+			t.Fatalf("a v1.13+ node must be upgraded through LifecycleService:\n%s", r)
 		}
 
-		assertVersion(t, cl, upgraded, nextTalos)
+		assertVersion(t, cl, upgraded, s.next)
 
 		_, err := cl.kube.Client.CoreV1().Pods(pod.Namespace).Get(t.Context(), pod.Name, metav1.GetOptions{})
 		if err == nil {
@@ -277,7 +326,7 @@ func TestConformance(t *testing.T) {
 			t.Fatalf("rollback prints nothing on success:\n%s", r)
 		}
 
-		assertVersion(t, cl, upgraded, mainTalos)
+		assertVersion(t, cl, upgraded, s.talos)
 	})
 
 	t.Run("reset", func(t *testing.T) {

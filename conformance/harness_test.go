@@ -17,25 +17,37 @@ import (
 	"github.com/talosbot/talosbot/sim"
 )
 
-// EnvTalosctl names the talosctl binary the suite runs.
+// EnvTalosctl names the talosctl v1.13.9 binary the suite runs against v1.12 and v1.13 nodes.
 const EnvTalosctl = "TALOSBOT_TALOSCTL"
+
+// EnvTalosctlV114 names the talosctl v1.14.1 binary the suite runs against v1.14 nodes.
+const EnvTalosctlV114 = "TALOSBOT_TALOSCTL_V114"
+
+// clientOf is, per variable, the talosctl release it must name and where .ci/run finds it.
+var clientOf = map[string]struct{ release, file string }{
+	EnvTalosctl:     {"v1.13.9", "talosctl"},
+	EnvTalosctlV114: {"v1.14.1", "talosctl-v1.14.1"},
+}
 
 // cmdTimeout bounds one talosctl run; the machine running the suite may be loaded.
 const cmdTimeout = 4 * time.Minute
 
-// talosctlPath returns $TALOSBOT_TALOSCTL or skips the test, saying how to set it.
-func talosctlPath(t *testing.T) string {
+// talosctlPathFor returns the binary the variable env names or skips the test, saying how to
+// set it.
+func talosctlPathFor(t *testing.T, env string) string {
 	t.Helper()
 
-	p := os.Getenv(EnvTalosctl)
+	c := clientOf[env]
+
+	p := os.Getenv(env)
 	if p == "" {
-		t.Skipf("skipping: %s is unset; point it at a talosctl v1.13.9 binary, e.g. "+
-			"export %s=\"$(cd ../shared/tools && pwd)/talosctl\" from the repository root (.ci/run does this; "+
-			"../shared/tools/README.md says how that binary was built)", EnvTalosctl, EnvTalosctl)
+		t.Skipf("skipping: %s is unset; point it at a talosctl %s binary, e.g. "+
+			"export %s=\"$(cd ../shared/tools && pwd)/%s\" from the repository root (.ci/run does this; "+
+			"../shared/tools/README.md says how that binary was built)", env, c.release, env, c.file)
 	}
 
 	if st, err := os.Stat(p); err != nil || st.IsDir() || st.Mode().Perm()&0o111 == 0 {
-		t.Fatalf("%s=%s is not an executable file (%v): fix the variable or unset it", EnvTalosctl, p, err)
+		t.Fatalf("%s=%s is not an executable file (%v): fix the variable or unset it", env, p, err)
 	}
 
 	return p
@@ -54,7 +66,14 @@ type cluster struct {
 func startCluster(t *testing.T, opts sim.Options, withKube bool) *cluster {
 	t.Helper()
 
-	cl := &cluster{bin: talosctlPath(t), dir: t.TempDir()}
+	return startClusterWith(t, EnvTalosctl, opts, withKube)
+}
+
+// startClusterWith is startCluster with the talosctl that the variable env names.
+func startClusterWith(t *testing.T, env string, opts sim.Options, withKube bool) *cluster {
+	t.Helper()
+
+	cl := &cluster{bin: talosctlPathFor(t, env), dir: t.TempDir()}
 
 	var startKube func(context.Context, []string) (*testenv.Kube, error)
 	if withKube {

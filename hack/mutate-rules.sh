@@ -73,6 +73,11 @@ mutate() {
 never() { echo "s/\\bif ((?:[^;{]*; )?)(.*) \\{ (\\/\\/ rule:$1)\$/if \$1false \\&\\& (\$2) { \$3/"; }
 always() { echo "s/\\bif ((?:[^;{]*; )?)(.*) \\{ (\\/\\/ rule:$1)\$/if \$1true || (\$2) { \$3/"; }
 
+# R23-role: the one role check (cluster.CheckRole) every disruptive plugin runs at Plan.
+mutate R23-role/cluster plugins/cluster/roles.go "$(always R23-role)" ./plugins/cluster '^TestCheckRole$'
+mutate R23-role/builtin plugins/cluster/roles.go "$(always R23-role)" ./plugins/builtin '^TestDisruptivePluginsRefuseATalosconfigWithoutTheRole$'
+mutate R23-role/talosupgrade plugins/cluster/roles.go "$(always R23-role)" ./plugins/talosupgrade '^TestRefusesATalosconfigWithoutAdmin$'
+
 # R1: the one gate-before refusal, cluster.CheckGateBefore, in each plugin that runs it.
 mutate R1/talosupgrade plugins/cluster/rules.go "$(always R1)" ./plugins/talosupgrade '^TestFailingBeforeGateRefuses$'
 mutate R1/k8supgrade plugins/cluster/rules.go "$(always R1)" ./plugins/k8supgrade '^TestUpgradeK8s$/gate_before_fails'

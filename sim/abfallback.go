@@ -49,9 +49,12 @@ func (n *node) failBoot(ctx context.Context) bool {
 	n.version = fb.to
 	old := n.currentLandingLocked()
 	n.installLandingLocked(fb.image, fb.to)
+	from := n.state
 	n.state = stateRunning
 	unreachable := n.fault.Unreachable
 	n.mu.Unlock()
+
+	n.transition(from, stateRunning) // observe.go: the failed boot is up, on the new version
 
 	n.logs.booted(n)
 

@@ -84,8 +84,12 @@ func atLeast(v string, major, minor int) bool {
 }
 
 // machineConfig renders a minimal v1alpha1 machine config that configloader accepts.
-func machineConfig(clusterName, role, endpoint string, caPEM []byte, img images) ([]byte, error) {
+// caPEM is the Talos API CA (machine.ca), kubeCAPEM the Kubernetes CA (cluster.ca), etcdCAPEM
+// etcd's (cluster.etcd.ca).
+func machineConfig(clusterName, role, endpoint string, caPEM, kubeCAPEM, etcdCAPEM []byte, img images) ([]byte, error) {
 	ca := base64.StdEncoding.EncodeToString(caPEM)
+	kubeCA := base64.StdEncoding.EncodeToString(kubeCAPEM)
+	etcdCA := base64.StdEncoding.EncodeToString(etcdCAPEM)
 
 	cfg := map[string]any{
 		"version": "v1alpha1",
@@ -113,7 +117,8 @@ func machineConfig(clusterName, role, endpoint string, caPEM []byte, img images)
 				"serviceSubnets": []string{"10.96.0.0/12"},
 			},
 			"token":             "simsim.simulatortoken02",
-			"ca":                map[string]any{"crt": ca, "key": ""},
+			"ca":                map[string]any{"crt": kubeCA, "key": ""},
+			"etcd":              map[string]any{"ca": map[string]any{"crt": etcdCA, "key": ""}},
 			"apiServer":         map[string]any{"image": img.APIServer},
 			"controllerManager": map[string]any{"image": img.ControllerManager},
 			"scheduler":         map[string]any{"image": img.Scheduler},

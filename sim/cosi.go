@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/talosbot/talosbot/internal/talosrbac"
 )
 
 // This file is the node's COSI resource API: the cosi.resource.State service that machined
@@ -392,8 +394,8 @@ func (a *apiState) WatchKindAggregated(ctx context.Context, kind resource.Kind, 
 }
 
 // accessRule is the sim's form of Talos's API access policy: the API is read-only, and only
-// registered resource types in registered namespaces can be read. (Talos also refuses sensitive
-// resources to clients without the os:admin role; the sim only issues os:admin certificates.)
+// registered resource types in registered namespaces can be read, and sensitive ones only with
+// os:admin (internal/app/resources/access.go).
 func accessRule(st state.State) state.FilteringRule {
 	return func(ctx context.Context, access state.Access) error {
 		if !access.Verb.Readonly() {
@@ -402,12 +404,18 @@ func accessRule(st state.State) state.FilteringRule {
 
 		rdID := strings.ToLower(access.ResourceType)
 
-		if _, err := st.Get(ctx, resource.NewMetadata(meta.NamespaceName, meta.ResourceDefinitionType, rdID, resource.VersionUndefined)); err != nil {
+		rd, err := st.Get(ctx, resource.NewMetadata(meta.NamespaceName, meta.ResourceDefinitionType, rdID, resource.VersionUndefined))
+		if err != nil {
 			if state.IsNotFoundError(err) {
 				return status.Errorf(codes.PermissionDenied, "resource type %q is not supported", access.ResourceType)
 			}
 
 			return err
+		}
+
+		// Sensitive types (the machine config) only for os:admin (access.go, internal/talosrbac).
+		if def, ok := rd.(*meta.ResourceDefinition); ok && def.TypedSpec().Sensitivity == meta.Sensitive && !talosrbac.Permits(callerRoles(ctx), talosrbac.ReadSensitive) {
+			return notAuthorized()
 		}
 
 		if _, err := st.Get(ctx, resource.NewMetadata(meta.NamespaceName, meta.NamespaceType, access.ResourceNamespace, resource.VersionUndefined)); err != nil {

@@ -44,6 +44,10 @@ type Fault struct {
 	EtcdDataLost bool `json:"etcdDataLost,omitempty"`
 	// ImagePullFailure makes image pulls (ImageService.Pull, upgrades) fail.
 	ImagePullFailure bool `json:"imagePullFailure,omitempty"`
+	// RegistryUnreachable makes the node's registries unreachable: a pull of an image the node
+	// does not have retries, silently, until the fault is cleared or 20 minutes pass on the
+	// sim's clock (image.Pull's PullTimeout), then fails (registry.go).
+	RegistryUnreachable bool `json:"registryUnreachable,omitempty"`
 	// BootFailure makes the next boot into a new version fail as Talos's A/B fallback goes
 	// (abfallback.go): the new version boots, its boot sequence fails, machined reverts the
 	// bootloader, counts down 10 s and reboots into the old version.

@@ -210,8 +210,7 @@ func (s *clusterService) checks() []condition {
 	}
 
 	if c.kube == nil {
-		// Without Options.Kube the sim has no Kubernetes API to check (divergence).
-		return out
+		return append(out, skippedKubernetesChecks()...)
 	}
 
 	k := c.kube
@@ -697,4 +696,34 @@ func (k *kubeSide) workloadReady(ctx context.Context, daemonSet bool, selector s
 	}
 
 	return nil
+}
+
+// kubernetesCheckNames are the Kubernetes checks of check.DefaultClusterChecks
+// (pkg/cluster/check/default.go K8sComponentsReadinessChecks, then the rest), in order.
+func kubernetesCheckNames() []string {
+	return []string{
+		"all k8s nodes to report", "all control plane static pods to be running", "all control plane components to be ready",
+		"all k8s nodes to report ready", "kube-proxy to report ready", "coredns to report ready", "all k8s nodes to report schedulable",
+	}
+}
+
+// skippedKubernetesChecks stand for the Kubernetes checks on a sim without a Kubernetes side
+// (no Options.Kube or KubeOnEtcd). Real Talos v1.13.9 always runs them: machined's
+// HealthCheck (internal/app/machined/internal/server/v1alpha1/v1alpha1_cluster.go) gives
+// check.Wait the node's own admin kubeconfig and check.DefaultClusterChecks
+// (pkg/cluster/check/default.go) includes them unconditionally, so a Talos whose apiserver is
+// unreachable waits on "all k8s nodes to report" until the timeout. A sim without Kubernetes
+// is not such a cluster but one whose Kubernetes is not simulated, so each check reports
+// SKIP (conditions.ErrSkipAssertion's line, as Talos prints for a check that does not apply)
+// instead of passing silently: the client sees every check Talos runs, and which ones the
+// sim did not (docs/SIMULATOR.md).
+func skippedKubernetesChecks() []condition {
+	names := kubernetesCheckNames()
+	out := make([]condition, len(names))
+
+	for i, name := range names {
+		out[i] = condition{name, func(context.Context, hcInfo) error { return errSkip }}
+	}
+
+	return out
 }

@@ -1,10 +1,10 @@
 package sim
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/distribution/reference"
@@ -13,9 +13,11 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// imageRegistry is the image registry the sim's nodes pull installers from. Any tag that is a Talos
-// version ("…:v1.13.9") is an installer of that version; other references (a tag that is not a
-// version, a digest) exist once Cluster.PublishImage registered them. Digests are the sha256 of
+// imageRegistry is the image registry the sim's nodes pull installers from. An installer
+// repository's tag that is a catalogued Talos release ("…/installer:v1.13.9") is an installer of
+// that version, a Kubernetes image's version tag that Kubernetes image (images_catalogue.go);
+// other references (a tag that is not a version, a digest) exist once Cluster.PublishImage
+// registered them, and everything else is NotFound. Digests are the sha256 of
 // the tagged reference, so a digest pins exactly one image.
 type imageRegistry struct {
 	mu       sync.Mutex
@@ -66,17 +68,17 @@ func (r *imageRegistry) resolve(ref string) (image, error) {
 			}
 		}
 
-		return image{}, status.Errorf(codes.NotFound, "%s: not found", ref)
+		return image{}, notInRegistry(ref, named)
 	}
 
 	t, ok := named.(reference.Tagged)
 	if !ok {
-		return image{}, status.Errorf(codes.NotFound, "%s: not found", ref)
+		return image{}, notInRegistry(ref, named)
 	}
 
 	v, ok := r.versionOfTag(repo, t.Tag())
 	if !ok {
-		return image{}, status.Errorf(codes.NotFound, "%s: not found", ref)
+		return image{}, notInRegistry(ref, named)
 	}
 
 	tagged := repo + ":" + t.Tag()
@@ -89,16 +91,7 @@ func (r *imageRegistry) versionOfTag(repo, tag string) (string, bool) {
 		return v, true
 	}
 
-	v := tag
-	if !strings.HasPrefix(v, "v") {
-		v = "v" + v
-	}
-
-	if _, _, ok := majorMinor(v); ok && strings.Count(v, ".") >= 2 {
-		return v, true
-	}
-
-	return "", false
+	return catalogueVersion(repo, tag) // images_catalogue.go
 }
 
 // version is the Talos version an installer reference boots (false: unknown image).
@@ -145,9 +138,23 @@ func (c *Cluster) PublishImage(ref, talosVersion string) (string, error) {
 }
 
 // pull is containerd's pull into namespace ns through the registry, unless the node has an
-// ImagePullFailure fault.
-func (n *node) pull(ns, ref string) (image, error) {
+// ImagePullFailure fault; with RegistryUnreachable it retries as image.Pull does (registry.go).
+func (n *node) pull(ctx context.Context, ns, ref string) (image, error) {
 	img, err := n.c.images.resolve(ref)
+	if err != nil && status.Code(err) == codes.InvalidArgument {
+		return image{}, err
+	}
+
+	// image.WithSkipIfAlreadyPulled (every caller passes it): an image containerd still has
+	// is not fetched again, so neither the registry nor its faults are involved.
+	if err == nil && n.havePulled(ns, ref) {
+		return img, nil
+	}
+
+	if werr := n.waitRegistry(ctx, ref); werr != nil { // registry.go
+		return image{}, werr
+	}
+
 	if err != nil {
 		return image{}, err
 	}
@@ -155,6 +162,8 @@ func (n *node) pull(ns, ref string) (image, error) {
 	if n.currentFault().ImagePullFailure {
 		return image{}, pullError(ref)
 	}
+
+	now := n.c.now()
 
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -165,8 +174,17 @@ func (n *node) pull(ns, ref string) (image, error) {
 
 	n.pulled[ns][img.name] = true
 	n.pulled[ns][img.pinned] = true
+	n.imagePulled(ns, img, now) // imagegc.go
 
 	return img, nil
+}
+
+// notInRegistry is what containerd's resolver gives for a reference the registry does not
+// have (errdefs.ErrNotFound, "<ref>: not found"), wrapped as image.Pull wraps it
+// (internal/pkg/containers/image/image.go: "failed to pull image %q: %w", with the reference
+// normalized first, so both name docker.io/library/… for a short name).
+func notInRegistry(ref string, named reference.Named) error {
+	return status.Errorf(codes.NotFound, "failed to pull image %q: %s: not found", named.String(), named.String())
 }
 
 // havePulled reports whether ref is in containerd namespace ns.
@@ -178,6 +196,8 @@ func (n *node) havePulled(ns, ref string) bool {
 
 	n.mu.Lock()
 	defer n.mu.Unlock()
+
+	n.collectImages(n.c.now()) // imagegc.go: what Talos's image GC removed by now is gone
 
 	return n.pulled[ns][named.String()]
 }

@@ -113,7 +113,7 @@ func TestImageVersions(t *testing.T) {
 func TestMachineConfigRoundTrip(t *testing.T) {
 	img := defaultImages(installerImage(DefaultSchematic, "v1.12.6"), "v1.35.2")
 
-	b, err := machineConfig("c", RoleControlPlane, "https://127.0.0.1:6443", []byte("ca"), img)
+	b, err := machineConfig("c", RoleControlPlane, "https://127.0.0.1:6443", []byte("ca"), []byte("k8s-ca"), []byte("etcd-ca"), img)
 	if err != nil {
 		t.Fatal(err)
 	}

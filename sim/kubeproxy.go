@@ -4,12 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"time"
 
-	"github.com/siderolabs/talos/pkg/machinery/constants"
-	"github.com/siderolabs/talos/pkg/machinery/resources/k8s"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -17,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 )
@@ -91,61 +87,6 @@ func kubeProxyObjects(image string) []k8sruntime.Object {
 	return []k8sruntime.Object{sa, crb, ds}
 }
 
-// kubeProxyManifest is the k8s.Manifest resource of the control planes (namespace controlplane).
-func kubeProxyManifest(image string) *k8s.Manifest {
-	m := k8s.NewManifest(k8s.ControlPlaneNamespaceName, kubeProxyManifestID)
-
-	for _, o := range kubeProxyObjects(image) {
-		u, err := k8sruntime.DefaultUnstructuredConverter.ToUnstructured(o)
-		if err != nil {
-			continue // cannot happen for these typed objects
-		}
-
-		delete(u, "status")
-		m.TypedSpec().Items = append(m.TypedSpec().Items, k8s.SingleManifest{Object: u})
-	}
-
-	return m
-}
-
-// applyBootstrapManifests is ManifestApplyController's apply at bootstrap
-// (internal/app/machined/pkg/controllers/k8s/manifest_apply.go): server-side apply with field
-// manager "talos" and the bootstrap inventory annotation. The inventory ConfigMap itself is not
-// written; upgrade-k8s's manifest sync (AdoptIfNoInventory) creates it.
-func (k *kubeSide) applyBootstrapManifests(ctx context.Context, image string) error {
-	force := true
-	opts := metav1.PatchOptions{FieldManager: constants.KubernetesFieldManagerName, Force: &force}
-
-	for _, o := range kubeProxyObjects(image) {
-		acc, err := metaAccessor(o)
-		if err != nil {
-			return err
-		}
-
-		acc.SetAnnotations(map[string]string{inventoryAnnotation: constants.KubernetesBootstrapManifestsInventoryName})
-
-		body, err := json.Marshal(o)
-		if err != nil {
-			return fmt.Errorf("kube: encode %s: %w", acc.GetName(), err)
-		}
-
-		switch o.(type) {
-		case *corev1.ServiceAccount:
-			_, err = k.client.CoreV1().ServiceAccounts(kubeProxyNamespace).Patch(ctx, acc.GetName(), types.ApplyPatchType, body, opts)
-		case *rbacv1.ClusterRoleBinding:
-			_, err = k.client.RbacV1().ClusterRoleBindings().Patch(ctx, acc.GetName(), types.ApplyPatchType, body, opts)
-		case *appsv1.DaemonSet:
-			_, err = k.client.AppsV1().DaemonSets(kubeProxyNamespace).Patch(ctx, acc.GetName(), types.ApplyPatchType, body, opts)
-		}
-
-		if err != nil {
-			return fmt.Errorf("kube: apply bootstrap manifest %s: %w", acc.GetName(), err)
-		}
-	}
-
-	return nil
-}
-
 func metaAccessor(o k8sruntime.Object) (metav1.Object, error) {
 	acc, ok := o.(metav1.Object)
 	if !ok {
@@ -164,7 +105,7 @@ func (k *kubeSide) runDaemonSets(ctx context.Context) {
 	defer t.Stop()
 
 	for {
-		w, err := k.client.AppsV1().DaemonSets(kubeProxyNamespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + kubeProxyName})
+		w, err := k.client.AppsV1().DaemonSets(kubeProxyNamespace).Watch(ctx, metav1.ListOptions{})
 
 		var events <-chan watchEvent
 		if err == nil {
@@ -172,8 +113,14 @@ func (k *kubeSide) runDaemonSets(ctx context.Context) {
 		}
 
 		for stop := false; !stop; {
-			if rerr := k.reconcileKubeProxy(ctx); rerr != nil && ctx.Err() == nil {
-				k.log.Warn("kube: kube-proxy DaemonSet", "err", rerr)
+			for _, name := range []string{kubeProxyName, flannelName} {
+				if rerr := k.reconcileDaemonSet(ctx, name); rerr != nil && ctx.Err() == nil {
+					k.log.Warn("kube: DaemonSet", "name", name, "err", rerr)
+				}
+			}
+
+			if rerr := k.reconcileCoreDNS(ctx); rerr != nil && ctx.Err() == nil { // bootstrap_manifests.go
+				k.log.Warn("kube: CoreDNS Deployment", "err", rerr)
 			}
 
 			select {
@@ -215,15 +162,17 @@ func adaptWatch[T any](in <-chan T) <-chan watchEvent {
 	return out
 }
 
-// kubeProxyPodName is the pod of the DaemonSet on a node (the controller's generated name).
-func kubeProxyPodName(nodeName string) string {
+// daemonSetPodName is the pod of a DaemonSet on a node (the controller's generated name).
+func daemonSetPodName(dsName, nodeName string) string {
 	h := sha256.Sum256([]byte(nodeName))
 
-	return kubeProxyName + "-" + hex.EncodeToString(h[:3])
+	return dsName + "-" + hex.EncodeToString(h[:3])
 }
 
-func (k *kubeSide) reconcileKubeProxy(ctx context.Context) error {
-	ds, err := k.client.AppsV1().DaemonSets(kubeProxyNamespace).Get(ctx, kubeProxyName, metav1.GetOptions{})
+// reconcileDaemonSet is the DaemonSet controller and the kubelets for one bootstrap
+// DaemonSet (kube-proxy, kube-flannel): a Ready pod per node at the template's image.
+func (k *kubeSide) reconcileDaemonSet(ctx context.Context, dsName string) error {
+	ds, err := k.client.AppsV1().DaemonSets(kubeProxyNamespace).Get(ctx, dsName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -249,7 +198,7 @@ func (k *kubeSide) reconcileKubeProxy(ctx context.Context) error {
 		}
 
 		nodes++
-		name := kubeProxyPodName(n.info.NodeName)
+		name := daemonSetPodName(dsName, n.info.NodeName)
 
 		cur, err := pods.Get(ctx, name, metav1.GetOptions{})
 
@@ -297,7 +246,7 @@ func (k *kubeSide) reconcileKubeProxy(ctx context.Context) error {
 	}
 
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := k.client.AppsV1().DaemonSets(kubeProxyNamespace).Get(ctx, kubeProxyName, metav1.GetOptions{})
+		cur, err := k.client.AppsV1().DaemonSets(kubeProxyNamespace).Get(ctx, dsName, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -340,7 +289,7 @@ func (k *kubeSide) setPodRunning(ctx context.Context, name, hostIP string) error
 				{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
 			},
 			ContainerStatuses: []corev1.ContainerStatus{{
-				Name: kubeProxyName, Image: p.Spec.Containers[0].Image, Ready: true, Started: &started,
+				Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image, Ready: true, Started: &started,
 				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}},
 			}},
 		}
@@ -373,19 +322,19 @@ func (c *Cluster) startBootstrapManifests(ctx context.Context) error {
 		return nil
 	}
 
-	var image string
+	var image, version string
 
 	for _, n := range c.nodes {
 		if n.info.Role == RoleControlPlane {
 			n.mu.Lock()
-			image = n.img.Proxy
+			image, version = n.img.Proxy, n.version
 			n.mu.Unlock()
 
 			break
 		}
 	}
 
-	if err := c.kube.applyBootstrapManifests(ctx, image); err != nil {
+	if err := c.kube.applyBootstrapManifests(ctx, version, image, "https://"+c.firstCPIP()+":6443"); err != nil {
 		return err
 	}
 

@@ -166,7 +166,7 @@ func (s *machined) EtcdStatus(ctx context.Context, _ *emptypb.Empty) (*machineap
 	return &machineapi.EtcdStatusResponse{Messages: []*machineapi.EtcdStatus{{
 		MemberStatus: &machineapi.EtcdMemberStatus{
 			MemberId:         st.Header.GetMemberId(),
-			ProtocolVersion:  st.Version,
+			ProtocolVersion:  s.n.etcdVersion(st.Version), // versions.go: the release's etcd
 			StorageVersion:   st.StorageVersion,
 			DbSize:           st.DbSize,
 			DbSizeInUse:      st.DbSizeInUse,
@@ -191,9 +191,14 @@ func (s *machined) EtcdMemberList(ctx context.Context, req *machineapi.EtcdMembe
 		return nil, err
 	}
 
-	ml, err := m.MemberList(ctx)
+	var others []*etcdsim.Member
+	if !req.QueryLocal {
+		others = s.n.c.etcd.Members()
+	}
+
+	ml, err := requireLeaderMemberList(ctx, m, others)
 	if err != nil {
-		return nil, etcdErr("failed to list etcd members", err)
+		return nil, err
 	}
 
 	out := &machineapi.EtcdMembers{}
@@ -236,9 +241,9 @@ func (s *machined) EtcdRemoveMemberByID(ctx context.Context, req *machineapi.Etc
 	}
 
 	// Talos refuses an id that is not a member instead of succeeding silently.
-	ml, err := m.MemberList(ctx)
+	ml, err := requireLeaderMemberList(ctx, m, s.n.c.etcd.Members())
 	if err != nil {
-		return nil, etcdErr("failed to list etcd members", err)
+		return nil, err
 	}
 
 	found := false
@@ -405,7 +410,7 @@ const quorumCheckTimeout = 15 * time.Second
 func (s *machined) Upgrade(ctx context.Context, req *machineapi.UpgradeRequest) (*machineapi.UpgradeResponse, error) {
 	actor := newUUID()
 
-	if _, err := s.n.pull(nsSystem, req.Image); err != nil {
+	if _, err := s.n.pull(ctx, nsSystem, req.Image); err != nil {
 		return nil, fmt.Errorf("error validating installer image %q: %w", req.Image, err)
 	}
 
@@ -499,7 +504,8 @@ func (s *machined) Rollback(_ context.Context, _ *machineapi.RollbackRequest) (*
 	s.n.mu.Unlock()
 
 	if prev == "" {
-		return nil, status.Error(codes.FailedPrecondition, "cannot rollback: no previous Talos version is installed on this node")
+		// A plain error (codes.Unknown), as GRUB's revert returns it (bootloader/grub/revert.go).
+		return nil, errNoRollbackEntry
 	}
 
 	s.n.startSequence(sequenceRequest{sequence: seqReboot, takeover: true, rollback: true})
@@ -591,7 +597,7 @@ func (s *machined) Read(req *machineapi.ReadRequest, srv grpc.ServerStreamingSer
 	case stateConfigPath:
 		// Talos v1.12 stopped mounting the STATE partition, so there the file does not exist
 		// and Read gives os.Stat's NotFound; clients read the MachineConfig resource instead.
-		if atLeast(s.n.talosVersion(), 1, 12) {
+		if !s.n.behaviour().stateConfigFile {
 			return status.Errorf(codes.NotFound, "stat %s: no such file or directory", req.Path)
 		}
 
@@ -606,6 +612,10 @@ func (s *machined) Read(req *machineapi.ReadRequest, srv grpc.ServerStreamingSer
 }
 
 func (s *machined) ApplyConfiguration(_ context.Context, req *machineapi.ApplyConfigurationRequest) (*machineapi.ApplyConfigurationResponse, error) {
+	if err := s.n.applyModeRefusal(req.Mode); err != nil { // versions.go: v1.14 removed REBOOT
+		return nil, err
+	}
+
 	if req.Mode != machineapi.ApplyConfigurationRequest_NO_REBOOT {
 		return nil, status.Errorf(codes.Unimplemented, "the sim applies configuration only in NO_REBOOT mode (got %s)", req.Mode)
 	}
@@ -640,26 +650,12 @@ func (s *machined) ApplyConfiguration(_ context.Context, req *machineapi.ApplyCo
 
 func (s *machined) Kubeconfig(_ *emptypb.Empty, srv grpc.ServerStreamingServer[common.Data]) error {
 	if s.n.info.Role != RoleControlPlane {
-		return status.Error(codes.FailedPrecondition, "kubeconfig is only available on control plane nodes")
+		return status.Error(codes.Unimplemented, "kubeconfig is only available on control plane nodes")
 	}
 
-	kc := s.n.c.opts.Kubeconfig
-	if len(kc) == 0 {
-		kc = []byte(fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: %[1]s
-  cluster:
-    server: https://%[2]s:6443
-    insecure-skip-tls-verify: true
-contexts:
-- name: admin@%[1]s
-  context: {cluster: %[1]s, user: admin@%[1]s}
-current-context: admin@%[1]s
-users:
-- name: admin@%[1]s
-  user: {token: sim-placeholder}
-`, s.n.c.opts.Name, s.n.c.firstCPIP()))
+	kc, err := s.n.c.adminKubeconfig() // kubeconfig.go: Talos's shape
+	if err != nil {
+		return status.Errorf(codes.FailedPrecondition, "kubeconfig: %v", err)
 	}
 
 	var buf bytes.Buffer

@@ -99,25 +99,26 @@ type node struct {
 
 	logs *nodeLogs
 
-	mu          sync.Mutex
-	front       *grpc.Server
-	state       string
-	seq         seqLock
-	stage       machineapi.MachineStatusEvent_MachineStage
-	version     string
-	prevVersion string
-	bootID      string
-	bootedAt    time.Time
-	img         images
-	config      []byte
-	nextImage   string                     // installed (or staged) image the next boot switches to
-	pulled      map[string]map[string]bool // containerd namespace → image refs pulled
-	installing  bool                       // LifecycleService's own install/upgrade mutex
-	wiped       bool
-	fault       Fault
-	etcdLeft    bool
-	etcdSvc     etcdService   // the etcd service where it is not "the member runs from its data" (recover.go)
-	returnCh    chan struct{} // closed to release a node held down by NeverReturn
+	mu           sync.Mutex
+	front        *grpc.Server
+	state        string
+	seq          seqLock
+	stage        machineapi.MachineStatusEvent_MachineStage
+	version      string
+	prevVersion  string
+	bootID       string
+	bootedAt     time.Time
+	img          images
+	config       []byte
+	nextImage    string                     // installed (or staged) image the next boot switches to
+	pulled       map[string]map[string]bool // containerd namespace → image refs pulled
+	pulledImages map[string]*pulledImage    // imagegc.go: "namespace digest-ref" → when pulled
+	installing   bool                       // LifecycleService's own install/upgrade mutex
+	wiped        bool
+	fault        Fault
+	etcdLeft     bool
+	etcdSvc      etcdService   // the etcd service where it is not "the member runs from its data" (recover.go)
+	returnCh     chan struct{} // closed to release a node held down by NeverReturn
 
 	staticMu sync.Mutex // serialises the kubelet's work on the node's static pods
 
@@ -160,7 +161,7 @@ func newUUID() string {
 // renderConfig renders the node's first machine config from its images (an upgrade keeps
 // the config; see switchVersion). Caller holds mu (or owns n).
 func (n *node) renderConfig() {
-	cfg, err := machineConfig(n.c.opts.Name, n.info.Role, "https://"+n.c.firstCPIP()+":6443", n.c.pkiCAPEM(), n.img)
+	cfg, err := machineConfig(n.c.opts.Name, n.info.Role, "https://"+n.c.firstCPIP()+":6443", n.c.pkiCAPEM(), n.c.kubeCAPEM(), n.c.etcdCAPEM(), n.img)
 	if err != nil {
 		n.c.log.Error("render machine config", "node", n.info.Name, "err", err)
 
@@ -265,10 +266,10 @@ func (n *node) startBackend() error {
 	return nil
 }
 
-// serviceAvailable gates ImageService and LifecycleService: they exist from Talos v1.13.
+// serviceAvailable gates ImageService and LifecycleService: they exist from Talos v1.13 (versions.go).
 func (n *node) serviceAvailable(method string) error {
 	if strings.HasPrefix(method, "/machine.ImageService/") || strings.HasPrefix(method, "/machine.LifecycleService/") {
-		if !atLeast(n.talosVersion(), 1, 13) {
+		if !n.behaviour().lifecycleAPI {
 			svc := strings.Split(strings.TrimPrefix(method, "/"), "/")[0]
 
 			return status.Errorf(codes.Unimplemented, "unknown service %s", svc)
@@ -313,11 +314,19 @@ func (n *node) unaryInterceptor(ctx context.Context, req any, info *grpc.UnarySe
 		return nil, err
 	}
 
+	if err := authorize(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+
 	return handler(ctx, req)
 }
 
 func (n *node) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	if err := n.before(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+
+	if err := authorize(ss.Context(), info.FullMethod); err != nil {
 		return err
 	}
 
@@ -514,8 +523,11 @@ func (n *node) sequence(ctx context.Context, req sequenceRequest) {
 	case errors.Is(err, errReboot):
 		if req.sequence == seqReset && !req.reboot {
 			n.mu.Lock()
+			from := n.state
 			n.state = stateReset
 			n.mu.Unlock()
+
+			n.transition(from, stateReset)
 
 			return
 		}
@@ -604,7 +616,12 @@ func (n *node) upgradePhases(req sequenceRequest) []phase {
 		ph("unmountBind", noop("unmountSystemDiskBindMounts")), ph("unmountSystem", noop("unmountEphemeralPartition")),
 		ph("volumeFinalize", noop("teardownLifecycle")),
 		ph("upgrade", task{name: "upgrade", run: func(context.Context) error {
-			// The installer writes the new image to the inactive boot entry.
+			// The installer writes the new image to the inactive boot entry, once its
+			// pre-flight passed (installer.go); its exit code fails the task.
+			if err := n.installerTask(req.image); err != nil {
+				return err
+			}
+
 			n.mu.Lock()
 			n.nextImage = req.image
 			n.mu.Unlock()
@@ -704,8 +721,11 @@ func (n *node) uncordonIfOwned(ctx context.Context) {
 // API unreachable, in-memory events gone.
 func (n *node) goDown(ctx context.Context) {
 	n.mu.Lock()
+	from := n.state
 	n.state = stateRebooting
 	n.mu.Unlock()
+
+	defer n.transition(from, stateRebooting)
 
 	if n.c.kube != nil {
 		if err := n.c.kube.setReady(ctx, n.info.NodeName, false, "KubeletNotReady", "node is rebooting"); err != nil {
@@ -774,6 +794,7 @@ func (n *node) switchVersion(req sequenceRequest) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 
+	n.collectImages(n.c.now()) // the GC of the boot that ends (imagegc.go)
 	n.bootID = newUUID()
 	n.bootedAt = n.c.now()
 
@@ -821,9 +842,12 @@ func (n *node) comeUp(ctx context.Context, note string) {
 	}
 
 	n.mu.Lock()
+	from := n.state
 	n.state = stateRunning
 	unreachable := n.fault.Unreachable
 	n.mu.Unlock()
+
+	n.transition(from, stateRunning)
 
 	n.logs.booted(n)
 

@@ -18,6 +18,9 @@ import (
 // adminRole is the certificate organisation Talos maps to the os:admin role.
 const adminRole = "os:admin"
 
+// impersonatorRole is the organisation of the certificate apid forwards with.
+const impersonatorRole = "os:impersonator"
+
 // pki is the cluster's Talos API PKI: one CA, one server certificate per node
 // (generated on demand) and one os:admin client certificate.
 type pki struct {
@@ -28,6 +31,10 @@ type pki struct {
 	clientCrtPEM []byte
 	clientKeyPEM []byte
 	clientCert   tls.Certificate
+
+	// apidCert is what one node's apid presents to another's: os:impersonator, so the
+	// receiving apid trusts the roles it forwards (as Talos's apid peer certificate does).
+	apidCert tls.Certificate
 
 	now func() time.Time
 }
@@ -77,6 +84,18 @@ func newPKI(clusterName string, now func() time.Time) (*pki, error) {
 	p.clientCert, err = tls.X509KeyPair(p.clientCrtPEM, p.clientKeyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("load client key pair: %w", err)
+	}
+
+	apidCrt, apidKey, err := p.issue(&x509.Certificate{
+		Subject:     pkix.Name{Organization: []string{impersonatorRole}, CommonName: "apid"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	if p.apidCert, err = tls.X509KeyPair(apidCrt, apidKey); err != nil {
+		return nil, fmt.Errorf("load apid key pair: %w", err)
 	}
 
 	return p, nil
@@ -155,7 +174,7 @@ func (p *pki) clientTLS() *tls.Config {
 
 	return &tls.Config{
 		RootCAs:      pool,
-		Certificates: []tls.Certificate{p.clientCert},
+		Certificates: []tls.Certificate{p.apidCert},
 		MinVersion:   tls.VersionTLS12,
 	}
 }

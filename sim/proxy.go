@@ -120,6 +120,8 @@ func (n *node) proxyHandler(_ any, ss grpc.ServerStream) error {
 	defer n.trackUnary(method, -1)
 
 	md, _ := metadata.FromIncomingContext(ss.Context())
+	// apid's authz injector: the caller's roles travel on in the metadata (access.go).
+	md = withRoles(md, peerRoles(ss.Context(), md))
 
 	if _, routed := md["proxyfrom"]; routed || md == nil {
 		return n.forwardOne(ss, method, n.localConn, md)

@@ -128,6 +128,11 @@ func (n *node) startEtcdJoin() {
 		t := time.NewTimer(0)
 		defer t.Stop()
 
+		// Talos gives up after etcdJoinTimeout on the sim's clock (etcdfaults.go).
+		started := n.c.now()
+
+		var errs joinErrors
+
 		for {
 			select {
 			case <-ctx.Done():
@@ -152,6 +157,15 @@ func (n *node) startEtcdJoin() {
 			}
 
 			n.c.log.Debug("etcd is waiting to join the cluster", "node", n.info.Name, "err", err)
+			errs.add(err)
+
+			if n.c.now().Sub(started) >= etcdJoinTimeout {
+				n.setEtcdService(svcFailed, joinFailure(errs))
+				n.c.log.Warn("etcd gave up joining the cluster", "node", n.info.Name, "after", etcdJoinTimeout)
+
+				return
+			}
+
 			t.Reset(etcdJoinRetry)
 		}
 

@@ -32,7 +32,7 @@ func (s *imageService) Pull(req *machineapi.ImageServicePullRequest, srv grpc.Se
 		return status.Error(codes.InvalidArgument, "image_ref is required")
 	}
 
-	img, err := s.n.pull(ns, req.ImageRef)
+	img, err := s.n.apiPull(srv.Context(), ns, req.ImageRef) // versions.go
 	if err != nil {
 		if status.Code(err) == codes.NotFound && !strings.HasPrefix(status.Convert(err).Message(), "error pulling image") {
 			return status.Errorf(codes.NotFound, "error pulling image: %s", status.Convert(err).Message())
@@ -103,22 +103,23 @@ func (s *lifecycleService) Upgrade(req *machineapi.LifecycleServiceUpgradeReques
 		return status.Errorf(codes.Internal, "upgrade failed: installer image %q is not a Talos installer", image)
 	}
 
-	for _, msg := range []string{
-		"running installer " + image,
-		"upgrading Talos to " + target,
-		"writing boot entry for " + target,
-	} {
+	// The installer's output streams back line by line, then its exit code; a non-zero exit
+	// is not the RPC's error (internal/app/lifecycle/container.go) and installs nothing.
+	run := runInstaller(s.n.talosVersion(), target, image) // installer.go
+	for _, msg := range run.lines {
 		if err := srv.Send(progress(msg)); err != nil {
 			return err
 		}
 	}
 
-	s.n.mu.Lock()
-	s.n.nextImage = image
-	s.n.mu.Unlock()
+	if run.exitCode == 0 {
+		s.n.mu.Lock()
+		s.n.nextImage = image
+		s.n.mu.Unlock()
+	}
 
 	return srv.Send(&machineapi.LifecycleServiceUpgradeResponse{Progress: &machineapi.LifecycleServiceInstallProgress{
-		Response: &machineapi.LifecycleServiceInstallProgress_ExitCode{ExitCode: 0},
+		Response: &machineapi.LifecycleServiceInstallProgress_ExitCode{ExitCode: run.exitCode},
 	}})
 }
 
@@ -127,7 +128,7 @@ func (s *lifecycleService) Upgrade(req *machineapi.LifecycleServiceUpgradeReques
 // ImageService.Pull but still served by v1.13, and what `talosctl upgrade-k8s` pre-pulls
 // with): the image lands in the CRI or system namespace; an image the registry does not have
 // is NotFound "error pulling image: …".
-func (s *machined) ImagePull(_ context.Context, req *machineapi.ImagePullRequest) (*machineapi.ImagePullResponse, error) {
+func (s *machined) ImagePull(ctx context.Context, req *machineapi.ImagePullRequest) (*machineapi.ImagePullResponse, error) {
 	var ns string
 
 	switch req.GetNamespace() {
@@ -139,7 +140,7 @@ func (s *machined) ImagePull(_ context.Context, req *machineapi.ImagePullRequest
 		return nil, status.Errorf(codes.InvalidArgument, "invalid namespace %s", req.GetNamespace())
 	}
 
-	if _, err := s.n.pull(ns, req.GetReference()); err != nil {
+	if _, err := s.n.apiPull(ctx, ns, req.GetReference()); err != nil { // versions.go
 		if status.Code(err) == codes.NotFound && !strings.HasPrefix(status.Convert(err).Message(), "error pulling image") {
 			return nil, status.Errorf(codes.NotFound, "error pulling image: %s", status.Convert(err).Message())
 		}

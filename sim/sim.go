@@ -90,8 +90,9 @@ type Options struct {
 	// sim's etcd as it does on a Talos control plane (snapshots hold /registry keys).
 	// Close stops it (KubeBackend.Stop) before it stops etcd. See KubeBackend.
 	KubeOnEtcd func(ctx context.Context, etcdServers []string) (KubeBackend, error)
-	// Kubeconfig is returned by the Kubeconfig RPC (wrapped in .tar.gz as Talos does).
-	// Empty: a placeholder kubeconfig pointing at cp-1:6443.
+	// Kubeconfig is the kube-apiserver's admin kubeconfig: the Kubeconfig RPC answers with its
+	// server, CA and client certificate in Talos's shape (kubeconfig.go; a token is dropped).
+	// Empty: a new admin certificate from the sim's Kubernetes CA for https://<cp-1>:6443.
 	Kubeconfig []byte
 	// HostLabel is the Node label carrying the Proxmox host. Default topology.kubernetes.io/zone.
 	HostLabel string
@@ -119,6 +120,11 @@ type Options struct {
 	// example to kill a client at the moment one step of its work reached the node; it must
 	// return once ctx (the call's) ends.
 	OnCall func(ctx context.Context, node, method string) error
+	// OnTransition, when set, is told of every change of a node's lifecycle state (down for
+	// a reboot, running again, reset), after it took effect (observe.go). The soak harness
+	// checks its invariants on them (never two nodes down, never a lost quorum). It runs on
+	// the node's sequence goroutine and must return quickly.
+	OnTransition func(Transition)
 	// Naming gives each node its Talos hostname, Kubernetes Node name and etcd member name.
 	// Nil (or empty fields) derive them as Talos does: hostname = the inventory name, Node name
 	// and etcd member name = the hostname. DistinctNames makes them all differ.
@@ -172,6 +178,8 @@ type Cluster struct {
 	log     *slog.Logger
 	now     func() time.Time
 	pki     *pki
+	kubeCA  *kubeCA // Talos's cluster.ca: kubeconfig.go
+	etcdCA  *kubeCA // cluster.etcd.ca
 	ids     *idGen
 	kinds   map[string]methodKind
 	etcd    *etcdsim.Cluster
@@ -242,6 +250,14 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 
 	if c.pki, err = newPKI(opts.Name, c.now); err != nil {
+		return nil, err
+	}
+
+	if c.kubeCA, err = newKubeCA(opts.Name+" sim Kubernetes CA", c.now()); err != nil { // kubeconfig.go
+		return nil, err
+	}
+
+	if c.etcdCA, err = newKubeCA(opts.Name+" sim etcd CA", c.now()); err != nil {
 		return nil, err
 	}
 

@@ -362,6 +362,7 @@ func kubeResourceTypes() []meta.ResourceWithRD {
 		&k8s.Manifest{},
 		&k8s.StaticPod{},
 		&k8s.KubeletSpec{},
+		&k8s.KubeletConfig{},
 	}
 }
 
@@ -370,8 +371,8 @@ func kubeResourceTypes() []meta.ResourceWithRD {
 // control-plane component (control_plane.go), the bootstrap manifests config
 // (control_plane.go) and the static pods rendered from them (control_plane_static_pod.go); on
 // every node the kubelet spec (kubelet_spec.go). Of the bootstrap manifests (manifest.go) the
-// sim renders only kube-proxy's, with Options.BootstrapManifests (kubeproxy.go); CoreDNS,
-// flannel and the RBAC objects are not rendered. See docs/SIMULATOR.md.
+// sim renders them with Options.BootstrapManifests (bootstrap_manifests.go, kube-proxy's in
+// kubeproxy.go). See docs/SIMULATOR.md.
 //
 // The extraArgs of the machine config (cluster.apiServer/controllerManager/scheduler and
 // machine.kubelet) go into the components' command lines and the kubelet's arguments, and
@@ -395,6 +396,13 @@ func (n *node) kubeResources(img images, cfg talosconfig.Provider) []desiredReso
 	}, extra.kubelet)
 	ks.TypedSpec().Config = kubeletConfiguration(extra.kubeletConfig)
 	add("k8s.KubeletSpecController", ks)
+
+	// KubeletConfig (kubelet_config.go, v1.13.9): talosctl v1.14.1's health reads it to tell
+	// whether the kubelet runs at all (pkg/cluster/check/default.go kubeletDisabled).
+	kc := k8s.NewKubeletConfig(k8s.NamespaceName, k8s.KubeletID)
+	*kc.TypedSpec() = k8s.KubeletConfigSpec{Image: img.Kubelet, ClusterDNS: []string{"10.96.0.10"}, ClusterDomain: "cluster.local",
+		ExtraArgs: argValues(extra.kubelet), ExtraConfig: extra.kubeletConfig}
+	add("k8s.KubeletConfigController", kc)
 
 	if n.info.Role != RoleControlPlane {
 		return out
@@ -425,18 +433,21 @@ func (n *node) kubeResources(img images, cfg talosconfig.Provider) []desiredReso
 		ExtraArgs: argValues(extra.byComponent[ComponentScheduler])}
 	add("k8s.ControlPlaneSchedulerController", sc)
 
+	coreDNSImage, flannelImage := addonImages(n.talosVersion()) // bootstrap_manifests.go
 	bm := k8s.NewBootstrapManifestsConfig()
 	*bm.TypedSpec() = k8s.BootstrapManifestsConfigSpec{
 		Server: endpoint, ClusterDomain: "cluster.local", PodCIDRs: []string{"10.244.0.0/16"},
 		ProxyEnabled: true, ProxyImage: img.Proxy,
-		CoreDNSEnabled: true, CoreDNSImage: "registry.k8s.io/coredns/coredns:v1.12.4", DNSServiceIP: "10.96.0.10",
-		FlannelEnabled: true, FlannelImage: "ghcr.io/siderolabs/flannel:v0.27.4", CNIName: "flannel",
+		CoreDNSEnabled: true, CoreDNSImage: coreDNSImage, DNSServiceIP: dnsServiceIP,
+		FlannelEnabled: true, FlannelImage: flannelImage, CNIName: "flannel",
 		TalosAPIServiceEnabled: true,
 	}
 	add("k8s.ControlPlaneBootstrapManifestsController", bm)
 
 	if n.c.bootstrapManifests() {
-		add("k8s.ManifestController", kubeProxyManifest(img.Proxy))
+		for _, m := range bootstrapManifestResources(n.talosVersion(), img.Proxy, endpoint) { // bootstrap_manifests.go
+			add("k8s.ManifestController", m)
+		}
 	}
 
 	for _, comp := range StaticPodComponents() {

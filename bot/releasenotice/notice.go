@@ -332,6 +332,11 @@ func (n *Notifier) notice(cl config.Cluster, v releases.Version, kind string, li
 	if !v.SameMinor(in.Talos) && v.Minor > in.Talos.Minor+1 {
 		fmt.Fprintf(&b, "\n• path: one adjacent minor at a time, latest patch of each (`/talos releases %s` shows the hops)", cl.Name)
 	}
+	// The breaking changes on the way (releases.BreakingChanges); the
+	// upgrade's target pre-flight checks the cluster for them.
+	for _, l := range releases.CrossedLines(in.Talos, v) {
+		fmt.Fprintf(&b, "\n• ⚠️ %s (`/talos releases %s` lists them; the upgrade's pre-flight checks the cluster)", l, cl.Name)
+	}
 	if err := list.Allowed(v); err != nil {
 		fmt.Fprintf(&b, "\n• not in releases.talos (releases.listed_only): add it once reviewed")
 	}

@@ -285,3 +285,30 @@ func TestNoticesOff(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestNoticeNamesTheBreakingChanges: the notice of v1.14.1 to a v1.13.9
+// cluster says which breaking changes lie between; a patch notice none.
+func TestNoticeNamesTheBreakingChanges(t *testing.T) {
+	r := newRig(t)
+	r.insp.set("staging", "v1.13.9", "1.36.3")
+	r.insp.set("production", "v1.14.0", "1.36.3")
+	if err := r.fac.SetVersions("v1.13.9", "v1.14.0", "v1.14.1"); err != nil {
+		t.Fatal(err)
+	}
+	got := r.day()
+	var staging, production string
+	for _, p := range got {
+		switch p.channel {
+		case "st":
+			staging += p.text
+		case "prd":
+			production += p.text
+		}
+	}
+	if !strings.Contains(staging, "Talos v1.14.1 is out") || !strings.Contains(staging, "⚠️ v1.14 breaking changes: installer only from Image Factory; etcd 3.6 required; etcd metrics on port 2383") {
+		t.Errorf("staging notice: %q", staging)
+	}
+	if strings.Contains(production, "breaking changes") {
+		t.Errorf("a patch notice names breaking changes: %q", production)
+	}
+}

@@ -286,6 +286,6 @@ func demoConfig(dataDir, listen string) *config.Config {
 		},
 		// The demo has no network: its releases are declared, and only a
 		// known release is an upgrade target (docs/RELEASES.md).
-		Releases: config.Releases{Talos: []string{"v1.11.6", "v1.12.6", "v1.13.9"}, Kubernetes: []string{"1.35.2", "1.36.3"}},
+		Releases: config.Releases{Talos: []string{"v1.11.6", "v1.12.6", "v1.13.9", "v1.14.0", "v1.14.1"}, Kubernetes: []string{"1.35.2", "1.36.3"}},
 	}
 }

@@ -108,8 +108,10 @@ func startSimCluster(ctx context.Context, o simOptions) (*simCluster, error) {
 	c := &simCluster{dir: o.dir}
 	so := sim.Options{Dir: o.dir, Name: o.name, ControlPlanes: o.controlPlanes, Workers: o.workers,
 		TalosVersion: o.talosVersion, KubernetesVersion: o.kubernetesVersion, RebootDelay: o.rebootDelay,
-		// With a kube-apiserver the sim plays the kubelet: static pods follow the config.
-		StaticPods: o.kube}
+		// With a kube-apiserver the sim plays the kubelet: static pods follow the config, and
+		// Talos's bootstrap manifests (CoreDNS, flannel, kube-proxy, RBAC) are applied as at
+		// bootstrap, so the cluster's Kubernetes is not empty.
+		StaticPods: o.kube, BootstrapManifests: o.kube}
 	if o.distinctNames {
 		so.Naming = sim.DistinctNames
 	}

@@ -29,12 +29,16 @@ type Resource struct {
 	// Prefix is its etcd key prefix under kube-apiserver's default
 	// --etcd-prefix, "/registry/deployments/".
 	Prefix string
-	// Required: the drill fails when the restored etcd holds none.
+	// Required: the drill fails when the restored etcd holds none while the live cluster
+	// has some, whatever the tolerance. When both are 0 the counts match and the drill
+	// passes: a cluster may run no Deployment at all (and then its snapshot has none).
 	Required bool
 }
 
 // Resources are the kinds a drill counts by default. Namespaces,
-// deployments and secrets must exist in any real cluster's snapshot.
+// deployments and secrets are Required: a snapshot without them while the
+// live cluster has them did not capture the cluster. A real kube-apiserver
+// always has namespaces, so an empty snapshot always fails on them.
 func Resources() []Resource {
 	return []Resource{
 		{Name: "namespaces", Prefix: "/registry/namespaces/", Required: true},
@@ -148,7 +152,8 @@ type Finding struct {
 
 // Compare checks the snapshot's counts against the live API's: each may
 // differ by at most tolerancePct percent of the live count (rounded up;
-// churn since the snapshot), and a Required resource must be present.
+// churn since the snapshot), and a Required resource the live cluster has
+// must be in the snapshot. Counts that match pass, whatever they are.
 func Compare(res []Resource, snap, live map[string]int64, tolerancePct float64) ([]Finding, error) {
 	var out []Finding
 	var problems []string
@@ -157,8 +162,8 @@ func Compare(res []Resource, snap, live map[string]int64, tolerancePct float64) 
 		f.Allowed = int64(math.Ceil(float64(f.Live) * tolerancePct / 100))
 		diff := f.Snapshot - f.Live
 		switch {
-		case r.Required && f.Snapshot == 0:
-			f.Problem = fmt.Sprintf("no %s in the restored etcd", r.Name)
+		case r.Required && f.Snapshot == 0 && f.Live > 0:
+			f.Problem = fmt.Sprintf("no %s in the restored etcd, %d live", r.Name, f.Live)
 		case diff < -f.Allowed:
 			f.Problem = fmt.Sprintf("%s: %d in the snapshot, %d live: %d missing (tolerance %d)", r.Name, f.Snapshot, f.Live, -diff, f.Allowed)
 		case diff > f.Allowed:

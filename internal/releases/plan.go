@@ -161,7 +161,7 @@ func PlanTalos(m Matrix, r TalosRequest) (*TalosPlan, error) {
 			if !ok {
 				return nil, &Refusal{Rule: "R10",
 					Reason: fmt.Sprintf("the path %s → %s goes through every minor, and no %s release is known", from.Tag(), to.Tag(), mv.MinorTag()),
-					Fix:    fmt.Sprintf("add the newest %s.x to releases.talos (or let the bot read Image Factory: releases.factory_url), then plan again", mv.MinorTag())}
+					Fix:    fmt.Sprintf("declare the newest %s release under releases.talos (or let the bot read Image Factory: releases.factory_url), then plan again", mv.MinorTag())}
 			}
 			stops = append(stops, lp)
 		}
@@ -282,7 +282,7 @@ func PlanKubernetes(m Matrix, r KubeRequest) (*KubePlan, error) {
 		if !ok {
 			return nil, &Refusal{Rule: "R20",
 				Reason: fmt.Sprintf("the path %s → %s goes one minor at a time, and no %s release is configured", from.Plain(), to.Plain(), mv.MinorPlain()),
-				Fix:    fmt.Sprintf("add the newest %s.x to releases.kubernetes, then plan again", mv.MinorPlain())}
+				Fix:    fmt.Sprintf("declare the newest %s release under releases.kubernetes, then plan again", mv.MinorPlain())}
 		}
 		stops = append(stops, lp)
 	}

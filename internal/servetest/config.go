@@ -24,7 +24,7 @@ type Config struct {
 	SnapshotDir bool
 	Clusters    []Cluster
 	// Releases is the releases block (YAML); "" is
-	// {talos: [v1.12.6, v1.13.9], kubernetes: [1.35.2, 1.36.3]}: only a known
+	// {talos: [v1.12.6, v1.13.9, v1.14.0, v1.14.1], kubernetes: [1.35.2, 1.36.3]}: only a known
 	// release is an upgrade target (docs/RELEASES.md).
 	Releases string
 	// Timeouts is the timeouts block (YAML); "" leaves the defaults.
@@ -100,7 +100,7 @@ func (c Config) yaml(t testing.TB) string {
 	}
 	releases := c.Releases
 	if releases == "" {
-		releases = "{talos: [v1.12.6, v1.13.9], kubernetes: [1.35.2, 1.36.3]}"
+		releases = "{talos: [v1.12.6, v1.13.9, v1.14.0, v1.14.1], kubernetes: [1.35.2, 1.36.3]}"
 	}
 	fmt.Fprintf(&b, "releases: %s\n", releases)
 	if c.Timeouts != "" {

@@ -113,6 +113,13 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 			"no kubeconfig for "+inv.Name+": the running Kubernetes versions cannot be read, so the version rules cannot be checked",
 			"configure the cluster's kubeconfig (Terraform output or file)")}, nil
 	}
+	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the Kubernetes upgrade", cluster.GateMethods, cluster.SnapshotMethods, cluster.K8sUpgradeMethods); err != nil {
+		plan, perr := sdk.RefusalPlan(err)
+		if plan != nil {
+			plan.Target = target
+		}
+		return plan, perr
+	}
 	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
 	if err != nil {
 		return nil, err
@@ -332,6 +339,12 @@ func (ru *run) hop(ctx context.Context, req *lifecyclev1.OperationRequest, now f
 		if err := ru.kubelet(ctx, n); err != nil {
 			return ru.stop(ctx, "kubelet on "+n.Name, err)
 		}
+	}
+	if ru.paused("the bootstrap manifests", &perr) {
+		return perr
+	}
+	if err := ru.syncManifests(ctx); err != nil { // manifests.go
+		return ru.stop(ctx, "the bootstrap manifest sync", err)
 	}
 
 	verdict = gate.Until(ctx, ru.c, inv, gopts, gate.AfterWait(req.GetSettings()))

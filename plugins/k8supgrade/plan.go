@@ -23,6 +23,7 @@ const (
 	stepPrePull   = "pre-pull"
 	stepKubeProxy = "kube-proxy"
 	stepKubelet   = "kubelet/" // + node
+	stepManifests = "bootstrap-manifests"
 	stepDriftNote = "drift-note"
 	gateBefore    = "gate-before/"
 	gateAfter     = "gate-after/"
@@ -34,8 +35,8 @@ func stepStaticPod(component, node string) string { return component + "/" + nod
 // into the plan warnings, the chat result and docs/K8S-UPGRADE.md.
 func differences() []string {
 	return []string{
-		"bootstrap manifests are not synced (CoreDNS, the CNI, RBAC and other manifests Talos rendered at bootstrap keep their old versions; run `talosctl upgrade-k8s` with the same version afterwards or update them through GitOps)",
-		"the kube-proxy DaemonSet's image is patched directly instead of through the manifest sync",
+		"bootstrap manifests are synced without an inventory, so objects Talos no longer renders are not pruned (talosctl deletes them); remove such objects by hand",
+		"the kube-proxy DaemonSet's image is patched directly before the kubelets, not only through the manifest sync after them",
 	}
 }
 
@@ -60,6 +61,9 @@ type assessment struct {
 	planGuard bool
 	// hop places the assessment in its path (hops.go): 1/1 for one minor.
 	hop hopSpec
+	// manifests is the bootstrap manifest sync's dry run as planned (manifests.go); nil when
+	// it could not be computed (a warning says why).
+	manifests []k8s.ManifestChange
 }
 
 // refuse is sdk.Refusal in protocol form, for the assessment's refusal.
@@ -135,6 +139,7 @@ func assess(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req 
 		a.refusal = re.Proto()
 		return a, nil
 	}
+	a.planManifests(ctx, c)
 	for _, d := range differences() {
 		a.warnings = append(a.warnings, "not done (unlike talosctl upgrade-k8s): "+d)
 	}
@@ -239,6 +244,7 @@ func (a *assessment) steps() []*lifecyclev1.Step {
 		out = append(out, &lifecyclev1.Step{Id: px + stepKubelet + n.Name, Title: tp + title, Node: n.Name,
 			FromVersion: from, ToVersion: a.target, Kind: "upgrade"})
 	}
+	out = append(out, &lifecyclev1.Step{Id: px + stepManifests, Title: tp + a.manifestsTitle(), Kind: "upgrade"})
 	for _, pr := range gate.Probes() {
 		out = append(out, &lifecyclev1.Step{Id: px + gateAfter + pr.Name, Title: tp + "gate after: " + pr.Title, Kind: "gate"})
 	}
@@ -314,6 +320,7 @@ func (a *assessment) dryRunLines() []string {
 		}
 		out = append(out, fmt.Sprintf("🔜 kubelet on %s %s → %s%s", n.Name, orUnknown(a.versions.Kubelets[n.Name]), a.target, a.kubeletImageNote(n.Name)))
 	}
+	out = append(out, a.manifestLines()...)
 	out = append(out, "✅ pre-flight checks: "+a.pre.detail(len(a.inv.Nodes), a.versions.Lowest().Version, a.target))
 	for _, t := range a.talos {
 		out = append(out, fmt.Sprintf("✅ Talos %s on %s supports Kubernetes %s (R20)", t.Talos, t.Node, a.target))

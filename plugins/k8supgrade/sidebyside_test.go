@@ -19,6 +19,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 	"go.yaml.in/yaml/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/talosbot/talosbot/internal/testenv"
 	"github.com/talosbot/talosbot/plugins/cluster"
@@ -40,6 +41,8 @@ type endState struct {
 	kubelets map[string]string
 	// kubeProxy is the kube-proxy DaemonSet's image.
 	kubeProxy string
+	// addons are the CoreDNS Deployment's and the flannel DaemonSet's images (the manifest sync's).
+	addons string
 	// order is the order Kubernetes saw the components change in.
 	order []string
 }
@@ -71,7 +74,55 @@ func startSideEnv(t *testing.T) *env {
 	patchNode(t, e, "worker-1", func(c *v1alpha1.Config) {
 		c.MachineConfig.MachineKubelet.KubeletImage = "ghcr.io/siderolabs/kubelet:" + from + "-fat"
 	})
+	ageAddons(t, e)
 	return e
+}
+
+// Add-on images of Talos v1.12.6 (what an older Talos bootstrapped) and v1.13.9 (what the
+// sim's Talos renders now: docs/SIMULATOR.md "Bootstrap manifests").
+const (
+	oldAddons = "registry.k8s.io/coredns/coredns:v1.13.2 ghcr.io/siderolabs/flannel:v0.27.4"
+	newAddons = "registry.k8s.io/coredns/coredns:v1.14.6 ghcr.io/siderolabs/flannel:0.28.8"
+)
+
+// ageAddons makes the cluster look bootstrapped by Talos v1.12 and upgraded since: the
+// CoreDNS Deployment and the flannel DaemonSet are set back to Talos v1.12.6's images, applied
+// by field manager "talos" as that Talos's ManifestApplyController did. The manifests the
+// node's Talos renders now have newer ones, which only a manifest sync applies.
+func ageAddons(t *testing.T, e *env) {
+	t.Helper()
+	ctx := ctxFor(t, time.Minute)
+	force := true
+	opts := metav1.PatchOptions{FieldManager: "talos", Force: &force}
+	old := strings.Fields(oldAddons)
+	dep := fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"coredns","namespace":"kube-system"},`+
+		`"spec":{"selector":{"matchLabels":{"k8s-app":"kube-dns"}},"template":{"metadata":{"labels":{"k8s-app":"kube-dns"}},"spec":{"containers":[{"name":"coredns","image":%q}]}}}}`, old[0])
+	if _, err := e.kube.Client.AppsV1().Deployments("kube-system").Patch(ctx, "coredns", types.ApplyPatchType, []byte(dep), opts); err != nil {
+		t.Fatal(err)
+	}
+	ds := fmt.Sprintf(`{"apiVersion":"apps/v1","kind":"DaemonSet","metadata":{"name":"kube-flannel","namespace":"kube-system"},`+
+		`"spec":{"selector":{"matchLabels":{"k8s-app":"flannel","tier":"node"}},"template":{"metadata":{"labels":{"k8s-app":"flannel","tier":"node"}},"spec":{"containers":[{"name":"kube-flannel","image":%q}]}}}}`, old[1])
+	if _, err := e.kube.Client.AppsV1().DaemonSets("kube-system").Patch(ctx, "kube-flannel", types.ApplyPatchType, []byte(ds), opts); err != nil {
+		t.Fatal(err)
+	}
+	if got := addonImages(t, e); got != oldAddons {
+		t.Fatalf("add-ons after ageing: %s", got)
+	}
+}
+
+// addonImages are the CoreDNS Deployment's and flannel DaemonSet's images, space-separated.
+func addonImages(t *testing.T, e *env) string {
+	t.Helper()
+	ctx := ctxFor(t, time.Minute)
+	d, err := e.kube.Client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, err := e.kube.Client.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-flannel", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Spec.Template.Spec.Containers[0].Image + " " + ds.Spec.Template.Spec.Containers[0].Image
 }
 
 // configs reads every node's machine config as a document tree.
@@ -173,6 +224,7 @@ func capture(t *testing.T, e *env, before map[string]map[string]any, order *orde
 		t.Fatal(err)
 	}
 	st.kubeProxy = ds.Spec.Template.Spec.Containers[0].Image
+	st.addons = addonImages(t, e)
 	want := len(talosctlOrder())
 	deadline := time.Now().Add(30 * time.Second) // the watch may lag the last Node update
 	for len(order.sequence()) < want && time.Now().Before(deadline) {
@@ -207,8 +259,8 @@ func talosctl(t *testing.T, bin string, e *env, args ...string) string {
 // identical one with the real `talosctl upgrade-k8s`, and compares what they leave behind:
 // the machine config changes of every node, the static pods' images, the kubelets (image,
 // variant and version), the kube-proxy DaemonSet, and the order Kubernetes saw it all change
-// in. talosctl also syncs the bootstrap manifests, which this plugin does not (see
-// docs/K8S-UPGRADE.md): of them only the kube-proxy DaemonSet is compared.
+// in, and the bootstrap manifest sync: the add-ons (CoreDNS, flannel) set back to an older
+// Talos's images come out at the images the nodes' Talos renders.
 func TestSideBySideWithTalosctl(t *testing.T) {
 	bin := os.Getenv(envTalosctl)
 	if bin == "" {
@@ -269,6 +321,10 @@ func TestSideBySideWithTalosctl(t *testing.T) {
 		}
 		if s.st.kubeProxy != "registry.k8s.io/kube-proxy:"+target {
 			t.Errorf("%s: kube-proxy DaemonSet at %s", s.who, s.st.kubeProxy)
+		}
+		// The manifest sync brought the add-ons to what the nodes' Talos renders.
+		if s.st.addons != newAddons {
+			t.Errorf("%s: add-ons at %s, want %s", s.who, s.st.addons, newAddons)
 		}
 	}
 

@@ -121,6 +121,9 @@ func followUp(inv cluster.Inventory, n cluster.Node) []string {
 
 // Plan checks the node and quorum; it changes nothing.
 func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the removal", cluster.GateMethods, cluster.RemoveMethods); err != nil {
+		return sdk.RefusalPlan(err)
+	}
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return nil, err

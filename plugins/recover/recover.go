@@ -259,6 +259,9 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	if req.GetCommand() == GuideCommand {
 		return p.planGuide(req)
 	}
+	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the etcd recovery", cluster.RecoverMethods); err != nil {
+		return sdk.RefusalPlan(err)
+	}
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return nil, err

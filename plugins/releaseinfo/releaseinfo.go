@@ -373,6 +373,15 @@ func Report(m releases.Matrix, clusterName string, o Observed, n releases.Notes)
 			out.Actions = append(out.Actions, &lifecyclev1.SuggestedAction{Label: "upgrade talos " + newest.Tag(), Command: fmt.Sprintf("/talos upgrade talos %s %s", newest.Tag(), clusterName)})
 		}
 	}
+	// The breaking changes between the running and the newest version
+	// (releases.BreakingChanges): what the upgrade's target pre-flight
+	// checks, and what only the release notes can say.
+	if cs := releases.Crossed(o.Talos, newest); newest.Compare(o.Talos) > 0 && len(cs) > 0 {
+		add("breaking changes between %s and %s (%d, docs/UPGRADES.md):", o.Talos.Tag(), newest.Tag(), len(cs))
+		for _, c := range cs {
+			add("• %s — %s%s", c.Line(), c.Action, checkNote(c.Check))
+		}
+	}
 	for _, sc := range o.Schematics {
 		short := sc.ID
 		if len(short) > 12 {
@@ -423,6 +432,17 @@ func Report(m releases.Matrix, clusterName string, o Observed, n releases.Notes)
 		}
 	}
 	return out
+}
+
+// checkNote says what the upgrade does about a breaking change.
+func checkNote(check string) string {
+	switch check {
+	case releases.CheckRefuse:
+		return " (the upgrade's pre-flight refuses a cluster it affects)"
+	case releases.CheckWarn:
+		return " (the upgrade's pre-flight warns when it finds it)"
+	}
+	return ""
 }
 
 func sortedKeys[V any](m map[string]V) []string {

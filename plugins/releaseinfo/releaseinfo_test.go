@@ -176,3 +176,27 @@ func TestStatusLinesSayWhatWasNotRead(t *testing.T) {
 		t.Errorf("status lines\n got %q\nwant %q", got, want)
 	}
 }
+
+// TestReportNamesTheBreakingChangesOnTheWay: /talos releases on a v1.13.9
+// cluster with v1.14.1 out lists v1.14's breaking changes with what to do
+// and which ones the upgrade's pre-flight checks; none within a minor.
+func TestReportNamesTheBreakingChangesOnTheWay(t *testing.T) {
+	n, _ := releases.ReadNotes(map[string]string{releases.NoteVersions: "v1.13.9,v1.14.0,v1.14.1", releases.NoteTargets: "v1.13.9,v1.14.0,v1.14.1", releases.NoteOrigin: "Image Factory", releases.NoteKubernetes: "1.36.3"})
+	o := releaseinfo.Observed{Talos: mustV("v1.13.9"), ByNode: map[string]string{"cp-1": "v1.13.9"}, Kubernetes: mustV("1.36.3")}
+	rep := releaseinfo.Report(compat.Machinery{}, "production", o, n)
+	all := strings.Join(rep.Lines, "\n")
+	for _, want := range []string{"newest: v1.14.1", "breaking changes between v1.13.9 and v1.14.1 (",
+		"• v1.14 etcd metrics on port 2383: etcd serves /metrics and /health on port 2383", "scrape etcd on 2383",
+		"• v1.14 installer only from Image Factory", "(the upgrade's pre-flight refuses a cluster it affects)"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("lines lack %q:\n%s", want, all)
+		}
+	}
+	if strings.Contains(all, "extraKernelArgs") {
+		t.Errorf("a v1.13 change listed for a v1.13.9 cluster:\n%s", all)
+	}
+	o = releaseinfo.Observed{Talos: mustV("v1.14.0"), ByNode: map[string]string{"cp-1": "v1.14.0"}, Kubernetes: mustV("1.36.3")}
+	if all := strings.Join(releaseinfo.Report(compat.Machinery{}, "production", o, n).Lines, "\n"); strings.Contains(all, "breaking changes") {
+		t.Errorf("a patch upgrade lists breaking changes:\n%s", all)
+	}
+}

@@ -119,6 +119,9 @@ func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Se
 
 // Plan reads the node and the quorum; it changes nothing.
 func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the rollback", cluster.GateMethods, cluster.RollbackMethods); err != nil {
+		return sdk.RefusalPlan(err)
+	}
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return nil, err

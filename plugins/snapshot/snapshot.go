@@ -71,6 +71,9 @@ func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*li
 	if err := cluster.CheckSnapshotDir(opts.Dir, "the snapshot"); err != nil {
 		return sdk.RefusalPlan(err)
 	}
+	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the snapshot", cluster.SnapshotMethods); err != nil {
+		return sdk.RefusalPlan(err)
+	}
 	plan := &lifecyclev1.OperationPlan{
 		Summary: fmt.Sprintf("etcd snapshot of %s into %s/%s, keep %s (read-only: no disruption)",
 			inv.Name, opts.Dir, inv.Name, opts.Retention),

@@ -54,6 +54,8 @@ type path struct {
 	// at is every node's version as read when the path was computed, then
 	// as each node finishes a hop: what the result reports on a failure.
 	at map[string]talos.Release
+	// preflight is what the target pre-flight checked (preflight.go).
+	preflight string
 }
 
 func (p *path) multi() bool { return len(p.hops) > 1 }
@@ -142,6 +144,13 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 			Reason: fmt.Sprintf("the cluster runs %s; %s is %d hops away, and --nodes would leave the other nodes minors behind", oldest.Tag(), target, len(stops)),
 			Fix:    "upgrade every node (leave out --nodes), or upgrade the selected nodes one hop at a time: /talos upgrade talos " + stops[0].Tag()}
 	}
+	// The target pre-flight of every hop, before any hop is decided: a
+	// breaking change of a target refuses here, with its fix (preflight.go).
+	pf, err := runPreflight(ctx, s, at, stops, only)
+	if err != nil {
+		return nil, err
+	}
+	p.preflight = pf.summary
 	for i, stop := range stops {
 		last := i == len(stops)-1
 		prefix := ""
@@ -176,6 +185,7 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 	if len(req.GetCredentials().GetKubeconfig()) == 0 {
 		p.warnings = append(p.warnings, "no kubeconfig: the gates cannot check Kubernetes and v1.13+ nodes are rebooted without a client-side drain")
 	}
+	p.warnings = append(p.warnings, pf.warnings...)
 	return p, nil
 }
 

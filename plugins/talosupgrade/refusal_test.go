@@ -44,6 +44,11 @@ func TestRefusesSkippingAMinor(t *testing.T) {
 	// request plans two hops (TestMultiHop*).
 	req.Settings.KnownTalosReleases = []string{"v1.12.6", "v1.14.1"}
 	refusedEverywhere(t, e, req, "R10", "skips a minor")
+	// No advice names a version the bot does not know: no "v1.13.x".
+	r := plan(t, req).GetRefusal()
+	if text := r.GetReason() + " " + r.GetFix(); strings.Contains(text, ".x") || !strings.Contains(r.GetFix(), "declare its newest release under releases.talos") {
+		t.Errorf("the refusal names a version the bot does not know, or no way to declare one: %v", r)
+	}
 }
 
 func TestRefusesDowngrade(t *testing.T) {
@@ -203,4 +208,19 @@ func plan(t *testing.T, req *lifecyclev1.OperationRequest) *lifecyclev1.Operatio
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestRefusesATalosconfigWithoutAdmin: with an os:operator talosconfig (it may reboot but not
+// upgrade, read the boot id or fetch a kubeconfig) the upgrade is refused at Plan and at Run,
+// naming the role, and no node is asked to upgrade; the sim would refuse those calls with
+// PermissionDenied part way through.
+func TestRefusesATalosconfigWithoutAdmin(t *testing.T) {
+	e := start(t, 1, 1, false, nil)
+	req := e.request(t, target)
+	tc, err := e.c.TalosconfigWithRole("os:operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Credentials.Talosconfig = tc
+	refusedEverywhere(t, e, req, "R23", "role os:operator")
 }

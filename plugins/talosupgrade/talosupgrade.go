@@ -190,6 +190,9 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	if err := cluster.CheckSnapshotDir(req.GetSettings().GetSnapshotDir(), "an upgrade"); err != nil {
 		return sdk.RefusalPlan(err)
 	}
+	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the Talos upgrade", cluster.GateMethods, cluster.SnapshotMethods, cluster.TalosUpgradeMethods); err != nil {
+		return sdk.RefusalPlan(err)
+	}
 	s, err := cluster.Open(ctx, inv, req.GetCredentials())
 	if err != nil {
 		return nil, err
@@ -214,6 +217,7 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	pa.warnings = append(pa.warnings, gate.PlanWarnings(ctx, s.Clients)...)
 	plan := pa.operationPlan(req)
 	plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "node identity", Ok: true, Rule: identity.Rule, Detail: strings.Join(pa.hops[0].ids.Lines(), "; ")})
+	plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "target pre-flight", Ok: true, Rule: "R10", Detail: pa.preflight})
 	return plan, nil
 }
 
@@ -284,6 +288,9 @@ type run struct {
 // Run executes the roll.
 func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
 	if err := cluster.CheckSnapshotDir(req.GetSettings().GetSnapshotDir(), "an upgrade"); err != nil {
+		return r.Result(sdk.RefusedResult(err, "refused"))
+	}
+	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the Talos upgrade", cluster.GateMethods, cluster.SnapshotMethods, cluster.TalosUpgradeMethods); err != nil {
 		return r.Result(sdk.RefusedResult(err, "refused"))
 	}
 	s, err := cluster.OpenRequest(ctx, req)
@@ -548,7 +555,8 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 		logf(unchecked)
 	}
 	o.p, err = talos.StartUpgrade(ctx, x.s, talos.NodeUpgrade{Node: n.node, KubeNode: o.kubeNode, From: n.from, To: x.roll.target, Image: n.image, Pulled: x.pulled[n.node.Name]},
-		talos.UpgradeOptions{Drain: k8s.DrainOptions{Timeout: min(x.nodeTO/2, k8s.DefaultDrainTimeout), Log: logf}, Log: logf})
+		talos.UpgradeOptions{Drain: k8s.DrainOptions{Timeout: min(x.nodeTO/2, k8s.DefaultDrainTimeout), Log: logf}, Log: logf,
+			Pull: talos.PullOptions{Stall: talos.PullStall(x.req.GetSettings())}})
 	if err != nil {
 		return failNode(err)
 	}

@@ -209,7 +209,7 @@ func MinorRefusal(v *Versions, target string) (rule, reason, fix string) {
 	if t.Minor > lo.parsed.Minor+1 {
 		return "R20", fmt.Sprintf("v%s skips a minor: the lowest running version is %s (%s); Kubernetes upgrades go one minor at a time",
 				t, lo.Version, lo.Where),
-			fmt.Sprintf("upgrade to the latest v%d.%d.x first, then to v%s", lo.parsed.Major, lo.parsed.Minor+1, t)
+			fmt.Sprintf("upgrade one minor at a time: first to the newest %d.%d release declared under releases.kubernetes, then to %s", lo.parsed.Major, lo.parsed.Minor+1, t)
 	}
 	return "", "", ""
 }

@@ -17,6 +17,8 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // DefaultNodeTimeout bounds one node's upgrade or rollback (reboot included)
@@ -95,6 +97,9 @@ type UpgradeOptions struct {
 	Drain k8s.DrainOptions
 	// Log hears progress lines.
 	Log func(msg string)
+	// Pull bounds a pull (or, on the legacy path, the Upgrade call Talos pulls in) that makes
+	// no progress; its Log defaults to Log.
+	Pull PullOptions
 }
 
 // Progress is how far StartUpgrade took a node: after a failure it says what
@@ -119,8 +124,8 @@ type Progress struct {
 // (ImageService.Pull into the system containerd), as talosctl upgrade does
 // before it installs. A roll pulls on every node before its first cordon,
 // so a registry failure stops it before any node is touched.
-func PullInstaller(ctx context.Context, s *cluster.Session, n cluster.Node, image string) error {
-	if err := pullImage(client.WithNode(ctx, n.Address), s, systemContainerd(), image); err != nil {
+func PullInstaller(ctx context.Context, s *cluster.Session, n cluster.Node, image string, o PullOptions) error {
+	if err := pullImage(client.WithNode(ctx, n.Address), s, systemContainerd(), image, o); err != nil {
 		return fmt.Errorf("pull %s on %s: %w", image, n.Name, err)
 	}
 	return nil
@@ -148,9 +153,11 @@ func StartUpgrade(ctx context.Context, s *cluster.Session, u NodeUpgrade, opts U
 	}
 	p := &Progress{}
 	nctx := client.WithNode(ctx, u.Node.Address)
+	if opts.Pull.Log == nil && opts.Log != nil {
+		opts.Pull.Log = func(msg string) { opts.Log(u.Node.Name + ": " + msg) }
+	}
 	if MechanicsFor(u.From) == MechanicsLegacy {
-		//nolint:staticcheck // the legacy API is the only one hosts before v1.13 serve
-		resp, err := s.Talos.MachineClient.Upgrade(nctx, &machineapi.UpgradeRequest{Image: u.Image})
+		resp, err := legacyUpgrade(nctx, s, u.Image, opts.Pull)
 		if err != nil {
 			return p, fmt.Errorf("upgrade %s (legacy Upgrade API): %w", u.Node.Name, err)
 		}
@@ -164,12 +171,23 @@ func StartUpgrade(ctx context.Context, s *cluster.Session, u NodeUpgrade, opts U
 
 	containerd := systemContainerd()
 	if !u.Pulled {
-		if err := pullImage(nctx, s, containerd, u.Image); err != nil {
+		if err := pullImage(nctx, s, containerd, u.Image, opts.Pull); err != nil {
 			return p, fmt.Errorf("pull %s on %s: %w", u.Image, u.Node.Name, err)
 		}
 		logf("%s: pulled %s", u.Node.Name, u.Image)
 	}
-	if err := lifecycleUpgrade(nctx, s, containerd, u.Image); err != nil {
+	err := lifecycleUpgrade(nctx, s, containerd, u.Image)
+	if installerGone(err) {
+		// Pulled at the start of the roll and gone since: Talos's image GC removes an
+		// installer nothing uses an hour after it first sees it (image_gc.go), and a roll
+		// reaches its later nodes that late. Pull it again and install once more.
+		logf("%s: the installer pulled earlier is gone from containerd (Talos's image GC removes an unused image after an hour); pulling %s again", u.Node.Name, u.Image)
+		if perr := pullImage(nctx, s, containerd, u.Image, opts.Pull); perr != nil {
+			return p, fmt.Errorf("pull %s again on %s (it was gone from containerd: %v): %w", u.Image, u.Node.Name, err, perr)
+		}
+		err = lifecycleUpgrade(nctx, s, containerd, u.Image)
+	}
+	if err != nil {
 		return p, fmt.Errorf("install %s on %s (LifecycleService.Upgrade): %w", u.Image, u.Node.Name, err)
 	}
 	p.Installed = true
@@ -199,18 +217,41 @@ func StartUpgrade(ctx context.Context, s *cluster.Session, u NodeUpgrade, opts U
 	return p, nil
 }
 
-func pullImage(ctx context.Context, s *cluster.Session, ci *common.ContainerdInstance, image string) error {
-	stream, err := s.Talos.ImageClient.Pull(ctx, &machineapi.ImageServicePullRequest{Containerd: ci, ImageRef: image})
-	if err != nil {
-		return err
+// legacyUpgrade is MachineService.Upgrade, in which Talos pulls and validates the installer
+// before it answers: a registry it cannot reach holds the call for up to 20 minutes. The wait is
+// reported as a pull's is, and bounded by the same no-progress limit.
+func legacyUpgrade(ctx context.Context, s *cluster.Session, image string, o PullOptions) (*machineapi.UpgradeResponse, error) {
+	if o.Stall <= 0 {
+		o.Stall = PullStall(nil)
 	}
+	ctx, cancel := context.WithTimeout(ctx, o.Stall)
+	defer cancel()
+	type answer struct {
+		resp *machineapi.UpgradeResponse
+		err  error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		//nolint:staticcheck // the legacy API is the only one hosts before v1.13 serve
+		resp, err := s.Talos.MachineClient.Upgrade(ctx, &machineapi.UpgradeRequest{Image: image})
+		done <- answer{resp, err}
+	}()
+	start := time.Now()
+	report := time.NewTicker(reportEvery(o.Stall))
+	defer report.Stop()
 	for {
-		_, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
+		select {
+		case a := <-done:
+			if a.err != nil && status.Code(a.err) == codes.DeadlineExceeded && ctx.Err() != nil && time.Since(start) >= o.Stall {
+				return nil, fmt.Errorf("%w for %s: Talos pulls and validates %s before it answers the legacy Upgrade call, and retries a registry it cannot reach for up to %s; check that the node reaches the registry, or raise timeouts.node",
+					ErrPullStalled, o.Stall, image, TalosPullTimeout)
+			}
+			return a.resp, a.err
+		case <-report.C:
+			if o.Log != nil {
+				o.Log(fmt.Sprintf("still waiting for Talos to pull and validate %s (%s so far; Talos retries a registry it cannot reach for up to %s); the bot gives up after %s",
+					image, time.Since(start).Round(time.Second), TalosPullTimeout, o.Stall))
+			}
 		}
 	}
 }

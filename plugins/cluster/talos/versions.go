@@ -76,10 +76,13 @@ func CheckUpgradePath(node string, from, to Release) *sdk.Refusal {
 			Reason: fmt.Sprintf("%s runs %s; %s would be a downgrade", node, from, to),
 			Fix:    fmt.Sprintf("an upgrade never goes back; to undo a failed upgrade of one node use `/talos rollback %s`", node)}
 	case releases.SkipsMinor(releases.Version(from), releases.Version(to)):
+		// The fix names a minor to declare, never a version the bot may not
+		// know ("v1.13.x" would be refused as a target).
 		next := fmt.Sprintf("v%d.%d", from.Major, from.Minor+1)
 		return &sdk.Refusal{Rule: "R10",
 			Reason: fmt.Sprintf("%s runs %s; %s skips a minor release (one adjacent minor at a time)", node, from, to),
-			Fix:    fmt.Sprintf("upgrade to the newest %s.x patch first, then to %s", next, to.MinorString())}
+			Fix: fmt.Sprintf("the path goes through %s: declare its newest release under releases.talos (or let the bot read Image Factory: releases.factory_url; `/talos releases` lists what is known), then `/talos upgrade talos %s` plans the hops",
+				next, to)}
 	}
 	target, err := compatibility.ParseTalosVersion(&machineapi.VersionInfo{Tag: to.String()})
 	if err == nil {
