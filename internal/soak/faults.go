@@ -6,6 +6,7 @@
 package soak
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -53,6 +54,16 @@ func Registry() []FaultKind {
 		}},
 		{Name: "staticPodNotReady", Role: sim.RoleControlPlane, Scenarios: []string{KindK8sUpgrade}, Draw: func(r *rand.Rand) sim.Fault {
 			return sim.Fault{StaticPodNotReady: sim.StaticPodComponents()[r.IntN(len(sim.StaticPodComponents()))]}
+		}},
+		// Landing (sim/landing.go, sim/machinestatus.go): a node that never reboots, lands
+		// another schematic or drops its extra kernel arguments, or stays not ready.
+		{Name: "noReboot", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{NoReboot: true} }},
+		{Name: "landSchematic", Draw: func(r *rand.Rand) sim.Fault {
+			return sim.Fault{LandSchematic: fmt.Sprintf("%016x%016x%016x%016x", r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64())}
+		}},
+		{Name: "kernelArgsNotApplied", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{KernelArgsNotApplied: true} }},
+		{Name: "unmetConditions", Draw: func(r *rand.Rand) sim.Fault {
+			return sim.Fault{UnmetConditions: []string{"time", "network", "services", "staticPods", "nodeReady"}[r.IntN(5)]}
 		}},
 	}
 }
