@@ -79,7 +79,7 @@ func startClusterWith(t *testing.T, env string, opts sim.Options, withKube bool)
 	if withKube {
 		startKube = testenv.KubeStarter(t)
 		opts.StaticPods = true
-		opts.BootstrapManifests = true // the kube-proxy DaemonSet
+		opts.BootstrapManifests = true // CoreDNS, flannel, kube-proxy and the rest, as Talos applies them
 		opts.KubeOnEtcd = func(ctx context.Context, servers []string) (sim.KubeBackend, error) {
 			k, err := startKube(ctx, servers)
 			if err != nil {

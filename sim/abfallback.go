@@ -54,7 +54,7 @@ func (n *node) failBoot(ctx context.Context) bool {
 	unreachable := n.fault.Unreachable
 	n.mu.Unlock()
 
-	n.transition(from, stateRunning) // observe.go: the failed boot is up, on the new version
+	n.transition(from, stateRunning) // observe.go: up on the new version, until the revert
 
 	n.logs.booted(n)
 

@@ -6,7 +6,7 @@
 package soak
 
 import (
-	"fmt"
+	"encoding/hex"
 	"math/rand/v2"
 	"time"
 
@@ -47,23 +47,27 @@ func Registry() []FaultKind {
 		{Name: "noEtcdLeader", Role: sim.RoleControlPlane, Draw: func(*rand.Rand) sim.Fault { return sim.Fault{NoEtcdLeader: true} }},
 		{Name: "etcdDataLost", Role: sim.RoleControlPlane, Draw: func(*rand.Rand) sim.Fault { return sim.Fault{EtcdDataLost: true} }},
 		{Name: "imagePullFailure", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{ImagePullFailure: true} }},
+		{Name: "registryUnreachable", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{RegistryUnreachable: true} }},
 		{Name: "bootFailure", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{BootFailure: true} }},
+		{Name: "noReboot", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{NoReboot: true} }},
+		{Name: "landSchematic", Draw: func(r *rand.Rand) sim.Fault {
+			// A schematic other than the declared one (a wrong image landed).
+			var b [32]byte
+			for i := range b {
+				b[i] = byte(r.IntN(256))
+			}
+			return sim.Fault{LandSchematic: hex.EncodeToString(b[:])}
+		}},
+		{Name: "kernelArgsNotApplied", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{KernelArgsNotApplied: true} }},
+		{Name: "unmetConditions", Draw: func(r *rand.Rand) sim.Fault {
+			return sim.Fault{UnmetConditions: []string{"time", "network", "services", "nodeReady"}[r.IntN(4)]}
+		}},
 		{Name: "neverReturn", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{NeverReturn: true} }},
 		{Name: "slowReboot", Draw: func(r *rand.Rand) sim.Fault {
 			return sim.Fault{SlowReboot: time.Duration(1+r.IntN(6)) * time.Second}
 		}},
 		{Name: "staticPodNotReady", Role: sim.RoleControlPlane, Scenarios: []string{KindK8sUpgrade}, Draw: func(r *rand.Rand) sim.Fault {
 			return sim.Fault{StaticPodNotReady: sim.StaticPodComponents()[r.IntN(len(sim.StaticPodComponents()))]}
-		}},
-		// Landing (sim/landing.go, sim/machinestatus.go): a node that never reboots, lands
-		// another schematic or drops its extra kernel arguments, or stays not ready.
-		{Name: "noReboot", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{NoReboot: true} }},
-		{Name: "landSchematic", Draw: func(r *rand.Rand) sim.Fault {
-			return sim.Fault{LandSchematic: fmt.Sprintf("%016x%016x%016x%016x", r.Uint64(), r.Uint64(), r.Uint64(), r.Uint64())}
-		}},
-		{Name: "kernelArgsNotApplied", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{KernelArgsNotApplied: true} }},
-		{Name: "unmetConditions", Draw: func(r *rand.Rand) sim.Fault {
-			return sim.Fault{UnmetConditions: []string{"time", "network", "services", "staticPods", "nodeReady"}[r.IntN(5)]}
 		}},
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"k8s.io/client-go/kubernetes"
 
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
@@ -17,6 +18,8 @@ type Session struct {
 	Talos *client.Client
 	Inv   Inventory
 
+	// talosKube is DrainKube's client from the Talos-served kubeconfig (kubeviatalos.go).
+	talosKube kubernetes.Interface
 	// talosconfig is kept (in memory, R23) for NodeClient (direct.go).
 	talosconfig []byte
 }

@@ -88,7 +88,8 @@ func (o *outcome) line() string {
 // Node is read back either way, so a cordon Talos's own sequence left (the
 // legacy path) is reported too.
 func (x *run) settleCordon(ctx context.Context, o *outcome) {
-	if x.s.Kube == nil || o.kubeNode == "" {
+	kube := x.s.DrainedWith()
+	if kube == nil || o.kubeNode == "" {
 		return
 	}
 	// The run's context may be what failed: the cleanup gets its own time.
@@ -99,11 +100,11 @@ func (x *run) settleCordon(ctx context.Context, o *outcome) {
 		if o.back {
 			wait = min(x.nodeTO, time.Minute)
 		}
-		if err := k8s.WaitReady(ctx, x.s.Kube, o.kubeNode, 0, wait); err == nil {
-			o.uncordoned = k8s.Uncordon(ctx, x.s.Kube, o.kubeNode) == nil
+		if err := k8s.WaitReady(ctx, kube, o.kubeNode, 0, wait); err == nil {
+			o.uncordoned = k8s.Uncordon(ctx, kube, o.kubeNode) == nil
 		}
 	}
-	cordoned, err := k8s.Cordoned(ctx, x.s.Kube, o.kubeNode)
+	cordoned, err := k8s.Cordoned(ctx, kube, o.kubeNode)
 	switch {
 	case err != nil:
 		o.uncordoned, o.cordonErr = false, err.Error()

@@ -543,6 +543,13 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	stepEv(lifecyclev1.StepStatus_STEP_STATUS_RUNNING, fmt.Sprintf("%s via %s", n.image, n.mechanics))
 	logf := func(msg string) { _ = x.r.Log("info", n.id("upgrade"), msg) }
 	o := &outcome{node: n.node.Name, kubeNode: x.roll.ids.KubeNode(n.node.Name), from: n.from.String(), to: to, p: &talos.Progress{}}
+	if o.kubeNode == "" && n.mechanics == talos.MechanicsLifecycle {
+		// Without a configured kubeconfig the Node is not looked up in Kubernetes: drain the
+		// name the kubelet registers, the node's k8s.Nodename, as talosctl's drain does.
+		if id, ok := x.roll.ids.Of(n.node.Name); ok {
+			o.kubeNode = id.Nodename
+		}
+	}
 	failNode := func(err error) error {
 		stepEv(lifecyclev1.StepStatus_STEP_STATUS_FAILED, err.Error())
 		x.settleCordon(ctx, o)
@@ -585,8 +592,8 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	}
 	if err == nil && o.p.Cordoned {
 		// Uncordon only once the Node is Ready again, as talosctl does.
-		if err = k8s.WaitReady(ctx, x.s.Kube, o.kubeNode, 0, x.nodeTO); err == nil {
-			if err = k8s.Uncordon(ctx, x.s.Kube, o.kubeNode); err == nil {
+		if err = k8s.WaitReady(ctx, x.s.DrainedWith(), o.kubeNode, 0, x.nodeTO); err == nil {
+			if err = k8s.Uncordon(ctx, x.s.DrainedWith(), o.kubeNode); err == nil {
 				o.uncordoned = true
 			}
 		}
