@@ -328,3 +328,49 @@ func waitPull(t *testing.T, done chan error, step func()) error {
 		}
 	}
 }
+
+// TestRegistryUnreachableV114SingleAttempt: from v1.14 the API's pulls make a single attempt
+// (commit 6e3d0c55c): with the registry unreachable, ImageService.Pull fails once the attempt's
+// dial times out (30 s on the sim's clock), with that attempt's error alone, not after 20
+// minutes of retries. The legacy Upgrade's installer pull still retries.
+func TestRegistryUnreachableV114SingleAttempt(t *testing.T) {
+	clock := newTestClock()
+	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.14.1", Now: clock.Now})
+	ctx := t.Context()
+	nctx := client.WithNode(ctx, nodeIP(t, c, "worker-1"))
+	ref := "ghcr.io/siderolabs/installer:v1.14.0"
+
+	if err := c.Inject(ctx, "worker-1", sim.Fault{RegistryUnreachable: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	start := clock.Now()
+	done := make(chan error, 1)
+
+	go func() { done <- pull(nctx, cli, ref) }()
+
+	err := waitPull(t, done, func() { clock.Add(5 * time.Second) })
+	if err == nil || !strings.Contains(err.Error(), `failed to pull image "`+ref+`": failed to resolve reference`) || strings.Contains(err.Error(), "error(s) occurred") {
+		t.Fatalf("single-attempt pull: %v", err)
+	}
+
+	if waited := clock.Now().Sub(start); waited < 30*time.Second || waited > 5*time.Minute {
+		t.Fatalf("the pull failed after %s on the sim's clock, want its 30 s dial timeout", waited)
+	}
+
+	// The legacy Upgrade (PullAndValidateInstallerImage) retries for 20 minutes: still waiting
+	// after the dial timeout, so the caller's deadline ends it.
+	short, cancel := context.WithTimeout(nctx, time.Second)
+	defer cancel()
+
+	errc := make(chan error, 1)
+
+	go func() {
+		_, err := cli.MachineClient.Upgrade(short, &machineapi.UpgradeRequest{Image: ref}) //nolint:staticcheck // the legacy call is the one under test
+		errc <- err
+	}()
+
+	if err := waitPull(t, errc, func() { clock.Add(10 * time.Second) }); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("legacy Upgrade with the registry unreachable: %v, want it still retrying when the caller gives up", err)
+	}
+}

@@ -19,13 +19,23 @@ const pullTimeout = 20 * time.Minute
 // fault (real time; the sim's clock may be a test's, moved by hand).
 const registryPoll = 10 * time.Millisecond
 
-// waitRegistry is image.Pull's retry loop against a registry the node cannot reach (the
-// RegistryUnreachable fault): every attempt fails to resolve the reference, nothing is
-// streamed back (there is no layer to report progress on), and after pullTimeout on the sim's
-// clock the pull fails with go-retry's error set (the last attempt's error and "timeout").
+// dialTimeout is the registry transport's dial timeout (hashicorp/go-cleanhttp's
+// DefaultTransport, 30 s, which image.newTransport builds on): how long one attempt against a
+// registry that does not answer takes.
+const dialTimeout = 30 * time.Second
+
+// waitRegistry is image.Pull against a registry the node cannot reach (the RegistryUnreachable
+// fault). Nothing is streamed back meanwhile (there is no layer to report progress on).
+//
+// With retries (every pull up to v1.13.9; from v1.14 the installer pulls,
+// PullWithRetriesAndTimeout): every attempt fails to resolve the reference, and after
+// pullTimeout on the sim's clock the pull fails with go-retry's error set (the last attempt's
+// error and "timeout"). Without (v1.14's API pulls, commit 6e3d0c55c: image.Pull is "a single
+// attempt"): the attempt fails once its dial times out, with that error alone.
+//
 // Cleared meanwhile, the next attempt reaches the registry and the pull goes on. The caller's
 // context ends it early, as a cancelled RPC does.
-func (n *node) waitRegistry(ctx context.Context, ref string) error {
+func (n *node) waitRegistry(ctx context.Context, ref string, retries bool) error {
 	if !n.currentFault().RegistryUnreachable {
 		return nil
 	}
@@ -43,7 +53,7 @@ func (n *node) waitRegistry(ctx context.Context, ref string) error {
 			return true, nil
 		}
 
-		if n.c.now().Sub(start) >= pullTimeout {
+		if waited := n.c.now().Sub(start); waited >= pullTimeout || (!retries && waited >= dialTimeout) {
 			timedOut = true
 
 			return true, nil
@@ -55,7 +65,10 @@ func (n *node) waitRegistry(ctx context.Context, ref string) error {
 		return status.FromContextError(ctx.Err()).Err()
 	}
 
-	if timedOut {
+	switch {
+	case timedOut && !retries:
+		return unreachableError(named)
+	case timedOut:
 		return fmt.Errorf("2 error(s) occurred:\n\t%s\n\ttimeout", unreachableError(named))
 	}
 
