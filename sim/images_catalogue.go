@@ -51,11 +51,14 @@ var kubernetesRepos = []string{
 	"registry.k8s.io/kube-proxy",
 }
 
+// ghcrInstaller is the installer Talos published with every release up to v1.13.
+const ghcrInstaller = "ghcr.io/siderolabs/installer"
+
 // installerRepo reports whether repo (a normalized repository name) is a Talos installer
 // repository: ghcr.io/siderolabs/installer, or an Image Factory installer
 // (factory.talos.dev/installer/<schematic>, factory.talos.dev/<platform>-installer/<schematic>).
 func installerRepo(repo string) bool {
-	if repo == "ghcr.io/siderolabs/installer" {
+	if repo == ghcrInstaller {
 		return true
 	}
 
@@ -77,6 +80,9 @@ func catalogueVersion(repo, tag string) (string, bool) {
 	}
 
 	switch {
+	case repo == ghcrInstaller && atLeast(v, 1, 14):
+		// v1.14 stopped publishing it: hack/release.toml notes.defaultInstaller at v1.14.0-rc.1.
+		return "", false
 	case installerRepo(repo):
 		return v, KnownTalosRelease(v)
 	case slices.Contains(kubernetesRepos, repo):

@@ -96,6 +96,8 @@ func TestRegistryServesOnlyCataloguedImages(t *testing.T) {
 		"nginx:v1.2.3":                                        `error pulling image: failed to pull image "docker.io/library/nginx:v1.2.3": docker.io/library/nginx:v1.2.3: not found`,
 		"ghcr.io/siderolabs/installer:v1.99.0":                `error pulling image: failed to pull image "ghcr.io/siderolabs/installer:v1.99.0": ghcr.io/siderolabs/installer:v1.99.0: not found`,
 		"factory.talos.dev/nocloud-installer/abc123:v1.13.99": `factory.talos.dev/nocloud-installer/abc123:v1.13.99: not found`,
+		// v1.14 is published only through the Image Factory.
+		"ghcr.io/siderolabs/installer:v1.14.1": `ghcr.io/siderolabs/installer:v1.14.1: not found`,
 	} {
 		err := pull(nctx, cli, ref)
 		if status.Code(err) != codes.NotFound || !strings.Contains(status.Convert(err).Message(), want) {
@@ -103,7 +105,7 @@ func TestRegistryServesOnlyCataloguedImages(t *testing.T) {
 		}
 	}
 
-	for _, ref := range []string{upgradeImage, "ghcr.io/siderolabs/installer:v1.14.1", "ghcr.io/siderolabs/installer:v1.12.6", "registry.k8s.io/kube-apiserver:v1.36.3"} {
+	for _, ref := range []string{upgradeImage, "factory.talos.dev/installer/abc123:v1.14.1", "ghcr.io/siderolabs/installer:v1.12.6", "registry.k8s.io/kube-apiserver:v1.36.3"} {
 		if err := pull(nctx, cli, ref); err != nil {
 			t.Fatalf("pull %s: %v", ref, err)
 		}
@@ -168,7 +170,7 @@ func TestInstallerPreflightRefusesDowngradeTooFar(t *testing.T) {
 	}
 
 	// An adjacent minor passes the same check.
-	next := "ghcr.io/siderolabs/installer:v1.14.1"
+	next := "factory.talos.dev/metal-installer/abc123:v1.14.1"
 	if err := pull(nctx, cli, next); err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +340,7 @@ func TestRegistryUnreachableV114SingleAttempt(t *testing.T) {
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.14.1", Now: clock.Now})
 	ctx := t.Context()
 	nctx := client.WithNode(ctx, nodeIP(t, c, "worker-1"))
-	ref := "ghcr.io/siderolabs/installer:v1.14.0"
+	ref := "factory.talos.dev/metal-installer/abc123:v1.14.0"
 
 	if err := c.Inject(ctx, "worker-1", sim.Fault{RegistryUnreachable: true}); err != nil {
 		t.Fatal(err)
