@@ -139,9 +139,7 @@ func (c *Cluster) PublishImage(ref, talosVersion string) (string, error) {
 
 // pull is containerd's pull into namespace ns through the registry, unless the node has an
 // ImagePullFailure fault; with RegistryUnreachable it retries as image.Pull does (registry.go).
-// installer: the legacy Upgrade's pull (PullAndValidateInstallerImage), which retries on every
-// version; the API's pulls (ImageService.Pull, ImagePull) make a single attempt from v1.14.
-func (n *node) pull(ctx context.Context, ns, ref string, installer bool) (image, error) {
+func (n *node) pull(ctx context.Context, ns, ref string) (image, error) {
 	img, err := n.c.images.resolve(ref)
 	if err != nil && status.Code(err) == codes.InvalidArgument {
 		return image{}, err
@@ -153,7 +151,7 @@ func (n *node) pull(ctx context.Context, ns, ref string, installer bool) (image,
 		return img, nil
 	}
 
-	if werr := n.waitRegistry(ctx, ref, installer || !atLeast(n.talosVersion(), 1, 14)); werr != nil { // registry.go
+	if werr := n.waitRegistry(ctx, ref); werr != nil { // registry.go
 		return image{}, werr
 	}
 

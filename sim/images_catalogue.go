@@ -1,31 +1,20 @@
 package sim
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/blang/semver/v4"
 )
 
-// talosReleases is the sim's registry's list of Talos installer tags: every release of the
-// release catalogue (releases_catalogue.go, v1.12.0–v1.14.1), the v1.9–v1.11 patch releases and
-// the v1.14 pre-releases (git tags of siderolabs/talos), so that an installer for a version that
-// was never released ("v1.99.0", "v1.13.99") is NotFound as factory.talos.dev and ghcr.io answer
-// it, while an old release (a downgrade the installer's pre-flight refuses) exists. The older
-// tags have no entry in the release catalogue: the sim never runs them, it only serves their
-// installers.
+// talosReleases are the Talos versions whose installer images the sim's registry serves: every
+// release of the sim's release catalogue (Releases, releases_catalogue.go: every v1.9–v1.14
+// release, from Talos's own tags) and the v1.14 pre-releases, which the registries serve too, so
+// an installer for a version that was never released ("v1.99.0", "v1.13.99") is NotFound as
+// factory.talos.dev and ghcr.io answer it. A function, not a variable: the sim keeps no
+// package-level mutable state.
 func talosReleases() []string {
 	out := []string{}
-
-	for _, minor := range []struct {
-		minor   int
-		patches int // highest patch released
-	}{{9, 6}, {10, 9}, {11, 6}} {
-		for p := 0; p <= minor.patches; p++ {
-			out = append(out, fmt.Sprintf("v1.%d.%d", minor.minor, p))
-		}
-	}
 
 	for _, r := range Releases() {
 		out = append(out, r.Version)
@@ -51,7 +40,7 @@ var kubernetesRepos = []string{
 	"registry.k8s.io/kube-proxy",
 }
 
-// ghcrInstaller is the installer Talos published with every release up to v1.13.
+// ghcrInstaller is the installer repository Sidero Labs published up to v1.13.
 const ghcrInstaller = "ghcr.io/siderolabs/installer"
 
 // installerRepo reports whether repo (a normalized repository name) is a Talos installer
@@ -80,9 +69,11 @@ func catalogueVersion(repo, tag string) (string, bool) {
 	}
 
 	switch {
-	case repo == ghcrInstaller && atLeast(v, 1, 14):
-		// v1.14 stopped publishing it: hack/release.toml notes.defaultInstaller at v1.14.0-rc.1.
-		return "", false
+	case repo == ghcrInstaller:
+		// From v1.14 only Image Factory installers are published (Release.GHCRInstaller).
+		r, ok := LookupRelease(v)
+
+		return v, ok && r.GHCRInstaller
 	case installerRepo(repo):
 		return v, KnownTalosRelease(v)
 	case slices.Contains(kubernetesRepos, repo):

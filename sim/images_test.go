@@ -92,12 +92,12 @@ func TestRegistryServesOnlyCataloguedImages(t *testing.T) {
 	nctx := client.WithNode(t.Context(), nodeIP(t, c, "worker-1"))
 
 	for ref, want := range map[string]string{
-		"docker.io/library/nginx:v1.2.3":                      `error pulling image: failed to pull image "docker.io/library/nginx:v1.2.3": docker.io/library/nginx:v1.2.3: not found`,
-		"nginx:v1.2.3":                                        `error pulling image: failed to pull image "docker.io/library/nginx:v1.2.3": docker.io/library/nginx:v1.2.3: not found`,
-		"ghcr.io/siderolabs/installer:v1.99.0":                `error pulling image: failed to pull image "ghcr.io/siderolabs/installer:v1.99.0": ghcr.io/siderolabs/installer:v1.99.0: not found`,
+		"docker.io/library/nginx:v1.2.3":       `error pulling image: failed to pull image "docker.io/library/nginx:v1.2.3": docker.io/library/nginx:v1.2.3: not found`,
+		"nginx:v1.2.3":                         `error pulling image: failed to pull image "docker.io/library/nginx:v1.2.3": docker.io/library/nginx:v1.2.3: not found`,
+		"ghcr.io/siderolabs/installer:v1.99.0": `error pulling image: failed to pull image "ghcr.io/siderolabs/installer:v1.99.0": ghcr.io/siderolabs/installer:v1.99.0: not found`,
+		// v1.14 publishes only Image Factory installers (hack/release.toml notes.defaultInstaller).
+		"ghcr.io/siderolabs/installer:v1.14.1":                `error pulling image: failed to pull image "ghcr.io/siderolabs/installer:v1.14.1": ghcr.io/siderolabs/installer:v1.14.1: not found`,
 		"factory.talos.dev/nocloud-installer/abc123:v1.13.99": `factory.talos.dev/nocloud-installer/abc123:v1.13.99: not found`,
-		// v1.14 is published only through the Image Factory.
-		"ghcr.io/siderolabs/installer:v1.14.1": `ghcr.io/siderolabs/installer:v1.14.1: not found`,
 	} {
 		err := pull(nctx, cli, ref)
 		if status.Code(err) != codes.NotFound || !strings.Contains(status.Convert(err).Message(), want) {
@@ -105,7 +105,7 @@ func TestRegistryServesOnlyCataloguedImages(t *testing.T) {
 		}
 	}
 
-	for _, ref := range []string{upgradeImage, "factory.talos.dev/installer/abc123:v1.14.1", "ghcr.io/siderolabs/installer:v1.12.6", "registry.k8s.io/kube-apiserver:v1.36.3"} {
+	for _, ref := range []string{upgradeImage, installerFor("v1.14.1"), "ghcr.io/siderolabs/installer:v1.13.9", "ghcr.io/siderolabs/installer:v1.12.6", "registry.k8s.io/kube-apiserver:v1.36.3"} {
 		if err := pull(nctx, cli, ref); err != nil {
 			t.Fatalf("pull %s: %v", ref, err)
 		}
@@ -170,7 +170,7 @@ func TestInstallerPreflightRefusesDowngradeTooFar(t *testing.T) {
 	}
 
 	// An adjacent minor passes the same check.
-	next := "factory.talos.dev/metal-installer/abc123:v1.14.1"
+	next := installerFor("v1.14.1") // v1.14 installers come from Image Factory only
 	if err := pull(nctx, cli, next); err != nil {
 		t.Fatal(err)
 	}
@@ -328,51 +328,5 @@ func waitPull(t *testing.T, done chan error, step func()) error {
 		case <-tick.C:
 			step()
 		}
-	}
-}
-
-// TestRegistryUnreachableV114SingleAttempt: from v1.14 the API's pulls make a single attempt
-// (commit 6e3d0c55c): with the registry unreachable, ImageService.Pull fails once the attempt's
-// dial times out (30 s on the sim's clock), with that attempt's error alone, not after 20
-// minutes of retries. The legacy Upgrade's installer pull still retries.
-func TestRegistryUnreachableV114SingleAttempt(t *testing.T) {
-	clock := newTestClock()
-	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.14.1", Now: clock.Now})
-	ctx := t.Context()
-	nctx := client.WithNode(ctx, nodeIP(t, c, "worker-1"))
-	ref := "factory.talos.dev/metal-installer/abc123:v1.14.0"
-
-	if err := c.Inject(ctx, "worker-1", sim.Fault{RegistryUnreachable: true}); err != nil {
-		t.Fatal(err)
-	}
-
-	start := clock.Now()
-	done := make(chan error, 1)
-
-	go func() { done <- pull(nctx, cli, ref) }()
-
-	err := waitPull(t, done, func() { clock.Add(5 * time.Second) })
-	if err == nil || !strings.Contains(err.Error(), `failed to pull image "`+ref+`": failed to resolve reference`) || strings.Contains(err.Error(), "error(s) occurred") {
-		t.Fatalf("single-attempt pull: %v", err)
-	}
-
-	if waited := clock.Now().Sub(start); waited < 30*time.Second || waited > 5*time.Minute {
-		t.Fatalf("the pull failed after %s on the sim's clock, want its 30 s dial timeout", waited)
-	}
-
-	// The legacy Upgrade (PullAndValidateInstallerImage) retries for 20 minutes: still waiting
-	// after the dial timeout, so the caller's deadline ends it.
-	short, cancel := context.WithTimeout(nctx, time.Second)
-	defer cancel()
-
-	errc := make(chan error, 1)
-
-	go func() {
-		_, err := cli.MachineClient.Upgrade(short, &machineapi.UpgradeRequest{Image: ref}) //nolint:staticcheck // the legacy call is the one under test
-		errc <- err
-	}()
-
-	if err := waitPull(t, errc, func() { clock.Add(10 * time.Second) }); status.Code(err) != codes.DeadlineExceeded {
-		t.Fatalf("legacy Upgrade with the registry unreachable: %v, want it still retrying when the caller gives up", err)
 	}
 }

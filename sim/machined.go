@@ -410,7 +410,7 @@ const quorumCheckTimeout = 15 * time.Second
 func (s *machined) Upgrade(ctx context.Context, req *machineapi.UpgradeRequest) (*machineapi.UpgradeResponse, error) {
 	actor := newUUID()
 
-	if _, err := s.n.pull(ctx, nsSystem, req.Image, true); err != nil {
+	if _, err := s.n.pull(ctx, nsSystem, req.Image); err != nil {
 		return nil, fmt.Errorf("error validating installer image %q: %w", req.Image, err)
 	}
 

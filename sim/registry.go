@@ -19,23 +19,13 @@ const pullTimeout = 20 * time.Minute
 // fault (real time; the sim's clock may be a test's, moved by hand).
 const registryPoll = 10 * time.Millisecond
 
-// dialTimeout is the registry transport's dial timeout (hashicorp/go-cleanhttp's
-// DefaultTransport, 30 s, which image.newTransport builds on): how long one attempt against a
-// registry that does not answer takes.
-const dialTimeout = 30 * time.Second
-
-// waitRegistry is image.Pull against a registry the node cannot reach (the RegistryUnreachable
-// fault). Nothing is streamed back meanwhile (there is no layer to report progress on).
-//
-// With retries (every pull up to v1.13.9; from v1.14 the installer pulls,
-// PullWithRetriesAndTimeout): every attempt fails to resolve the reference, and after
-// pullTimeout on the sim's clock the pull fails with go-retry's error set (the last attempt's
-// error and "timeout"). Without (v1.14's API pulls, commit 6e3d0c55c: image.Pull is "a single
-// attempt"): the attempt fails once its dial times out, with that error alone.
-//
+// waitRegistry is image.Pull's retry loop against a registry the node cannot reach (the
+// RegistryUnreachable fault): every attempt fails to resolve the reference, nothing is
+// streamed back (there is no layer to report progress on), and after pullTimeout on the sim's
+// clock the pull fails with go-retry's error set (the last attempt's error and "timeout").
 // Cleared meanwhile, the next attempt reaches the registry and the pull goes on. The caller's
 // context ends it early, as a cancelled RPC does.
-func (n *node) waitRegistry(ctx context.Context, ref string, retries bool) error {
+func (n *node) waitRegistry(ctx context.Context, ref string) error {
 	if !n.currentFault().RegistryUnreachable {
 		return nil
 	}
@@ -53,7 +43,7 @@ func (n *node) waitRegistry(ctx context.Context, ref string, retries bool) error
 			return true, nil
 		}
 
-		if waited := n.c.now().Sub(start); waited >= pullTimeout || (!retries && waited >= dialTimeout) {
+		if n.c.now().Sub(start) >= pullTimeout {
 			timedOut = true
 
 			return true, nil
@@ -65,10 +55,7 @@ func (n *node) waitRegistry(ctx context.Context, ref string, retries bool) error
 		return status.FromContextError(ctx.Err()).Err()
 	}
 
-	switch {
-	case timedOut && !retries:
-		return unreachableError(named)
-	case timedOut:
+	if timedOut {
 		return fmt.Errorf("2 error(s) occurred:\n\t%s\n\ttimeout", unreachableError(named))
 	}
 

@@ -332,7 +332,7 @@ func (c *hopChecks) extraKernelArgs() {
 		if talos.MechanicsFor(talos.Release(c.h.from[nf.node.Name])) != talos.MechanicsLifecycle || len(nf.extraKernelArgs) == 0 {
 			continue
 		}
-		what := fmt.Sprintf("%s (%s)", nf.node.Name, strings.Join(nf.extraKernelArgs, " "))
+		what := fmt.Sprintf("%s (%s)", nf.node.Name, strings.Join(argNames(nf.extraKernelArgs), " "))
 		if nf.grubUKI {
 			inert = append(inert, what)
 			continue
@@ -345,6 +345,18 @@ func (c *hopChecks) extraKernelArgs() {
 	if len(inert) > 0 {
 		c.warn("machine.install.extraKernelArgs on %s have no effect (grubUseUKICmdline: true takes the UKI's command line); put them in the schematic if a node needs them", strings.Join(inert, ", "))
 	}
+}
+
+// argNames are the names of kernel arguments, never their values: a value
+// may be a secret (siderolink.api=…?jointoken=…, talos.config=… with a
+// token), and the refusal goes to chat and the audit trail.
+func argNames(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		name, _, _ := strings.Cut(a, "=")
+		out[i] = name
+	}
+	return out
 }
 
 // factoryInstaller: from v1.14 only Image Factory installers are published

@@ -169,6 +169,18 @@ func StartUpgrade(ctx context.Context, s *cluster.Session, u NodeUpgrade, opts U
 		return p, nil
 	}
 
+	// Never reboot a v1.13+ node undrained: without a configured kubeconfig, drain with the
+	// one Talos serves, as talosctl does; without either, stop before anything is installed.
+	if u.KubeNode == "" {
+		return p, fmt.Errorf("%s was not touched: its Kubernetes Node name is unknown (k8s.Nodename unreadable), so it cannot be drained before its reboot", u.Node.Name)
+	}
+	kube, err := s.DrainKube(ctx)
+	if err != nil {
+		return p, fmt.Errorf("%s cannot be drained, so it was not touched (a v1.13+ node is drained by the client before its reboot): %w", u.Node.Name, err)
+	}
+	if s.Kube == nil {
+		logf("%s: no kubeconfig configured: draining with the kubeconfig the Talos API serves (held in memory only)", u.Node.Name)
+	}
 	containerd := systemContainerd()
 	if !u.Pulled {
 		if err := pullImage(nctx, s, containerd, u.Image, opts.Pull); err != nil {
@@ -176,7 +188,7 @@ func StartUpgrade(ctx context.Context, s *cluster.Session, u NodeUpgrade, opts U
 		}
 		logf("%s: pulled %s", u.Node.Name, u.Image)
 	}
-	err := lifecycleUpgrade(nctx, s, containerd, u.Image)
+	err = lifecycleUpgrade(nctx, s, containerd, u.Image)
 	if installerGone(err) {
 		// Pulled at the start of the roll and gone since: Talos's image GC removes an
 		// installer nothing uses an hour after it first sees it (image_gc.go), and a roll
@@ -192,20 +204,16 @@ func StartUpgrade(ctx context.Context, s *cluster.Session, u NodeUpgrade, opts U
 	}
 	p.Installed = true
 	logf("%s: %s installed as the default boot entry; it becomes active at the next reboot", u.Node.Name, u.To)
-	if s.Kube != nil && u.KubeNode != "" {
-		if err := k8s.Cordon(ctx, s.Kube, u.KubeNode); err != nil {
-			return p, err
-		}
-		p.Cordoned = true
-		logf("%s: Kubernetes node %s cordoned", u.Node.Name, u.KubeNode)
-		if err := k8s.Drain(ctx, s.Kube, u.KubeNode, opts.Drain); err != nil {
-			return p, err
-		}
-		p.Drained = true
-		logf("%s: Kubernetes node %s drained", u.Node.Name, u.KubeNode)
-	} else {
-		logf("%s: no kubeconfig, so no client-side drain", u.Node.Name)
+	if err := k8s.Cordon(ctx, kube, u.KubeNode); err != nil {
+		return p, err
 	}
+	p.Cordoned = true
+	logf("%s: Kubernetes node %s cordoned", u.Node.Name, u.KubeNode)
+	if err := k8s.Drain(ctx, kube, u.KubeNode, opts.Drain); err != nil {
+		return p, err
+	}
+	p.Drained = true
+	logf("%s: Kubernetes node %s drained", u.Node.Name, u.KubeNode)
 	resp, err := s.Talos.MachineClient.Reboot(nctx, &machineapi.RebootRequest{})
 	if err != nil {
 		return p, fmt.Errorf("reboot %s into %s: %w", u.Node.Name, u.To, err)
