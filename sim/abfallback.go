@@ -49,9 +49,12 @@ func (n *node) failBoot(ctx context.Context) bool {
 	n.version = fb.to
 	old := n.currentLandingLocked()
 	n.installLandingLocked(fb.image, fb.to)
+	from := n.state
 	n.state = stateRunning
 	unreachable := n.fault.Unreachable
 	n.mu.Unlock()
+
+	n.transition(from, stateRunning) // observe.go: up on the new version, until the revert
 
 	n.logs.booted(n)
 

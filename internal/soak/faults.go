@@ -6,6 +6,7 @@
 package soak
 
 import (
+	"encoding/hex"
 	"math/rand/v2"
 	"time"
 
@@ -46,7 +47,21 @@ func Registry() []FaultKind {
 		{Name: "noEtcdLeader", Role: sim.RoleControlPlane, Draw: func(*rand.Rand) sim.Fault { return sim.Fault{NoEtcdLeader: true} }},
 		{Name: "etcdDataLost", Role: sim.RoleControlPlane, Draw: func(*rand.Rand) sim.Fault { return sim.Fault{EtcdDataLost: true} }},
 		{Name: "imagePullFailure", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{ImagePullFailure: true} }},
+		{Name: "registryUnreachable", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{RegistryUnreachable: true} }},
 		{Name: "bootFailure", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{BootFailure: true} }},
+		{Name: "noReboot", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{NoReboot: true} }},
+		{Name: "landSchematic", Draw: func(r *rand.Rand) sim.Fault {
+			// A schematic other than the declared one (a wrong image landed).
+			var b [32]byte
+			for i := range b {
+				b[i] = byte(r.IntN(256))
+			}
+			return sim.Fault{LandSchematic: hex.EncodeToString(b[:])}
+		}},
+		{Name: "kernelArgsNotApplied", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{KernelArgsNotApplied: true} }},
+		{Name: "unmetConditions", Draw: func(r *rand.Rand) sim.Fault {
+			return sim.Fault{UnmetConditions: []string{"time", "network", "services", "nodeReady"}[r.IntN(4)]}
+		}},
 		{Name: "neverReturn", Draw: func(*rand.Rand) sim.Fault { return sim.Fault{NeverReturn: true} }},
 		{Name: "slowReboot", Draw: func(r *rand.Rand) sim.Fault {
 			return sim.Fault{SlowReboot: time.Duration(1+r.IntN(6)) * time.Second}

@@ -42,12 +42,18 @@ type Result struct {
 	// message's text then (for the log of a failing seed).
 	Ops     []string
 	Endings []string
-	Wall    time.Duration
+	// Notes are what the log should show that is no break (an operation
+	// that needed the faults cleared to end).
+	Notes []string
+	Wall  time.Duration
 }
 
 // Timing of a scenario's operations.
 const (
-	opDeadline = 5 * time.Minute
+	opDeadline = 4 * time.Minute
+	// opQuiet is how long an operation gets to end once the faults are
+	// cleared at opDeadline (resumed if interrupted).
+	opQuiet = 3 * time.Minute
 	// upgradeAnswer bounds how long a SIGKILL waits for an Upgrade request to
 	// be answered (UpgradeInFlight).
 	upgradeAnswer = 20 * time.Second
@@ -66,6 +72,9 @@ type op struct {
 	talos bool
 	// target is where a node is when the operation succeeded ("" for no check).
 	target string
+	// again: an operation that did not succeed is run once more after the
+	// faults are cleared, as an operator would (a rollback needs the roll).
+	again bool
 }
 
 func (s Scenario) cluster() (name, env string) {
@@ -83,13 +92,14 @@ func (s Scenario) ops() []op {
 		roll.text += " --skip-staging"
 		return []op{roll}
 	case KindMultiHop:
-		roll.hops = 2
+		roll.text, roll.hops, roll.target = "/talos upgrade talos "+talosHopTarget+" "+name, 2, talosHopTarget
 		return []op{roll}
 	case KindK8sUpgrade:
 		return []op{{text: "/talos upgrade k8s " + k8sTarget + " " + name, hops: 0, target: "v" + k8sTarget}}
 	case KindNodeRemove:
 		return []op{{text: "/talos node remove " + s.Target + " " + name}}
 	case KindRollback:
+		roll.again = true
 		return []op{roll, {text: "/talos rollback " + s.Target + " " + name, hops: 0, talos: true}}
 	}
 	return []op{roll}
@@ -118,8 +128,6 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 		OnCall: obs.OnCall, OnTransition: obs.OnTransition}
 	opts.Name, _ = s.cluster()
 	switch s.Kind {
-	case KindMultiHop:
-		opts.TalosVersion, opts.KubernetesVersion = talosHopFrom, k8sHopFrom
 	case KindK8sUpgrade:
 		opts.TalosVersion = talosTarget
 	}
@@ -133,7 +141,7 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	b := servetest.Config{Dir: dir, SnapshotDir: true, Users: users,
 		Clusters: []servetest.Cluster{{Name: name, Environment: environment, Sim: c, Kubeconfig: kube.Kubeconfig,
 			Declared: "talos_version: " + opts.TalosVersion}},
-		Releases: "{talos: [v1.11.6, v1.12.6, v1.13.9], kubernetes: [1.34.5, 1.35.2, 1.36.3]}",
+		Releases: releases,
 		Timeouts: "{gate: 15s, node: 45s}"}.Bot(t, env.Bin)
 	b.Start()
 	defer func() {
@@ -147,9 +155,15 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	defer sch.stop()
 
 	for _, o := range s.ops() {
-		res.Ops = append(res.Ops, runOp(t, ctx, kube, c, b, obs, sch, s, o, &res))
-		sch.clear(ctx)
-		settle(ctx, c, s)
+		for try := 0; ; try++ {
+			end := runOp(t, ctx, kube, c, b, obs, sch, s, o, &res)
+			res.Ops = append(res.Ops, o.text+": "+end)
+			sch.clear(ctx)
+			settle(ctx, c, s)
+			if end == "succeeded" || !o.again || try > 0 {
+				break
+			}
+		}
 	}
 	sch.stop()
 	sch.clear(ctx)
@@ -165,7 +179,7 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 
 // runOp submits one operation and drives it to its end through approvals,
 // the schedule's SIGKILLs and resumes; it checks the invariants of its end
-// and returns "command: state".
+// and returns the state it ended in ("hung" when it did not end).
 func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster, b *servetest.Bot, obs *Observer, sch *scheduler, s Scenario, o op, res *Result) string {
 	t.Helper()
 	before := map[string]int{}
@@ -201,10 +215,36 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 	clicked := map[string]bool{}
 	deadline := time.Now().Add(opDeadline)
 	lastResume := time.Time{}
+	// quiet: the deadline passed with the faults on; they are cleared, the
+	// schedule fires no more, and the operation gets opQuiet to end.
+	quiet := false
 	var final string
 	for final == "" {
 		if time.Now().After(deadline) {
-			break
+			if quiet {
+				break
+			}
+			// A fault held until the operation ends can keep it from
+			// ending (an unreachable node refuses every resume's plan):
+			// ended or resumable is the invariant, so clear the faults,
+			// make sure the bot is not stuck (kill it if it still runs
+			// the operation: it comes back interrupted), and resume.
+			quiet = true
+			if m, _ := opMessage(b, id); m.Field("State") != "interrupted" {
+				_ = b.Cmd.Process.Signal(syscall.SIGKILL)
+				_ = b.Cmd.Wait()
+				b.Start()
+				res.Notes = append(res.Notes, fmt.Sprintf("%s (%s) still %q after %s with the faults on: SIGKILLed; its message then:\n%s", o.text, id, m.Field("State"), opDeadline, m.Text))
+			} else {
+				res.Notes = append(res.Notes, fmt.Sprintf("%s (%s) still interrupted after %s with the faults on (its resumes were refused)", o.text, id, opDeadline))
+			}
+			if runs {
+				sch.running(false)
+				runs = false
+			}
+			sch.clear(ctx)
+			settle(ctx, c, s)
+			deadline, lastResume = time.Now().Add(opQuiet), time.Time{}
 		}
 		select {
 		case <-sch.kills:
@@ -223,7 +263,7 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 		if !ok {
 			continue
 		}
-		if st := m.Field("State"); !runs && st == "running" {
+		if st := m.Field("State"); !runs && !quiet && st == "running" {
 			runs = true
 			sch.running(true)
 		}
@@ -240,7 +280,7 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 				}
 			}
 		case "interrupted":
-			if time.Since(lastResume) > 5*time.Second {
+			if time.Since(lastResume) > 10*time.Second {
 				lastResume = time.Now()
 				b.Command("alice", "ops", "/talos resume "+id)
 			}
@@ -252,11 +292,17 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 		_ = b.Cmd.Wait()
 		b.Start()
 		m, _ := opMessage(b, id)
-		res.Breaks = append(res.Breaks, Break{InvEnded, fmt.Sprintf("%s (%s) did not end within %s (state %q)", o.text, id, opDeadline, m.Field("State"))})
+		var last []string
+		msgs := b.Messages("ops")
+		for _, x := range msgs[max(0, len(msgs)-4):] {
+			last = append(last, x.Title+" | "+x.Text)
+		}
+		res.Breaks = append(res.Breaks, Break{InvEnded, fmt.Sprintf("%s (%s) did not end within %s, the last %s without faults (state %q):\n%s\nlast messages:\n%s",
+			o.text, id, opDeadline+opQuiet, opQuiet, m.Field("State"), m.Text, strings.Join(last, "\n---\n"))})
 		b.Command("alice", "ops", "/talos abandon "+id)
 		final = "hung"
 	}
-	return o.text + ": " + final
+	return final
 }
 
 func opMessage(b *servetest.Bot, id string) (servetest.Message, bool) {

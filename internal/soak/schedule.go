@@ -18,7 +18,8 @@ const (
 	// KindProductionRoll: the same on a production cluster, with two approvals
 	// (--skip-staging adds one to the one production needs).
 	KindProductionRoll = "production-roll"
-	// KindMultiHop: one command across two minors, one hop per minor.
+	// KindMultiHop: one command across two minors, one hop per minor
+	// (v1.12.6 → v1.13.9 → v1.14.1).
 	KindMultiHop = "multi-hop"
 	// KindK8sUpgrade: /talos upgrade k8s, one minor.
 	KindK8sUpgrade = "k8s-upgrade"
@@ -35,13 +36,17 @@ func Kinds() []string {
 
 // The versions scenarios run between, each a known release of the bot's config.
 const (
-	talosFrom    = "v1.12.6"
-	talosTarget  = "v1.13.9"
-	talosHopFrom = "v1.11.6" // multi-hop: v1.11.6 → v1.12.6 → v1.13.9
-	k8sFrom      = "v1.35.2"
-	k8sTarget    = "1.36.3"
-	k8sHopFrom   = "v1.34.5" // what v1.11 runs in the multi-hop scenario
+	talosFrom   = "v1.12.6"
+	talosTarget = "v1.13.9"
+	// talosHopTarget: the multi-hop scenario goes v1.12.6 → v1.13.9 → v1.14.1, its second
+	// hop on the v1.13+ path (ImageService.Pull, LifecycleService.Upgrade, Reboot).
+	talosHopTarget = "v1.14.1"
+	k8sFrom        = "v1.35.2"
+	k8sTarget      = "1.36.3"
 )
+
+// releases is the bot's releases block: only a known release is a target.
+const releases = "{talos: [v1.12.6, v1.13.9, v1.14.0, v1.14.1], kubernetes: [1.35.2, 1.36.3]}"
 
 // Shape of every scenario's cluster.
 const (

@@ -48,6 +48,9 @@ func TestSoak(t *testing.T) {
 			if testing.Verbose() || len(r.Breaks) > 0 {
 				t.Logf("endings:\n%s", strings.Join(r.Endings, "\n---\n"))
 			}
+			for _, n := range r.Notes {
+				t.Logf("note: %s", n)
+			}
 			for _, b := range r.Breaks {
 				t.Errorf("invariant broken: %s", b)
 			}
