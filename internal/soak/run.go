@@ -288,6 +288,7 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 	}
 	if final == "" {
 		// Still running: kill and restart, it must come back resumable.
+		stderr := b.Stderr.String()
 		_ = b.Cmd.Process.Signal(syscall.SIGKILL)
 		_ = b.Cmd.Wait()
 		b.Start()
@@ -297,8 +298,9 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 		for _, x := range msgs[max(0, len(msgs)-4):] {
 			last = append(last, x.Title+" | "+x.Text)
 		}
-		res.Breaks = append(res.Breaks, Break{InvEnded, fmt.Sprintf("%s (%s) did not end within %s, the last %s without faults (state %q):\n%s\nlast messages:\n%s",
-			o.text, id, opDeadline+opQuiet, opQuiet, m.Field("State"), m.Text, strings.Join(last, "\n---\n"))})
+		logLines := strings.Split(strings.TrimSpace(stderr), "\n")
+		res.Breaks = append(res.Breaks, Break{InvEnded, fmt.Sprintf("%s (%s) did not end within %s, the last %s without faults (state %q):\n%s\nlast messages:\n%s\nthe bot's log before the kill (tail):\n%s",
+			o.text, id, opDeadline+opQuiet, opQuiet, m.Field("State"), m.Text, strings.Join(last, "\n---\n"), strings.Join(logLines[max(0, len(logLines)-30):], "\n"))})
 		b.Command("alice", "ops", "/talos abandon "+id)
 		final = "hung"
 	}
