@@ -288,9 +288,9 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 	}
 	if final == "" {
 		// Still running: kill and restart, it must come back resumable.
-		stderr := b.Stderr.String()
 		_ = b.Cmd.Process.Signal(syscall.SIGKILL)
 		_ = b.Cmd.Wait()
+		stderr := b.Stderr.String() // complete once Wait returned
 		b.Start()
 		m, _ := opMessage(b, id)
 		var last []string
