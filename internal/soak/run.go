@@ -142,7 +142,9 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 		Clusters: []servetest.Cluster{{Name: name, Environment: environment, Sim: c, Kubeconfig: kube.Kubeconfig,
 			Declared: "talos_version: " + opts.TalosVersion}},
 		Releases: releases,
-		Timeouts: "{gate: 15s, node: 45s}"}.Bot(t, env.Bin)
+		// gate_after bounds the gate after each node and at the end (default 10 minutes),
+		// so that an operation a fault keeps failing ends within the scenario.
+		Timeouts: "{gate: 15s, gate_after: 60s, health: 30s, node: 45s}"}.Bot(t, env.Bin)
 	b.Start()
 	defer func() {
 		if b.Cmd.ProcessState == nil {
