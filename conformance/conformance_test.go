@@ -254,6 +254,17 @@ func (s mainSuite) run(t *testing.T) {
 			mustContain(t, r, out, fmt.Sprintf("%q", n.IP))
 		}
 
+		// The manifest sync's server-side dry run (Talos ≥ 1.13) against what the sim applied
+		// at bootstrap as that Talos does: every bootstrap object unchanged, none to prune
+		// (sim/bootstrap_manifests.go; docs/SIMULATOR.md "Bootstrap manifest apply").
+		mustContain(t, r, out, "updating manifests (dry run)", " < unchanged Deployment/kube-system/coredns",
+			" < unchanged DaemonSet/kube-system/kube-flannel", " < unchanged Secret/kube-system/bootstrap-token-simsim")
+		for _, changed := range []string{" < configured ", " < created ", " < deleted "} {
+			if strings.Contains(out, changed) {
+				t.Fatalf("the manifest sync would change the sim's bootstrap objects (%q):\n%s", changed, r)
+			}
+		}
+
 		// Nothing changed.
 		assertImages(t, cl, s.k8s)
 	})

@@ -32,9 +32,6 @@ var clientOf = map[string]struct{ release, file string }{
 // cmdTimeout bounds one talosctl run; the machine running the suite may be loaded.
 const cmdTimeout = 4 * time.Minute
 
-// talosctlPath returns $TALOSBOT_TALOSCTL or skips the test, saying how to set it.
-func talosctlPath(t *testing.T) string { return talosctlPathFor(t, EnvTalosctl) }
-
 // talosctlPathFor returns the binary the variable env names or skips the test, saying how to
 // set it.
 func talosctlPathFor(t *testing.T, env string) string {
@@ -82,7 +79,7 @@ func startClusterWith(t *testing.T, env string, opts sim.Options, withKube bool)
 	if withKube {
 		startKube = testenv.KubeStarter(t)
 		opts.StaticPods = true
-		opts.BootstrapManifests = true // the kube-proxy DaemonSet
+		opts.BootstrapManifests = true // CoreDNS, flannel, kube-proxy and the rest, as Talos applies them
 		opts.KubeOnEtcd = func(ctx context.Context, servers []string) (sim.KubeBackend, error) {
 			k, err := startKube(ctx, servers)
 			if err != nil {

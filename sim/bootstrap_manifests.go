@@ -310,14 +310,22 @@ func (k *kubeSide) applyTargetFor(kind string) (applyTarget, bool) {
 	return t, ok
 }
 
-// serverSideApply is one server-side apply of obj with field manager "talos", forcing
-// ownership, as ManifestApplyController does (manifest_apply.go, field manager
-// constants.KubernetesFieldManagerName).
-func (k *kubeSide) serverSideApply(ctx context.Context, obj map[string]any) error {
-	kind, _ := obj["kind"].(string)
+// objectRef is an object's kind, namespace and name, as a manifest carries them.
+func objectRef(obj map[string]any) (kind, ns, name string) {
+	kind, _ = obj["kind"].(string)
 	md, _ := obj["metadata"].(map[string]any)
-	name, _ := md["name"].(string)
-	ns, _ := md["namespace"].(string)
+	name, _ = md["name"].(string)
+	ns, _ = md["namespace"].(string)
+
+	return kind, ns, name
+}
+
+// applyObject writes one bootstrap object as the given Talos's ManifestApplyController does
+// (internal/app/machined/pkg/controllers/k8s/manifest_apply.go). Before v1.13 (v1.12.6):
+// create it with field manager "talos" unless it exists. From v1.13 (v1.13.9): server-side
+// apply with field manager "talos" (no forced ownership).
+func (k *kubeSide) applyObject(ctx context.Context, obj map[string]any, ssa bool) error {
+	kind, ns, name := objectRef(obj)
 
 	t, ok := k.applyTargetFor(kind)
 	if !ok {
@@ -329,44 +337,96 @@ func (k *kubeSide) serverSideApply(ctx context.Context, obj map[string]any) erro
 		return fmt.Errorf("kube: encode %s %s: %w", kind, name, err)
 	}
 
-	req := t.client.Patch(types.ApplyPatchType).Resource(t.resource).Name(name).
-		Param("fieldManager", constants.KubernetesFieldManagerName).Param("force", "true").Body(body)
+	var req *rest.Request
+
+	if ssa {
+		req = t.client.Patch(types.ApplyPatchType).Resource(t.resource).Name(name).Body(body)
+	} else {
+		req = t.client.Post().Resource(t.resource).Body(body)
+	}
+
+	req = req.Param("fieldManager", constants.KubernetesFieldManagerName)
 	if t.namespaced {
 		req = req.Namespace(ns)
 	}
 
-	if err := req.Do(ctx).Error(); err != nil {
+	if err := req.Do(ctx).Error(); err != nil && !(!ssa && apierrors.IsAlreadyExists(err)) {
 		return fmt.Errorf("kube: apply bootstrap manifest %s %s: %w", kind, name, err)
 	}
 
 	return nil
 }
 
+// inventoryKey is an object's key in the inventory ConfigMap: go-kubernetes' ssa inventory
+// (kubernetes/ssa/internal/inventory/configmap, v0.2.38, which Talos v1.13.9 uses) stores one
+// data key per object, cli-utils' ObjMetadata string "<namespace>_<name>_<group>_<Kind>",
+// colons in RBAC names written as "__".
+func inventoryKey(obj map[string]any) string {
+	kind, ns, name := objectRef(obj)
+	group := ""
+
+	if av, _ := obj["apiVersion"].(string); strings.Contains(av, "/") {
+		group = av[:strings.Index(av, "/")]
+	}
+
+	return ns + "_" + strings.ReplaceAll(name, ":", "__") + "_" + group + "_" + kind
+}
+
 // applyBootstrapManifests is ManifestApplyController's apply at bootstrap
-// (internal/app/machined/pkg/controllers/k8s/manifest_apply.go): every manifest, in id order,
-// server-side applied with field manager "talos" and the bootstrap inventory annotation. The
-// inventory ConfigMap itself is not written; upgrade-k8s's manifest sync (AdoptIfNoInventory)
-// creates it.
+// (internal/app/machined/pkg/controllers/k8s/manifest_apply.go), as the first control plane's
+// Talos does it: every manifest in id order. Talos v1.13 and later server-side apply each
+// object with the bootstrap inventory annotation and record them in the inventory ConfigMap
+// kube-system/talos-bootstrap-manifests-inventory; Talos v1.12 creates them with no
+// annotation and no inventory (upgrade-k8s's sync adopts them later).
 func (k *kubeSide) applyBootstrapManifests(ctx context.Context, talosVersion, proxyImage, server string) error {
+	ssa := talosMinorAtLeast(talosVersion, 13)
+	inventory := map[string]string{}
+
 	for _, bm := range renderBootstrapManifests(talosVersion, proxyImage, server) {
 		for _, o := range bm.objects {
-			md, _ := o["metadata"].(map[string]any)
-			ann, _ := md["annotations"].(map[string]any)
+			if ssa {
+				md, _ := o["metadata"].(map[string]any)
+				ann, _ := md["annotations"].(map[string]any)
 
-			if ann == nil {
-				ann = map[string]any{}
+				if ann == nil {
+					ann = map[string]any{}
+				}
+
+				ann[inventoryAnnotation] = constants.KubernetesBootstrapManifestsInventoryName
+				md["annotations"] = ann
+				inventory[inventoryKey(o)] = ""
 			}
 
-			ann[inventoryAnnotation] = constants.KubernetesBootstrapManifestsInventoryName
-			md["annotations"] = ann
-
-			if err := k.serverSideApply(ctx, o); err != nil {
+			if err := k.applyObject(ctx, o, ssa); err != nil {
 				return err
 			}
 		}
 	}
 
+	if !ssa {
+		return nil
+	}
+
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: constants.KubernetesBootstrapManifestsInventoryName, Namespace: constants.KubernetesInventoryNamespace},
+		Data:       inventory,
+	}
+	if _, err := k.client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("kube: write the bootstrap manifests inventory: %w", err)
+	}
+
 	return nil
+}
+
+// talosMinorAtLeast reports whether Talos version v ("v1.13.9") is 1.minor or later.
+func talosMinorAtLeast(v string, minor int) bool {
+	var maj, mnr int
+
+	if _, err := fmt.Sscanf(strings.TrimPrefix(v, "v"), "%d.%d", &maj, &mnr); err != nil {
+		return true // an unparsable version is taken as current
+	}
+
+	return maj > 1 || mnr >= minor
 }
 
 // reconcileCoreDNS plays the Deployment and ReplicaSet controllers, the scheduler and the

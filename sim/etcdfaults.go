@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -28,6 +30,11 @@ func joinFailure(errs []string) string {
 type joinErrors []string
 
 func (j *joinErrors) add(err error) {
+	// An attempt cut short by the overall deadline is go-retry's "timeout", added last.
+	if errors.Is(err, context.Canceled) {
+		return
+	}
+
 	msg := err.Error()
 	// Talos's attempt error is addMember's; drop the sim's member prefix.
 	if _, after, ok := strings.Cut(msg, ": join: "); ok {
@@ -43,4 +50,31 @@ func (j *joinErrors) add(err error) {
 	if len(*j) < 4 {
 		*j = append(*j, msg)
 	}
+}
+
+// joinAttemptContext bounds one join attempt as Talos does: its own 30 s, and the whole join's
+// 30 minutes (go-retry runs each attempt under the overall deadline). The overall deadline is
+// on the sim's clock, which a test may move, so it is polled.
+func (n *node) joinAttemptContext(ctx context.Context, started time.Time) (context.Context, context.CancelFunc) {
+	actx, cancel := context.WithTimeout(ctx, etcdJoinAttempt)
+
+	go func() {
+		t := time.NewTicker(etcdJoinRetry)
+		defer t.Stop()
+
+		for {
+			select {
+			case <-actx.Done():
+				return
+			case <-t.C:
+				if n.c.now().Sub(started) >= etcdJoinTimeout {
+					cancel()
+
+					return
+				}
+			}
+		}
+	}()
+
+	return actx, cancel
 }

@@ -80,6 +80,7 @@ func TestEtcdJoinGivesUpAfter30Minutes(t *testing.T) {
 	clock.Advance(2 * time.Minute)
 
 	msg := etcdService(ctx, t, c, node, "Failed")
+	etcdService(ctx, t, c, lost[1], "Failed")
 	for _, want := range []string{"Failed to run pre stage: failed to build initial etcd cluster: failed to build cluster arguments:", "error(s) occurred:", "\ttimeout"} {
 		if !strings.Contains(msg, want) {
 			t.Fatalf("Failed message %q lacks %q", msg, want)

@@ -1,29 +1,23 @@
 package sim
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/blang/semver/v4"
 )
 
-// talosReleases is the sim's release catalogue: the Talos releases whose installer images the
-// sim's registry serves. They are Talos's own tags (git tags of siderolabs/talos: every v1.9–v1.13
-// patch release, the v1.14 pre-releases, and v1.14.0 and v1.14.1), so an installer for a version
-// that was never released ("v1.99.0", "v1.13.99") is NotFound as factory.talos.dev and ghcr.io
-// answer it. A function, not a variable: the sim keeps no package-level mutable state, and the
-// version work extends the list here.
+// talosReleases are the Talos versions whose installer images the sim's registry serves: every
+// release of the sim's release catalogue (Releases, releases_catalogue.go: every v1.9–v1.14
+// release, from Talos's own tags) and the v1.14 pre-releases, which the registries serve too, so
+// an installer for a version that was never released ("v1.99.0", "v1.13.99") is NotFound as
+// factory.talos.dev and ghcr.io answer it. A function, not a variable: the sim keeps no
+// package-level mutable state.
 func talosReleases() []string {
 	out := []string{}
 
-	for _, minor := range []struct {
-		minor   int
-		patches int // highest patch released
-	}{{9, 6}, {10, 9}, {11, 6}, {12, 11}, {13, 9}, {14, 1}} {
-		for p := 0; p <= minor.patches; p++ {
-			out = append(out, fmt.Sprintf("v1.%d.%d", minor.minor, p))
-		}
+	for _, r := range Releases() {
+		out = append(out, r.Version)
 	}
 
 	return append(out, "v1.14.0-alpha.0", "v1.14.0-alpha.1", "v1.14.0-alpha.2", "v1.14.0-beta.0", "v1.14.0-beta.1", "v1.14.0-rc.1")
@@ -46,11 +40,14 @@ var kubernetesRepos = []string{
 	"registry.k8s.io/kube-proxy",
 }
 
+// ghcrInstaller is the installer repository Sidero Labs published up to v1.13.
+const ghcrInstaller = "ghcr.io/siderolabs/installer"
+
 // installerRepo reports whether repo (a normalized repository name) is a Talos installer
 // repository: ghcr.io/siderolabs/installer, or an Image Factory installer
 // (factory.talos.dev/installer/<schematic>, factory.talos.dev/<platform>-installer/<schematic>).
 func installerRepo(repo string) bool {
-	if repo == "ghcr.io/siderolabs/installer" {
+	if repo == ghcrInstaller {
 		return true
 	}
 
@@ -72,6 +69,11 @@ func catalogueVersion(repo, tag string) (string, bool) {
 	}
 
 	switch {
+	case repo == ghcrInstaller:
+		// From v1.14 only Image Factory installers are published (Release.GHCRInstaller).
+		r, ok := LookupRelease(v)
+
+		return v, ok && r.GHCRInstaller
 	case installerRepo(repo):
 		return v, KnownTalosRelease(v)
 	case slices.Contains(kubernetesRepos, repo):

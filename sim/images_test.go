@@ -92,9 +92,11 @@ func TestRegistryServesOnlyCataloguedImages(t *testing.T) {
 	nctx := client.WithNode(t.Context(), nodeIP(t, c, "worker-1"))
 
 	for ref, want := range map[string]string{
-		"docker.io/library/nginx:v1.2.3":                      `error pulling image: failed to pull image "docker.io/library/nginx:v1.2.3": docker.io/library/nginx:v1.2.3: not found`,
-		"nginx:v1.2.3":                                        `error pulling image: failed to pull image "docker.io/library/nginx:v1.2.3": docker.io/library/nginx:v1.2.3: not found`,
-		"ghcr.io/siderolabs/installer:v1.99.0":                `error pulling image: failed to pull image "ghcr.io/siderolabs/installer:v1.99.0": ghcr.io/siderolabs/installer:v1.99.0: not found`,
+		"docker.io/library/nginx:v1.2.3":       `error pulling image: failed to pull image "docker.io/library/nginx:v1.2.3": docker.io/library/nginx:v1.2.3: not found`,
+		"nginx:v1.2.3":                         `error pulling image: failed to pull image "docker.io/library/nginx:v1.2.3": docker.io/library/nginx:v1.2.3: not found`,
+		"ghcr.io/siderolabs/installer:v1.99.0": `error pulling image: failed to pull image "ghcr.io/siderolabs/installer:v1.99.0": ghcr.io/siderolabs/installer:v1.99.0: not found`,
+		// v1.14 publishes only Image Factory installers (hack/release.toml notes.defaultInstaller).
+		"ghcr.io/siderolabs/installer:v1.14.1":                `error pulling image: failed to pull image "ghcr.io/siderolabs/installer:v1.14.1": ghcr.io/siderolabs/installer:v1.14.1: not found`,
 		"factory.talos.dev/nocloud-installer/abc123:v1.13.99": `factory.talos.dev/nocloud-installer/abc123:v1.13.99: not found`,
 	} {
 		err := pull(nctx, cli, ref)
@@ -103,7 +105,7 @@ func TestRegistryServesOnlyCataloguedImages(t *testing.T) {
 		}
 	}
 
-	for _, ref := range []string{upgradeImage, "ghcr.io/siderolabs/installer:v1.14.1", "ghcr.io/siderolabs/installer:v1.12.6", "registry.k8s.io/kube-apiserver:v1.36.3"} {
+	for _, ref := range []string{upgradeImage, installerFor("v1.14.1"), "ghcr.io/siderolabs/installer:v1.13.9", "ghcr.io/siderolabs/installer:v1.12.6", "registry.k8s.io/kube-apiserver:v1.36.3"} {
 		if err := pull(nctx, cli, ref); err != nil {
 			t.Fatalf("pull %s: %v", ref, err)
 		}
@@ -168,7 +170,7 @@ func TestInstallerPreflightRefusesDowngradeTooFar(t *testing.T) {
 	}
 
 	// An adjacent minor passes the same check.
-	next := "ghcr.io/siderolabs/installer:v1.14.1"
+	next := installerFor("v1.14.1") // v1.14 installers come from Image Factory only
 	if err := pull(nctx, cli, next); err != nil {
 		t.Fatal(err)
 	}

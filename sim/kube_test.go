@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/talosbot/talosbot/internal/testenv"
 	"github.com/talosbot/talosbot/sim"
@@ -103,9 +104,25 @@ func TestKubeSide(t *testing.T) {
 		}
 	}
 
+	// The Kubeconfig RPC answers with the apiserver's credentials in Talos's shape (kubeconfig.go).
 	kcfg, err := cli.Kubeconfig(client.WithNode(ctx, nodeIP(t, c, "cp-1")))
-	if err != nil || string(kcfg) != string(kube.Kubeconfig) {
-		t.Fatalf("Kubeconfig RPC does not return the apiserver's kubeconfig (err %v)", err)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	got, err := clientcmd.RESTConfigFromKubeConfig(kcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	want, err := clientcmd.RESTConfigFromKubeConfig(kube.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if got.Host != want.Host || string(got.CAData) != string(want.CAData) || string(got.CertData) != string(want.CertData) || got.BearerToken != "" {
+		t.Fatalf("Kubeconfig RPC: host %s (want %s), same CA %v, same client certificate %v, token %q",
+			got.Host, want.Host, string(got.CAData) == string(want.CAData), string(got.CertData) == string(want.CertData), got.BearerToken)
 	}
 
 	createPodWithPDB(ctx, t, kc, "worker-1")

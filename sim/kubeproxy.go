@@ -87,15 +87,6 @@ func kubeProxyObjects(image string) []k8sruntime.Object {
 	return []k8sruntime.Object{sa, crb, ds}
 }
 
-func metaAccessor(o k8sruntime.Object) (metav1.Object, error) {
-	acc, ok := o.(metav1.Object)
-	if !ok {
-		return nil, fmt.Errorf("kube: %T has no object metadata", o)
-	}
-
-	return acc, nil
-}
-
 // runDaemonSets plays the DaemonSet controller and the kubelets for kube-proxy until ctx ends:
 // after every change of the DaemonSet (and every second, which also covers missed events) each
 // sim node gets one pod at the template's image, Running and Ready, and the DaemonSet's status

@@ -99,28 +99,29 @@ type node struct {
 
 	logs *nodeLogs
 
-	mu           sync.Mutex
-	front        *grpc.Server
-	state        string
-	seq          seqLock
-	stage        machineapi.MachineStatusEvent_MachineStage
-	version      string
-	prevVersion  string
-	bootID       string
-	bootedAt     time.Time
-	img          images
-	config       []byte
-	nextImage    string                     // installed (or staged) image the next boot switches to
-	pulled       map[string]map[string]bool // containerd namespace → image refs pulled
-	pulledImages map[string]*pulledImage    // imagegc.go: "namespace digest-ref" → when pulled
-	installing   bool                       // LifecycleService's own install/upgrade mutex
-	wiped        bool
-	fault        Fault
-	etcdLeft     bool
-	etcdSvc      etcdService   // the etcd service where it is not "the member runs from its data" (recover.go)
-	returnCh     chan struct{} // closed to release a node held down by NeverReturn
+	mu          sync.Mutex
+	front       *grpc.Server
+	state       string
+	seq         seqLock
+	stage       machineapi.MachineStatusEvent_MachineStage
+	version     string
+	prevVersion string
+	bootID      string
+	bootedAt    time.Time
+	img         images
+	config      []byte
+	nextImage   string                     // installed (or staged) image the next boot switches to
+	pulled      map[string]map[string]bool // containerd namespace → image refs pulled
+	installing  bool                       // LifecycleService's own install/upgrade mutex
+	wiped       bool
+	fault       Fault
+	etcdLeft    bool
+	etcdSvc     etcdService   // the etcd service where it is not "the member runs from its data" (recover.go)
+	returnCh    chan struct{} // closed to release a node held down by NeverReturn
 
 	staticMu sync.Mutex // serialises the kubelet's work on the node's static pods
+
+	pulledImages map[string]*pulledImage // imagegc.go: "namespace digest-ref" → pull time (under mu)
 
 	cosi *cosiState // the node's COSI resources (cosi.go)
 

@@ -124,12 +124,13 @@ func (n *node) startEtcdJoin() {
 		return
 	}
 
+	// Talos gives up after etcdJoinTimeout on the sim's clock (etcdfaults.go), counted from
+	// the service's start (now, not when the goroutine first runs).
+	started := n.c.now()
+
 	n.runEtcdService(func(ctx context.Context) {
 		t := time.NewTimer(0)
 		defer t.Stop()
-
-		// Talos gives up after etcdJoinTimeout on the sim's clock (etcdfaults.go).
-		started := n.c.now()
 
 		var errs joinErrors
 
@@ -140,7 +141,7 @@ func (n *node) startEtcdJoin() {
 			case <-t.C:
 			}
 
-			actx, cancel := context.WithTimeout(ctx, etcdJoinAttempt)
+			actx, cancel := n.joinAttemptContext(ctx, started)
 			err := m.JoinCluster(actx)
 
 			cancel()

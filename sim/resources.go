@@ -200,9 +200,7 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 
 	add("runtime.MachineStatusController", n.machineStatus(n.unmetConditions(ts, ns, services, pods, nodeStatus)))
 
-	for _, r := range n.landingResources() { // landing.go
-		out = append(out, r)
-	}
+	out = append(out, n.landingResources()...) // landing.go
 
 	return out
 }

@@ -32,7 +32,7 @@ func (s *imageService) Pull(req *machineapi.ImageServicePullRequest, srv grpc.Se
 		return status.Error(codes.InvalidArgument, "image_ref is required")
 	}
 
-	img, err := s.n.pull(srv.Context(), ns, req.ImageRef)
+	img, err := s.n.apiPull(srv.Context(), ns, req.ImageRef) // versions.go
 	if err != nil {
 		if status.Code(err) == codes.NotFound && !strings.HasPrefix(status.Convert(err).Message(), "error pulling image") {
 			return status.Errorf(codes.NotFound, "error pulling image: %s", status.Convert(err).Message())
@@ -140,7 +140,7 @@ func (s *machined) ImagePull(ctx context.Context, req *machineapi.ImagePullReque
 		return nil, status.Errorf(codes.InvalidArgument, "invalid namespace %s", req.GetNamespace())
 	}
 
-	if _, err := s.n.pull(ctx, ns, req.GetReference()); err != nil {
+	if _, err := s.n.apiPull(ctx, ns, req.GetReference()); err != nil { // versions.go
 		if status.Code(err) == codes.NotFound && !strings.HasPrefix(status.Convert(err).Message(), "error pulling image") {
 			return nil, status.Errorf(codes.NotFound, "error pulling image: %s", status.Convert(err).Message())
 		}

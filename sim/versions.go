@@ -1,6 +1,9 @@
 package sim
 
 import (
+	"context"
+
+	"github.com/distribution/reference"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -29,6 +32,13 @@ type minorBehaviour struct {
 	// v1.13, a dedicated listener on 2383 from v1.14 (hack/release.toml notes.etcd,
 	// v1.14.0-rc.1; EtcdClientHTTPPort in pkg/machinery/constants/constants.go, v1.14.1).
 	etcdMetricsPort int
+	// apiPullRetries: a pull the API asks for (ImageService.Pull, MachineService.ImagePull) retries
+	// an unreachable registry for up to 20 minutes (internal/pkg/containers/image/image.go Pull,
+	// v1.13.9). From v1.14 it is one attempt bounded only by the caller (commit 6e3d0c55c "fix:
+	// image pull via the API should not have timeout or retries", first in v1.14.0-rc.1;
+	// internal/app/images/images.go and v1alpha1_images.go call image.Pull, v1.14.1). The legacy
+	// Upgrade's own pull keeps retrying on every version (PullWithRetriesAndTimeout).
+	apiPullRetries bool
 }
 
 // minorTable is the per-minor behaviour, oldest first. A version newer than the last row
@@ -37,9 +47,9 @@ var minorTable = []struct {
 	major, minor int
 	b            minorBehaviour
 }{
-	{1, 11, minorBehaviour{minor: "before v1.12", stateConfigFile: true, applyRebootMode: true, etcdMetricsPort: 2379}},
-	{1, 12, minorBehaviour{minor: "v1.12", applyRebootMode: true, etcdMetricsPort: 2379}},
-	{1, 13, minorBehaviour{minor: "v1.13", lifecycleAPI: true, applyRebootMode: true, etcdMetricsPort: 2379}},
+	{1, 11, minorBehaviour{minor: "before v1.12", stateConfigFile: true, applyRebootMode: true, etcdMetricsPort: 2379, apiPullRetries: true}},
+	{1, 12, minorBehaviour{minor: "v1.12", applyRebootMode: true, etcdMetricsPort: 2379, apiPullRetries: true}},
+	{1, 13, minorBehaviour{minor: "v1.13", lifecycleAPI: true, applyRebootMode: true, etcdMetricsPort: 2379, apiPullRetries: true}},
 	{1, 14, minorBehaviour{minor: "v1.14", lifecycleAPI: true, etcdMetricsPort: 2383}},
 }
 
@@ -85,3 +95,16 @@ func (n *node) etcdVersion(real string) string {
 // /health on (2379 up to v1.13, 2383 from v1.14). The sim does not serve them; callers that
 // check where metrics are scraped read it.
 func EtcdMetricsPort(version string) int { return behaviourOf(version).etcdMetricsPort }
+
+// apiPull is a pull the API asked for (ImageService.Pull, MachineService.ImagePull). Up to v1.13
+// it is the node's pull with its retries (registry.go); from v1.14 an unreachable registry fails
+// the one attempt at once with that attempt's error, as image.Pull does without a retry loop.
+func (n *node) apiPull(ctx context.Context, ns, ref string) (image, error) {
+	if !n.behaviour().apiPullRetries && n.currentFault().RegistryUnreachable && !n.havePulled(ns, ref) {
+		if named, err := reference.ParseDockerRef(ref); err == nil {
+			return image{}, unreachableError(named)
+		}
+	}
+
+	return n.pull(ctx, ns, ref)
+}

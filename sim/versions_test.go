@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"context"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"go.yaml.in/yaml/v3"
@@ -48,6 +50,14 @@ func TestReleaseCatalogue(t *testing.T) {
 
 	if r, ok := sim.LookupRelease("v1.13.9"); !ok || r.Etcd != "3.6.12" || r.Kubernetes != "1.36.3" {
 		t.Errorf("v1.13.9: %+v %v", r, ok)
+	}
+
+	if r, _ := sim.LookupRelease("v1.13.9"); !r.GHCRInstaller {
+		t.Error("v1.13.9 published ghcr.io/siderolabs/installer")
+	}
+
+	if r, _ := sim.LookupRelease("v1.14.0"); r.GHCRInstaller {
+		t.Error("v1.14.0 did not publish ghcr.io/siderolabs/installer")
 	}
 
 	for _, fake := range []string{"v1.13.99", "v9.9.9", "v1.14.0-rc.1"} {
@@ -332,5 +342,34 @@ func TestKubeconfigFromBackendAuthenticates(t *testing.T) {
 
 	if _, err := kc.CoreV1().Nodes().Get(t.Context(), "cp-1", metav1.GetOptions{}); err != nil {
 		t.Fatalf("the apiserver refuses the RPC's kubeconfig: %v", err)
+	}
+}
+
+// TestAPIPullOnV114IsOneAttempt: with the registry unreachable, a v1.14 node's API pulls
+// (ImageService.Pull, MachineService.ImagePull) fail at once with the attempt's error, where a
+// v1.13 node's keep retrying until the caller gives up (TestRegistryUnreachablePullRetries).
+func TestAPIPullOnV114IsOneAttempt(t *testing.T) {
+	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.14.1"})
+	ctx := t.Context()
+
+	if err := c.Inject(ctx, "worker-1", sim.Fault{RegistryUnreachable: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Far shorter than the 20 minutes v1.13 retries for, longer than one attempt takes.
+	short, cancel := context.WithTimeout(client.WithNode(ctx, nodeIP(t, c, "worker-1")), 10*time.Second)
+	defer cancel()
+
+	ref := installerFor("v1.14.1")
+	want := "failed to pull image \"" + ref + "\": failed to resolve reference"
+
+	err := pull(short, cli, ref)
+	if status.Code(err) != codes.Unknown || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\ttimeout") {
+		t.Fatalf("ImageService.Pull on v1.14.1 with the registry unreachable: %v, want one attempt's error %q", err, want)
+	}
+
+	_, err = cli.MachineClient.ImagePull(short, &machine.ImagePullRequest{Namespace: common.ContainerdNamespace_NS_SYSTEM, Reference: ref})
+	if status.Code(err) != codes.Unknown || !strings.Contains(err.Error(), want) {
+		t.Fatalf("MachineService.ImagePull on v1.14.1 with the registry unreachable: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/talosbot/talosbot/internal/browsertest"
 	"github.com/talosbot/talosbot/internal/servetest"
+	"github.com/talosbot/talosbot/internal/testenv"
 )
 
 // TestDemoRunsBuiltInPlugins runs `talosbot-demo demo` (what `make demo`
@@ -59,6 +60,27 @@ func TestDemoRunsBuiltInPlugins(t *testing.T) {
 			return m.Title == "✅ succeeded · /talos health · staging" && m.Field("State") == "succeeded"
 		})
 	})
+	// A restore drill of the healthy staging cluster passes: its Kubernetes carries what Talos's
+	// bootstrap manifests create (CoreDNS, the bootstrap token, …), and the snapshot's counts
+	// match the live ones (issue 27 "An empty Kubernetes").
+	if _, err := testenv.KubeAPIServerPath(); err == nil {
+		for _, c := range []string{"snapshot", "restore-drill"} {
+			b.Command("alice", "ops", "/talos "+c+" staging")
+			var ended servetest.Message
+			b.WaitForWithin("/talos "+c+" staging to end", 3*time.Minute, func() bool {
+				return b.HasMessage("ops", func(m servetest.Message) bool {
+					if strings.Contains(m.Title, "/talos "+c+" · staging") && (m.Field("State") == "succeeded" || m.Field("State") == "failed") {
+						ended = m
+						return true
+					}
+					return false
+				})
+			})
+			if ended.Field("State") != "succeeded" {
+				t.Fatalf("/talos %s staging on a healthy demo cluster: %s\n%s", c, ended.Title, ended.Text)
+			}
+		}
+	}
 
 	// The tour in the browser: the bot's markdown is rendered, not shown
 	// as asterisks and backticks.

@@ -14,7 +14,7 @@ import (
 
 // TestUpgradeToAVersionThatIsNotAReleaseIsRefused: through the real
 // process, `/talos upgrade talos v1.13.99 staging` (no such release: the
-// bot knows releases.talos v1.12.6 and v1.13.9) is refused at plan, names
+// bot knows releases.talos v1.12.6, v1.13.9, v1.14.0 and v1.14.1) is refused at plan, names
 // the newest v1.13 patch and how to declare a release, and no node is
 // asked to upgrade or changes version. Before, it ran to "succeeded" and
 // the nodes reported v1.13.99.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"k8s.io/client-go/kubernetes"
 
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 )
@@ -16,6 +17,11 @@ type Session struct {
 	*Clients
 	Talos *client.Client
 	Inv   Inventory
+
+	// talosKube is DrainKube's client from the Talos-served kubeconfig (kubeviatalos.go).
+	talosKube kubernetes.Interface
+	// talosconfig is kept (in memory, R23) for NodeClient (direct.go).
+	talosconfig []byte
 }
 
 // Open connects like Connect and keeps the Talos client. Credentials stay in
@@ -29,7 +35,8 @@ func Open(ctx context.Context, inv Inventory, creds *lifecyclev1.Credentials) (*
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", inv.Name, err)
 	}
-	s := &Session{Clients: &Clients{Machine: tc.MachineClient, Health: tc.ClusterClient, COSI: tc.COSI, closers: []func() error{tc.Close}}, Talos: tc, Inv: inv}
+	s := &Session{Clients: &Clients{Machine: tc.MachineClient, Health: tc.ClusterClient, COSI: tc.COSI, closers: []func() error{tc.Close}}, Talos: tc, Inv: inv,
+		talosconfig: creds.GetTalosconfig()}
 	if len(creds.GetKubeconfig()) > 0 {
 		kube, dyn, err := NewKubeClients(creds.GetKubeconfig())
 		if err != nil {

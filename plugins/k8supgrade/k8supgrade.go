@@ -392,6 +392,10 @@ func (ru *run) step(id, node, from, detail string, st lifecyclev1.StepStatus) er
 	return ru.r.Step(&lifecyclev1.StepEvent{StepId: id, Status: st, Detail: detail, Node: node, FromVersion: from, ToVersion: ru.a.target})
 }
 
+// talosPullTimeout is how long Talos retries a registry it cannot reach before its pull fails
+// (image.PullTimeout, internal/pkg/containers/image/image.go, v1.13.9).
+const talosPullTimeout = 20 * time.Minute
+
 // prePull pulls the target images before anything changes, as talosctl does (talos_managed.go
 // prePullImages): the three control-plane images on every control plane into the CRI
 // namespace, then every node's kubelet image (its own repository and variant) into the system
@@ -402,7 +406,17 @@ func (ru *run) prePull(ctx context.Context) error {
 	_ = ru.r.StepStarted(ru.a.hop.prefix+stepPrePull, "pulling the "+target+" images")
 	var pulled, skipped []string
 	do := func(n cluster.Node, ns common.ContainerdNamespace, image string) error {
-		err := k8s.PullImage(ctx, ru.c, n, ns, image)
+		// Talos answers ImagePull only once the image is in, and retries a registry it
+		// cannot reach for up to 20 minutes (image.PullTimeout): bound each pull by the node
+		// timeout, so that a stalled registry ends with a clear failure, nothing changed.
+		limit := min(ru.timeout, talosPullTimeout-time.Minute)
+		pctx, cancel := context.WithTimeout(ctx, limit)
+		err := k8s.PullImage(pctx, ru.c, n, ns, image)
+		if err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("pull %s on %s did not finish within %s (Talos retries a registry it cannot reach for up to %s): check that the node reaches the registry (network, DNS, registry mirrors), or raise timeouts.node",
+				image, n.Name, limit, talosPullTimeout)
+		}
+		cancel()
 		switch {
 		case errors.Is(err, k8s.ErrPullUnsupported):
 			skipped = append(skipped, n.Name)

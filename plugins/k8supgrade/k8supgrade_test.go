@@ -114,7 +114,7 @@ func wantCounts(t *testing.T, what string, got, want map[string]int) {
 	}
 }
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
+func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
@@ -218,6 +218,8 @@ func TestUpgradeK8s(t *testing.T) {
 		// release data (or with releases.kubernetes empty) every target is.
 		e := startEnv(t, kube, supportsTarget)
 		refused(t, e, e.request("1.36.99"), "R20", "1.36.99 is not a Kubernetes release the bot knows", "the newest 1.36 patch is 1.36.3", "releases.kubernetes")
+		// A minor nobody knows: the newest known release, never an invented one.
+		refused(t, e, e.request("9.9.9"), "R20", "9.9.9 is not a Kubernetes release the bot knows", "the newest known Kubernetes release is 1.36.3")
 		refused(t, e, withReleases(e.request("1.36.3"), ""), "R20", "no Kubernetes release is known", "releases.kubernetes")
 		req := e.request("1.36.3")
 		req.Settings.Extra = nil
@@ -298,8 +300,8 @@ func TestUpgradeK8s(t *testing.T) {
 			t.Fatalf("plan %v, %v", plan, err)
 		}
 		if !strings.Contains(strings.Join(plan.GetWarnings(), "\n"), "deprecation-guide") ||
-			!strings.Contains(strings.Join(plan.GetWarnings(), "\n"), "not pruned") {
-			t.Fatalf("plan warnings must link the API removals and say not pruned: %q", plan.GetWarnings())
+			!strings.Contains(strings.Join(plan.GetWarnings(), "\n"), "kube-proxy DaemonSet's image is patched directly") {
+			t.Fatalf("plan warnings must link the API removals and say what differs from talosctl: %q", plan.GetWarnings())
 		}
 		rec, err := sdktest.Run(ctx, New(), req, nil)
 		res := rec.FinalResult()
@@ -350,7 +352,7 @@ func TestUpgradeK8s(t *testing.T) {
 		assertOrder(t, rec)
 		lines := strings.Join(res.GetLines(), "\n")
 		t.Logf("%s\n%s", res.GetSummary(), lines)
-		for _, w := range []string{`talos_kubernetes_version = "v1.36.3"`, `Terraform declares "v1.35.2"`, "not pruned",
+		for _, w := range []string{`talos_kubernetes_version = "v1.36.3"`, `Terraform declares "v1.35.2"`, "kube-proxy DaemonSet's image is patched directly",
 			"kube-apiserver on cp-1 v1.35.2 → v1.36.3", "kube-scheduler on cp-3 v1.35.2 → v1.36.3", "kubelet on worker-1 v1.35.2 → v1.36.3"} {
 			if !strings.Contains(lines, w) {
 				t.Fatalf("result lines lack %q:\n%s", w, lines)

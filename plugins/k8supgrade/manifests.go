@@ -55,7 +55,7 @@ func manifestChanges(changes []k8s.ManifestChange) (counts string, changed []k8s
 		}
 	}
 	var parts []string
-	for _, act := range []string{"created", "configured", "unchanged"} {
+	for _, act := range []string{"created", "configured", "deleted", "unchanged"} {
 		if n[act] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n[act], act))
 		}

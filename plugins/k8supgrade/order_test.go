@@ -34,7 +34,7 @@ import (
 // `talosctl patch mc --mode=no-reboot` would) and, when the kubelet image changed, waits for
 // the kubelet's restart to finish as talosctl does: its Service resource destroyed, then
 // running and healthy again.
-func patchNode(t *testing.T, e *env, name string, patch func(*v1alpha1.Config)) {
+func patchNode(t testing.TB, e *env, name string, patch func(*v1alpha1.Config)) {
 	t.Helper()
 	ctx := ctxFor(t, 2*time.Minute)
 	req := e.request(target)

@@ -35,7 +35,6 @@ func stepStaticPod(component, node string) string { return component + "/" + nod
 // into the plan warnings, the chat result and docs/K8S-UPGRADE.md.
 func differences() []string {
 	return []string{
-		"bootstrap manifests are synced without an inventory, so objects Talos no longer renders are not pruned (talosctl deletes them); remove such objects by hand",
 		"the kube-proxy DaemonSet's image is patched directly before the kubelets, not only through the manifest sync after them",
 	}
 }

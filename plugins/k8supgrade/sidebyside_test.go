@@ -50,7 +50,7 @@ type endState struct {
 // startSideEnv is one sim of 3 control planes and a worker with a kube-apiserver on its etcd
 // and Talos's kube-proxy DaemonSet (what talosctl's manifest sync manages), the worker on a
 // -fat kubelet.
-func startSideEnv(t *testing.T) *env {
+func startSideEnv(t testing.TB) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
@@ -89,7 +89,7 @@ const (
 // CoreDNS Deployment and the flannel DaemonSet are set back to Talos v1.12.6's images, applied
 // by field manager "talos" as that Talos's ManifestApplyController did. The manifests the
 // node's Talos renders now have newer ones, which only a manifest sync applies.
-func ageAddons(t *testing.T, e *env) {
+func ageAddons(t testing.TB, e *env) {
 	t.Helper()
 	ctx := ctxFor(t, time.Minute)
 	force := true
@@ -111,7 +111,7 @@ func ageAddons(t *testing.T, e *env) {
 }
 
 // addonImages are the CoreDNS Deployment's and flannel DaemonSet's images, space-separated.
-func addonImages(t *testing.T, e *env) string {
+func addonImages(t testing.TB, e *env) string {
 	t.Helper()
 	ctx := ctxFor(t, time.Minute)
 	d, err := e.kube.Client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})

@@ -234,7 +234,7 @@ func (c *checked) lost() (l Lost, from []string, ok bool) {
 func (c *checked) stale() []string {
 	var out []string
 	for _, m := range c.view.Members {
-		if m.Node != c.recovery.Node && (m.State == Stale || m.State == Failed) {
+		if m.Node != c.recovery.Node && (m.State == Stale || m.State == Failed || m.State == GaveUp) {
 			out = append(out, m.Node)
 		}
 	}
@@ -415,7 +415,9 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	now := ReadView(ctx, s.Clients, s.Inv, evidenceTimeout(req.GetSettings()))
 	var reset []string
 	for _, m := range now.Members {
-		if m.Node == n.Node || (m.State != Stale && m.State != Failed) {
+		// A member that gave up joining has an empty data dir but no join
+		// loop any more: the reset reboots it into a new one.
+		if m.Node == n.Node || (m.State != Stale && m.State != Failed && m.State != GaveUp) {
 			continue
 		}
 		if m.State == Stale && !m.LeaderKnown {

@@ -45,9 +45,14 @@ func setup(t *testing.T) *fixture { return setupWith(t, nil) }
 
 func setupWith(t *testing.T, recipients []string) *fixture {
 	t.Helper()
+	return setupSim(t, recipients, sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 200 * time.Millisecond})
+}
+
+func setupSim(t *testing.T, recipients []string, opts sim.Options) *fixture {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 200 * time.Millisecond})
+	c, err := sim.Start(ctx, opts)
 	if err != nil {
 		t.Fatalf("start sim: %v", err)
 	}

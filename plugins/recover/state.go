@@ -41,11 +41,22 @@ const (
 	Waiting = "waiting"
 	// Failed: the service failed (for example a restore that did not work).
 	Failed = "failed"
+	// GaveUp: the service failed because its join loop gave up: Talos retries
+	// joining for 30 minutes (constants.EtcdJoinTimeout, buildInitialCluster in
+	// etcd.go) and then fails the pre stage with "failed to build initial etcd
+	// cluster". Its data dir is still empty, so it can be bootstrapped like a
+	// waiting member, but it no longer joins by itself: after a restore it is
+	// reset (EPHEMERAL wiped, reboot) to start its join loop again.
+	GaveUp = "gave up joining"
 	// Unreachable: the node's Talos API did not answer.
 	Unreachable = "unreachable"
 	// Other: any other service state (Finished, Starting, …).
 	Other = "other"
 )
+
+// joinGaveUp is in the etcd service's message when its join loop gave up
+// (argsForControlPlane in etcd.go, v1.13.9).
+const joinGaveUp = "failed to build initial etcd cluster"
 
 // Member is one control plane's etcd as the Talos API shows it.
 type Member struct {
@@ -106,7 +117,7 @@ func (v View) HasQuorum() bool { return v.Count(Healthy) >= etcd.Majority(len(v.
 func (v View) Lines() []string {
 	var out []string
 	for _, m := range v.Members {
-		icon := map[string]string{Healthy: "✅", Joined: "🔁", Stale: "⚠️", Waiting: "⏳", Failed: "❌", Unreachable: "📵"}[m.State]
+		icon := map[string]string{Healthy: "✅", Joined: "🔁", Stale: "⚠️", Waiting: "⏳", GaveUp: "⌛", Failed: "❌", Unreachable: "📵"}[m.State]
 		if icon == "" {
 			icon = "❔"
 		}
@@ -176,6 +187,8 @@ func ReadView(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, ti
 				m.State = Stale
 			case m.Service == "Preparing":
 				m.State = Waiting
+			case m.Service == "Failed" && strings.Contains(m.Message, joinGaveUp):
+				m.State = GaveUp
 			case m.Service == "Failed":
 				m.State = Failed
 			}
@@ -228,7 +241,7 @@ func ReadView(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, ti
 //     restore that failed there: the run stops, never moves on to another
 //     node), else
 //   - the first waiting member by name (an empty data dir, which Bootstrap
-//     requires).
+//     requires), else the first that gave up joining (empty too).
 //
 // done reports that the restore already happened (a healthy or joined
 // member exists).
@@ -246,9 +259,11 @@ func (v View) RecoveryNode() (node Member, done bool, err error) {
 				"wipe it with `talosctl -n %s reset --graceful=false --reboot --system-labels-to-wipe=EPHEMERAL` and run the recovery again", m.Node, m.Message, m.Address)
 		}
 	}
-	for _, m := range v.Members {
-		if m.State == Waiting {
-			return m, false, nil
+	for _, st := range []string{Waiting, GaveUp} {
+		for _, m := range v.Members {
+			if m.State == st {
+				return m, false, nil
+			}
 		}
 	}
 	return Member{}, false, fmt.Errorf("no control plane has an empty etcd data dir (waiting to join) to restore on (%s); "+

@@ -183,10 +183,34 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 		p.warnings = append(p.warnings, "one control plane: the Kubernetes API and etcd are down while it reboots")
 	}
 	if len(req.GetCredentials().GetKubeconfig()) == 0 {
-		p.warnings = append(p.warnings, "no kubeconfig: the gates cannot check Kubernetes and v1.13+ nodes are rebooted without a client-side drain")
+		warn := "no kubeconfig: the gates cannot check Kubernetes"
+		if p.clientDrains() {
+			// A v1.13+ node is never rebooted undrained: the drain uses the kubeconfig
+			// Talos serves, as talosctl's does, and without one the upgrade is refused here.
+			if _, err := s.DrainKube(ctx); err != nil {
+				return nil, &sdk.Refusal{Rule: "R3",
+					Reason: "v1.13+ nodes are cordoned and drained by the bot before their reboot, and it has no Kubernetes access to drain with: no kubeconfig is configured, and " + err.Error(),
+					Fix:    "configure the cluster's kubeconfig (Terraform output or file) so that its nodes are drained before they reboot; nothing was changed"}
+			}
+			warn += "; v1.13+ nodes are drained with the kubeconfig the Talos API serves (MachineService.Kubeconfig, held in memory only), as talosctl upgrade does"
+		}
+		p.warnings = append(p.warnings, warn)
 	}
 	p.warnings = append(p.warnings, pf.warnings...)
 	return p, nil
+}
+
+// clientDrains reports whether a node of the path upgrades through LifecycleService (v1.13+),
+// where the bot, not Talos, drains it before the reboot.
+func (p *path) clientDrains() bool {
+	for _, r := range p.hops {
+		for _, st := range r.steps {
+			if !st.skip && st.mechanics == talos.MechanicsLifecycle {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // versionsOf parses every node's version.

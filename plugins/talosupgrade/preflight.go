@@ -129,14 +129,17 @@ func keys(m map[string][]string) []string {
 }
 
 // readKube lists the PersistentVolumes, Pods and Services the checks look
-// at. Without a kubeconfig, or when Kubernetes does not answer, the checks
-// that need it say they could not run.
+// at, through the Kubernetes access the roll drains with: the configured
+// kubeconfig or, without one, the one the Talos API serves (DrainKube), so
+// that a cluster the bot can drain is also a cluster it can check. When
+// neither reaches Kubernetes, the checks that need it say they could not run.
 func (f *clusterFacts) readKube(ctx context.Context, s *cluster.Session) {
-	if s.Kube == nil {
-		f.kubeNote = "no kubeconfig"
+	kube, err := s.DrainKube(ctx)
+	if err != nil {
+		f.kubeNote = "no kubeconfig, and " + err.Error()
 		return
 	}
-	pvs, err := s.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		f.kubeNote = "Kubernetes did not answer: " + err.Error()
 		return
@@ -149,7 +152,7 @@ func (f *clusterFacts) readKube(ctx context.Context, s *cluster.Session) {
 			f.flex = append(f.flex, "PV "+pv.Name)
 		}
 	}
-	pods, err := s.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	pods, err := kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		f.kubeNote = "Kubernetes did not answer: " + err.Error()
 		return
@@ -164,7 +167,7 @@ func (f *clusterFacts) readKube(ctx context.Context, s *cluster.Session) {
 			}
 		}
 	}
-	svcs, err := s.Kube.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	svcs, err := kube.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		f.kubeNote = "Kubernetes did not answer: " + err.Error()
 		return
@@ -332,7 +335,7 @@ func (c *hopChecks) extraKernelArgs() {
 		if talos.MechanicsFor(talos.Release(c.h.from[nf.node.Name])) != talos.MechanicsLifecycle || len(nf.extraKernelArgs) == 0 {
 			continue
 		}
-		what := fmt.Sprintf("%s (%s)", nf.node.Name, strings.Join(nf.extraKernelArgs, " "))
+		what := fmt.Sprintf("%s (%s)", nf.node.Name, strings.Join(argNames(nf.extraKernelArgs), " "))
 		if nf.grubUKI {
 			inert = append(inert, what)
 			continue
@@ -345,6 +348,18 @@ func (c *hopChecks) extraKernelArgs() {
 	if len(inert) > 0 {
 		c.warn("machine.install.extraKernelArgs on %s have no effect (grubUseUKICmdline: true takes the UKI's command line); put them in the schematic if a node needs them", strings.Join(inert, ", "))
 	}
+}
+
+// argNames are the names of kernel arguments, never their values: a value
+// may be a secret (siderolink.api=…?jointoken=…, talos.config=… with a
+// token), and the refusal goes to chat and the audit trail.
+func argNames(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		name, _, _ := strings.Cut(a, "=")
+		out[i] = name
+	}
+	return out
 }
 
 // factoryInstaller: from v1.14 only Image Factory installers are published

@@ -1,6 +1,7 @@
 package talosupgrade
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -106,15 +107,21 @@ func hasWarning(p *lifecyclev1.OperationPlan, parts ...string) bool {
 // is touched, naming the node, its arguments and the schematic fix. With
 // grubUseUKICmdline the arguments had no effect anyway: a warning.
 func TestPreflightExtraKernelArgsOnTheLifecyclePath(t *testing.T) {
-	e := startAt(t, "v1.13.2", false)
+	// A v1.13 node is drained before its reboot: Kubernetes must be
+	// there, or the plan is refused for that first (R3).
+	e := startAt(t, "v1.13.2", true)
 	w := worker(e, t)
 	e.patchConfig(t, w, func(c *v1alpha1.Config) {
-		c.MachineConfig.MachineInstall.InstallExtraKernelArgs = []string{"console=ttyS1,115200"}
+		c.MachineConfig.MachineInstall.InstallExtraKernelArgs = []string{"console=ttyS1,115200", "siderolink.api=grpc://10.0.0.9:8090?jointoken=s3cr3t"}
 		c.MachineConfig.MachineInstall.InstallGrubUseUKICmdline = new(false)
 	})
 	req := e.preflightRequest(t, "v1.13.9")
-	refusedEverywhere(t, e, req, "R13", "machine.install.extraKernelArgs on "+w+" (console=ttyS1,115200)")
+	refusedEverywhere(t, e, req, "R13", "machine.install.extraKernelArgs on "+w+" (console siderolink.api)")
 	p := plan(t, req)
+	// The arguments' values may be secrets (a join token): only names reach chat.
+	if text := p.GetRefusal().GetReason() + p.GetRefusal().GetFix() + strings.Join(p.GetWarnings(), " "); strings.Contains(text, "s3cr3t") || strings.Contains(text, "ttyS1") {
+		t.Errorf("an argument's value reached the refusal: %v", p.GetRefusal())
+	}
 	for _, want := range []string{"#13967", "LifecycleService.Upgrade"} {
 		if !strings.Contains(p.GetRefusal().GetReason(), want) {
 			t.Errorf("reason %q lacks %q", p.GetRefusal().GetReason(), want)
@@ -157,16 +164,18 @@ func TestPreflightChecksEveryHop(t *testing.T) {
 // 3.6 and tls-min-version in the extraArgs of etcd or kube-apiserver (R10,
 // which v1.14's deny lists reject, so the component would not start).
 func TestPreflightV114Refusals(t *testing.T) {
-	e := startAt(t, "v1.13.9", false)
+	e := startAt(t, "v1.13.9", true)
 	w, cp := worker(e, t), controlPlane(e, t)
 	req := e.preflightRequest(t, "v1.14.1")
+	// No kubeconfig configured: the roll drains with the one the Talos API
+	// serves, and the checks that need Kubernetes read through it too.
+	req.Credentials.Kubeconfig = nil
 	p := plan(t, req)
 	if p.GetRefusal() != nil {
 		t.Fatalf("a clean v1.13.9 cluster: %v", p.GetRefusal())
 	}
-	// No kubeconfig: the checks that need Kubernetes say they could not run.
-	if !hasWarning(p, "2383", "could not be looked for (no kubeconfig)") || !hasWarning(p, "iSCSI", "could not be looked for") {
-		t.Errorf("warnings without Kubernetes: %q", p.GetWarnings())
+	if hasWarning(p, "could not be looked for") {
+		t.Errorf("Kubernetes is reachable through the Talos-served kubeconfig, yet: %q", p.GetWarnings())
 	}
 	if !hasWarning(p, "TLS 1.3 only") || !hasWarning(p, "ℹ️ → v1.14.1: v1.14 breaking changes:", "apply-config --mode=reboot removed") {
 		t.Errorf("warnings: %q", p.GetWarnings())
@@ -267,5 +276,65 @@ func BenchmarkTargetPreflight(b *testing.B) {
 		if _, err := runPreflight(ctx, s, at, stops, nil); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestPreflightChecksOnFacts covers what a sim cluster cannot show (its
+// etcd is a real 3.6): a member that runs etcd 3.5, or whose version could
+// not be read, refuses a hop into v1.14; a customised listen-metrics-urls
+// keeps the metrics where they are (no warning); etcd's tls-min-version is
+// refused, cipher suites and FlexVolume warned about; a hop within v1.14
+// runs none of the v1.14 crossing checks.
+func TestPreflightChecksOnFacts(t *testing.T) {
+	inv := cluster.Inventory{Name: "staging", Nodes: []cluster.Node{
+		{Name: "cp-1", Role: cluster.RoleControlPlane, Address: "10.0.0.1"},
+		{Name: "w-1", Role: cluster.RoleWorker, Address: "10.0.0.2"}}}
+	v := func(s string) releases.Version { x, _ := releases.Parse(s); return x }
+	hop := []preflightHop{{n: 1, of: 1, to: v("v1.14.1"), from: map[string]releases.Version{"cp-1": v("v1.13.9"), "w-1": v("v1.13.9")}}}
+	facts := func() *clusterFacts {
+		return &clusterFacts{nodes: map[string]nodeFacts{"cp-1": {node: inv.Nodes[0]}, "w-1": {node: inv.Nodes[1]}},
+			etcd: map[string]string{"cp-1": "3.6.9"}, kube: true}
+	}
+	if r := targetPreflight(facts(), hop, inv); r.refusal != nil {
+		t.Fatalf("clean: %v", r.refusal)
+	}
+	f := facts()
+	f.etcd["cp-1"] = "3.5.17"
+	if r := targetPreflight(f, hop, inv); r.refusal == nil || r.refusal.Rule != "R10" || !strings.Contains(r.refusal.Reason, "cp-1 runs etcd 3.5.17") {
+		t.Errorf("etcd 3.5: %v", r.refusal)
+	}
+	f = facts()
+	delete(f.etcd, "cp-1")
+	if r := targetPreflight(f, hop, inv); r.refusal == nil || !strings.Contains(r.refusal.Reason, "the etcd version of cp-1 could not be read") {
+		t.Errorf("etcd unread: %v", r.refusal)
+	}
+	f = facts()
+	f.scrapers = []string{"Service monitoring/etcd"}
+	if r := targetPreflight(f, hop, inv); !slices.ContainsFunc(r.warnings, func(w string) bool { return strings.Contains(w, "Service monitoring/etcd reach(es) etcd on 2379") }) {
+		t.Errorf("scraper: %q", r.warnings)
+	}
+	cp := f.nodes["cp-1"]
+	cp.etcdArgs = []string{"cipher-suites", "listen-metrics-urls"}
+	f.nodes["cp-1"] = cp
+	f.flex = []string{"PV old-flex"}
+	r := targetPreflight(f, hop, inv)
+	for _, w := range r.warnings {
+		if strings.Contains(w, "2379") {
+			t.Errorf("listen-metrics-urls is customised, yet: %q", w)
+		}
+	}
+	if !slices.ContainsFunc(r.warnings, func(w string) bool { return strings.Contains(w, "cp-1 cluster.etcd.extraArgs cipher-suites: ignored") }) ||
+		!slices.ContainsFunc(r.warnings, func(w string) bool { return strings.Contains(w, "FlexVolume volumes (PV old-flex)") }) {
+		t.Errorf("warnings: %q", r.warnings)
+	}
+	cp.etcdArgs = []string{"tls-min-version"}
+	f.nodes["cp-1"] = cp
+	if r := targetPreflight(f, hop, inv); r.refusal == nil || !strings.Contains(r.refusal.Reason, "cp-1 cluster.etcd.extraArgs tls-min-version") {
+		t.Errorf("etcd tls-min-version: %v", r.refusal)
+	}
+	// Within v1.14: nothing is crossed.
+	within := []preflightHop{{n: 1, of: 1, to: v("v1.14.1"), from: map[string]releases.Version{"cp-1": v("v1.14.0")}}}
+	if r := targetPreflight(f, within, inv); r.refusal != nil || len(r.warnings) != 0 {
+		t.Errorf("within v1.14: %v %q", r.refusal, r.warnings)
 	}
 }

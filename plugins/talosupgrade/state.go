@@ -3,6 +3,7 @@ package talosupgrade
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,15 @@ type outcome struct {
 	// boot message, e.g. the A/B fallback after a failed boot).
 	back          bool
 	version, note string
+	// fellBack: it came back on the old version (an A/B fallback, landing.go);
+	// landing: how a node on the target differs from the plan.
+	fellBack bool
+	landing  []string
+	// notRebooted: it accepted the reboot and kept its boot id; notReady:
+	// it booted and runs but Talos's readiness conditions are unmet (the
+	// sentence that says which).
+	notRebooted bool
+	notReady    string
 	// uncordoned: the bot made the Node schedulable again; cordoned: the
 	// Node still reads as cordoned after the failure (cordonErr: why the bot
 	// could not tell).
@@ -38,11 +48,20 @@ func (o *outcome) line() string {
 	switch {
 	case o.back && o.version == o.from:
 		s = fmt.Sprintf("%s rolled back: it came back on %s, not %s", o.node, o.from, o.to)
+		if o.fellBack {
+			s += ": the new image did not boot, Talos fell back"
+		}
 		if o.note != "" {
 			s += " (" + o.note + ")"
 		}
+	case o.back && len(o.landing) > 0:
+		s = fmt.Sprintf("%s runs %s but not as planned: %s", o.node, o.version, strings.Join(o.landing, "; "))
 	case o.back:
 		s = fmt.Sprintf("%s runs %s", o.node, o.version)
+	case o.notReady != "":
+		s = o.notReady
+	case o.notRebooted:
+		s = fmt.Sprintf("%s accepted the reboot but never rebooted (its boot id is unchanged): it still runs %s and boots %s at its next reboot", o.node, o.from, o.to)
 	case o.sequenceFailed:
 		s = fmt.Sprintf("Talos's upgrade sequence failed on %s; it stayed up on %s", o.node, o.from)
 	case o.p.Rebooting:
@@ -69,7 +88,8 @@ func (o *outcome) line() string {
 // Node is read back either way, so a cordon Talos's own sequence left (the
 // legacy path) is reported too.
 func (x *run) settleCordon(ctx context.Context, o *outcome) {
-	if x.s.Kube == nil || o.kubeNode == "" {
+	kube := x.s.DrainedWith()
+	if kube == nil || o.kubeNode == "" {
 		return
 	}
 	// The run's context may be what failed: the cleanup gets its own time.
@@ -80,11 +100,11 @@ func (x *run) settleCordon(ctx context.Context, o *outcome) {
 		if o.back {
 			wait = min(x.nodeTO, time.Minute)
 		}
-		if err := k8s.WaitReady(ctx, x.s.Kube, o.kubeNode, 0, wait); err == nil {
-			o.uncordoned = k8s.Uncordon(ctx, x.s.Kube, o.kubeNode) == nil
+		if err := k8s.WaitReady(ctx, kube, o.kubeNode, 0, wait); err == nil {
+			o.uncordoned = k8s.Uncordon(ctx, kube, o.kubeNode) == nil
 		}
 	}
-	cordoned, err := k8s.Cordoned(ctx, x.s.Kube, o.kubeNode)
+	cordoned, err := k8s.Cordoned(ctx, kube, o.kubeNode)
 	switch {
 	case err != nil:
 		o.uncordoned, o.cordonErr = false, err.Error()

@@ -403,12 +403,16 @@ func (x *run) execute(ctx context.Context) error {
 		drain = append(drain, n.node.Name)
 	}
 	x.gateStarted(ro.prefix + "gate-before/")
-	verdict := gate.Run(ctx, x.s.Clients, x.s.Inv, x.gateOptions(drain))
+	// Each node read at its own address: a hop after the first starts right
+	// after its last node came back (see verify).
+	directGate := x.s.DirectClients()
+	verdict := gate.Run(ctx, directGate, x.s.Inv, x.gateOptions(drain))
 	if x.resumed && !verdict.Passed {
 		// Resuming right after a crash: a node may still be coming back, so
 		// the cluster gets the wait after a node before refusing.
-		verdict = gate.Until(ctx, x.s.Clients, x.s.Inv, x.gateOptions(drain), x.afterTO)
+		verdict = gate.Until(ctx, directGate, x.s.Inv, x.gateOptions(drain), x.afterTO)
 	}
+	_ = directGate.Close()
 	if err := gate.Report(x.r, ro.prefix+"gate-before/", verdict); err != nil {
 		return err
 	}
@@ -456,7 +460,10 @@ func (x *run) execute(ctx context.Context) error {
 
 	// Gate after (R1): nothing left to drain.
 	x.gateStarted(ro.prefix + "gate-after/")
-	verdict = gate.Until(ctx, x.s.Clients, x.s.Inv, x.gateOptions([]string{}), x.afterTO)
+	// The gates after a node read each node at its own address (see verify).
+	directGate = x.s.DirectClients()
+	verdict = gate.Until(ctx, directGate, x.s.Inv, x.gateOptions([]string{}), x.afterTO)
+	_ = directGate.Close()
 	if err := gate.Report(x.r, ro.prefix+"gate-after/", verdict); err != nil {
 		return err
 	}
@@ -536,6 +543,13 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	stepEv(lifecyclev1.StepStatus_STEP_STATUS_RUNNING, fmt.Sprintf("%s via %s", n.image, n.mechanics))
 	logf := func(msg string) { _ = x.r.Log("info", n.id("upgrade"), msg) }
 	o := &outcome{node: n.node.Name, kubeNode: x.roll.ids.KubeNode(n.node.Name), from: n.from.String(), to: to, p: &talos.Progress{}}
+	if o.kubeNode == "" && n.mechanics == talos.MechanicsLifecycle {
+		// Without a configured kubeconfig the Node is not looked up in Kubernetes: drain the
+		// name the kubelet registers, the node's k8s.Nodename, as talosctl's drain does.
+		if id, ok := x.roll.ids.Of(n.node.Name); ok {
+			o.kubeNode = id.Nodename
+		}
+	}
 	failNode := func(err error) error {
 		stepEv(lifecyclev1.StepStatus_STEP_STATUS_FAILED, err.Error())
 		x.settleCordon(ctx, o)
@@ -546,6 +560,11 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	if err != nil {
 		return failNode(err)
 	}
+	// What the node must run afterwards (landing.go): read before the upgrade changes it.
+	plan, unchecked := talos.PlanLanding(ctx, x.s, n.node, x.roll.target, n.image)
+	if unchecked != "" {
+		logf(unchecked)
+	}
 	o.p, err = talos.StartUpgrade(ctx, x.s, talos.NodeUpgrade{Node: n.node, KubeNode: o.kubeNode, From: n.from, To: x.roll.target, Image: n.image, Pulled: x.pulled[n.node.Name]},
 		talos.UpgradeOptions{Drain: k8s.DrainOptions{Timeout: min(x.nodeTO/2, k8s.DefaultDrainTimeout), Log: logf}, Log: logf,
 			Pull: talos.PullOptions{Stall: talos.PullStall(x.req.GetSettings())}})
@@ -553,23 +572,28 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 		return failNode(err)
 	}
 	res, err := talos.TrackReboot(ctx, x.s, n.node, talos.TrackOptions{Timeout: x.nodeTO, OldBootID: bootID, Actor: o.p.Actor, Log: logf})
-	var seq *talos.SequenceError
+	var (
+		seq         *talos.SequenceError
+		notRebooted *talos.NotRebootedError
+		notReady    *talos.NotReadyError
+	)
 	switch {
 	case errors.As(err, &seq):
 		o.sequenceFailed = true
+	case errors.As(err, &notRebooted):
+		o.notRebooted = true
+	case errors.As(err, &notReady):
+		o.notReady = notReady.Error()
 	case err == nil:
 		o.back, o.version, o.note = true, res.Version, res.Note
 	}
-	if err == nil && res.Version != to {
-		err = fmt.Errorf("%s came back on %s, not %s", n.node.Name, res.Version, to)
-		if res.Note != "" {
-			err = fmt.Errorf("%w: %s (automatic rollback)", err, res.Note)
-		}
+	if err == nil {
+		err = x.landed(ctx, n, o, res, plan)
 	}
 	if err == nil && o.p.Cordoned {
 		// Uncordon only once the Node is Ready again, as talosctl does.
-		if err = k8s.WaitReady(ctx, x.s.Kube, o.kubeNode, 0, x.nodeTO); err == nil {
-			if err = k8s.Uncordon(ctx, x.s.Kube, o.kubeNode); err == nil {
+		if err = k8s.WaitReady(ctx, x.s.DrainedWith(), o.kubeNode, 0, x.nodeTO); err == nil {
+			if err = k8s.Uncordon(ctx, x.s.DrainedWith(), o.kubeNode); err == nil {
 				o.uncordoned = true
 			}
 		}
@@ -583,7 +607,11 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 
 	if cp {
 		_ = x.r.StepStarted(n.id("quorum-after"), "")
-		q, err := etcd.WaitQuorum(ctx, x.s.Clients, x.roll.ids, x.gateTO, etcd.Quorum.CheckRestored)
+		// Each member read at its own address: the endpoint's apid may still
+		// be waiting out its redial backoff to the node just back.
+		direct := x.s.DirectClients()
+		q, err := etcd.WaitQuorum(ctx, direct, x.roll.ids, x.gateTO, etcd.Quorum.CheckRestored)
+		_ = direct.Close()
 		if err != nil {
 			_ = x.r.StepFailed(n.id("quorum-after"), err.Error())
 			x.lines = append(x.lines, "🩺 "+o.line())
@@ -605,7 +633,9 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	if drain == nil {
 		drain = []string{}
 	}
-	verdict := gate.Until(ctx, x.s.Clients, x.s.Inv, x.gateOptions(drain), x.afterTO)
+	directGate := x.s.DirectClients()
+	verdict := gate.Until(ctx, directGate, x.s.Inv, x.gateOptions(drain), x.afterTO)
+	_ = directGate.Close()
 	if !verdict.Passed {
 		_ = x.r.StepFailed(n.id("gate"), strings.Join(verdict.Reasons, "; "))
 		x.lines = append(x.lines, "🩺 "+o.line())
@@ -624,8 +654,12 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 func (x *run) verify(ctx context.Context) (map[string]string, string, error) {
 	running := map[string]string{}
 	var problems []string
+	// At each node's own address: the last node just came back, and the
+	// endpoint's apid may still be waiting out its redial backoff to it.
+	direct := x.s.DirectClients()
+	defer direct.Close() //nolint:errcheck
 	for _, n := range x.s.Inv.Nodes {
-		tag, err := talos.TalosTag(ctx, x.s, n)
+		tag, err := talos.TalosTagFrom(ctx, direct.Machine, n)
 		if err != nil {
 			problems = append(problems, err.Error())
 			continue

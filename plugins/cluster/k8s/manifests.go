@@ -13,6 +13,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	talosk8s "github.com/siderolabs/talos/pkg/machinery/resources/k8s"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,12 +32,16 @@ import (
 // k8s.Manifest resources a control plane's ManifestController rendered from its machine
 // config and Talos version (manifests.GetBootstrapManifests reads them through COSI), and
 // they are server-side applied with field manager "talos" (syncManifestsSSA, for Talos ≥
-// 1.13; go-kubernetes' ssa.Manager), a dry run showing each object's diff instead. What
-// differs from talosctl is in docs/K8S-UPGRADE.md: no inventory, so nothing is pruned.
+// 1.13; go-kubernetes' ssa.Manager), a dry run showing each object's diff instead. As
+// ssa.Manager does with talosctl's default policy AdoptIfNoInventory, each object carries the
+// inventory annotation, the inventory ConfigMap kube-system/talos-bootstrap-manifests-inventory
+// records every applied object, and an object the inventory lists that Talos no longer renders
+// is deleted (pruned); an object owned by another inventory is refused.
 
 // ManifestChange is what the sync does (or, in a dry run, would do) to one object.
 type ManifestChange struct {
-	// Action is "created", "configured" or "unchanged" (ssa's words, which talosctl prints).
+	// Action is "created", "configured", "unchanged" or "deleted" (ssa's words, which talosctl
+	// prints; "deleted" is a prune).
 	Action string
 	// Subject is Kind/namespace/name (Kind/name for a cluster-scoped object).
 	Subject string
@@ -86,9 +91,11 @@ type SyncOptions struct {
 }
 
 // SyncManifests server-side applies objs with field manager "talos", forcing ownership (the
-// objects are Talos's), and waits for the Deployments and DaemonSets it changed to roll
-// out. With DryRun every apply is a server-side dry run (the API server computes the
-// result, defaults included) and the change is the difference from the live object.
+// objects are Talos's), records them in the inventory, prunes what the inventory lists and
+// objs no longer have, and waits for the Deployments and DaemonSets it changed to roll out.
+// With DryRun every apply is a server-side dry run (the API server computes the result,
+// defaults included) and the change is the difference from the live object; nothing is
+// written or deleted.
 func SyncManifests(ctx context.Context, c *cluster.Clients, objs []*unstructured.Unstructured, opts SyncOptions) ([]ManifestChange, error) {
 	if c.Dynamic == nil || c.Kube == nil {
 		return nil, fmt.Errorf("no Kubernetes client: the bootstrap manifests cannot be synced without the cluster's kubeconfig")
@@ -96,21 +103,59 @@ func SyncManifests(ctx context.Context, c *cluster.Clients, objs []*unstructured
 
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.Kube.Discovery()))
 
+	inv, err := readInventory(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+
 	var (
 		out     []ManifestChange
 		changed []*unstructured.Unstructured
+		want    = map[string]bool{}
 	)
 
 	for _, o := range objs {
+		o = o.DeepCopy()
+		ann := o.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[InventoryAnnotation] = constants.KubernetesBootstrapManifestsInventoryName
+		o.SetAnnotations(ann)
+
 		ch, applied, err := applyOne(ctx, c, mapper, o, opts.DryRun)
 		if err != nil {
 			return out, err
 		}
 
 		out = append(out, ch)
+		want[InventoryKey(o)] = true
 
 		if ch.Action != "unchanged" {
 			changed = append(changed, applied)
+		}
+	}
+
+	for key := range want {
+		inv[key] = ""
+	}
+
+	if !opts.DryRun {
+		if err := writeInventory(ctx, c, inv); err != nil {
+			return out, err
+		}
+	}
+
+	pruned, err := prune(ctx, c, mapper, inv, want, opts.DryRun)
+	out = append(out, pruned...)
+
+	if err != nil {
+		return out, err
+	}
+
+	if !opts.DryRun && len(pruned) > 0 {
+		if err := writeInventory(ctx, c, inv); err != nil {
+			return out, err
 		}
 	}
 
@@ -125,6 +170,123 @@ func SyncManifests(ctx context.Context, c *cluster.Clients, objs []*unstructured
 	}
 
 	return out, nil
+}
+
+// InventoryAnnotation marks an object as owned by an inventory (cli-utils' owning-inventory).
+const InventoryAnnotation = "config.k8s.io/owning-inventory"
+
+// InventoryKey is an object's key in the inventory ConfigMap, as go-kubernetes' ssa inventory
+// (v0.2.38, kubernetes/ssa/internal/inventory/configmap) stores it: cli-utils' ObjMetadata
+// string "<namespace>_<name>_<group>_<Kind>", a colon in a name written "__".
+func InventoryKey(o *unstructured.Unstructured) string {
+	gvk := o.GroupVersionKind()
+	return o.GetNamespace() + "_" + strings.ReplaceAll(o.GetName(), ":", "__") + "_" + gvk.Group + "_" + gvk.Kind
+}
+
+// parseInventoryKey is InventoryKey read back.
+func parseInventoryKey(key string) (ns, name string, gk schema.GroupKind, ok bool) {
+	first := strings.Index(key, "_")
+	last := strings.LastIndex(key, "_")
+	if first < 0 || last <= first {
+		return "", "", gk, false
+	}
+	ns, rest, kind := key[:first], key[first+1:last], key[last+1:]
+	g := strings.LastIndex(rest, "_")
+	if g < 0 {
+		return "", "", gk, false
+	}
+	return ns, strings.ReplaceAll(rest[:g], "__", ":"), schema.GroupKind{Group: rest[g+1:], Kind: kind}, true
+}
+
+// readInventory reads the inventory's keys (none when it does not exist yet).
+func readInventory(ctx context.Context, c *cluster.Clients) (map[string]string, error) {
+	cm, err := c.Kube.CoreV1().ConfigMaps(constants.KubernetesInventoryNamespace).Get(ctx, constants.KubernetesBootstrapManifestsInventoryName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return map[string]string{}, nil
+	case err != nil:
+		return nil, fmt.Errorf("read the bootstrap manifests inventory: %w", err)
+	}
+	inv := make(map[string]string, len(cm.Data))
+	for k := range cm.Data {
+		inv[k] = ""
+	}
+	return inv, nil
+}
+
+// writeInventory creates or replaces the inventory ConfigMap with these keys.
+func writeInventory(ctx context.Context, c *cluster.Clients, inv map[string]string) error {
+	cms := c.Kube.CoreV1().ConfigMaps(constants.KubernetesInventoryNamespace)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: constants.KubernetesBootstrapManifestsInventoryName, Namespace: constants.KubernetesInventoryNamespace},
+		Data: inv}
+	cur, err := cms.Get(ctx, cm.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = cms.Create(ctx, cm, metav1.CreateOptions{})
+	case err == nil:
+		cur.Data = inv
+		_, err = cms.Update(ctx, cur, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("write the bootstrap manifests inventory: %w", err)
+	}
+	return nil
+}
+
+// prune deletes (background propagation) every object the inventory lists that want does
+// not, and drops it from inv; one already gone only leaves the inventory. An object owned by
+// another inventory is never deleted: the sync stops naming it.
+func prune(ctx context.Context, c *cluster.Clients, mapper meta.RESTMapper, inv map[string]string, want map[string]bool, dryRun bool) ([]ManifestChange, error) {
+	var keys []string
+	for k := range inv {
+		if !want[k] {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var out []ManifestChange
+	for _, key := range keys {
+		ns, name, gk, ok := parseInventoryKey(key)
+		if !ok {
+			return out, fmt.Errorf("the bootstrap manifests inventory has an entry that is not an object reference: %q", key)
+		}
+		m, err := mapper.RESTMapping(gk)
+		if err != nil {
+			return out, fmt.Errorf("prune %s %s: no API resource: %w", gk, name, err)
+		}
+		var rc dynamicResource = c.Dynamic.Resource(m.Resource)
+		if m.Scope.Name() == meta.RESTScopeNameNamespace {
+			rc = c.Dynamic.Resource(m.Resource).Namespace(ns)
+		}
+		live, err := rc.Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			delete(inv, key)
+			continue
+		case err != nil:
+			return out, fmt.Errorf("prune %s: %w", key, err)
+		}
+		if owner := live.GetAnnotations()[InventoryAnnotation]; owner != "" && owner != constants.KubernetesBootstrapManifestsInventoryName {
+			return out, fmt.Errorf("not pruning %s: it belongs to inventory %q, not %q", subject(live), owner, constants.KubernetesBootstrapManifestsInventoryName)
+		}
+		out = append(out, ManifestChange{Action: "deleted", Subject: subject(live)})
+		if dryRun {
+			continue
+		}
+		bg := metav1.DeletePropagationBackground
+		if err := rc.Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil && !apierrors.IsNotFound(err) {
+			return out, fmt.Errorf("prune %s: %w", subject(live), err)
+		}
+		delete(inv, key)
+	}
+	return out, nil
+}
+
+// dynamicResource is the part of a dynamic resource client the sync uses.
+type dynamicResource interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions, sub ...string) (*unstructured.Unstructured, error)
+	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (*unstructured.Unstructured, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions, sub ...string) error
 }
 
 func subject(o *unstructured.Unstructured) string {
@@ -146,10 +308,7 @@ func applyOne(ctx context.Context, c *cluster.Clients, mapper meta.RESTMapper, o
 
 	ri := c.Dynamic.Resource(m.Resource)
 
-	var rc interface {
-		Get(ctx context.Context, name string, opts metav1.GetOptions, sub ...string) (*unstructured.Unstructured, error)
-		Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, sub ...string) (*unstructured.Unstructured, error)
-	} = ri
+	var rc dynamicResource = ri
 
 	if m.Scope.Name() == meta.RESTScopeNameNamespace {
 		ns := o.GetNamespace()
@@ -167,6 +326,13 @@ func applyOne(ctx context.Context, c *cluster.Clients, mapper meta.RESTMapper, o
 		live = nil
 	case err != nil:
 		return ch, nil, fmt.Errorf("bootstrap manifest %s: read the live object: %w", ch.Subject, err)
+	}
+
+	// AdoptIfNoInventory (talosctl's default --manifests-inventory-policy): an object with
+	// no owning inventory is adopted, one owned by another inventory is refused.
+	if owner := ownerOf(live); owner != "" && owner != constants.KubernetesBootstrapManifestsInventoryName {
+		return ch, nil, fmt.Errorf("bootstrap manifest %s: the live object belongs to inventory %q, not %q; nothing of it was changed (talosctl refuses it too under its default policy AdoptIfNoInventory)",
+			ch.Subject, owner, constants.KubernetesBootstrapManifestsInventoryName)
 	}
 
 	body, err := json.Marshal(o.Object)
@@ -344,4 +510,13 @@ func waitRolledOut(ctx context.Context, c *cluster.Clients, mapper meta.RESTMapp
 	}
 
 	return nil
+}
+
+// ownerOf is the live object's owning inventory ("" for none, or no object).
+func ownerOf(live *unstructured.Unstructured) string {
+	if live == nil {
+		return ""
+	}
+
+	return live.GetAnnotations()[InventoryAnnotation]
 }

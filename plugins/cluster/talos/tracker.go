@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,26 +24,18 @@ const BootIDPath = "/proc/sys/kernel/random/boot_id"
 
 // BootID reads a node's boot id (new on every boot).
 func BootID(ctx context.Context, s *cluster.Session, n cluster.Node) (string, error) {
-	r, err := s.Talos.Read(client.WithNode(ctx, n.Address), BootIDPath)
-	if err != nil {
-		return "", fmt.Errorf("read the boot id of %s: %w", n.Name, err)
-	}
-	defer r.Close() //nolint:errcheck
-	b, err := io.ReadAll(io.LimitReader(r, 256))
-	if err != nil {
-		return "", fmt.Errorf("read the boot id of %s: %w", n.Name, err)
-	}
-	id := strings.TrimSpace(string(b))
-	if len(id) < 16 {
-		// A read cut short (the node going down) must not look like a new boot.
-		return "", fmt.Errorf("read the boot id of %s: short read %q", n.Name, id)
-	}
-	return id, nil
+	return bootIDVia(client.WithNode(ctx, n.Address), s.Talos, n)
 }
 
 // TalosTag asks one node for Version.Tag.
 func TalosTag(ctx context.Context, s *cluster.Session, n cluster.Node) (string, error) {
-	resp, err := s.Talos.MachineClient.Version(client.WithNode(ctx, n.Address), &emptypb.Empty{})
+	return TalosTagFrom(ctx, s.Talos.MachineClient, n)
+}
+
+// TalosTagFrom asks one node for Version.Tag through m (Session.DirectClients' Machine reads
+// it at the node's own address).
+func TalosTagFrom(ctx context.Context, m cluster.MachineAPI, n cluster.Node) (string, error) {
+	resp, err := m.Version(client.WithNode(ctx, n.Address), &emptypb.Empty{})
 	if err != nil {
 		return "", fmt.Errorf("read the Talos version of %s: %w", n.Name, err)
 	}
@@ -71,7 +64,7 @@ type TrackOptions struct {
 type TrackResult struct {
 	BootID  string
 	Version string
-	// Note is a boot-sequence message, e.g. an A/B fallback after a failed boot.
+	// Note is a boot-sequence message, e.g. the failed boot before an A/B fallback.
 	Note string
 }
 
@@ -96,12 +89,73 @@ func (e *SequenceError) Error() string {
 	return fmt.Sprintf("the %s sequence failed on %s: %s", e.Sequence, e.Node, e.Message)
 }
 
+// NotRebootedError is a node that accepted the reboot but never rebooted: at the timeout it
+// answers with the boot id it had before.
+type NotRebootedError struct {
+	Node    string
+	Timeout time.Duration
+}
+
+func (e *NotRebootedError) Error() string {
+	return fmt.Sprintf("%s never rebooted: its boot id is unchanged after the node timeout %s", e.Node, e.Timeout)
+}
+
+// NotReadyError is a node that rebooted and runs, but whose MachineStatus is not ready at the
+// timeout: Talos's readiness conditions (time, network, services, static pods, the Kubernetes
+// Node) are unmet. Different from a node that did not come back.
+type NotReadyError struct {
+	Node, Version string
+	Timeout       time.Duration
+	Unmet         []*machineapi.MachineStatusEvent_MachineStatus_UnmetCondition
+}
+
+func (e *NotReadyError) Error() string {
+	var what, why []string
+	for _, u := range e.Unmet {
+		what = append(what, conditionWords(u.GetName(), u.GetReason())...)
+		why = append(why, u.GetName()+": "+u.GetReason())
+	}
+	return fmt.Sprintf("%s booted %s but is not ready: %s (Talos's unmet conditions after %s: %s)", e.Node, e.Version,
+		strings.Join(slices.Compact(what), ", "), e.Timeout, strings.Join(why, "; "))
+}
+
+// conditionWords says an unmet MachineStatus condition in a few words: the services by name
+// (Talos's reason is "kubelet not healthy, etcd not running"), the others by what they wait on.
+func conditionWords(name, reason string) []string {
+	switch name {
+	case "services":
+		var out []string
+		for p := range strings.SplitSeq(reason, ", ") {
+			svc, _, _ := strings.Cut(p, " ")
+			out = append(out, svc)
+		}
+		return out
+	case "staticPods":
+		return []string{"static pods"}
+	case "nodeReady":
+		return []string{"Kubernetes node not Ready"}
+	case "time":
+		return []string{"time not synced"}
+	case "network":
+		return []string{"network (" + reason + ")"}
+	}
+	return []string{name}
+}
+
 // TrackReboot follows a node through a reboot with its events stream,
 // reconnecting while it is down, until the node is back: the boot id changed
 // and MachineStatus is running and ready. It returns the new boot id and
 // version; the caller compares the version with what it expects. A failed
 // sequence of opts.Actor (the node stays up) ends the wait with a
-// SequenceError; no return within opts.Timeout gives a TimeoutError.
+// SequenceError. At opts.Timeout: a node that booted but is not ready gives a
+// NotReadyError, one that still has its old boot id a NotRebootedError, any
+// other a TimeoutError.
+//
+// Every other attempt goes to the node's own address (Session.NodeClient), as
+// a client with the node as its endpoint does, so that a node that is back is
+// seen at once rather than when the endpoint's apid redials it; the attempts
+// in between go through the endpoints, for a bot that cannot reach nodes
+// directly.
 func TrackReboot(ctx context.Context, s *cluster.Session, n cluster.Node, opts TrackOptions) (TrackResult, error) {
 	if opts.Retry <= 0 {
 		opts.Retry = 100 * time.Millisecond
@@ -113,15 +167,15 @@ func TrackReboot(ctx context.Context, s *cluster.Session, n cluster.Node, opts T
 	}
 	tctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
-	last := "waiting for the reboot"
-	var note string
-	down := false
+	st := &trackState{last: "waiting for the reboot"}
 	var res TrackResult
 	var resErr error
 	done := false
+	attempt := 0
 	// One events stream at a time; a broken one is reopened every opts.Retry.
 	_ = wait.PollUntilContextCancel(tctx, opts.Retry, true, func(context.Context) (bool, error) {
-		res, done, resErr = watchOnce(tctx, s, n, opts, &last, &note, &down, logf)
+		attempt++
+		res, done, resErr = watchOnce(tctx, s, n, opts, st, attempt%2 == 1, logf)
 		return done, nil
 	})
 	switch {
@@ -129,32 +183,59 @@ func TrackReboot(ctx context.Context, s *cluster.Session, n cluster.Node, opts T
 		return res, resErr
 	case ctx.Err() != nil:
 		return TrackResult{}, ctx.Err()
+	case st.unmet != nil:
+		return TrackResult{}, &NotReadyError{Node: n.Name, Version: st.bootedVersion, Timeout: opts.Timeout, Unmet: st.unmet}
 	}
-	return TrackResult{}, &TimeoutError{Node: n.Name, Timeout: opts.Timeout, Last: last}
+	// Still the old boot? Asked once more, under the caller's context.
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer rcancel()
+	if id, err := BootID(rctx, s, n); err == nil && id == opts.OldBootID {
+		return TrackResult{}, &NotRebootedError{Node: n.Name, Timeout: opts.Timeout}
+	}
+	return TrackResult{}, &TimeoutError{Node: n.Name, Timeout: opts.Timeout, Last: st.last}
+}
+
+// trackState is what TrackReboot learnt so far.
+type trackState struct {
+	last, note string
+	down       bool
+	// unmet: the new boot is running but not ready (bootedVersion), with these conditions.
+	unmet         []*machineapi.MachineStatusEvent_MachineStatus_UnmetCondition
+	bootedVersion string
 }
 
 // watchOnce reads one events stream until the node is back (done), a
 // sequence failed (done, error) or the stream broke (not done: reconnect).
-func watchOnce(ctx context.Context, s *cluster.Session, n cluster.Node, opts TrackOptions, last, note *string, down *bool,
+// direct: through a client of the node's own address.
+func watchOnce(ctx context.Context, s *cluster.Session, n cluster.Node, opts TrackOptions, st *trackState, direct bool,
 	logf func(string, ...any)) (TrackResult, bool, error) {
-	sctx, cancel := context.WithCancel(client.WithNode(ctx, n.Address))
+	cli, nodeCtx := s.Talos, func(c context.Context) context.Context { return client.WithNode(c, n.Address) }
+	if direct {
+		dc, err := s.NodeClient(ctx, n)
+		if err != nil {
+			return TrackResult{}, false, nil // the next attempt goes through the endpoints
+		}
+		defer dc.Close() //nolint:errcheck
+		cli, nodeCtx = dc, func(c context.Context) context.Context { return c }
+	}
+	sctx, cancel := context.WithCancel(nodeCtx(ctx))
 	defer cancel()
 	// Tail every event: after a reboot machined's history holds exactly the
 	// new boot, so a stream opened late still sees it.
-	stream, err := s.Talos.Events(sctx, client.WithTailEvents(-1))
+	stream, err := cli.Events(sctx, client.WithTailEvents(-1))
 	if err != nil {
-		if !*down {
-			*down = true
+		if !st.down {
+			st.down = true
 			logf("%s is down (%s)", n.Name, status.Convert(err).Message())
 		}
-		*last = "unreachable: " + cluster.ShortErr(status.Convert(err).Message())
+		st.last = "unreachable: " + cluster.ShortErr(status.Convert(err).Message())
 		return TrackResult{}, false, nil
 	}
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
 			if errors.Is(err, io.EOF) || ctx.Err() == nil {
-				*last = "events stream closed: " + cluster.ShortErr(status.Convert(err).Message())
+				st.last = "events stream closed: " + cluster.ShortErr(status.Convert(err).Message())
 			}
 			return TrackResult{}, false, nil
 		}
@@ -166,7 +247,7 @@ func watchOnce(ctx context.Context, s *cluster.Session, n cluster.Node, opts Tra
 		case *machineapi.SequenceEvent:
 			if p.GetError() != nil && p.GetError().GetMessage() != "" {
 				if p.GetSequence() == "boot" {
-					*note = p.GetError().GetMessage()
+					st.note = p.GetError().GetMessage()
 					continue
 				}
 				if opts.Actor != "" && ev.ActorID == opts.Actor {
@@ -175,29 +256,68 @@ func watchOnce(ctx context.Context, s *cluster.Session, n cluster.Node, opts Tra
 			}
 		case *machineapi.MachineStatusEvent:
 			stage := p.GetStage().String()
-			*last = "machine stage " + stage
-			if p.GetStage() != machineapi.MachineStatusEvent_RUNNING || !p.GetStatus().GetReady() {
+			st.last = "machine stage " + stage
+			if p.GetStage() != machineapi.MachineStatusEvent_RUNNING {
 				continue
 			}
-			id, err := BootID(ctx, s, n)
+			id, err := bootIDVia(sctx, cli, n)
 			if err != nil {
 				// Running, but the boot id is not readable yet: read the
 				// stream again (its replay brings this event back).
-				*last = "running but " + err.Error()
+				st.last = "running but " + err.Error()
 				return TrackResult{}, false, nil
 			}
 			if id == opts.OldBootID {
 				continue // the old boot's "running", replayed
 			}
-			tag, err := TalosTag(ctx, s, n)
+			tag, err := talosTagVia(sctx, cli, n)
 			if err != nil {
-				*last = "back but " + err.Error()
+				st.last = "back but " + err.Error()
 				return TrackResult{}, false, nil
 			}
+			if !p.GetStatus().GetReady() {
+				// Booted, not ready: wait for the next MachineStatus event,
+				// and remember why in case it never comes.
+				st.unmet, st.bootedVersion = p.GetStatus().GetUnmetConditions(), tag
+				st.last = fmt.Sprintf("booted %s, not ready", tag)
+				logf("%s booted Talos %s; waiting for it to be ready (%s)", n.Name, tag, (&NotReadyError{Node: n.Name, Version: tag, Unmet: st.unmet}).Error())
+				continue
+			}
 			logf("%s is back: boot id changed, running and ready, Talos %s", n.Name, tag)
-			return TrackResult{BootID: id, Version: tag, Note: *note}, true, nil
+			return TrackResult{BootID: id, Version: tag, Note: st.note}, true, nil
 		}
 	}
+}
+
+// bootIDVia is BootID through cli, with the node already chosen by ctx or the client.
+func bootIDVia(ctx context.Context, cli *client.Client, n cluster.Node) (string, error) {
+	r, err := cli.Read(ctx, BootIDPath)
+	if err != nil {
+		return "", fmt.Errorf("read the boot id of %s: %w", n.Name, err)
+	}
+	defer r.Close() //nolint:errcheck
+	b, err := io.ReadAll(io.LimitReader(r, 256))
+	if err != nil {
+		return "", fmt.Errorf("read the boot id of %s: %w", n.Name, err)
+	}
+	id := strings.TrimSpace(string(b))
+	if len(id) < 16 {
+		// A read cut short (the node going down) must not look like a new boot.
+		return "", fmt.Errorf("read the boot id of %s: short read %q", n.Name, id)
+	}
+	return id, nil
+}
+
+// talosTagVia is TalosTag through cli, with the node already chosen by ctx or the client.
+func talosTagVia(ctx context.Context, cli *client.Client, n cluster.Node) (string, error) {
+	resp, err := cli.MachineClient.Version(ctx, &emptypb.Empty{})
+	if err != nil {
+		return "", fmt.Errorf("read the Talos version of %s: %w", n.Name, err)
+	}
+	if len(resp.GetMessages()) == 0 {
+		return "", fmt.Errorf("read the Talos version of %s: empty reply", n.Name)
+	}
+	return resp.GetMessages()[0].GetVersion().GetTag(), nil
 }
 
 // Settled reports whether node n's machine is running and ready now, read

@@ -17,8 +17,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // DefaultNodeTimeout bounds one node's upgrade or rollback (reboot included)
@@ -169,6 +167,18 @@ func StartUpgrade(ctx context.Context, s *cluster.Session, u NodeUpgrade, opts U
 		return p, nil
 	}
 
+	// Never reboot a v1.13+ node undrained: without a configured kubeconfig, drain with the
+	// one Talos serves, as talosctl does; without either, stop before anything is installed.
+	if u.KubeNode == "" {
+		return p, fmt.Errorf("%s was not touched: its Kubernetes Node name is unknown (k8s.Nodename unreadable), so it cannot be drained before its reboot", u.Node.Name)
+	}
+	kube, err := s.DrainKube(ctx)
+	if err != nil {
+		return p, fmt.Errorf("%s cannot be drained, so it was not touched (a v1.13+ node is drained by the client before its reboot): %w", u.Node.Name, err)
+	}
+	if s.Kube == nil {
+		logf("%s: no kubeconfig configured: draining with the kubeconfig the Talos API serves (held in memory only)", u.Node.Name)
+	}
 	containerd := systemContainerd()
 	if !u.Pulled {
 		if err := pullImage(nctx, s, containerd, u.Image, opts.Pull); err != nil {
@@ -176,7 +186,7 @@ func StartUpgrade(ctx context.Context, s *cluster.Session, u NodeUpgrade, opts U
 		}
 		logf("%s: pulled %s", u.Node.Name, u.Image)
 	}
-	err := lifecycleUpgrade(nctx, s, containerd, u.Image)
+	err = lifecycleUpgrade(nctx, s, containerd, u.Image)
 	if installerGone(err) {
 		// Pulled at the start of the roll and gone since: Talos's image GC removes an
 		// installer nothing uses an hour after it first sees it (image_gc.go), and a roll
@@ -192,20 +202,16 @@ func StartUpgrade(ctx context.Context, s *cluster.Session, u NodeUpgrade, opts U
 	}
 	p.Installed = true
 	logf("%s: %s installed as the default boot entry; it becomes active at the next reboot", u.Node.Name, u.To)
-	if s.Kube != nil && u.KubeNode != "" {
-		if err := k8s.Cordon(ctx, s.Kube, u.KubeNode); err != nil {
-			return p, err
-		}
-		p.Cordoned = true
-		logf("%s: Kubernetes node %s cordoned", u.Node.Name, u.KubeNode)
-		if err := k8s.Drain(ctx, s.Kube, u.KubeNode, opts.Drain); err != nil {
-			return p, err
-		}
-		p.Drained = true
-		logf("%s: Kubernetes node %s drained", u.Node.Name, u.KubeNode)
-	} else {
-		logf("%s: no kubeconfig, so no client-side drain", u.Node.Name)
+	if err := k8s.Cordon(ctx, kube, u.KubeNode); err != nil {
+		return p, err
 	}
+	p.Cordoned = true
+	logf("%s: Kubernetes node %s cordoned", u.Node.Name, u.KubeNode)
+	if err := k8s.Drain(ctx, kube, u.KubeNode, opts.Drain); err != nil {
+		return p, err
+	}
+	p.Drained = true
+	logf("%s: Kubernetes node %s drained", u.Node.Name, u.KubeNode)
 	resp, err := s.Talos.MachineClient.Reboot(nctx, &machineapi.RebootRequest{})
 	if err != nil {
 		return p, fmt.Errorf("reboot %s into %s: %w", u.Node.Name, u.To, err)
@@ -224,6 +230,8 @@ func legacyUpgrade(ctx context.Context, s *cluster.Session, image string, o Pull
 	if o.Stall <= 0 {
 		o.Stall = PullStall(nil)
 	}
+	start := time.Now()
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, o.Stall)
 	defer cancel()
 	type answer struct {
@@ -236,13 +244,13 @@ func legacyUpgrade(ctx context.Context, s *cluster.Session, image string, o Pull
 		resp, err := s.Talos.MachineClient.Upgrade(ctx, &machineapi.UpgradeRequest{Image: image})
 		done <- answer{resp, err}
 	}()
-	start := time.Now()
 	report := time.NewTicker(reportEvery(o.Stall))
 	defer report.Stop()
 	for {
 		select {
 		case a := <-done:
-			if a.err != nil && status.Code(a.err) == codes.DeadlineExceeded && ctx.Err() != nil && time.Since(start) >= o.Stall {
+			// Our own limit, not the caller's deadline or cancellation.
+			if a.err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
 				return nil, fmt.Errorf("%w for %s: Talos pulls and validates %s before it answers the legacy Upgrade call, and retries a registry it cannot reach for up to %s; check that the node reaches the registry, or raise timeouts.node",
 					ErrPullStalled, o.Stall, image, TalosPullTimeout)
 			}

@@ -1,0 +1,88 @@
+package recover
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/sim"
+)
+
+// simClock is the sim's settable clock (sim.Options.Now).
+type simClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *simClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *simClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// TestRecoverMembersThatGaveUpJoining: quorum lost, and the members that lost their data
+// waited longer than Talos's 30 minutes to join, so their etcd services are Failed ("failed to
+// build initial etcd cluster"). Their data dirs are empty: the recovery restores on one of them
+// (not refused as a failed restore would be), resets the other and the stale survivor so they
+// join, and ends with three voters.
+func TestRecoverMembersThatGaveUpJoining(t *testing.T) {
+	clock := &simClock{t: time.Now()}
+	f := setupSim(t, nil, sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 200 * time.Millisecond, Now: clock.now})
+	p := f.plugin(time.Hour)
+
+	lost, err := f.c.LoseEtcdQuorum(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(31 * time.Minute)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		failed := 0
+		for _, mv := range f.c.EtcdView(ctx(t)).Members {
+			if mv.Service == "Failed" {
+				failed++
+			}
+		}
+		if failed == len(lost) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the wiped members did not give up joining: %+v", f.c.EtcdView(ctx(t)).Members)
+		}
+		time.Sleep(50 * time.Millisecond) // polls the condition above until its deadline
+	}
+
+	loss := map[string]string{"accept-loss": "true"}
+	plan, err := sdktest.Plan(ctx(t), p, f.req(1, loss))
+	if err != nil || plan.GetRefusal() != nil {
+		t.Fatalf("plan: %v %v", err, plan.GetRefusal())
+	}
+	for _, l := range lost {
+		if want := fmt.Sprintf("%s: etcd %s", l, GaveUp); !strings.Contains(plan.GetSummary(), want) {
+			t.Fatalf("plan summary lacks %q:\n%s", want, plan.GetSummary())
+		}
+	}
+
+	rec, err := sdktest.Run(ctx(t), p, f.req(1, loss), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := rec.FinalResult(); !res.GetOk() {
+		t.Fatalf("recovery failed: %s: %s\nsteps: %v", res.GetSummary(), res.GetError(), rec.Steps())
+	}
+	if _, err := f.c.WaitEtcdHealthy(ctx(t), 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.calls(mBootstrap); len(got) != 1 {
+		t.Fatalf("Bootstrap calls %v, want one node", got)
+	}
+}
