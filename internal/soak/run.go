@@ -60,8 +60,8 @@ const (
 	nodesBack     = 90 * time.Second
 )
 
-// users: alice requests, bob and carol approve production.
-var users = []string{"alice", "bob", "carol"}
+// users are the console's users: alice requests, bob and carol approve production.
+func users() []string { return []string{"alice", "bob", "carol"} }
 
 // op is one command of a scenario.
 type op struct {
@@ -138,7 +138,7 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	obs.Attach(c)
 	defer func() { _ = c.Close() }()
 	name, environment := s.cluster()
-	b := servetest.Config{Dir: dir, SnapshotDir: true, Users: users,
+	b := servetest.Config{Dir: dir, SnapshotDir: true, Users: users(),
 		Clusters: []servetest.Cluster{{Name: name, Environment: environment, Sim: c, Kubeconfig: kube.Kubeconfig,
 			Declared: "talos_version: " + opts.TalosVersion}},
 		Releases: releases,
@@ -275,7 +275,7 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 			res.Endings = append(res.Endings, o.text+" → "+st+":\n"+m.Text)
 			res.Breaks = append(res.Breaks, checkEnd(ctx, kube, c, s, o, id, st, m.Text, before)...)
 		case "awaiting approval":
-			for _, u := range users[1:] {
+			for _, u := range users()[1:] {
 				if a := m.Button("Approve"); a != "" && !clicked[m.ID+a+u] {
 					clicked[m.ID+a+u] = true
 					b.Post("/api/console/actions", map[string]string{"user": u, "message_id": m.ID, "action_id": a})
