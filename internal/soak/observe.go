@@ -176,10 +176,12 @@ func (o *Observer) OnTransition(tr sim.Transition) {
 		return
 	}
 	// A fault set after the bot last read etcd before its request to this
-	// node is one it could not see: not the bot's break.
+	// node is one it could not see: not the bot's break, also once it is
+	// cleared (the members it stopped may still be restarting, or fail to:
+	// soak seed 34).
 	checked := o.checkedAt[tr.Node]
 	for _, f := range o.etcdFault {
-		if f.to.IsZero() && f.from.After(checked) {
+		if f.from.After(checked) {
 			return
 		}
 	}
