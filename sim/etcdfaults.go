@@ -133,7 +133,7 @@ func (n *node) applyRoleFaults(ctx context.Context, old, f Fault, running bool) 
 		}
 	}
 
-	if f.ApidCertificate != old.ApidCertificate && running && !f.Unreachable {
+	if f.ApidCertificate != old.ApidCertificate && running && !f.addressGone() {
 		// apid reloads its certificate: new connections get the new one.
 		n.stopFront()
 		n.serveFront()

@@ -81,6 +81,10 @@ type Fault struct {
 	// ApidCertificate replaces the node's apid certificate: "expired" (its validity ended) or
 	// "noSAN" (it does not name the node's address). Clients and other nodes' apid fail TLS.
 	ApidCertificate string `json:"apidCertificate,omitempty"`
+	// AddressChanged is the node's new address (a DHCP lease that changed): its API no longer
+	// answers at the inventory address, a control plane's etcd member is cut off, the
+	// Kubernetes Node's InternalIP is the new address (addressfault.go). Clearing restores it.
+	AddressChanged string `json:"addressChanged,omitempty"`
 }
 
 // faultDurations are Fault's duration fields on the wire, as strings.
@@ -170,6 +174,10 @@ func (c *Cluster) Inject(ctx context.Context, nodeName string, f Fault) error {
 		return err
 	}
 
+	if err := checkAddressFault(n, f); err != nil {
+		return err
+	}
+
 	if (f.EtcdStopped || f.NoEtcdLeader || f.EtcdDataLost) && n.info.Role != RoleControlPlane {
 		return fmt.Errorf("sim: etcd faults need a control-plane node; %s is a worker", n.info.Name)
 	}
@@ -233,6 +241,7 @@ func (c *Cluster) Inject(ctx context.Context, nodeName string, f Fault) error {
 	}
 
 	errs = append(errs, n.applyRoleFaults(ctx, old, f, running)...)
+	errs = append(errs, n.applyAddressFault(ctx, old, f, running)...)
 
 	// Set, the fault acts on the next config change; cleared, the stuck pod becomes Ready.
 	if old.StaticPodNotReady != "" && f.StaticPodNotReady != old.StaticPodNotReady && n.hasStaticPods() {

@@ -565,7 +565,7 @@ const fatalRebootDelay = 10 * time.Second
 // reboot is the time the node is down and the boot into whatever the sequence installed.
 // While it reboots the node refuses connections; held down by NeverReturn it does not answer.
 func (n *node) reboot(ctx context.Context, req sequenceRequest) {
-	n.gate.refusing(!n.currentFault().Unreachable)
+	n.gate.refusing(!n.currentFault().addressGone())
 
 	if !n.waitReturn(ctx) {
 		return
@@ -838,7 +838,7 @@ func (n *node) comeUp(ctx context.Context, note string) {
 		n.startEtcdJoin()
 	} else if m != nil && !n.leftEtcd() && !n.currentFault().EtcdStopped && n.currentFault().EtcdRejoinFailure {
 		n.etcdExitsAtStart()
-	} else if m != nil && !n.leftEtcd() && !n.currentFault().EtcdStopped {
+	} else if f := n.currentFault(); m != nil && !n.leftEtcd() && !f.EtcdStopped && f.AddressChanged == "" {
 		if err := m.Restart(ctx); err != nil {
 			n.c.log.Warn("restart etcd member", "node", n.info.Name, "err", err)
 		}
@@ -847,7 +847,7 @@ func (n *node) comeUp(ctx context.Context, note string) {
 	n.mu.Lock()
 	from := n.state
 	n.state = stateRunning
-	unreachable := n.fault.Unreachable
+	unreachable := n.fault.addressGone()
 	n.mu.Unlock()
 
 	n.transition(from, stateRunning)

@@ -7,6 +7,7 @@ package soak
 
 import (
 	"encoding/hex"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -70,6 +71,9 @@ func Registry() []FaultKind {
 		{Name: "etcdRejoinFailure", Role: sim.RoleControlPlane, Draw: func(*rand.Rand) sim.Fault { return sim.Fault{EtcdRejoinFailure: true} }},
 		{Name: "apidCertificate", Draw: func(r *rand.Rand) sim.Fault {
 			return sim.Fault{ApidCertificate: []string{"expired", "noSAN"}[r.IntN(2)]}
+		}},
+		{Name: "addressChanged", Draw: func(r *rand.Rand) sim.Fault {
+			return sim.Fault{AddressChanged: fmt.Sprintf("10.99.0.%d", 1+r.IntN(250))}
 		}},
 		{Name: "staticPodNotReady", Role: sim.RoleControlPlane, Scenarios: []string{KindK8sUpgrade}, Draw: func(r *rand.Rand) sim.Fault {
 			return sim.Fault{StaticPodNotReady: sim.StaticPodComponents()[r.IntN(len(sim.StaticPodComponents()))]}
