@@ -358,9 +358,6 @@ wait:
 	res.Probes = results
 	unreachable := map[string]bool{}
 	for _, r := range results {
-		if r.Status == StatusFail {
-			res.Reasons = append(res.Reasons, r.Title+": "+r.Detail)
-		}
 		for _, n := range r.Unreachable {
 			unreachable[n] = true
 		}
@@ -368,6 +365,12 @@ wait:
 	for _, n := range inv.Nodes {
 		if unreachable[n.Name] {
 			res.Unreachable = append(res.Unreachable, n.Name)
+		}
+	}
+	explainAddresses(ctx, g, res.Unreachable, results) // address.go
+	for _, r := range results {
+		if r.Status == StatusFail {
+			res.Reasons = append(res.Reasons, r.Title+": "+r.Detail)
 		}
 	}
 	res.Passed = len(res.Reasons) == 0
