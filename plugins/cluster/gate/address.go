@@ -40,7 +40,7 @@ func explainAddresses(ctx context.Context, g *gateRun, unreachable []string, res
 		return // the kube-nodes probe already reports the API
 	}
 	byName, _ := nodeIndex(list.Items)
-	peers := etcdPeerHosts(ctx, g, unreachable)
+	var peers map[string]string // read once, only when some node moved
 	for _, name := range unreachable {
 		n, ok := g.inv.Node(name)
 		if !ok {
@@ -55,6 +55,9 @@ func explainAddresses(ctx context.Context, g *gateRun, unreachable []string, res
 			continue
 		}
 		line := fmt.Sprintf("%s does not answer at %s, and Kubernetes knows it (Node %s) at %s: its address changed (a new DHCP lease?)", n.Name, n.Address, kn.Name, ip)
+		if peers == nil && n.IsControlPlane() {
+			peers = etcdPeerHosts(ctx, g, unreachable)
+		}
 		if old, ok := peers[n.Name]; ok && old != ip {
 			line += fmt.Sprintf("; its etcd member still names %s as its peer address, so it cannot rejoin etcd at %s", old, ip)
 		}
