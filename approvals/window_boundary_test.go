@@ -13,6 +13,7 @@ import (
 // mutation.)
 func TestInWindowBoundariesAndPastMidnight(t *testing.T) {
 	sameDay := []config.Window{{Days: []string{"tue"}, Start: "20:00", End: "23:00", Timezone: "Europe/Berlin"}}
+	offHour := []config.Window{{Days: []string{"wed"}, Start: "21:30", End: "22:15", Timezone: "UTC"}}
 	pastMidnight := []config.Window{{Days: []string{"sat"}, Start: "22:00", End: "02:00", Timezone: "UTC"}}
 	cases := []struct {
 		name string
@@ -25,6 +26,10 @@ func TestInWindowBoundariesAndPastMidnight(t *testing.T) {
 		{"same day: the last minute", sameDay, "2026-12-01T21:59:59Z", true},
 		{"same day: the end minute is outside", sameDay, "2026-12-01T22:00:00Z", false},
 		{"same day: another day at the same time", sameDay, "2026-12-02T19:30:00Z", false},
+		{"minutes: a minute before a half-past start", offHour, "2026-12-02T21:29:00Z", false},
+		{"minutes: the half-past start", offHour, "2026-12-02T21:30:00Z", true},
+		{"minutes: the last minute before a quarter-past end", offHour, "2026-12-02T22:14:00Z", true},
+		{"minutes: the quarter-past end", offHour, "2026-12-02T22:15:00Z", false},
 		{"past midnight: a minute before the start", pastMidnight, "2026-12-05T21:59:00Z", false}, // Saturday
 		{"past midnight: the start minute", pastMidnight, "2026-12-05T22:00:00Z", true},
 		{"past midnight: just before midnight", pastMidnight, "2026-12-05T23:59:00Z", true},
