@@ -73,3 +73,26 @@ func TestVerifyStopsWhenCancelled(t *testing.T) {
 		t.Fatalf("verify with a cancelled context: %v, want context.Canceled", err)
 	}
 }
+
+// IterateAudit (the audit export) stops within 1024 records of its context
+// being cancelled, with the cancellation as the error.
+func TestIterateAuditStopsWhenCancelled(t *testing.T) {
+	path, _ := buildChain(t, 1100)
+	s, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n := 0
+	err = s.IterateAudit(ctx, func(AuditRecord) error {
+		if n++; n == 10 {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || n > 1024 {
+		t.Fatalf("after a cancel at record 10: %v after %d records, want context.Canceled within 1024", err, n)
+	}
+}
