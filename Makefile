@@ -70,7 +70,7 @@ fuzz:
 	bash hack/fuzz.sh long
 
 # The seeded chaos soak (docs/SOAK.md): SOAK_SCENARIOS scenarios from seed SOAK_SEED on
-# (a fresh seed each run unless given); `make test` runs the short one (3 scenarios, seed 1).
+# (a fresh seed each run unless given); `make test` runs the short one (3 scenarios, seeds 23-25).
 # Replay one: make soak SOAK_SEED=N SOAK_SCENARIOS=1. The summary goes to bin/soak-report.txt.
 SOAK_SCENARIOS ?= 200
 SOAK_SEED ?= $(shell date +%s)

@@ -328,7 +328,11 @@ func (s mainSuite) run(t *testing.T) {
 	t.Run("reboot", func(t *testing.T) {
 		n := workers[1]
 		r := cl.ok(t, "-n", n.IP, "reboot", "--wait", "--timeout", "3m")
-		mustContain(t, r, r.combined(), "sequence: reboot", "post check passed")
+		// "post check passed" is talosctl's boot-id check (BootIDChangedPostCheckFn): the node
+		// rebooted. The "sequence: reboot" line is not asserted: it shows only when talosctl's
+		// event watch subscribes before the node goes down, which on a loaded machine the sim's
+		// short reboot can beat (the events of a boot are gone with it, as on Talos).
+		mustContain(t, r, r.combined(), "post check passed")
 	})
 
 	t.Run("rollback", func(t *testing.T) {

@@ -568,7 +568,8 @@ func (k *kubeSide) reconcileCoreDNS(ctx context.Context) error {
 		}
 
 		st := appsv1.DeploymentStatus{
-			ObservedGeneration: cur.Generation, Replicas: int32(len(kept)), UpdatedReplicas: int32(len(kept)),
+			// The generation reconciled (d), not the latest: see reconcileDaemonSet.
+			ObservedGeneration: d.Generation, Replicas: int32(len(kept)), UpdatedReplicas: int32(len(kept)),
 			ReadyReplicas: ready, AvailableReplicas: ready, UnavailableReplicas: max(0, replicas-ready),
 		}
 

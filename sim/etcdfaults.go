@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
 // etcdJoinTimeout is how long Talos's etcd service tries to join an existing cluster before its
@@ -77,4 +79,65 @@ func (n *node) joinAttemptContext(ctx context.Context, started time.Time) (conte
 	}()
 
 	return actx, cancel
+}
+
+// etcdRestartForever is the etcd service's state while its process keeps exiting: Talos's
+// restart runner (internal/app/machined/pkg/system/runner/restart/restart.go, Forever, which the
+// etcd service uses: services/etcd.go) reports Waiting with the containerd runner's error
+// (runner/containerd/containerd.go: `task "etcd" failed: exit code N`), v1.13.9.
+const (
+	svcWaiting        = "Waiting"
+	msgEtcdRestarting = `Error running Containerd(etcd), going to restart forever: task "etcd" failed: exit code 1 (last log "{\"level\":\"fatal\",\"msg\":\"failed to start etcd\",\"error\":\"member has already been removed or its peers refuse it\"}")`
+)
+
+// etcdExitsAtStart is the EtcdRejoinFailure fault at a boot: the member does not start, the
+// service waits to restart it forever.
+func (n *node) etcdExitsAtStart() {
+	n.setEtcdService(svcWaiting, msgEtcdRestarting)
+	n.c.log.Warn("etcd exits at start (etcdRejoinFailure fault)", "node", n.info.Name)
+}
+
+// checkRoleFaults validates the faults of this file's area before Inject applies them.
+func checkRoleFaults(n *node, f Fault) error {
+	if (f.EtcdNoSpace || f.EtcdRejoinFailure) && n.info.Role != RoleControlPlane {
+		return fmt.Errorf("sim: etcdNoSpace and etcdRejoinFailure need a control-plane node; %s is a worker", n.info.Name)
+	}
+
+	switch f.ApidCertificate {
+	case "", apidCertExpired, apidCertNoSAN:
+	default:
+		return fmt.Errorf("sim: apidCertificate %q is not a fault; use %q or %q", f.ApidCertificate, apidCertExpired, apidCertNoSAN)
+	}
+
+	return nil
+}
+
+// applyRoleFaults applies the changes of this file's faults between old and f.
+func (n *node) applyRoleFaults(ctx context.Context, old, f Fault, running bool) []error {
+	var errs []error
+
+	if m := n.member(); m != nil {
+		switch {
+		case f.EtcdNoSpace && !old.EtcdNoSpace:
+			errs = append(errs, m.RaiseAlarm(ctx, pb.AlarmType_NOSPACE))
+		case !f.EtcdNoSpace && old.EtcdNoSpace && m.Running():
+			errs = append(errs, m.DisarmAlarm(ctx, pb.AlarmType_NOSPACE))
+		}
+
+		// Cleared while the service restarts forever: its next restart succeeds.
+		if !f.EtcdRejoinFailure && old.EtcdRejoinFailure && running {
+			if state, _ := n.etcdServiceOverride(); state == svcWaiting {
+				n.setEtcdService("", "")
+				errs = append(errs, m.Restart(ctx))
+			}
+		}
+	}
+
+	if f.ApidCertificate != old.ApidCertificate && running && !f.Unreachable {
+		// apid reloads its certificate: new connections get the new one.
+		n.stopFront()
+		n.serveFront()
+	}
+
+	return errs
 }

@@ -72,6 +72,15 @@ type Fault struct {
 	// "kube-controller-manager", "kube-scheduler") whose static pod on this node never becomes
 	// Ready after a config change (with Options.Kube and StaticPods). Clearing it makes the pod Ready.
 	StaticPodNotReady string `json:"staticPodNotReady,omitempty"`
+	// EtcdNoSpace raises etcd's NOSPACE alarm for the node's member (control planes): the
+	// cluster refuses writes until the alarm is disarmed; clearing the fault disarms it.
+	EtcdNoSpace bool `json:"etcdNoSpace,omitempty"`
+	// EtcdRejoinFailure: at the node's next boot its etcd process exits at start, and Talos's
+	// service runner restarts it forever (control planes). Clearing the fault lets it start.
+	EtcdRejoinFailure bool `json:"etcdRejoinFailure,omitempty"`
+	// ApidCertificate replaces the node's apid certificate: "expired" (its validity ended) or
+	// "noSAN" (it does not name the node's address). Clients and other nodes' apid fail TLS.
+	ApidCertificate string `json:"apidCertificate,omitempty"`
 }
 
 // faultDurations are Fault's duration fields on the wire, as strings.
@@ -157,6 +166,10 @@ func (c *Cluster) Inject(ctx context.Context, nodeName string, f Fault) error {
 		return err
 	}
 
+	if err := checkRoleFaults(n, f); err != nil {
+		return err
+	}
+
 	if (f.EtcdStopped || f.NoEtcdLeader || f.EtcdDataLost) && n.info.Role != RoleControlPlane {
 		return fmt.Errorf("sim: etcd faults need a control-plane node; %s is a worker", n.info.Name)
 	}
@@ -218,6 +231,8 @@ func (c *Cluster) Inject(ctx context.Context, nodeName string, f Fault) error {
 	case !f.NoEtcdLeader && old.NoEtcdLeader:
 		errs = append(errs, c.restoreQuorum(ctx, n))
 	}
+
+	errs = append(errs, n.applyRoleFaults(ctx, old, f, running)...)
 
 	// Set, the fault acts on the next config change; cleared, the stuck pod becomes Ready.
 	if old.StaticPodNotReady != "" && f.StaticPodNotReady != old.StaticPodNotReady && n.hasStaticPods() {

@@ -242,8 +242,11 @@ func (k *kubeSide) reconcileDaemonSet(ctx context.Context, dsName string) error 
 			return err
 		}
 
+		// The generation these pods were reconciled against, not the latest: a template
+		// changed meanwhile (talosctl's manifest sync) must not look rolled out with the old
+		// pods, as the DaemonSet controller reports only what it has acted on.
 		st := appsv1.DaemonSetStatus{
-			ObservedGeneration:     cur.Generation,
+			ObservedGeneration:     ds.Generation,
 			DesiredNumberScheduled: nodes,
 			CurrentNumberScheduled: nodes,
 			UpdatedNumberScheduled: ready,

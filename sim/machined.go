@@ -529,6 +529,10 @@ func (s *machined) Reset(_ context.Context, req *machineapi.ResetRequest) (*mach
 		}
 	}
 
+	if err := s.n.checkWipeLabels(req.GetSystemPartitionsToWipe()); err != nil {
+		return nil, err
+	}
+
 	s.n.startSequence(sequenceRequest{actor: actor, sequence: seqReset, graceful: req.Graceful, reboot: req.Reboot, wipeLabels: labels})
 
 	return &machineapi.ResetResponse{Messages: []*machineapi.Reset{{ActorId: actor}}}, nil

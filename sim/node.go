@@ -343,7 +343,7 @@ func (n *node) serveFront() {
 		return
 	}
 
-	tlsCfg, err := n.c.pki.serverTLS(n.info.Hostname, net.ParseIP(n.info.IP))
+	tlsCfg, err := n.apidTLS(n.fault.ApidCertificate) // n.mu is held
 	if err != nil {
 		n.c.log.Error("node TLS", "node", n.info.Name, "err", err)
 
@@ -836,6 +836,8 @@ func (n *node) comeUp(ctx context.Context, note string) {
 	if m := n.member(); m != nil && !n.currentFault().EtcdStopped && n.etcdJoins(m) {
 		// An empty data directory (EPHEMERAL wiped, data lost): the etcd service's join loop.
 		n.startEtcdJoin()
+	} else if m != nil && !n.leftEtcd() && !n.currentFault().EtcdStopped && n.currentFault().EtcdRejoinFailure {
+		n.etcdExitsAtStart()
 	} else if m != nil && !n.leftEtcd() && !n.currentFault().EtcdStopped {
 		if err := m.Restart(ctx); err != nil {
 			n.c.log.Warn("restart etcd member", "node", n.info.Name, "err", err)

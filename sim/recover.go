@@ -198,7 +198,8 @@ func (n *node) wipePartitions(labels []string) error {
 		n.mu.Unlock()
 	}
 
-	if !slices.Contains(labels, "EPHEMERAL") {
+	// etcd's data is on EPHEMERAL, or on its own ETCD volume (etcdvolume.go).
+	if !slices.Contains(labels, n.etcdDataLabel()) {
 		return nil
 	}
 

@@ -146,6 +146,10 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 
 	add("block.VolumeManagerController", ephemeralVolume())
 
+	if v := n.etcdVolumeStatus(); v != nil {
+		add("block.VolumeManagerController", v)
+	}
+
 	mt := config.NewMachineType()
 	mt.SetMachineType(n.machineType())
 	add("config.MachineTypeController", mt)

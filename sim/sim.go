@@ -107,6 +107,10 @@ type Options struct {
 	// DaemonSet controller and kubelets that keep one Ready pod per node at its image
 	// (kubeproxy.go). Off by default so that pod counts seen by existing tests do not change.
 	BootstrapManifests bool
+	// EtcdVolume gives v1.14+ control planes a dedicated ETCD volume (a VolumeConfig named
+	// ETCD with provisioning): /var/lib/etcd is its own partition, and wiping EPHEMERAL no
+	// longer clears etcd (etcdvolume.go).
+	EtcdVolume bool
 	// StaticPodReadyDelay is how long a control-plane static pod recreated by a config change
 	// takes to become Ready. Default 200ms.
 	StaticPodReadyDelay time.Duration

@@ -139,3 +139,29 @@ func TestTalosctlWithoutNodes(t *testing.T) {
 	out := newTalosctl(bin, c).mustRun(t, "version")
 	mustContain(t, "version", out, "Server:", "NODE:        "+nodeIP(t, c, "cp-1"), "Tag:         v1.13.9")
 }
+
+// TestTalosctlLandingResources: the real talosctl reads what a node booted as it would on
+// Talos: `get extensions` (Image Factory's "schematic" extension), `get kernelcmdline`,
+// `get bootedentry`; and `get machinestatus` shows unmet conditions while a fault holds them.
+func TestTalosctlLandingResources(t *testing.T) {
+	bin := needTalosctl(t)
+	c, _ := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.9"})
+	tc := newTalosctl(bin, c)
+	worker := nodeIP(t, c, "worker-1")
+
+	out := tc.mustRun(t, "-n", worker, "get", "extensions", "-o", "yaml")
+	mustContain(t, "get extensions", out, "type: ExtensionStatuses.runtime.talos.dev", "name: schematic", "version: "+sim.DefaultSchematic)
+
+	out = tc.mustRun(t, "-n", worker, "get", "kernelcmdline", "-o", "yaml")
+	mustContain(t, "get kernelcmdline", out, "id: cmdline", "talos.platform=nocloud", "init_on_alloc=1")
+
+	out = tc.mustRun(t, "-n", worker, "get", "bootedentry", "-o", "yaml")
+	mustContain(t, "get bootedentry", out, "bootedEntry: Talos-v1.13.9.efi")
+
+	if err := c.Inject(t.Context(), "worker-1", sim.Fault{UnmetConditions: "time"}); err != nil {
+		t.Fatal(err)
+	}
+
+	out = tc.mustRun(t, "-n", worker, "get", "machinestatus", "-o", "yaml")
+	mustContain(t, "get machinestatus", out, "stage: running", "ready: false", "name: time", "reason: time is not synced")
+}

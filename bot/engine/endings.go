@@ -101,14 +101,27 @@ func EndingOf(op *state.Operation) *Ending {
 
 func nodeEnd(node string, steps []*lifecyclev1.Step, status map[string]state.Step) NodeEnd {
 	ne := NodeEnd{Node: node}
-	var from, to string
-	versionStep := ""
+	// The node's version follows its version steps in plan order (one per hop
+	// of a multi-hop roll): each done or skipped one moves it to its target,
+	// the first pending one leaves it where it is, and one that failed, stopped
+	// or is still running leaves it unknown (its installer may have run).
+	version, versioned, settled := "", false, false
 	counts := map[string]int{}
 	for _, s := range steps {
 		st := orDefault(status[s.GetId()].Status, "pending")
 		counts[st]++
-		if s.GetToVersion() != "" && versionStep == "" {
-			from, to, versionStep = s.GetFromVersion(), s.GetToVersion(), s.GetId()
+		if s.GetToVersion() != "" && !settled {
+			if !versioned {
+				version, versioned = s.GetFromVersion(), true
+			}
+			switch st {
+			case "ok", "skipped":
+				version = s.GetToVersion()
+			case "pending":
+				settled = true
+			default:
+				version, settled = "", true
+			}
 		}
 		if (st == "failed" || st == StepStopped) && ne.Detail == "" {
 			ne.Detail = s.GetTitle()
@@ -117,7 +130,6 @@ func nodeEnd(node string, steps []*lifecyclev1.Step, status map[string]state.Ste
 			}
 		}
 	}
-	vs := orDefault(status[versionStep].Status, "pending")
 	switch {
 	case counts["failed"] > 0:
 		ne.State = "failed"
@@ -132,13 +144,7 @@ func nodeEnd(node string, steps []*lifecyclev1.Step, status map[string]state.Ste
 	default:
 		ne.State = "partly done"
 	}
-	switch {
-	case versionStep == "":
-	case vs == "ok" || vs == "skipped":
-		ne.Version = to
-	case vs == "pending":
-		ne.Version = from
-	}
+	ne.Version = version
 	return ne
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/internal/servetest"
+	"github.com/talosbot/talosbot/internal/testenv"
 	"github.com/talosbot/talosbot/sim"
 )
 
@@ -26,9 +27,12 @@ func TestStagingRollV112ToV114(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 
+	// A v1.13+ node is drained before its reboot, so the cluster has a Kubernetes side. The bot
+	// is given no kubeconfig: it drains with the one the Talos API serves, as talosctl does.
+	kube := testenv.StartKube(t)
 	dir := t.TempDir()
 	c, err := sim.Start(ctx, sim.Options{Dir: filepath.Join(dir, "sim"), Name: "staging", ControlPlanes: 1, Workers: 1,
-		TalosVersion: "v1.12.6", RebootDelay: 100 * time.Millisecond})
+		TalosVersion: "v1.12.6", RebootDelay: 100 * time.Millisecond, Kube: kube.Client, Kubeconfig: kube.Kubeconfig, StaticPods: true})
 	must(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 

@@ -66,6 +66,11 @@ func Registry() []FaultKind {
 		{Name: "slowReboot", Draw: func(r *rand.Rand) sim.Fault {
 			return sim.Fault{SlowReboot: time.Duration(1+r.IntN(6)) * time.Second}
 		}},
+		{Name: "etcdNoSpace", Role: sim.RoleControlPlane, Draw: func(*rand.Rand) sim.Fault { return sim.Fault{EtcdNoSpace: true} }},
+		{Name: "etcdRejoinFailure", Role: sim.RoleControlPlane, Draw: func(*rand.Rand) sim.Fault { return sim.Fault{EtcdRejoinFailure: true} }},
+		{Name: "apidCertificate", Draw: func(r *rand.Rand) sim.Fault {
+			return sim.Fault{ApidCertificate: []string{"expired", "noSAN"}[r.IntN(2)]}
+		}},
 		{Name: "staticPodNotReady", Role: sim.RoleControlPlane, Scenarios: []string{KindK8sUpgrade}, Draw: func(r *rand.Rand) sim.Fault {
 			return sim.Fault{StaticPodNotReady: sim.StaticPodComponents()[r.IntN(len(sim.StaticPodComponents()))]}
 		}},

@@ -29,8 +29,10 @@ const (
 	InvOneUpgrade = "no node got two Upgrade calls in one operation"
 )
 
-// disruptiveMethods are the calls that change a node (an event's After counts them).
-var disruptiveSuffixes = []string{"/Upgrade", "/Reboot", "/Rollback", "/Reset", "/ApplyConfiguration"}
+// disruptiveSuffixes end the methods that change a node (an event's After counts them).
+func disruptiveSuffixes() []string {
+	return []string{"/Upgrade", "/Reboot", "/Rollback", "/Reset", "/ApplyConfiguration"}
+}
 
 // faultSpan is when the schedule held an etcd-stopping fault on a node.
 type faultSpan struct {
@@ -83,7 +85,7 @@ func (o *Observer) OnCall(_ context.Context, node, method string) error {
 	if strings.Contains(method, "/Etcd") {
 		o.lastEtcdRead = now
 	}
-	for _, s := range disruptiveSuffixes {
+	for _, s := range disruptiveSuffixes() {
 		if strings.HasSuffix(method, s) {
 			o.disruptive++
 			o.checkedAt[node] = o.lastEtcdRead
@@ -174,10 +176,12 @@ func (o *Observer) OnTransition(tr sim.Transition) {
 		return
 	}
 	// A fault set after the bot last read etcd before its request to this
-	// node is one it could not see: not the bot's break.
+	// node is one it could not see: not the bot's break, also once it is
+	// cleared (the members it stopped may still be restarting, or fail to:
+	// soak seed 34).
 	checked := o.checkedAt[tr.Node]
 	for _, f := range o.etcdFault {
-		if f.to.IsZero() && f.from.After(checked) {
+		if f.from.After(checked) {
 			return
 		}
 	}

@@ -60,8 +60,8 @@ const (
 	nodesBack     = 90 * time.Second
 )
 
-// users: alice requests, bob and carol approve production.
-var users = []string{"alice", "bob", "carol"}
+// users are the console's users: alice requests, bob and carol approve production.
+func users() []string { return []string{"alice", "bob", "carol"} }
 
 // op is one command of a scenario.
 type op struct {
@@ -138,11 +138,13 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	obs.Attach(c)
 	defer func() { _ = c.Close() }()
 	name, environment := s.cluster()
-	b := servetest.Config{Dir: dir, SnapshotDir: true, Users: users,
+	b := servetest.Config{Dir: dir, SnapshotDir: true, Users: users(),
 		Clusters: []servetest.Cluster{{Name: name, Environment: environment, Sim: c, Kubeconfig: kube.Kubeconfig,
 			Declared: "talos_version: " + opts.TalosVersion}},
 		Releases: releases,
-		Timeouts: "{gate: 15s, node: 45s}"}.Bot(t, env.Bin)
+		// gate_after bounds the gate after each node and at the end (default 10 minutes),
+		// so that an operation a fault keeps failing ends within the scenario.
+		Timeouts: "{gate: 15s, gate_after: 60s, health: 30s, node: 45s}"}.Bot(t, env.Bin)
 	b.Start()
 	defer func() {
 		if b.Cmd.ProcessState == nil {
@@ -273,7 +275,7 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 			res.Endings = append(res.Endings, o.text+" → "+st+":\n"+m.Text)
 			res.Breaks = append(res.Breaks, checkEnd(ctx, kube, c, s, o, id, st, m.Text, before)...)
 		case "awaiting approval":
-			for _, u := range users[1:] {
+			for _, u := range users()[1:] {
 				if a := m.Button("Approve"); a != "" && !clicked[m.ID+a+u] {
 					clicked[m.ID+a+u] = true
 					b.Post("/api/console/actions", map[string]string{"user": u, "message_id": m.ID, "action_id": a})
@@ -290,6 +292,7 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 		// Still running: kill and restart, it must come back resumable.
 		_ = b.Cmd.Process.Signal(syscall.SIGKILL)
 		_ = b.Cmd.Wait()
+		stderr := b.Stderr.String() // complete once Wait returned
 		b.Start()
 		m, _ := opMessage(b, id)
 		var last []string
@@ -297,8 +300,9 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 		for _, x := range msgs[max(0, len(msgs)-4):] {
 			last = append(last, x.Title+" | "+x.Text)
 		}
-		res.Breaks = append(res.Breaks, Break{InvEnded, fmt.Sprintf("%s (%s) did not end within %s, the last %s without faults (state %q):\n%s\nlast messages:\n%s",
-			o.text, id, opDeadline+opQuiet, opQuiet, m.Field("State"), m.Text, strings.Join(last, "\n---\n"))})
+		logLines := strings.Split(strings.TrimSpace(stderr), "\n")
+		res.Breaks = append(res.Breaks, Break{InvEnded, fmt.Sprintf("%s (%s) did not end within %s, the last %s without faults (state %q):\n%s\nlast messages:\n%s\nthe bot's log before the kill (tail):\n%s",
+			o.text, id, opDeadline+opQuiet, opQuiet, m.Field("State"), m.Text, strings.Join(last, "\n---\n"), strings.Join(logLines[max(0, len(logLines)-30):], "\n"))})
 		b.Command("alice", "ops", "/talos abandon "+id)
 		final = "hung"
 	}

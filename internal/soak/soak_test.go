@@ -18,7 +18,8 @@ import (
 )
 
 // TestSoak runs SOAK_SCENARIOS scenarios (default 3, the short soak of make
-// test; make soak runs 200) with seeds SOAK_SEED, SOAK_SEED+1, … (default 1),
+// test; make soak runs 200) with seeds SOAK_SEED, SOAK_SEED+1, … (default
+// shortSeed),
 // each printed with its schedule before it runs, and fails naming the seed of
 // any scenario whose invariants broke. SOAK_SEED=N SOAK_SCENARIOS=1 replays one.
 func TestSoak(t *testing.T) {
@@ -29,7 +30,7 @@ func TestSoak(t *testing.T) {
 	if err != nil || scenarios < 1 {
 		t.Fatalf("SOAK_SCENARIOS=%q: want a count ≥ 1", os.Getenv("SOAK_SCENARIOS"))
 	}
-	base, err := strconv.ParseUint(envOr("SOAK_SEED", "1"), 10, 64)
+	base, err := strconv.ParseUint(envOr("SOAK_SEED", strconv.FormatUint(shortSeed, 10)), 10, 64)
 	if err != nil {
 		t.Fatalf("SOAK_SEED=%q: want an unsigned integer", os.Getenv("SOAK_SEED"))
 	}
@@ -67,6 +68,13 @@ func TestSoak(t *testing.T) {
 		}
 	}
 }
+
+// shortSeed starts the short soak of make test: seeds 23–25 draw a rollback
+// (a roll first, with a SIGKILL), a staging roll (with a SIGKILL) and a
+// production roll with its two approvals, about 2.5 minutes together
+// (docs/BENCHMARKS.md). Fixed, so CI does not change from run to run; a new
+// registry entry changes what these seeds draw, so check their time then.
+const shortSeed = 23
 
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {

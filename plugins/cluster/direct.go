@@ -55,7 +55,7 @@ func (s *Session) NodeClient(ctx context.Context, n Node) (*client.Client, error
 // A client that fails with Unavailable is dropped, so the next call dials afresh instead of
 // waiting out its backoff. Close releases the node clients (not the session's).
 func (s *Session) DirectClients() *Clients {
-	d := &directMachine{s: s, conns: map[string]*client.Client{}}
+	d := &directMachine{s: s, conns: map[string]*client.Client{}, endpointsOnly: map[string]bool{}}
 	return &Clients{Machine: d, Health: s.Health, COSI: s.COSI, Kube: s.Kube, Dynamic: s.Dynamic, closers: []func() error{d.close}}
 }
 
@@ -63,6 +63,9 @@ type directMachine struct {
 	s     *Session
 	mu    sync.Mutex
 	conns map[string]*client.Client
+	// endpointsOnly: addresses the bot cannot reach directly (the endpoints could while
+	// the direct dial failed); later calls go through the endpoints at once.
+	endpointsOnly map[string]bool
 }
 
 func (d *directMachine) close() error {
@@ -81,6 +84,9 @@ func (d *directMachine) get(ctx context.Context, addr string) MachineAPI {
 	defer d.mu.Unlock()
 	if c, ok := d.conns[addr]; ok {
 		return c.MachineClient
+	}
+	if d.endpointsOnly[addr] {
+		return nil
 	}
 	c, err := d.s.NodeClient(ctx, Node{Name: addr, Address: addr})
 	if err != nil {
@@ -115,6 +121,13 @@ func routeDirect[T any](d *directMachine, ctx context.Context, call func(Machine
 			return r, err
 		}
 		d.drop(nodes[0])
+		r, err = call(d.s.Machine, ctx)
+		if err == nil {
+			d.mu.Lock()
+			d.endpointsOnly[nodes[0]] = true
+			d.mu.Unlock()
+		}
+		return r, err
 	}
 	return call(d.s.Machine, ctx)
 }

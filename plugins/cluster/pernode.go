@@ -41,6 +41,9 @@ func UnreachableCode(c codes.Code) bool {
 // ShortErr keeps the useful tail of gRPC dial errors
 // ("…: dial tcp 10.0.0.2:50000: connect: connection refused").
 func ShortErr(msg string) string {
+	if why := ExplainTLS(msg); why != "" {
+		return why
+	}
 	if i := strings.LastIndex(msg, "dial tcp "); i >= 0 {
 		return msg[i:]
 	}

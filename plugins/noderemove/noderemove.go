@@ -137,6 +137,9 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	summary := fmt.Sprintf("Remove %s (%s) from %s: graceful reset, delete the Kubernetes Node, then the Terraform follow-up", t.node.Name, t.node.Role, inv.Name)
 	if t.removed {
 		summary = fmt.Sprintf("%s is already reset and out of the cluster; only the Terraform follow-up is left", t.node.Name)
+		if kn := t.kubeNode(); kn != "" {
+			summary = fmt.Sprintf("%s is already reset and out of the cluster; delete its Kubernetes Node %s, then the Terraform follow-up", t.node.Name, kn)
+		}
 	}
 	plan := &lifecyclev1.OperationPlan{Summary: summary, Target: t.node.Name, Warnings: gate.PlanWarnings(ctx, s.Clients),
 		CanonicalInputs: sdk.NewCanonical(req).Str("node", t.node.Name).Str("address", t.node.Address).Str("role", t.node.Role).
@@ -178,7 +181,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 
 	if t.removed {
-		for _, id := range []string{"reset", "membership", "kube-node"} {
+		for _, id := range []string{"reset", "membership"} {
 			_ = r.StepSkipped(id, n.Name+" is already reset and out of the cluster")
 		}
 	} else {
@@ -214,22 +217,26 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 			detail = n.Name + " left etcd; " + etcd.ReadQuorum(ctx, s.Clients, after).Summary()
 		}
 		_ = r.StepOK("membership", detail)
+	}
 
-		if s.Kube == nil {
-			_ = r.StepSkipped("kube-node", "no kubeconfig: delete it with kubectl delete node "+orInventory(t.kubeNode(), "<its Node name>"))
-		} else if kn := t.kubeNode(); kn == "" {
-			_ = r.StepSkipped("kube-node", n.Name+" has no Kubernetes Node")
-		} else {
-			err := s.Kube.CoreV1().Nodes().Delete(ctx, kn, metav1.DeleteOptions{})
-			switch {
-			case err == nil:
-				_ = r.StepOK("kube-node", "deleted")
-			case apierrors.IsNotFound(err):
-				_ = r.StepSkipped("kube-node", "already gone")
-			default:
-				_ = r.StepFailed("kube-node", err.Error())
-				return fail("could not delete the Kubernetes Node "+kn+" of "+n.Name, err)
-			}
+	// The Kubernetes Node goes also when the node was already reset: a run
+	// stopped right after the reset (talosbot killed) is resumed as
+	// "already reset", and its Node, cordoned by the reset's drain, would
+	// otherwise stay behind and fail the gate after (found by the soak, seed 22).
+	if s.Kube == nil {
+		_ = r.StepSkipped("kube-node", "no kubeconfig: delete it with kubectl delete node "+orInventory(t.kubeNode(), "<its Node name>"))
+	} else if kn := t.kubeNode(); kn == "" {
+		_ = r.StepSkipped("kube-node", n.Name+" has no Kubernetes Node")
+	} else {
+		err := s.Kube.CoreV1().Nodes().Delete(ctx, kn, metav1.DeleteOptions{})
+		switch {
+		case err == nil:
+			_ = r.StepOK("kube-node", "deleted")
+		case apierrors.IsNotFound(err):
+			_ = r.StepSkipped("kube-node", "already gone")
+		default:
+			_ = r.StepFailed("kube-node", err.Error())
+			return fail("could not delete the Kubernetes Node "+kn+" of "+n.Name, err)
 		}
 	}
 

@@ -86,3 +86,35 @@ func TestRecoverMembersThatGaveUpJoining(t *testing.T) {
 		t.Fatalf("Bootstrap calls %v, want one node", got)
 	}
 }
+
+// TestRecoverV114WithADedicatedEtcdVolume: on Talos v1.14 with a dedicated ETCD volume, wiping
+// EPHEMERAL leaves etcd's data in place, so the stale survivor would never rejoin the restored
+// cluster; the recovery wipes EPHEMERAL and ETCD there and ends with three voters.
+func TestRecoverV114WithADedicatedEtcdVolume(t *testing.T) {
+	f := setupSim(t, nil, sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 200 * time.Millisecond,
+		TalosVersion: "v1.14.1", EtcdVolume: true})
+	p := f.plugin(time.Hour)
+	if _, err := f.c.LoseEtcdQuorum(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	loss := map[string]string{"accept-loss": "true"}
+	rec, err := sdktest.Run(ctx(t), p, f.req(1, loss), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := rec.FinalResult(); !res.GetOk() {
+		t.Fatalf("recovery failed: %s: %s\nsteps: %v", res.GetSummary(), res.GetError(), rec.Steps())
+	}
+	if _, err := f.c.WaitEtcdHealthy(ctx(t), 3); err != nil {
+		t.Fatal(err)
+	}
+	var rejoin string
+	for _, s := range rec.Steps() {
+		if s.GetStepId() == StepRejoin && s.GetDetail() != "" {
+			rejoin = s.GetDetail()
+		}
+	}
+	if !strings.Contains(rejoin, "cp-1 (EPHEMERAL,ETCD)") {
+		t.Fatalf("the rejoin step did not wipe cp-1's ETCD volume: %q", rejoin)
+	}
+}

@@ -95,6 +95,7 @@ func BuildGuide(inv cluster.Inventory, src GuideSource, view *View) Guide {
 	}
 	if recoveryStale := known && stale[recovery.Name]; recoveryStale || !known {
 		g.Notes = append(g.Notes, fmt.Sprintf("%s must show Preparing before the bootstrap; if it is Running (stale data), reset its EPHEMERAL as above first", recovery.Name))
+		g.Notes = append(g.Notes, "Talos v1.14 with a dedicated ETCD volume (a VolumeConfig named ETCD that provisions it; `talosctl get volumestatus ETCD` shows a location): wiping EPHEMERAL no longer clears etcd, so every reset above takes --system-labels-to-wipe=EPHEMERAL,ETCD")
 	}
 	g.Steps = append(g.Steps,
 		GuideStep{Node: recovery.Name, Command: tc(recovery, "bootstrap --recover-from="+snap),

@@ -425,12 +425,14 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 				fmt.Errorf("%s: etcd Running and not healthy, and its EtcdStatus did not answer (%s); run the recovery again, or reset it by hand once `talosctl -n %s etcd status` shows no leader",
 					m.Node, m.Message, m.Address))
 		}
+		// EPHEMERAL, and on v1.14 a dedicated ETCD volume too (volume.go).
+		labels := etcdWipeLabels(ctx, s, m.Address)
 		_, err := s.Talos.ResetGenericWithResponse(client.WithNode(ctx, m.Address), &machineapi.ResetRequest{Graceful: false, Reboot: true,
-			SystemPartitionsToWipe: []*machineapi.ResetPartitionSpec{{Label: "EPHEMERAL", Wipe: true}}})
+			SystemPartitionsToWipe: wipeSpecs(labels)})
 		if err != nil {
-			return fail(StepRejoin, "could not reset "+m.Node+"'s EPHEMERAL", err)
+			return fail(StepRejoin, "could not reset "+m.Node+"'s "+wipeFlag(labels), err)
 		}
-		reset = append(reset, m.Node)
+		reset = append(reset, m.Node+" ("+wipeFlag(labels)+")")
 	}
 	joined := ""
 	if j := now.Names(Joined); len(j) > 0 {
@@ -439,7 +441,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	if len(reset) == 0 {
 		_ = r.StepSkipped(StepRejoin, "no member on stale data"+joined)
 	} else {
-		_ = r.StepOK(StepRejoin, "EPHEMERAL wiped, rebooting to join: "+strings.Join(reset, ", ")+joined)
+		_ = r.StepOK(StepRejoin, "wiped, rebooting to join: "+strings.Join(reset, ", ")+joined)
 	}
 
 	_ = r.StepStarted(StepMembers, "")

@@ -2,6 +2,7 @@ package rollback
 
 import (
 	"context"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,14 @@ func upgradeNode(ctx context.Context, t *testing.T, c *sim.Cluster, name, from, 
 	}
 	if _, err := talos.TrackReboot(ctx, s, n, talos.TrackOptions{Timeout: time.Minute, OldBootID: boot, Actor: st.Actor}); err != nil {
 		t.Fatalf("upgrade of %s: %v", name, err)
+	}
+	// TrackReboot sees the node back at its own address; the endpoint's apid
+	// answers for it once its redial backoff has passed.
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := talos.TalosTag(ctx, s, n)
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("%s does not answer through the endpoints after its upgrade: %v", name, err)
 	}
 }
 

@@ -39,7 +39,7 @@ func (h *bootLog) Handle(_ context.Context, r slog.Record) error {
 
 // BenchmarkRoll3Nodes rolls 3 control planes with 2 s sim reboots and reports
 // the plugin's overhead: the run's wall time minus the node outages and the
-// health gates, as a percentage of outages + gates. Goal: ≤ 10 %.
+// health gates, as a percentage of outages + gates. Goal: ≤ 5 % (issue 27).
 //
 // A node's outage runs from the upgrade request (its step going RUNNING) to
 // the sim logging "node booted": the 2 s reboot delay plus what the sim does

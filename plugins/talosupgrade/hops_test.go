@@ -290,6 +290,11 @@ func TestMultiHopNodeAlreadyPastAHop(t *testing.T) {
 	if res := runWatched(ctx, p, ahead, nil).FinalResult(); !res.GetOk() || e.c.NodeVersion("worker-1") != "v1.12.6" {
 		t.Fatalf("setup: worker-1 to v1.12.6: %s: %s (runs %s)", res.GetSummary(), res.GetError(), e.c.NodeVersion("worker-1"))
 	}
+	// As an operator would: the endpoint reaches the rebooted worker again
+	// only after apid's reconnect backoff.
+	if err := e.c.WaitEndpointsAnswer(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	rec := runWatched(ctx, p, req, nil)
 	res := rec.FinalResult()

@@ -52,7 +52,7 @@ func TestInstallerRemovedByImageGCIsPulledAgain(t *testing.T) {
 	// is done: every installer the roll pre-pulled is then past Talos's GC
 	// grace period (the certificates the nodes issue stay valid).
 	clock := &simClock{offset: -80 * time.Minute}
-	e := start(t, 1, 2, false, func(o *sim.Options) { o.TalosVersion = "v1.13.2"; o.Now = clock.Now })
+	e := start(t, 1, 2, true, func(o *sim.Options) { o.TalosVersion = "v1.13.2"; o.Now = clock.Now })
 	ctx := ctxFor(t, 3*time.Minute)
 
 	var once sync.Once
@@ -89,7 +89,7 @@ func TestInstallerRemovedByImageGCIsPulledAgain(t *testing.T) {
 // an error that says what to check; the roll stops before any node is
 // cordoned, installed or rebooted.
 func TestInstallerPullWithoutProgressStopsTheRoll(t *testing.T) {
-	e := start(t, 1, 1, false, func(o *sim.Options) { o.TalosVersion = "v1.13.2" })
+	e := start(t, 1, 1, true, func(o *sim.Options) { o.TalosVersion = "v1.13.2" })
 	ctx := ctxFor(t, 2*time.Minute)
 	if err := e.c.Inject(ctx, "worker-1", sim.Fault{RegistryUnreachable: true}); err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestLegacyUpgradeWithoutProgressFails(t *testing.T) {
 // v1.9.0) exits 1; StartUpgrade fails with the installer's last line, the
 // node is not installed, cordoned or rebooted.
 func TestInstallerExitCodeIsAFailure(t *testing.T) {
-	e := start(t, 1, 1, false, func(o *sim.Options) { o.TalosVersion = "v1.13.9" })
+	e := start(t, 1, 1, true, func(o *sim.Options) { o.TalosVersion = "v1.13.9" })
 	ctx := ctxFor(t, time.Minute)
 	req := e.request(t, target)
 	inv, err := cluster.InventoryFrom(req.GetCluster())
@@ -162,7 +162,7 @@ func TestInstallerExitCodeIsAFailure(t *testing.T) {
 	n, _ := inv.Node("worker-1")
 	image := "ghcr.io/siderolabs/installer:v1.9.0"
 
-	p, err := talos.StartUpgrade(ctx, s, talos.NodeUpgrade{Node: n, From: mustRelease(t, "v1.13.9"), To: mustRelease(t, "v1.9.0"), Image: image}, talos.UpgradeOptions{})
+	p, err := talos.StartUpgrade(ctx, s, talos.NodeUpgrade{Node: n, KubeNode: e.info(t, "worker-1").NodeName, From: mustRelease(t, "v1.13.9"), To: mustRelease(t, "v1.9.0"), Image: image}, talos.UpgradeOptions{})
 	want := `installer exited with code 1 (last message: "pre-flight checks failed: host version 1.13.9 is too new to downgrade to Talos 1.9.0")`
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "install "+image+" on worker-1") {
 		t.Fatalf("want %q, got %v", want, err)

@@ -129,14 +129,17 @@ func keys(m map[string][]string) []string {
 }
 
 // readKube lists the PersistentVolumes, Pods and Services the checks look
-// at. Without a kubeconfig, or when Kubernetes does not answer, the checks
-// that need it say they could not run.
+// at, through the Kubernetes access the roll drains with: the configured
+// kubeconfig or, without one, the one the Talos API serves (DrainKube), so
+// that a cluster the bot can drain is also a cluster it can check. When
+// neither reaches Kubernetes, the checks that need it say they could not run.
 func (f *clusterFacts) readKube(ctx context.Context, s *cluster.Session) {
-	if s.Kube == nil {
-		f.kubeNote = "no kubeconfig"
+	kube, err := s.DrainKube(ctx)
+	if err != nil {
+		f.kubeNote = "no kubeconfig, and " + err.Error()
 		return
 	}
-	pvs, err := s.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	pvs, err := kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		f.kubeNote = "Kubernetes did not answer: " + err.Error()
 		return
@@ -149,7 +152,7 @@ func (f *clusterFacts) readKube(ctx context.Context, s *cluster.Session) {
 			f.flex = append(f.flex, "PV "+pv.Name)
 		}
 	}
-	pods, err := s.Kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	pods, err := kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		f.kubeNote = "Kubernetes did not answer: " + err.Error()
 		return
@@ -164,7 +167,7 @@ func (f *clusterFacts) readKube(ctx context.Context, s *cluster.Session) {
 			}
 		}
 	}
-	svcs, err := s.Kube.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	svcs, err := kube.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		f.kubeNote = "Kubernetes did not answer: " + err.Error()
 		return

@@ -163,6 +163,9 @@ func TestSameStateAsTalosctlUpgrade(t *testing.T) {
 		t.Fatalf("/talos upgrade talos: %v\n%s", res, dump(rec.Steps()))
 	}
 
+	if err := e.c.WaitEndpointsAnswer(ctx); err != nil { // apid's reconnect backoff
+		t.Fatal(err)
+	}
 	got1, got2 := readState(t, e, s, w1, b1), readState(t, e, s, w2, b2)
 	if got1.Version != target || !got1.BootChanged || !got1.PodGone {
 		t.Fatalf("talosctl left worker-1 as %+v", got1)

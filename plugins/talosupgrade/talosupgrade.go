@@ -403,12 +403,16 @@ func (x *run) execute(ctx context.Context) error {
 		drain = append(drain, n.node.Name)
 	}
 	x.gateStarted(ro.prefix + "gate-before/")
-	verdict := gate.Run(ctx, x.s.Clients, x.s.Inv, x.gateOptions(drain))
+	// Each node read at its own address: a hop after the first starts right
+	// after its last node came back (see verify).
+	directGate := x.s.DirectClients()
+	verdict := gate.Run(ctx, directGate, x.s.Inv, x.gateOptions(drain))
 	if x.resumed && !verdict.Passed {
 		// Resuming right after a crash: a node may still be coming back, so
 		// the cluster gets the wait after a node before refusing.
-		verdict = gate.Until(ctx, x.s.Clients, x.s.Inv, x.gateOptions(drain), x.afterTO)
+		verdict = gate.Until(ctx, directGate, x.s.Inv, x.gateOptions(drain), x.afterTO)
 	}
+	_ = directGate.Close()
 	if err := gate.Report(x.r, ro.prefix+"gate-before/", verdict); err != nil {
 		return err
 	}
@@ -457,7 +461,7 @@ func (x *run) execute(ctx context.Context) error {
 	// Gate after (R1): nothing left to drain.
 	x.gateStarted(ro.prefix + "gate-after/")
 	// The gates after a node read each node at its own address (see verify).
-	directGate := x.s.DirectClients()
+	directGate = x.s.DirectClients()
 	verdict = gate.Until(ctx, directGate, x.s.Inv, x.gateOptions([]string{}), x.afterTO)
 	_ = directGate.Close()
 	if err := gate.Report(x.r, ro.prefix+"gate-after/", verdict); err != nil {

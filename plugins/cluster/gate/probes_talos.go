@@ -336,7 +336,7 @@ func probeServices(ctx context.Context, g *gateRun) ProbeResult {
 				sawEtcd = true
 			}
 			if healthy, why := isHealthy(svc); !healthy {
-				bad = append(bad, cp.Name+": "+why)
+				bad = append(bad, cp.Name+": "+why+etcd.ExplainService(svc, cp.Name, cp.Address))
 			}
 		}
 		if !sawEtcd {
@@ -460,7 +460,12 @@ func etcdClusterChecks(ctx context.Context, g *gateRun, targets []string, member
 				if a.GetAlarm() == machineapi.EtcdMemberAlarm_NONE {
 					continue
 				}
-				s := fmt.Sprintf("alarm %s on member %s", a.GetAlarm(), etcd.MemberName(memberName, a.GetMemberId()))
+				name := etcd.MemberName(memberName, a.GetMemberId())
+				address := name
+				if nd, ok := g.inv.Node(name); ok {
+					address = nd.Address
+				}
+				s := fmt.Sprintf("alarm %s on member %s", a.GetAlarm(), name) + etcd.ExplainAlarm(a.GetAlarm(), address)
 				if !seen[s] {
 					seen[s] = true
 					add(s)

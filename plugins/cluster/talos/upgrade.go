@@ -17,8 +17,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // DefaultNodeTimeout bounds one node's upgrade or rollback (reboot included)
@@ -232,6 +230,8 @@ func legacyUpgrade(ctx context.Context, s *cluster.Session, image string, o Pull
 	if o.Stall <= 0 {
 		o.Stall = PullStall(nil)
 	}
+	start := time.Now()
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, o.Stall)
 	defer cancel()
 	type answer struct {
@@ -244,13 +244,13 @@ func legacyUpgrade(ctx context.Context, s *cluster.Session, image string, o Pull
 		resp, err := s.Talos.MachineClient.Upgrade(ctx, &machineapi.UpgradeRequest{Image: image})
 		done <- answer{resp, err}
 	}()
-	start := time.Now()
 	report := time.NewTicker(reportEvery(o.Stall))
 	defer report.Stop()
 	for {
 		select {
 		case a := <-done:
-			if a.err != nil && status.Code(a.err) == codes.DeadlineExceeded && ctx.Err() != nil && time.Since(start) >= o.Stall {
+			// Our own limit, not the caller's deadline or cancellation.
+			if a.err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
 				return nil, fmt.Errorf("%w for %s: Talos pulls and validates %s before it answers the legacy Upgrade call, and retries a registry it cannot reach for up to %s; check that the node reaches the registry, or raise timeouts.node",
 					ErrPullStalled, o.Stall, image, TalosPullTimeout)
 			}
