@@ -11,7 +11,7 @@ export TALOSBOT_TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/talosbot/too
 TEST_TIMEOUT ?= 30m
 DEMO_ARGS ?=
 
-.PHONY: all build dist test generate lint tools demo bench fuzz soak clean
+.PHONY: all build dist test generate lint tools demo bench fuzz soak mutate clean
 
 all: build
 
@@ -79,6 +79,14 @@ soak: tools build
 	export TALOSBOT_BIN=$(CURDIR)/bin/talosbot TALOSBOT_PLUGINS_BIN=$(CURDIR)/bin/talosbot-plugins; \
 	SOAK_SEED=$(SOAK_SEED) SOAK_SCENARIOS=$(SOAK_SCENARIOS) SOAK_REPORT=$(CURDIR)/bin/soak-report.txt \
 	$(GO) test -count=1 -timeout 0 -v -run '^TestSoak$$' ./internal/soak
+
+# Mutation testing (docs/TESTING.md): gremlins v0.6.0 over the packages in
+# hack/mutate-packages.txt, efficacy per package and the surviving mutants.
+# Not part of `make test`. MUTATE_TIER=all adds the slow packages; MUTATE_PKGS="state approvals"
+# picks listed ones. hack/mutate-rules.sh is the quick per-rule check.
+MUTATE_TIER ?= fast
+mutate:
+	MUTATE_TIER=$(MUTATE_TIER) MUTATE_PKGS="$(MUTATE_PKGS)" bash hack/mutate.sh
 
 clean:
 	rm -rf bin

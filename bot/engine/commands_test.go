@@ -84,6 +84,11 @@ func (c *ownCommands) Serve(_ context.Context, e *engine.Engine, from engine.Ori
 
 func newEngine(t *testing.T, own engine.Commands) (*engine.Engine, *replies, *state.Store) {
 	t.Helper()
+	return newEngineWith(t, own, allowAll{})
+}
+
+func newEngineWith(t *testing.T, own engine.Commands, policy engine.Policy) (*engine.Engine, *replies, *state.Store) {
+	t.Helper()
 	cfg, err := config.Parse([]byte(`
 clusters:
   - name: staging
@@ -105,7 +110,7 @@ policy:
 	t.Cleanup(func() { _ = st.Close() })
 	sink := &replies{}
 	e, err := engine.New(context.Background(), engine.Options{Config: cfg, Store: st, Plugins: onePlugin{}, Credentials: noCreds{},
-		Policy: allowAll{}, Sink: sink, Commands: own})
+		Policy: policy, Sink: sink, Commands: own})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1073,7 +1073,7 @@ func (e *Engine) stagingLookup(ctx context.Context) StagingLookup {
 				return err
 			}
 			for _, o := range ops {
-				if o.Environment == config.EnvStaging && o.Target == target && !o.EndedAt.Before(since) && !dryRun(o) {
+				if stagingEvidence(o, target, since) {
 					found = o
 					return nil
 				}
@@ -1082,6 +1082,14 @@ func (e *Engine) stagingLookup(ctx context.Context) StagingLookup {
 		})
 		return found, err
 	}
+}
+
+// stagingEvidence reports whether o (a succeeded operation of the command)
+// proves target on staging for R6: it ran in the staging environment, on the
+// same target, ended no earlier than since, and really ran (a dry run proves
+// nothing). A production success is never staging evidence.
+func stagingEvidence(o *state.Operation, target string, since time.Time) bool {
+	return o.Environment == config.EnvStaging && o.Target == target && !o.EndedAt.Before(since) && !dryRun(o)
 }
 
 // Recover marks operations that were running when the bot stopped as

@@ -103,6 +103,43 @@ func ReadQuorum(ctx context.Context, c *cluster.Clients, ids *identity.Map) Quor
 	if d, _ := cluster.DescribeFailures(fails); d != "" {
 		q.Problems = append(q.Problems, d)
 	}
+	q.fromStatuses(inv, ok)
+	// The member list goes through raft: ask a healthy member only.
+	for _, h := range q.Healthy {
+		cp, _ := inv.Node(h)
+		ml, err := c.Machine.EtcdMemberList(client.WithNode(ctx, cp.Address), &machineapi.EtcdMemberListRequest{QueryLocal: true})
+		if err != nil || len(ml.GetMessages()) == 0 {
+			continue
+		}
+		q.Listed = ml.GetMessages()[0].GetMembers()
+		for _, m := range q.Listed {
+			if n, ok := ids.ByMember(m); ok {
+				q.Members = append(q.Members, n.Name)
+				continue
+			}
+			q.Members = append(q.Members, "etcd member "+m.GetHostname())
+			q.Problems = append(q.Problems, fmt.Sprintf("etcd member %s (peer URLs %s) is not a control plane of the inventory",
+				m.GetHostname(), strings.Join(m.GetPeerUrls(), ",")))
+		}
+		break
+	}
+	if len(q.Members) == 0 {
+		// No healthy member could list the membership: assume the inventory's.
+		q.Members = cluster.Names(inv.ControlPlanes())
+		if len(q.Healthy) > 0 {
+			q.Problems = append(q.Problems, "member list unavailable")
+		}
+	}
+	sort.Strings(q.Members)
+	return q
+}
+
+// fromStatuses reads the members' own EtcdStatus answers (by inventory name)
+// into Leader, Healthy and Problems: a member is healthy when it answered
+// with the one agreed leader, no errors and not as a learner (a learner does
+// not vote, so it never counts towards a majority: R7). A pure function of
+// the answers, so its rules have unit tests without a cluster.
+func (q *Quorum) fromStatuses(inv cluster.Inventory, ok map[string]*machineapi.EtcdStatus) {
 	names := map[uint64]string{}
 	leaders := map[uint64][]string{}
 	for _, cp := range inv.ControlPlanes() {
@@ -144,34 +181,6 @@ func ReadQuorum(ctx context.Context, c *cluster.Clients, ids *identity.Map) Quor
 			q.Healthy = append(q.Healthy, cp.Name)
 		}
 	}
-	// The member list goes through raft: ask a healthy member only.
-	for _, h := range q.Healthy {
-		cp, _ := inv.Node(h)
-		ml, err := c.Machine.EtcdMemberList(client.WithNode(ctx, cp.Address), &machineapi.EtcdMemberListRequest{QueryLocal: true})
-		if err != nil || len(ml.GetMessages()) == 0 {
-			continue
-		}
-		q.Listed = ml.GetMessages()[0].GetMembers()
-		for _, m := range q.Listed {
-			if n, ok := ids.ByMember(m); ok {
-				q.Members = append(q.Members, n.Name)
-				continue
-			}
-			q.Members = append(q.Members, "etcd member "+m.GetHostname())
-			q.Problems = append(q.Problems, fmt.Sprintf("etcd member %s (peer URLs %s) is not a control plane of the inventory",
-				m.GetHostname(), strings.Join(m.GetPeerUrls(), ",")))
-		}
-		break
-	}
-	if len(q.Members) == 0 {
-		// No healthy member could list the membership: assume the inventory's.
-		q.Members = cluster.Names(inv.ControlPlanes())
-		if len(q.Healthy) > 0 {
-			q.Problems = append(q.Problems, "member list unavailable")
-		}
-	}
-	sort.Strings(q.Members)
-	return q
 }
 
 // CheckDisruption is rule R16 around one control plane: every member is

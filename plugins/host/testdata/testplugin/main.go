@@ -42,10 +42,19 @@ func (p *testPlugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 
 // Plan modes: "" / "ok" (a plan whose canonical inputs are the sorted
 // args), "noop" (an empty plan), "plan-error", "plan-unavailable", "crash-once" (exit the first time, recorded by
-// args["marker"]).
+// args["marker"]), "env" (a plan whose warnings are the names of the
+// environment variables the process got, sorted).
 func (p *testPlugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
 	args := req.GetArgs()
 	switch args["mode"] {
+	case "env":
+		var names []string
+		for _, kv := range os.Environ() {
+			k, _, _ := strings.Cut(kv, "=")
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		return &lifecyclev1.OperationPlan{Summary: "env", Warnings: names}, nil
 	case "noop":
 		return &lifecyclev1.OperationPlan{}, nil
 	case "plan-unavailable":
