@@ -1,7 +1,9 @@
 package recover
 
 import (
+	"context"
 	"fmt"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"strings"
 	"sync"
 	"testing"
@@ -44,21 +46,17 @@ func TestRecoverMembersThatGaveUpJoining(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.advance(31 * time.Minute)
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	err = wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 90*time.Second, true, func(c context.Context) (bool, error) {
 		failed := 0
-		for _, mv := range f.c.EtcdView(ctx(t)).Members {
+		for _, mv := range f.c.EtcdView(c).Members {
 			if mv.Service == "Failed" {
 				failed++
 			}
 		}
-		if failed == len(lost) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the wiped members did not give up joining: %+v", f.c.EtcdView(ctx(t)).Members)
-		}
-		time.Sleep(50 * time.Millisecond) // polls the condition above until its deadline
+		return failed == len(lost), nil
+	})
+	if err != nil {
+		t.Fatalf("the wiped members did not give up joining: %v: %+v", err, f.c.EtcdView(ctx(t)).Members)
 	}
 
 	loss := map[string]string{"accept-loss": "true"}
