@@ -130,3 +130,37 @@ func planChanges(oldRaw []byte, now *lifecyclev1.OperationPlan) []string {
 	}
 	return out
 }
+
+// interruptedSteps are the ids of the steps a stopped attempt left in flight
+// (StepStopped) that no later attempt has run since: a resumed run is told
+// them (sdk.ExtraInterruptedSteps), because the cluster alone cannot show
+// whether an upgrade in flight was issued and fell back or never began. The
+// attempts are read in order, so a step a later attempt finished (or found
+// done) is no longer in flight, and one a later attempt never reached (it
+// stopped again before) still is.
+func interruptedSteps(op *state.Operation) []string {
+	last := map[string]string{}
+	var order []string
+	see := func(steps []state.Step) {
+		for _, s := range steps {
+			if s.Status == "" || s.Status == "pending" {
+				continue
+			}
+			if _, ok := last[s.ID]; !ok {
+				order = append(order, s.ID)
+			}
+			last[s.ID] = s.Status
+		}
+	}
+	for _, a := range op.History {
+		see(a.Steps)
+	}
+	see(op.Steps)
+	var out []string
+	for _, id := range order {
+		if st := last[id]; st == StepStopped || st == "running" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
