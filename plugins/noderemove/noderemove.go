@@ -70,8 +70,10 @@ type target struct {
 // kubeNode is the node's Kubernetes Node name, "" when it has none.
 func (t *target) kubeNode() string { return t.ids.KubeNode(t.node.Name) }
 
-// check resolves the node (R8) and applies R9. It changes nothing.
-func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Session) (*target, error) {
+// check resolves the node (R8) and applies R9. It changes nothing. resetIssued: a resumed
+// run whose reset was already in flight (resetInFlight): the node is on its way out, so R9,
+// which reads the membership the reset is changing, no longer applies.
+func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Session, resetIssued bool) (*target, error) {
 	name := strings.TrimSpace(req.GetArgs()["node"])
 	n, ok := s.Inv.Node(name)
 	if !ok {
@@ -98,10 +100,20 @@ func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Se
 		t.removed = true
 		return t, nil
 	}
-	if re := t.quorum.CheckRemoval(n.Name); re != nil {
+	if re := t.quorum.CheckRemoval(n.Name); re != nil && !resetIssued {
 		return nil, re
 	}
 	return t, nil
+}
+
+// resetInFlight: this is a resumed run and the stopped one had its reset in flight (the host
+// names its interrupted steps, sdk.InterruptedSteps): the reset was sent, or was about to be.
+// The resumed run then waits for the node to be gone instead of checking R9 and the gate
+// again on a cluster the reset is changing, and never sends a second reset (soak seed 1000:
+// killed right after the reset, the resume was refused by R9 and left the Node cordoned).
+func resetInFlight(req *lifecyclev1.OperationRequest) bool {
+	in := sdk.InterruptedSteps(req)
+	return req.GetAttempt() > 1 && (in["reset"] || in["membership"])
 }
 
 func orInventory(name, fallback string) string {
@@ -130,7 +142,7 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	}
 	inv := s.Inv
 	defer s.Close() //nolint:errcheck
-	t, err := check(ctx, req, s)
+	t, err := check(ctx, req, s, resetInFlight(req))
 	if err != nil {
 		return sdk.RefusalPlan(err)
 	}
@@ -166,7 +178,8 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 	inv := s.Inv
 	defer s.Close() //nolint:errcheck
-	t, err := check(ctx, req, s)
+	resumedReset := resetInFlight(req)
+	t, err := check(ctx, req, s, resumedReset)
 	if err != nil {
 		if re, ok := sdk.AsRefusal(err); ok {
 			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Proto()})
@@ -180,11 +193,30 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		return r.Result(&lifecyclev1.Result{Ok: false, Summary: summary, Error: err.Error()})
 	}
 
-	if t.removed {
+	gone := func() error {
+		_ = r.StepStarted("membership", "")
+		if err := waitGone(ctx, s, t.ids, n, nodeTO); err != nil {
+			_ = r.StepFailed("membership", err.Error())
+			return fail(n.Name+" did not leave the cluster", err)
+		}
+		detail := n.Name + " no longer answers"
+		if n.IsControlPlane() {
+			detail = n.Name + " left etcd; " + etcd.ReadQuorum(ctx, s.Clients, after).Summary()
+		}
+		_ = r.StepOK("membership", detail)
+		return nil
+	}
+	switch {
+	case t.removed:
 		for _, id := range []string{"reset", "membership"} {
 			_ = r.StepSkipped(id, n.Name+" is already reset and out of the cluster")
 		}
-	} else {
+	case resumedReset:
+		_ = r.StepSkipped("reset", "requested before talosbot stopped: not sent again")
+		if err := gone(); err != nil {
+			return err
+		}
+	default:
 		// Gate before (R1), the node to remove being the one drained.
 		gopts := gate.OptionsFor(s, req.GetSettings(), []string{n.Name})
 		gopts.Identity = t.ids
@@ -206,17 +238,9 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 			return fail("graceful reset of "+n.Name+" failed; the node is still in the cluster", err)
 		}
 		_ = r.StepOK("reset", "graceful reset requested: Talos drains the node and leaves etcd")
-
-		_ = r.StepStarted("membership", "")
-		if err := waitGone(ctx, s, t.ids, n, nodeTO); err != nil {
-			_ = r.StepFailed("membership", err.Error())
-			return fail(n.Name+" did not leave the cluster", err)
+		if err := gone(); err != nil {
+			return err
 		}
-		detail := n.Name + " no longer answers"
-		if n.IsControlPlane() {
-			detail = n.Name + " left etcd; " + etcd.ReadQuorum(ctx, s.Clients, after).Summary()
-		}
-		_ = r.StepOK("membership", detail)
 	}
 
 	// The Kubernetes Node goes also when the node was already reset: a run

@@ -12,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/talosbot/talosbot/internal/testenv"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/sim"
 )
 
 // TestResumeAfterResetDeletesTheNode: talosbot killed right after its
@@ -67,5 +69,67 @@ func TestResumeAfterResetDeletesTheNode(t *testing.T) {
 	}
 	if _, err := kube.Client.CoreV1().Nodes().Get(ctx, kn, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("cp-3's Node %s is still there after the resumed removal: %v", kn, err)
+	}
+}
+
+// TestResumeWithResetInFlightWaitsInsteadOfR9: talosbot killed right after it sent cp-3's
+// graceful reset, with etcd's NOSPACE alarm raised meanwhile (soak seed 1000). The resumed
+// run, told the reset step was in flight, does not re-check R9 on a membership the reset is
+// changing (its plan would be refused: every member reports the alarm), and once the alarm
+// is disarmed it does not reset again: it waits for cp-3 to leave and deletes its Node, which
+// the reset's drain left cordoned.
+func TestResumeWithResetInFlightWaitsInsteadOfR9(t *testing.T) {
+	kube := testenv.StartKube(t)
+	c := startSim(t, kube)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg, err := clientconfig.FromBytes(c.Talosconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := client.New(ctx, client.WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	var ip string
+	for _, n := range c.Nodes() {
+		if n.Name == "cp-3" {
+			ip = n.IP
+		}
+	}
+	if err := c.Inject(ctx, "cp-1", sim.Fault{EtcdNoSpace: true}); err != nil {
+		t.Fatal(err)
+	}
+	// The killed run's reset: what the plugin sends.
+	if err := cli.Reset(client.WithNode(ctx, ip), true, false); err != nil {
+		t.Fatal(err)
+	}
+
+	req := request(c, kube, "cp-3")
+	req.Attempt = 2
+	req.Settings.Extra = map[string]string{sdk.ExtraInterruptedSteps: "membership"}
+	plan, err := sdktest.Plan(ctx, New(), req)
+	if err != nil || plan.GetRefusal() != nil {
+		t.Fatalf("the resumed removal's plan under the alarm: %v %v", plan.GetRefusal(), err)
+	}
+	// The alarm is disarmed (the operator's fix); the resumed run finishes the removal.
+	if err := c.Clear(ctx, "cp-1"); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := sdktest.Run(ctx, New(), req, nil)
+	res := rec.FinalResult()
+	if res.GetRefusal() != nil {
+		t.Fatalf("the resumed removal was refused: %v", res)
+	}
+	if c.Calls("cp-3", "Reset") != 1 {
+		t.Fatalf("the resumed run reset cp-3 again (%d resets)", c.Calls("cp-3", "Reset"))
+	}
+	if got := members(t, c); len(got) != 2 {
+		t.Fatalf("members after the resumed removal: %v", got)
+	}
+	kn := nodeName(t, c, "cp-3")
+	if _, err := kube.Client.CoreV1().Nodes().Get(ctx, kn, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("cp-3's Node %s is still there after the resumed removal: %v (result %v)", kn, err, res)
 	}
 }
