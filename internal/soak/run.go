@@ -122,6 +122,10 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	opts := sim.Options{Dir: filepath.Join(dir, "sim"), ControlPlanes: controlPlanes, Workers: workers,
 		TalosVersion: talosFrom, KubernetesVersion: k8sFrom, RebootDelay: s.RebootDelay,
 		Kube: kube.Client, Kubeconfig: kube.Kubeconfig, StaticPods: true,
+		// PodGC deletes a removed control plane's mirror pods 4 s after its Node is deleted
+		// (Kubernetes: 40 s, sim/podgc.go), so a removal's gate after does not spend its
+		// 60 s waiting for them.
+		PodGCQuarantine: 4 * time.Second,
 		Naming: func(i sim.NodeInfo) sim.NodeNames {
 			return sim.NodeNames{Hostname: i.Name, NodeName: s.nodeName(i.Name), EtcdMember: i.Name}
 		},
