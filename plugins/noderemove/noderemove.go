@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -27,6 +29,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/cluster/gate"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
+	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
@@ -190,7 +193,17 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	after := t.ids.Without(n.Name)
 	nodeTO := talos.NodeTimeout(req.GetSettings())
 	fail := func(summary string, err error) error {
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: summary, Error: err.Error()})
+		// Talos's graceful reset drains the node, cordoning its Node: a removal that fails
+		// after it says so, as no later step will uncordon it (soak seed 1156).
+		var lines []string
+		if kn := t.kubeNode(); s.Kube != nil && kn != "" {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			if c, cerr := k8s.Cordoned(cctx, s.Kube, kn); cerr == nil && c {
+				lines = append(lines, fmt.Sprintf("🩺 Kubernetes node %s (%s) is cordoned: the graceful reset's drain cordoned it", kn, n.Name))
+			}
+			cancel()
+		}
+		return r.Result(&lifecyclev1.Result{Ok: false, Summary: summary, Error: err.Error(), Lines: lines})
 	}
 
 	gone := func() error {
@@ -300,7 +313,9 @@ func waitGone(ctx context.Context, s *cluster.Session, ids *identity.Map, n clus
 			}
 		}
 		if gone {
-			if _, err := talos.TalosTag(ctx, s, n); err == nil {
+			// A read cut short by the wait's own deadline says nothing of the node.
+			_, err := talos.TalosTag(ctx, s, n)
+			if c := status.Code(err); err == nil || ctx.Err() != nil || c == codes.DeadlineExceeded || c == codes.Canceled {
 				gone, last = false, n.Name+" still answers (reset in progress)"
 			}
 		}

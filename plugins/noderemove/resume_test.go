@@ -2,6 +2,7 @@ package noderemove
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/talosbot/talosbot/internal/testenv"
+	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
@@ -131,5 +133,35 @@ func TestResumeWithResetInFlightWaitsInsteadOfR9(t *testing.T) {
 	kn := nodeName(t, c, "cp-3")
 	if _, err := kube.Client.CoreV1().Nodes().Get(ctx, kn, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("cp-3's Node %s is still there after the resumed removal: %v (result %v)", kn, err, res)
+	}
+}
+
+// TestFailureAfterResetNamesTheCordon: a removal that fails once the reset was sent (here a
+// resumed run whose node never leaves within the node timeout) says that the node's Node is
+// cordoned, as nothing later uncordons it (soak seed 1156: the ending said nothing of it).
+func TestFailureAfterResetNamesTheCordon(t *testing.T) {
+	kube := testenv.StartKube(t)
+	c := startSim(t, kube)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	kn := nodeName(t, c, "worker-1")
+	// As the reset's drain leaves it.
+	if err := k8s.Cordon(ctx, kube.Client, kn); err != nil {
+		t.Fatal(err)
+	}
+	req := request(c, kube, "worker-1")
+	req.Attempt = 2
+	req.Settings.NodeTimeoutMs = 2000
+	req.Settings.Extra = map[string]string{sdk.ExtraInterruptedSteps: "reset"}
+	rec, _ := sdktest.Run(ctx, New(), req, nil)
+	res := rec.FinalResult()
+	if res.GetOk() || res.GetSummary() != "worker-1 did not leave the cluster" {
+		t.Fatalf("want the removal failed at the membership step, got %v", res)
+	}
+	if want := "🩺 Kubernetes node " + kn + " (worker-1) is cordoned: the graceful reset's drain cordoned it"; !slices.Contains(res.GetLines(), want) {
+		t.Fatalf("the result does not name the cordon %q: %q", want, res.GetLines())
+	}
+	if c.Calls("worker-1", "Reset") != 0 {
+		t.Fatal("the resumed run sent a reset")
 	}
 }
