@@ -22,7 +22,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // testPluginPath is the testdata/testplugin binary, built once by TestMain
