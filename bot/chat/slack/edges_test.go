@@ -265,3 +265,16 @@ func TestSocketURLThatRefusesIsAnError(t *testing.T) {
 		t.Errorf("the ticket-bearing URL reached the error: %v", err)
 	}
 }
+
+// TestDefaultWebAPIClientIsBounded: without an HTTPClient option the Web API
+// client has the documented 30 s timeout, so a hung Slack cannot hold a
+// post (and the engine step behind it) forever.
+func TestDefaultWebAPIClientIsBounded(t *testing.T) {
+	a, err := New(Options{BotToken: "xoxb-1", AppToken: "xapp-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.o.HTTPClient.Timeout; got != 30*time.Second {
+		t.Errorf("default Web API timeout %v, want 30s", got)
+	}
+}
