@@ -14,6 +14,7 @@
 #   make mutate                         the fast tier (minutes)
 #   make mutate MUTATE_TIER=all         every listed package (hours on 2 cores)
 #   make mutate MUTATE_PKGS="state approvals"   only these listed directories
+#   MUTATE_SHORT=0 make mutate ...      mutants against the whole suite, not -short
 #
 # Reports (gremlins JSON, one per package) go to bin/mutate/.
 set -uo pipefail
@@ -42,6 +43,14 @@ if [ -f "$DIR/env" ]; then
 	set -a; . "$DIR/env"; set +a
 fi
 export TALOSBOT_TALOSCTL=${TALOSBOT_TALOSCTL:-/work/shared/tools/talosctl}
+# The fast unit tier: gremlins runs `go test` for the coverage run and for
+# every mutant, and go test takes -short from GOFLAGS. The slow packages skip
+# their whole-roll and end-to-end tests under -short (docs/TESTING.md), so a
+# mutant costs seconds; lines only those tests reach count as NOT COVERED.
+# MUTATE_SHORT=0 mutates against the whole suite (hours on 2 cores).
+if [ "${MUTATE_SHORT:-1}" != 0 ]; then
+	export GOFLAGS="${GOFLAGS:+$GOFLAGS }-short"
+fi
 mkdir -p "$out"
 
 # The listed rows this run covers.
