@@ -18,6 +18,10 @@
 #
 # Reports (gremlins JSON, one per package) go to bin/mutate/.
 set -uo pipefail
+# The whole script is one compound command: bash reads it all before running
+# it, so editing this file during a run (which takes many minutes) cannot
+# derail the run.
+{
 
 GREMLINS_VERSION=v0.6.0
 root=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
@@ -114,3 +118,4 @@ else
 	echo "no LIVED mutants"
 fi
 exit $bad
+}
