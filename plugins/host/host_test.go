@@ -651,6 +651,15 @@ func TestHCLogAdapterRespectsLevel(t *testing.T) {
 	if out := buf.String(); !strings.Contains(out, "level=DEBUG msg=hello a=1 k=v logger=stdio") {
 		t.Fatalf("adapter output = %q", out)
 	}
+	// go-plugin names the executable "plugin"; the Manager's logger already
+	// says which plugin by name, so the path goes out as "path". Only keys
+	// are renamed, never a value that happens to read "plugin".
+	var paths syncBuffer
+	newHCLogger(slog.New(slog.NewTextHandler(&paths, &slog.HandlerOptions{Level: slog.LevelDebug}))).
+		Debug("starting plugin", "args", "x", "plugin", "/usr/lib/talosbot/x", "cmd", "plugin")
+	if out := paths.String(); !strings.Contains(out, "args=x path=/usr/lib/talosbot/x cmd=plugin") || strings.Contains(out, "plugin=") {
+		t.Fatalf("go-plugin's executable key was not renamed: %q", out)
+	}
 	w := newLineLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), "stderr")
 	_, _ = io.WriteString(w, "part")
 	_, _ = io.WriteString(w, "ial line\nnext")
