@@ -2,7 +2,8 @@
 # check-packages.sh: every package of the module (`go list ./...`, and the
 # demo-only ones) has a row in the package table of docs/ARCHITECTURE.md,
 # named in backquotes in the row's first cell; a row naming no package is an
-# error too. Run by `make lint`.
+# error too. It also checks the import arrows the layout promises (below).
+# Run by `make lint`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 doc=docs/ARCHITECTURE.md
@@ -10,7 +11,9 @@ mod=$(go list -m)
 # The first cell of every table row, e.g. "`sim`, `sim/etcdsim`".
 cells=$(awk -F'|' '/^\| `/ {print $2}' "$doc")
 named=$(grep -oE '`[^`]+`' <<<"$cells" | tr -d '`' | sed 's#/$##' | sort -u)
-pkgs=$({ go list ./...; go list -tags demo ./...; } | sed "s#^$mod/\{0,1\}##" | sort -u)
+# The plugin SDK is its own module (plugins/sdk/go.mod) whose path lies under this one's,
+# so stripping the root module's path names its packages plugins/sdk/... as well.
+pkgs=$({ go list ./...; go list -tags demo ./...; (cd plugins/sdk && go list ./...); } | sed "s#^$mod/\{0,1\}##" | sort -u)
 bad=0
 while read -r p; do
 	[ -n "$p" ] || continue
@@ -27,4 +30,20 @@ while read -r n; do
 		bad=1
 	fi
 done <<<"$named"
+
+# Arrows point down: approvals answers the engine with its own types and
+# imports nothing of bot/; the render fixtures do not import the engine; the
+# plugins binary links no store (internal/releases reaches it through an
+# interface the bot implements).
+arrow() { # arrow PACKAGE FORBIDDEN-PREFIX WHY
+	local hit
+	hit=$(go list -deps "./$1" | grep -E "^$mod/$2(/|\$)" || true)
+	if [ -n "$hit" ]; then
+		echo "$1 links $(tr '\n' ' ' <<<"$hit"): $3"
+		bad=1
+	fi
+}
+arrow approvals bot "approvals is below bot: take the input as an approvals type and let bot/engine alias it"
+arrow internal/rendertest bot/engine "the render fixtures build opfacts.Facts, not engine types"
+arrow cmd/talosbot-plugins state "plugins link no store: reach it through an interface (releases.Cache) the bot implements"
 exit $bad

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/talosbot/talosbot/plugins/cluster"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
 
@@ -25,6 +25,7 @@ var guideCmd = regexp.MustCompile("^\\d+\\. `(talosctl [^`]+)`$")
 // has three voters, one leader and the snapshot's data. No command names a
 // credential (talosctl reads TALOSCONFIG).
 func TestGuideRunsAsWrittenWithTalosctl(t *testing.T) {
+	slow(t)
 	bin := os.Getenv("TALOSBOT_TALOSCTL")
 	if bin == "" {
 		t.Skip("TALOSBOT_TALOSCTL is not set (the real talosctl, ../shared/tools/talosctl)")

@@ -7,7 +7,7 @@ import (
 
 	"github.com/talosbot/talosbot/internal/terraform/tftest"
 	"github.com/talosbot/talosbot/plugins/cluster/planguard"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
 
@@ -46,6 +46,7 @@ func TestPlanGuardBeforeUpgradeRefuses(t *testing.T) {
 // hops runs the R5 guard once, before the first hop (as the Kubernetes
 // upgrade does), not once per hop.
 func TestPlanGuardRunsOnceForAPath(t *testing.T) {
+	slow(t)
 	bin := tftest.Binary(t)
 	root := tftest.Root(t, bin, nil)
 	_, req := startHops(t, 1, 1)
