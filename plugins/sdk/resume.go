@@ -3,7 +3,7 @@ package sdk
 import (
 	"strings"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Steps in flight when a run stopped. A resumed run (attempt > 1) plans from
