@@ -21,8 +21,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
 	"github.com/talosbot/talosbot/internal/version"
 	"github.com/talosbot/talosbot/plugins/cluster"
@@ -67,7 +69,10 @@ type target struct {
 	node    cluster.Node
 	ids     *identity.Map
 	removed bool // already reset and out of etcd: only the follow-up is left
-	quorum  etcd.Quorum
+	// resetIssued: a resumed run whose reset was already sent (resetInFlight, or the node is
+	// resetting): the run waits for the node to leave and never resets it again.
+	resetIssued bool
+	quorum      etcd.Quorum
 }
 
 // kubeNode is the node's Kubernetes Node name, "" when it has none.
@@ -87,6 +92,13 @@ func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Se
 	}
 	t := &target{node: n, ids: identity.Resolve(ctx, s.Clients, s.Inv, identity.Options{})}
 	_, verr := talos.TalosTag(ctx, s, n)
+	// The stopped run's reset may have reached the node before the host recorded its step
+	// (the step's start and the call are a moment apart): Talos's MachineStatus says a reset
+	// runs (stage resetting, the sequence machined runs for it).
+	if !resetIssued && verr == nil && req.GetAttempt() > 1 {
+		resetIssued = resetting(ctx, s, n)
+	}
+	t.resetIssued = resetIssued
 	if verr == nil {
 		// The reset goes to this machine and the Node deleted is its own:
 		// both names must be resolved, never guessed from the inventory name.
@@ -107,6 +119,13 @@ func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Se
 		return nil, re
 	}
 	return t, nil
+}
+
+// resetting reports whether n's machine is in Talos's reset sequence (MachineStatus stage
+// resetting, internal/app/machined/pkg/controllers/runtime/machine_status.go).
+func resetting(ctx context.Context, s *cluster.Session, n cluster.Node) bool {
+	ms, err := safe.StateGetByID[*runtime.MachineStatus](client.WithNode(ctx, n.Address), s.COSI, runtime.MachineStatusID)
+	return err == nil && ms.TypedSpec().Stage == runtime.MachineStageResetting
 }
 
 // resetInFlight: this is a resumed run and the stopped one had its reset in flight (the host
@@ -181,8 +200,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 	inv := s.Inv
 	defer s.Close() //nolint:errcheck
-	resumedReset := resetInFlight(req)
-	t, err := check(ctx, req, s, resumedReset)
+	t, err := check(ctx, req, s, resetInFlight(req))
 	if err != nil {
 		if re, ok := sdk.AsRefusal(err); ok {
 			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Proto()})
@@ -224,7 +242,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		for _, id := range []string{"reset", "membership"} {
 			_ = r.StepSkipped(id, n.Name+" is already reset and out of the cluster")
 		}
-	case resumedReset:
+	case t.resetIssued:
 		_ = r.StepSkipped("reset", "requested before talosbot stopped: not sent again")
 		if err := gone(); err != nil {
 			return err

@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -164,5 +166,54 @@ func TestFailureAfterResetNamesTheCordon(t *testing.T) {
 	}
 	if c.Calls("worker-1", "Reset") != 0 {
 		t.Fatal("the resumed run sent a reset")
+	}
+}
+
+// TestResumeSeesTheResetTheStoreMissed: talosbot was killed right after its reset reached cp-3
+// but before it recorded the reset step (soak seed 1000's replay): the host names nothing in
+// flight. The resumed run sees Talos's reset sequence running on cp-3 (MachineStatus stage
+// resetting) and, under the NOSPACE alarm that would make R9 refuse, plans to wait for cp-3
+// to leave rather than refusing or resetting it again.
+func TestResumeSeesTheResetTheStoreMissed(t *testing.T) {
+	kube := testenv.StartKube(t)
+	c := startSim(t, kube)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg, err := clientconfig.FromBytes(c.Talosconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := client.New(ctx, client.WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	var ip string
+	for _, n := range c.Nodes() {
+		if n.Name == "cp-3" {
+			ip = n.IP
+		}
+	}
+	if err := c.Inject(ctx, "cp-1", sim.Fault{EtcdNoSpace: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Reset(client.WithNode(ctx, ip), true, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		ms, err := safe.StateGetByID[*runtime.MachineStatus](client.WithNode(ctx, ip), cli.COSI, runtime.MachineStatusID)
+		return err == nil && ms.TypedSpec().Stage == runtime.MachineStageResetting, nil
+	}); err != nil {
+		t.Fatal("cp-3 never showed its reset")
+	}
+
+	req := request(c, kube, "cp-3")
+	req.Attempt = 2
+	plan, err := sdktest.Plan(ctx, New(), req)
+	if err != nil || plan.GetRefusal() != nil {
+		t.Fatalf("the resumed removal's plan while cp-3 resets: %v %v", plan.GetRefusal(), err)
+	}
+	if c.Calls("cp-3", "Reset") != 1 {
+		t.Fatalf("%d resets", c.Calls("cp-3", "Reset"))
 	}
 }
