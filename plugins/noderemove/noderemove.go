@@ -15,8 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -332,8 +330,7 @@ func waitGone(ctx context.Context, s *cluster.Session, ids *identity.Map, n clus
 		}
 		if gone {
 			// A read cut short by the wait's own deadline says nothing of the node.
-			_, err := talos.TalosTag(ctx, s, n)
-			if c := status.Code(err); err == nil || ctx.Err() != nil || c == codes.DeadlineExceeded || c == codes.Canceled {
+			if _, err := talos.TalosTag(ctx, s, n); err == nil {
 				gone, last = false, n.Name+" still answers (reset in progress)"
 			}
 		}

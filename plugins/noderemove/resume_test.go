@@ -154,7 +154,7 @@ func TestFailureAfterResetNamesTheCordon(t *testing.T) {
 	}
 	req := request(c, kube, "worker-1")
 	req.Attempt = 2
-	req.Settings.NodeTimeoutMs = 2000
+	req.Settings.NodeTimeoutMs = 3000
 	req.Settings.Extra = map[string]string{sdk.ExtraInterruptedSteps: "reset"}
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
