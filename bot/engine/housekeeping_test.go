@@ -1,16 +1,15 @@
-package bot_test
+package engine_test
 
 import (
 	"context"
 	"errors"
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/state"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/talosbot/talosbot/bot/engine"
-	"github.com/talosbot/talosbot/state"
 )
 
 // TestPruneDropsOldTokensAndCancelMarksOfEndedOperations: after

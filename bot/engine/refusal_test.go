@@ -1,14 +1,13 @@
-package bot_test
+package engine_test
 
 import (
 	"context"
 	"errors"
-	"strings"
-	"testing"
-
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/state"
+	"strings"
+	"testing"
 )
 
 // TestHandleRefusalAuditsAndAnswers: input an adapter refused (here a console

@@ -1,12 +1,11 @@
-package bot_test
+package engine_test
 
 import (
+	"github.com/talosbot/talosbot/state"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/talosbot/talosbot/state"
 )
 
 // TestTypedInputsServedByDeclaration: the engine serves the staging-drill

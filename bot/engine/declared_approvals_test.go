@@ -1,13 +1,12 @@
-package bot_test
+package engine_test
 
 import (
 	"context"
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/state"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/talosbot/talosbot/bot/engine"
-	"github.com/talosbot/talosbot/state"
 )
 
 // A plugin command that declares min_approvals 2 needs two approvals in

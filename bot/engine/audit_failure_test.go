@@ -1,20 +1,19 @@
-package bot_test
+package engine_test
 
 import (
 	"bytes"
 	"context"
 	"errors"
-	"log/slog"
-	"strings"
-	"sync"
-	"testing"
-	"time"
-
 	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/plugins/host"
 	"github.com/talosbot/talosbot/state"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
 )
 
 // failObserver records AuditFailed calls.
@@ -23,9 +22,12 @@ type failObserver struct {
 	failed []string
 }
 
-func (o *failObserver) Input(string, string)                     {}
-func (o *failObserver) OperationEnded(*state.Operation)          {}
+func (o *failObserver) Input(string, string) {}
+
+func (o *failObserver) OperationEnded(*state.Operation) {}
+
 func (o *failObserver) Approved(*state.Operation, time.Duration) {}
+
 func (o *failObserver) AuditFailed(action string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()

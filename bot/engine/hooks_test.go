@@ -1,16 +1,15 @@
-package bot_test
+package engine_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/state"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/talosbot/talosbot/bot/engine"
-	"github.com/talosbot/talosbot/state"
 )
 
 // recHook records what the engine tells a RunHook.

@@ -1,16 +1,15 @@
-package bot_test
+package engine_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/bot/render"
+	"github.com/talosbot/talosbot/state"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/talosbot/talosbot/bot/chat"
-	"github.com/talosbot/talosbot/bot/render"
-	"github.com/talosbot/talosbot/state"
 )
 
 // privateChat is a chat platform that can show a message to one user only
