@@ -187,6 +187,7 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		a.close()
 		return nil, err
 	}
+	a.follow.setHost(a.engine)
 	// Recover before any adapter can deliver a command.
 	ids, err := a.engine.Recover(ctx)
 	if err != nil {
