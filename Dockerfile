@@ -12,6 +12,9 @@
 FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# The plugin SDK is its own module, required through a replace to ./plugins/sdk:
+# its go.mod must be in place before the download.
+COPY plugins/sdk/go.mod plugins/sdk/go.sum ./plugins/sdk/
 RUN go mod download
 COPY cmd ./cmd
 COPY bot ./bot

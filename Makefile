@@ -42,6 +42,7 @@ test: tools build
 	set -a; [ -f "$(TALOSBOT_TOOLS_DIR)/env" ] && . "$(TALOSBOT_TOOLS_DIR)/env"; set +a; \
 	export TALOSBOT_BIN=$(CURDIR)/bin/talosbot TALOSBOT_PLUGINS_BIN=$(CURDIR)/bin/talosbot-plugins TALOSBOT_DEMO_BIN=$(CURDIR)/bin/talosbot-demo; \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... && \
+	(cd plugins/sdk && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...) && \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -tags demo -run '^TestDemo' ./cmd/talosbot  # tests of demo-only code
 	bash hack/fuzz.sh short
 
@@ -61,9 +62,11 @@ generate:
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants changes in:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd plugins/sdk && $(GO) vet ./...
 	$(GO) vet -tags demo ./cmd/talosbot
 	bash hack/check-packages.sh
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	cd plugins/sdk && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags demo ./cmd/talosbot
 
 # Options go in DEMO_ARGS, e.g. make demo DEMO_ARGS='--listen 127.0.0.1:9090 --keep --reboot-delay 20s'

@@ -26,6 +26,7 @@ require (
 	github.com/siderolabs/talos/pkg/machinery v1.14.1
 	github.com/slack-go/slack v0.35.0
 	github.com/spf13/cobra v1.10.2
+	github.com/talosbot/talosbot/plugins/sdk v0.0.0
 	github.com/zclconf/go-cty v1.19.0
 	go.etcd.io/bbolt v1.5.0
 	go.etcd.io/etcd/api/v3 v3.7.3
@@ -223,3 +224,7 @@ replace github.com/cosi-project/runtime => github.com/cosi-project/runtime v1.16
 // machinery v1.14.1 requires a pseudo-version of rtnetlink/v2 from 2026-08 that the proxy does
 // not serve; v2.3.0 is served and is what talosctl v1.14.1 was built with. Remove once served.
 replace github.com/jsimonetti/rtnetlink/v2 => github.com/jsimonetti/rtnetlink/v2 v2.3.0
+
+// The plugin SDK is its own module (plugins/sdk/go.mod: go-plugin, gRPC and protobuf only),
+// so external plugins need not require the bot's dependencies; this repository builds it in place.
+replace github.com/talosbot/talosbot/plugins/sdk => ./plugins/sdk

@@ -17,8 +17,8 @@ import (
 	"github.com/talosbot/talosbot/bot/grammar"
 	"github.com/talosbot/talosbot/bot/render"
 	"github.com/talosbot/talosbot/config"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/grammar"
 	"github.com/talosbot/talosbot/bot/releasenotice"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // releaseCommands is `/talos releases snooze` (the notices' snooze

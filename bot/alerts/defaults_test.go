@@ -8,7 +8,7 @@ import (
 	"github.com/talosbot/talosbot/bot/alerts"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/catalog"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // builtIns serves the built-in manifests (plugins/catalog) as engine.Plugins.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/terraform"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Credentials are a cluster's client configurations plus its declared

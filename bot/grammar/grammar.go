@@ -11,7 +11,7 @@ import (
 
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/config"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // CommandSpec is one command the grammar knows: a plugin command (from its

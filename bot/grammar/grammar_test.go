@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 func TestTokenize(t *testing.T) {

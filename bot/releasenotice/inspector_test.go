@@ -12,8 +12,8 @@ import (
 	"github.com/talosbot/talosbot/internal/factory"
 	"github.com/talosbot/talosbot/internal/factory/factoryfake"
 	"github.com/talosbot/talosbot/internal/releases"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/releaseinfo"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/sim"
 	"github.com/talosbot/talosbot/state"
 )

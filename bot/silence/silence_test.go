@@ -26,7 +26,7 @@ import (
 	"github.com/talosbot/talosbot/bot/silence"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/amtest"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // maxName bounds --name; a longer one is refused (rule EX1, this example's

@@ -7,7 +7,7 @@ import (
 
 	"github.com/talosbot/talosbot/plugins/builtin"
 	"github.com/talosbot/talosbot/plugins/gates"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // TestDrillEvidenceIsDeclared: the host fills the readiness gates' staging

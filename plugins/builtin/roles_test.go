@@ -9,9 +9,9 @@ import (
 	"github.com/talosbot/talosbot/internal/talosrbac/rbactest"
 	"github.com/talosbot/talosbot/plugins/k8supgrade"
 	"github.com/talosbot/talosbot/plugins/noderemove"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/recover"
 	"github.com/talosbot/talosbot/plugins/rollback"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/snapshot"
 	"github.com/talosbot/talosbot/plugins/talosupgrade"
 )

@@ -3,8 +3,8 @@ package cluster
 import (
 	"strings"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // FollowupLines returns the host's lines about prepared Terraform changes

@@ -9,7 +9,7 @@ import (
 	"errors"
 	"fmt"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Node roles, as the inventory spells them.

@@ -7,7 +7,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	"k8s.io/client-go/kubernetes"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Session is the cluster access of a disruptive run: the gate's Clients plus

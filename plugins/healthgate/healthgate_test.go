@@ -8,7 +8,7 @@ import (
 
 	"github.com/talosbot/talosbot/bot/render"
 	"github.com/talosbot/talosbot/plugins/cluster/gate"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 	"github.com/talosbot/talosbot/state"

@@ -22,7 +22,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // testPluginPath is the testdata/testplugin binary, built once by TestMain
@@ -458,6 +458,12 @@ func TestCancellationReachesPlugin(t *testing.T) {
 
 func TestRunTimeout(t *testing.T) {
 	m := newManager(t, Options{BuiltIn: []string{"alpha"}, RunTimeout: 300 * time.Millisecond})
+	// Start the process first: the run timeout bounds the start too, and on a
+	// loaded machine a start can take longer than 300 ms, which would fail the
+	// run on the start instead of on the timeout this test is about.
+	if _, err := m.Plan(t.Context(), "alpha", req("ok")); err != nil {
+		t.Fatal(err)
+	}
 	marker := filepath.Join(t.TempDir(), "timed-out")
 	r := req("sleep", "duration", "1h", "marker", marker)
 	// Settings cannot extend the host's run timeout.

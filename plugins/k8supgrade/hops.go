@@ -26,8 +26,8 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s/preflight"
 	"github.com/talosbot/talosbot/plugins/cluster/planguard"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // hopSpec is one hop of a path: its target, the path's final target, its place, and the

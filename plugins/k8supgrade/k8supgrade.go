@@ -32,8 +32,8 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s/preflight"
 	"github.com/talosbot/talosbot/plugins/cluster/planguard"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Name is the plugin's catalogue name.

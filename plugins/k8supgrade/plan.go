@@ -13,8 +13,8 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s/preflight"
 	"github.com/talosbot/talosbot/plugins/cluster/planguard"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Step ids and prefixes of the plan. A static pod step is "<component>/<node>", e.g.

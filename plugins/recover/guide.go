@@ -7,8 +7,8 @@ import (
 	"strings"
 
 	"github.com/talosbot/talosbot/plugins/cluster"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // GuideStep is one command of the guide and what to check before the next.

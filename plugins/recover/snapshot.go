@@ -20,8 +20,8 @@ import (
 	"github.com/talosbot/talosbot/internal/retention"
 	"github.com/talosbot/talosbot/internal/seal"
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Snap is the snapshot a recovery restores, opened and verified: Plain is

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Canonical builds OperationPlan.canonical_inputs, the bytes the host hashes

@@ -3,7 +3,7 @@ package sdk
 import (
 	"os"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Pause between nodes (docs/ENDINGS.md). The host cannot reach a running

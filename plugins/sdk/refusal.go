@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Refusal is the one refusal type of the plugin side: the runbook rule that

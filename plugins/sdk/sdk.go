@@ -1,5 +1,5 @@
 // Package sdk is the plugin side of the talosbot lifecycle protocol
-// (plugins/proto/lifecycle/v1).
+// (plugins/sdk/proto/lifecycle/v1).
 //
 // A plugin is a program whose main calls Serve with an implementation of
 // Plugin. Built-in plugins are compiled into the talosbot-plugins binary and
@@ -60,8 +60,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/internal/report"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // PluginName is the key of the lifecycle plugin in the go-plugin plugin map.

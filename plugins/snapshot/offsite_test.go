@@ -10,7 +10,7 @@ import (
 
 	"github.com/talosbot/talosbot/internal/offsite"
 	"github.com/talosbot/talosbot/internal/offsite/s3test"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
 

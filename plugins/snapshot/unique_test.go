@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
 

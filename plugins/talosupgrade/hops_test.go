@@ -9,8 +9,8 @@ import (
 
 	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/sim"
 )
 

@@ -11,8 +11,8 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // knownReleases are the releases the target may be checked against: the

@@ -7,7 +7,7 @@ import (
 
 	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )

@@ -10,7 +10,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 func bootIDs(t *testing.T, e *env, req *lifecyclev1.OperationRequest) map[string]string {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/talosbot/talosbot/internal/terraform/tftest"
 	"github.com/talosbot/talosbot/plugins/cluster/planguard"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/plugins/tfguard"
 )

@@ -29,8 +29,8 @@ import (
 	"github.com/talosbot/talosbot/internal/seal"
 	"github.com/talosbot/talosbot/internal/snapname"
 	"github.com/talosbot/talosbot/plugins/cluster"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Snapshot step ids, reported through SnapshotOptions.Step.

@@ -24,7 +24,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/talosbot/talosbot/plugins/cluster"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
 

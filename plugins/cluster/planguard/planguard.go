@@ -23,8 +23,8 @@ import (
 	"strings"
 
 	"github.com/talosbot/talosbot/internal/terraform"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Settings.extra keys read by the guard.

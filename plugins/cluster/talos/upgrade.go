@@ -16,7 +16,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // DefaultNodeTimeout bounds one node's upgrade or rollback (reboot included)

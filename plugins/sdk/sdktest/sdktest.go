@@ -10,9 +10,9 @@ import (
 	"sync"
 	"time"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/internal/report"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Recorder is an sdk.Reporter that keeps every event. Safe for concurrent use.

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/proto/lifecycle/v1"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // ErrResultSent is returned for any event sent after the final Result: the

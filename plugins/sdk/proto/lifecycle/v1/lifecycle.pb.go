@@ -2631,7 +2631,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\tLifecycle\x12S\n" +
 	"\bDescribe\x12&.talosbot.lifecycle.v1.DescribeRequest\x1a\x1f.talosbot.lifecycle.v1.Manifest\x12U\n" +
 	"\x04Plan\x12'.talosbot.lifecycle.v1.OperationRequest\x1a$.talosbot.lifecycle.v1.OperationPlan\x12Q\n" +
-	"\x03Run\x12'.talosbot.lifecycle.v1.OperationRequest\x1a\x1f.talosbot.lifecycle.v1.Progress0\x01BEZCgithub.com/talosbot/talosbot/plugins/proto/lifecycle/v1;lifecyclev1b\x06proto3"
+	"\x03Run\x12'.talosbot.lifecycle.v1.OperationRequest\x1a\x1f.talosbot.lifecycle.v1.Progress0\x01BIZGgithub.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1;lifecyclev1b\x06proto3"
 
 var (
 	file_lifecycle_v1_lifecycle_proto_rawDescOnce sync.Once

@@ -18,7 +18,7 @@ func TestGeneratedCodeIsFresh(t *testing.T) {
 		t.Skip("protoc not installed (apt-get install -y protobuf-compiler)")
 	}
 	out := t.TempDir()
-	cmd := exec.Command("bash", "../../hack/generate.sh", out)
+	cmd := exec.Command("bash", "../../../hack/generate.sh", out)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("hack/generate.sh: %v\n%s\n(run `make tools` to install the pinned generators)", err, b)
 	}
@@ -32,7 +32,7 @@ func TestGeneratedCodeIsFresh(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("plugins/proto/%s is stale: run `make generate` and commit the result", f)
+			t.Errorf("plugins/sdk/proto/%s is stale: run `make generate` and commit the result", f)
 		}
 	}
 }
