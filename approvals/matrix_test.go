@@ -14,6 +14,7 @@ import (
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/builtin"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
@@ -30,7 +31,7 @@ func (builtins) Manifests(ctx context.Context) ([]*lifecyclev1.Manifest, error) 
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, m)
+		out = append(out, sdk.ManifestToWire(m))
 	}
 	return out, nil
 }
