@@ -11,9 +11,9 @@ import (
 
 	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot"
-	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/builtin"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
@@ -30,7 +30,7 @@ func (builtins) Manifests(ctx context.Context) ([]*lifecyclev1.Manifest, error) 
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, m)
+		out = append(out, sdk.ManifestToWire(m))
 	}
 	return out, nil
 }
@@ -185,7 +185,7 @@ func TestPolicyMatrix(t *testing.T) {
 				for _, cmd := range cat {
 					for _, user := range users {
 						checked++
-						req := engine.PolicyRequest{User: user, Cluster: cl, Command: cmd.Name, Disruptive: cmd.Disruptive, Writes: cmd.Writes, Now: now,
+						req := approvals.Request{User: user, Cluster: cl, Command: cmd.Name, Disruptive: cmd.Disruptive, Writes: cmd.Writes, Now: now,
 							// bot commands that change state are housekeeping (freeze, unfreeze, abandon, cancel, resume)
 							Housekeeping: !cmd.Operation && cmd.Disruptive}
 						err := p.Authorize(ctx, req)

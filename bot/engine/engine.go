@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/credentials"
 	"github.com/talosbot/talosbot/bot/grammar"
@@ -156,15 +157,12 @@ func Grammar(ctx context.Context, plugins Plugins, own Commands) (*grammar.Gramm
 	return grammar.NewGrammar(commandSpecs(own, mans)), nil
 }
 
-// Policy flags the engine adds to every disruptive plugin command. They
-// change what policy allows, not what the plugin does, so plugins never see
-// them. Package approvals reads them; they are defined once, here.
+// Policy flags the engine adds to every disruptive plugin command, defined
+// once in package approvals, which reads them.
 const (
-	FlagSkipStaging   = "skip-staging"
-	FlagOutsideWindow = "outside-window"
-	// FlagPromotedFrom prefixes the operation flag naming the staging
-	// operation that satisfied the promotion gate (R6).
-	FlagPromotedFrom = "promoted-from:"
+	FlagSkipStaging   = approvals.FlagSkipStaging
+	FlagOutsideWindow = approvals.FlagOutsideWindow
+	FlagPromotedFrom  = approvals.FlagPromotedFrom
 )
 
 // requiredApprovals asks the policy how many approvals op needs, with the
@@ -718,12 +716,14 @@ func (e *Engine) executeWith(ctx context.Context, id string, req *lifecyclev1.Op
 	}
 	// The hooks start (or, on resume, pick up) their work around the run;
 	// one may refuse it (a required silence), before the plugin runs.
+	// The mark is cleared before the hooks, so one may ask for a pause
+	// before the first node (alertpause: an alert firing at start).
+	e.clearPause(id)
+	defer e.clearPause(id)
 	if err := e.runStarting(ctx, op); err != nil {
 		e.finish(ctx, id, "system", state.StateRefused, "refused", err.Error(), nil)
 		return
 	}
-	e.clearPause(id)
-	defer e.clearPause(id)
 	runCtx, cancel := context.WithCancel(ctx)
 	e.mu.Lock()
 	e.running[id] = cancel

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot/credentials"
 	"github.com/talosbot/talosbot/bot/grammar"
 	"github.com/talosbot/talosbot/config"
@@ -105,36 +106,17 @@ type Policy interface {
 	Promotion(op *state.Operation, last StagingLookup, now time.Time) (flags []string, err error)
 }
 
-// StagingLookup finds the newest succeeded staging operation of command with
-// target that ended at or after since.
-type StagingLookup func(command, target string, since time.Time) (*state.Operation, error)
-
-// Freeze is a cluster freeze: disruptive operations are refused while it holds.
-type Freeze struct {
-	Reason string    `json:"reason"`
-	By     string    `json:"by"`
-	Since  time.Time `json:"since"`
-}
-
-// PolicyRequest describes a request for Policy.Authorize.
-type PolicyRequest struct {
-	User       string
-	Cluster    *config.Cluster
-	Command    string
-	Disruptive bool
-	// Writes marks a command that changes no cluster but writes or deletes
-	// files or state the bot keeps (EFFECT_WRITE, e.g. a snapshot and its
-	// retention): it needs the operator role, nothing more.
-	Writes bool
-	Args   map[string]string
-	Now    time.Time
-	// Frozen is the cluster's freeze, if any.
-	Frozen *Freeze
-	// Housekeeping marks commands that must work during a freeze and
-	// outside maintenance windows (freeze, unfreeze, abandon, cancel): they
-	// stop or record work, they never start it.
-	Housekeeping bool
-}
+// The policy's inputs are package approvals' own types, so approvals
+// imports nothing of bot/ (the arrow runs bot → approvals).
+type (
+	// StagingLookup finds the newest succeeded staging operation of command
+	// with target that ended at or after since.
+	StagingLookup = approvals.StagingLookup
+	// Freeze is a cluster freeze: disruptive operations are refused while it holds.
+	Freeze = approvals.Freeze
+	// PolicyRequest describes a request for Policy.Authorize.
+	PolicyRequest = approvals.Request
+)
 
 // Observer is told about engine events, for metrics. Calls must not block.
 type Observer interface {
