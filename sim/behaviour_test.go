@@ -409,6 +409,7 @@ func createPodWithPDBNamed(ctx context.Context, t *testing.T, kc kubernetes.Inte
 // reference the registry has is accepted (a tag that is not a version, a digest); a single
 // control plane upgrades without --preserve.
 func TestLegacyUpgradeImages(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
 	cp1, w1 := nodeIP(t, c, "cp-1"), nodeIP(t, c, "worker-1")

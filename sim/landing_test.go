@@ -301,6 +301,7 @@ func TestLandingResources(t *testing.T) {
 // RUNNING but not ready, naming the conditions as Talos's MachineStatusController does;
 // clearing the fault publishes ready.
 func TestUnmetConditionsHoldReadiness(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
 	ip := nodeIP(t, c, "cp-1")

@@ -697,6 +697,7 @@ func TestUpgradeEtcdSafetyAndReset(t *testing.T) {
 }
 
 func TestLifecycleUpgradeV113(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.0", RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
 	ip := nodeIP(t, c, "worker-1")
