@@ -13,22 +13,22 @@ import (
 // recorded (and audited) before the resume starts the run, so the alert
 // check of the resumed run already leaves it out; a refused resume takes it
 // back.
-func resume(ctx context.Context, e *engine.Engine, from engine.Origin, id, ignore string) error {
+func (r *Router) resume(ctx context.Context, from engine.Origin, id, ignore string) error {
 	if ignore == "" {
-		return e.Resume(ctx, from, id)
+		return r.ops.Resume(ctx, from, id)
 	}
-	op, err := e.Operation(ctx, id)
+	op, err := r.ops.Operation(ctx, id)
 	if err != nil || op.State != state.StateInterrupted {
 		// Resume refuses it with its usual words.
-		return e.Resume(ctx, from, id)
+		return r.ops.Resume(ctx, from, id)
 	}
-	if err := alertpause.Ignore(ctx, e.Store(), op, ignore, from.User, e.Now()); err != nil {
+	if err := alertpause.Ignore(ctx, r.store, op, ignore, from.User, r.clock()); err != nil {
 		return err
 	}
-	err = e.Resume(ctx, from, id)
+	err = r.ops.Resume(ctx, from, id)
 	var ae *engine.ActionError
 	if errors.As(err, &ae) {
-		_ = alertpause.Unignore(context.WithoutCancel(ctx), e.Store(), id, ignore)
+		_ = alertpause.Unignore(context.WithoutCancel(ctx), r.store, id, ignore)
 	}
 	return err
 }

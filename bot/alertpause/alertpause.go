@@ -49,7 +49,6 @@ type Alerts interface {
 // Host is what the check needs from the engine.
 type Host interface {
 	PauseFor(ctx context.Context, id, by string, why []string) error
-	Sink() engine.Sink
 }
 
 // Options configure a Checker.
@@ -63,6 +62,8 @@ type Options struct {
 	OwnSilence func(ctx context.Context, opID string) string
 	Clock      func() time.Time
 	Logger     *slog.Logger
+	// Sink posts the pause's reason in the operation's thread.
+	Sink engine.Sink
 }
 
 // Checker implements engine.RunHook.
@@ -303,8 +304,8 @@ func (c *Checker) warnOnce(ctx context.Context, op *state.Operation, what, text 
 	if seen {
 		return
 	}
-	if h := c.getHost(); h != nil {
-		h.Sink().Thread(ctx, op, text)
+	if c.o.Sink != nil {
+		c.o.Sink.Thread(ctx, op, text)
 	}
 }
 

@@ -28,7 +28,7 @@ func (f *followups) setHost(e *engine.Engine) {
 	}
 }
 
-func newFollowups(cfg *config.Config, st *state.Store, log *slog.Logger) (*followups, error) {
+func newFollowups(cfg *config.Config, st *state.Store, sink engine.Sink, log *slog.Logger) (*followups, error) {
 	f := &followups{}
 	if cfg.Silences != nil {
 		client, err := silence.NewClient(cfg.Silences, nil)
@@ -42,7 +42,7 @@ func newFollowups(cfg *config.Config, st *state.Store, log *slog.Logger) (*follo
 		// The pause on alerts asks the same Alertmanager (on unless
 		// alert_pause.disabled); after the silence, so it sees its id.
 		if !cfg.AlertPause.Disabled {
-			if f.alertPause, err = alertpause.New(alertpause.Options{Config: &cfg.AlertPause, ClusterLabel: cfg.Silences.ClusterLabel,
+			if f.alertPause, err = alertpause.New(alertpause.Options{Config: &cfg.AlertPause, Sink: sink, ClusterLabel: cfg.Silences.ClusterLabel,
 				Store: st, Client: client, OwnSilence: f.silences.SilenceID, Logger: log}); err != nil {
 				return nil, err
 			}
