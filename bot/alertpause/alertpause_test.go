@@ -45,7 +45,6 @@ func (h *fakeHost) PauseFor(_ context.Context, id, by string, why []string) erro
 	h.paused = append(h.paused, by+": "+strings.Join(why, "\n"))
 	return nil
 }
-func (h *fakeHost) Sink() engine.Sink { return threadSink{h} }
 
 type threadSink struct{ h *fakeHost }
 
@@ -80,13 +79,13 @@ func newChecker(t *testing.T, am *fakeAM, cfg config.AlertPause) (*Checker, *fak
 	if len(cfg.Matchers) == 0 {
 		c.AlertPause.Matchers = config.DefaultAlertPauseMatchers
 	}
-	ck, err := New(Options{Config: &c.AlertPause, ClusterLabel: "cluster", Store: st, Client: am,
+	h := &fakeHost{}
+	ck, err := New(Options{Config: &c.AlertPause, ClusterLabel: "cluster", Store: st, Client: am, Sink: threadSink{h},
 		OwnSilence: func(context.Context, string) string { return "own-silence" }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(ck.Close)
-	h := &fakeHost{}
 	ck.SetHost(h)
 	return ck, h, st, &state.Operation{ID: "op1", Cluster: "prod", Command: "upgrade talos", Disruptive: true, State: state.StateRunning}
 }
