@@ -10,7 +10,7 @@
 // per operation, attempt, step and threshold, recorded in the store, so a
 // restart does not repeat it.
 //
-// The checker is driven by Check with the clock it was given; Start runs it
+// The checker is driven by Check with the clock it was given; Run calls it
 // every escalation.every.
 package escalate
 
@@ -23,7 +23,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/talosbot/talosbot/bot/engine"
@@ -47,9 +46,6 @@ type Options struct {
 type Checker struct {
 	o   Options
 	log *slog.Logger
-
-	stop context.CancelFunc
-	wg   sync.WaitGroup
 }
 
 // New returns a Checker.
@@ -66,33 +62,20 @@ func New(o Options) (*Checker, error) {
 	return &Checker{o: o, log: o.Logger}, nil
 }
 
-// Start checks every escalation.every until Close.
-func (c *Checker) Start(ctx context.Context) {
-	ctx, c.stop = context.WithCancel(ctx)
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		t := time.NewTicker(c.o.Config.Escalation.Every.D())
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if _, err := c.Check(ctx); err != nil {
-					c.log.Warn("look for late steps", "err", err)
-				}
+// Run checks every escalation.every until ctx ends.
+func (c *Checker) Run(ctx context.Context) error {
+	t := time.NewTicker(c.o.Config.Escalation.Every.D())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if _, err := c.Check(ctx); err != nil {
+				c.log.Warn("look for late steps", "err", err)
 			}
 		}
-	}()
-}
-
-// Close stops Start's loop.
-func (c *Checker) Close() {
-	if c.stop != nil {
-		c.stop()
 	}
-	c.wg.Wait()
 }
 
 // Late is one running step past its expected duration.
