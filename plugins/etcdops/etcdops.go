@@ -27,7 +27,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Name is the plugin's catalogue name.
@@ -55,14 +54,14 @@ type Plugin struct{ QuorumWithin time.Duration }
 func New() sdk.Plugin { return &Plugin{} }
 
 // Describe returns the manifest.
-func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	cl := &lifecyclev1.Arg{Name: "cluster", Description: "cluster (default: the channel's cluster)"}
-	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{
+func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	cl := &sdk.Arg{Name: "cluster", Description: "cluster (default: the channel's cluster)"}
+	return &sdk.Manifest{Name: Name, Version: version.Version, Commands: []*sdk.Command{
 		{Name: CmdStatus, Summary: "every etcd member's database size, size in use, fragmentation, leader, raft index and alarms (read-only)",
-			Args: []*lifecyclev1.Arg{cl}, Effect: lifecyclev1.Effect_EFFECT_READ_ONLY, Example: "/talos etcd status production"},
+			Args: []*sdk.Arg{cl}, Effect: sdk.EffectReadOnly, Example: "/talos etcd status production"},
 		{Name: CmdDefrag, Summary: "defragment etcd one member at a time, the leader last, quorum checked before and after each; members under the fragmentation threshold are skipped",
-			Args:   []*lifecyclev1.Arg{cl, {Name: "min-fragmentation", Flag: true, Description: fmt.Sprintf("percent of the database that must be free pages to defragment a member (default %d)", DefaultMinFragmentation)}},
-			Effect: lifecyclev1.Effect_EFFECT_DISRUPTIVE, Example: "/talos etcd defrag production"},
+			Args:   []*sdk.Arg{cl, {Name: "min-fragmentation", Flag: true, Description: fmt.Sprintf("percent of the database that must be free pages to defragment a member (default %d)", DefaultMinFragmentation)}},
+			Effect: sdk.EffectDisruptive, Example: "/talos etcd defrag production"},
 	}}, nil
 }
 
@@ -106,8 +105,8 @@ func Order(ms []Member, minFrag int) (todo, skipped []Member) {
 	return append(todo, leader...), skipped
 }
 
-func minFrag(req *lifecyclev1.OperationRequest) (int, error) {
-	s := req.GetArgs()["min-fragmentation"]
+func minFrag(req *sdk.OperationRequest) (int, error) {
+	s := req.Args["min-fragmentation"]
 	if s == "" {
 		return DefaultMinFragmentation, nil
 	}
@@ -179,35 +178,35 @@ func (m Member) Line() string {
 }
 
 // Plan reads the members and, for defrag, lists the order.
-func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return sdk.RefusalPlan(err)
 	}
-	if req.GetCommand() == CmdStatus {
-		return &lifecyclev1.OperationPlan{Summary: "read the etcd status of every member of " + inv.Name, Steps: []*lifecyclev1.Step{{Id: "status", Title: "etcd status", Kind: "read"}},
+	if req.Command == CmdStatus {
+		return &sdk.OperationPlan{Summary: "read the etcd status of every member of " + inv.Name, Steps: []*sdk.Step{{ID: "status", Title: "etcd status", Kind: "read"}},
 			CanonicalInputs: sdk.NewCanonical(req).Bytes()}, nil
 	}
 	min, err := minFrag(req)
 	if err != nil {
 		return sdk.RefusalPlan(err)
 	}
-	c, err := cluster.Connect(ctx, inv, req.GetCredentials())
+	c, err := cluster.Connect(ctx, inv, &req.Credentials)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
 	todo, skipped := Order(read(ctx, c, inv), min)
-	steps := []*lifecyclev1.Step{}
+	steps := []*sdk.Step{}
 	var names []string
 	for _, m := range todo {
 		names = append(names, m.Node)
-		steps = append(steps, &lifecyclev1.Step{Id: "defrag/" + m.Node, Title: fmt.Sprintf("%s: defragment (%d%% free)", m.Node, m.Fragmentation()), Node: m.Node, Kind: "etcd"})
+		steps = append(steps, &sdk.Step{ID: "defrag/" + m.Node, Title: fmt.Sprintf("%s: defragment (%d%% free)", m.Node, m.Fragmentation()), Node: m.Node, Kind: "etcd"})
 	}
 	for _, m := range skipped {
-		steps = append(steps, &lifecyclev1.Step{Id: "skip/" + m.Node, Title: fmt.Sprintf("%s: skipped (%d%% free, %s; under %d%% or 1 MiB)", m.Node, m.Fragmentation(), mib(m.DBSize-m.InUse), min), Node: m.Node, Kind: "etcd"})
+		steps = append(steps, &sdk.Step{ID: "skip/" + m.Node, Title: fmt.Sprintf("%s: skipped (%d%% free, %s; under %d%% or 1 MiB)", m.Node, m.Fragmentation(), mib(m.DBSize-m.InUse), min), Node: m.Node, Kind: "etcd"})
 	}
-	return &lifecyclev1.OperationPlan{
+	return &sdk.OperationPlan{
 		Summary: fmt.Sprintf("defragment etcd on %s one member at a time, the leader last, quorum checked before and after each: %s (%d skipped under %d%%)",
 			inv.Name, orNone(names), len(skipped), min),
 		Target: inv.Name, Steps: steps,
@@ -223,29 +222,29 @@ func orNone(s []string) string {
 }
 
 // Run serves both commands.
-func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return err
 	}
-	c, err := cluster.Connect(ctx, inv, req.GetCredentials())
+	c, err := cluster.Connect(ctx, inv, &req.Credentials)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	ms := read(ctx, c, inv)
-	if req.GetCommand() == CmdStatus {
+	if req.Command == CmdStatus {
 		var lines []string
 		for _, m := range ms {
 			lines = append(lines, m.Line())
 		}
 		_ = r.StepOK("status", fmt.Sprintf("%d member(s)", len(ms)))
-		return r.Result(&lifecyclev1.Result{Ok: true, Summary: "etcd status of " + inv.Name, Lines: lines})
+		return r.Result(&sdk.Result{OK: true, Summary: "etcd status of " + inv.Name, Lines: lines})
 	}
 	min, err := minFrag(req)
 	if err != nil {
 		re, _ := sdk.AsRefusal(err)
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Proto()})
+		return r.Result(&sdk.Result{OK: false, Summary: "refused", Error: err.Error(), Refusal: re})
 	}
 	todo, skipped := Order(ms, min)
 	for _, m := range skipped {
@@ -266,16 +265,16 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		// defragments, so the others must hold the quorum.
 		if q, err := etcd.WaitQuorum(ctx, c, ids, within, func(q etcd.Quorum) error { return q.CheckDisruption(m.Node) }); err != nil {
 			_ = r.StepFailed(id, err.Error())
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "stopped before " + m.Node, Error: err.Error() + " (" + q.Summary() + ")", Lines: lines})
+			return r.Result(&sdk.Result{OK: false, Summary: "stopped before " + m.Node, Error: err.Error() + " (" + q.Summary() + ")", Lines: lines})
 		}
 		n, _ := inv.Node(m.Node)
 		if err := defragment(client.WithNode(ctx, n.Address), c); err != nil {
 			_ = r.StepFailed(id, err.Error())
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "defragment failed on " + m.Node, Error: err.Error(), Lines: lines})
+			return r.Result(&sdk.Result{OK: false, Summary: "defragment failed on " + m.Node, Error: err.Error(), Lines: lines})
 		}
 		if q, err := etcd.WaitQuorum(ctx, c, ids, within, func(q etcd.Quorum) error { return q.CheckRestored() }); err != nil {
 			_ = r.StepFailed(id, err.Error())
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "quorum not back after " + m.Node, Error: err.Error() + " (" + q.Summary() + ")", Lines: lines})
+			return r.Result(&sdk.Result{OK: false, Summary: "quorum not back after " + m.Node, Error: err.Error() + " (" + q.Summary() + ")", Lines: lines})
 		}
 		after := m
 		for _, x := range read(ctx, c, inv) {
@@ -287,7 +286,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		lines = append(lines, line)
 		_ = r.StepOK(id, line)
 	}
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: fmt.Sprintf("defragmented %d member(s) of %s, %d skipped", len(todo), inv.Name, len(skipped)), Lines: lines})
+	return r.Result(&sdk.Result{OK: true, Summary: fmt.Sprintf("defragmented %d member(s) of %s, %d skipped", len(todo), inv.Name, len(skipped)), Lines: lines})
 }
 
 // defragmenter is the part of Talos's machine API cluster.MachineAPI leaves

@@ -9,21 +9,21 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
 
-func request(c *sim.Cluster, cmd string, args map[string]string) *lifecyclev1.OperationRequest {
-	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging"}
+func request(c *sim.Cluster, cmd string, args map[string]string) *sdk.OperationRequest {
+	pc := &sdk.Cluster{Name: "staging", Environment: "staging"}
 	for _, n := range c.Nodes() {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role})
+		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role})
 		if n.Role == sim.RoleControlPlane {
 			pc.Endpoints = append(pc.Endpoints, n.IP)
 		}
 	}
-	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: cmd, Cluster: pc, Args: args,
-		Credentials: &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()}}
+	return &sdk.OperationRequest{OperationID: "op-1", Command: cmd, Cluster: *pc, Args: args,
+		Credentials: sdk.Credentials{Talosconfig: c.Talosconfig()}}
 }
 
 // fragment writes and deletes 4 MiB and compacts it away, so every member's
@@ -58,7 +58,7 @@ func fragment(t *testing.T, ctx context.Context, c *sim.Cluster) {
 	defer tick.Stop()
 	for {
 		rec, _ := sdktest.Run(ctx, &Plugin{}, request(c, CmdStatus, nil), nil)
-		lines := rec.FinalResult().GetLines()
+		lines := rec.FinalResult().Lines
 		done := len(lines) == 3
 		for _, l := range lines {
 			var pct int
@@ -96,42 +96,42 @@ func TestDefragOneMemberAtATimeLeaderLast(t *testing.T) {
 
 	rec, _ := sdktest.Run(ctx, &Plugin{}, request(c, CmdStatus, nil), nil)
 	leader := ""
-	for _, l := range rec.FinalResult().GetLines() {
+	for _, l := range rec.FinalResult().Lines {
 		if strings.Contains(l, ", leader") {
 			leader = strings.SplitN(l, ":", 2)[0]
 		}
 	}
 	if leader == "" {
-		t.Fatalf("status names no leader: %v", rec.FinalResult().GetLines())
+		t.Fatalf("status names no leader: %v", rec.FinalResult().Lines)
 	}
 
 	p := &Plugin{QuorumWithin: time.Minute}
 	plan, err := p.Plan(ctx, request(c, CmdDefrag, nil))
-	if err != nil || plan.GetRefusal() != nil {
+	if err != nil || plan.Refusal != nil {
 		t.Fatalf("plan: %v %v", plan, err)
 	}
-	if !strings.HasSuffix(strings.SplitN(plan.GetSummary(), " (", 2)[0], "→ "+leader) {
-		t.Fatalf("the plan does not put the leader %s last: %s", leader, plan.GetSummary())
+	if !strings.HasSuffix(strings.SplitN(plan.Summary, " (", 2)[0], "→ "+leader) {
+		t.Fatalf("the plan does not put the leader %s last: %s", leader, plan.Summary)
 	}
 	rec, _ = sdktest.Run(ctx, p, request(c, CmdDefrag, nil), nil)
-	if res := rec.FinalResult(); !res.GetOk() {
+	if res := rec.FinalResult(); !res.OK {
 		t.Fatalf("defrag: %v", res)
 	}
 	// One at a time: each member's step ends before the next one starts.
 	var order []string
 	running := ""
 	for _, s := range rec.Steps() {
-		if !strings.HasPrefix(s.GetStepId(), "defrag/") {
+		if !strings.HasPrefix(s.StepID, "defrag/") {
 			continue
 		}
-		node := strings.TrimPrefix(s.GetStepId(), "defrag/")
-		switch s.GetStatus() {
-		case lifecyclev1.StepStatus_STEP_STATUS_RUNNING:
+		node := strings.TrimPrefix(s.StepID, "defrag/")
+		switch s.Status {
+		case sdk.StepRunning:
 			if running != "" {
 				t.Fatalf("%s started while %s was defragmenting", node, running)
 			}
 			running = node
-		case lifecyclev1.StepStatus_STEP_STATUS_OK:
+		case sdk.StepOK:
 			running = ""
 			order = append(order, node)
 		}
@@ -146,7 +146,7 @@ func TestDefragOneMemberAtATimeLeaderLast(t *testing.T) {
 	}
 
 	rec, _ = sdktest.Run(ctx, p, request(c, CmdDefrag, nil), nil)
-	if res := rec.FinalResult(); !res.GetOk() || !strings.Contains(res.GetSummary(), "defragmented 0 member(s)") || !strings.Contains(res.GetSummary(), "3 skipped") {
+	if res := rec.FinalResult(); !res.OK || !strings.Contains(res.Summary, "defragmented 0 member(s)") || !strings.Contains(res.Summary, "3 skipped") {
 		t.Fatalf("second defrag: %v", res)
 	}
 }
