@@ -18,6 +18,7 @@ import (
 // again and pauses again (the alert still fires); `--ignore-alert NAME`
 // goes on to the end.
 func TestServeCriticalAlertPausesRollBeforeNextNode(t *testing.T) {
+	slow(t)
 	e := newFollowupEnv(t, "alert_pause: {every: 1s}\n")
 	must(t, e.c.Inject(context.Background(), "worker-1", sim.Fault{SlowReboot: 6 * time.Second}))
 	e.b.Start()
