@@ -14,6 +14,7 @@ import (
 	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/escalate"
 	"github.com/talosbot/talosbot/bot/grammar"
 	"github.com/talosbot/talosbot/bot/render"
 	"github.com/talosbot/talosbot/config"
@@ -312,6 +313,13 @@ func status(ctx context.Context, r *Router, user string, names []string) (string
 	// status costs one timeout at most, and no store transaction waits on a
 	// cluster.
 	facts := r.ops.StatusFacts(ctx, user, names)
+	// Late steps (bot/escalate), read before the loop's transactions.
+	lateByOp := map[string][]string{}
+	if late, err := escalate.LateSteps(ctx, r.cfg, r.store, now); err == nil {
+		for _, l := range late {
+			lateByOp[l.Op.ID] = append(lateByOp[l.Op.ID], l.Text())
+		}
+	}
 	ago := func(t time.Time) string { return render.Ago(t, now) }
 	var b strings.Builder
 	for _, n := range names {
@@ -384,6 +392,9 @@ func status(ctx context.Context, r *Router, user string, names []string) (string
 				fmt.Fprintf(&b, "  • `%s` %s — %s, by %s, %s\n", op.ID, op.Command, op.State, op.Requester, ago(op.CreatedAt))
 				if op.State == state.StateInterrupted {
 					fmt.Fprintf(&b, "    interrupted: `/talos resume %s` or `/talos abandon %s`\n", op.ID, op.ID)
+				}
+				for _, l := range lateByOp[op.ID] {
+					b.WriteString("    " + l + "\n")
 				}
 			}
 			return nil

@@ -2,9 +2,11 @@ package bot_test
 
 import (
 	"context"
-	"github.com/talosbot/talosbot/state"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/state"
 )
 
 // statusConfig has one cluster whose status provider answers, one that is
@@ -120,4 +122,28 @@ func TestStatusShowsOnlyTheClustersTheUserMayRead(t *testing.T) {
 			t.Errorf("a refused status planned %d times against %s", n, cl)
 		}
 	}
+}
+
+func TestStatusListsLateSteps(t *testing.T) {
+	e := newEnv(t)
+	start := e.clock.Now().Add(-2 * time.Hour)
+	err := e.store.Update(context.Background(), func(tx *state.Tx) error {
+		op := &state.Operation{ID: "late01", Cluster: "staging", Environment: "staging", Command: "upgrade talos", Disruptive: true, Requester: "alice",
+			State: state.StatePlanned, CreatedAt: start}
+		if err := tx.PutOperation(op); err != nil {
+			return err
+		}
+		_, err := tx.Transition(op.ID, state.StateRunning, func(o *state.Operation) {
+			o.Steps = []state.Step{{ID: "node/cp-1/upgrade", Title: "cp-1: upgrade", Node: "cp-1", Status: "running", Detail: "booted, not ready: kubelet", StartedAt: start}}
+		})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.submit("alice", "stg", "/talos status staging"); err != nil {
+		t.Fatal(err)
+	}
+	got := e.sink.waitReply(t, "*staging* (staging)")
+	mustContain(t, "status", got, "`late01` upgrade talos — running", "⏳ cp-1: upgrade is late: running 2h0m0s", "now: booted, not ready: kubelet")
 }

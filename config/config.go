@@ -49,6 +49,8 @@ type Config struct {
 	Git      *GitFollowup `yaml:"git_followup,omitempty"`
 	// AlertPause pauses a roll on firing alerts (alertpause.go).
 	AlertPause AlertPause `yaml:"alert_pause,omitempty"`
+	// Escalation speaks up about late steps (escalation.go).
+	Escalation Escalation `yaml:"escalation,omitempty"`
 
 	// lines maps the path of each written key to its line (Locate).
 	lines map[string]int
@@ -418,6 +420,7 @@ func (c *Config) ApplyDefaults() {
 	}
 	c.applyFollowupDefaults()
 	c.applyAlertPauseDefaults()
+	c.applyEscalationDefaults()
 	if c.Policy == nil {
 		c.Policy = map[string]Policy{}
 	}

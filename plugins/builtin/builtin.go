@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/talosbot/talosbot/plugins/drift"
+	"github.com/talosbot/talosbot/plugins/etcdops"
 	"github.com/talosbot/talosbot/plugins/gates"
 	"github.com/talosbot/talosbot/plugins/healthgate"
 	"github.com/talosbot/talosbot/plugins/k8supgrade"
@@ -48,6 +49,7 @@ func catalogue() map[string]func() sdk.Plugin {
 		releaseinfo.Name:  releaseinfo.New,
 		recover.Name:      recover.New,
 		uncordon.Name:     uncordon.New,
+		etcdops.Name:      etcdops.New,
 	}
 }
 
