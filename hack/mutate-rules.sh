@@ -94,8 +94,9 @@ mutate R5/k8supgrade plugins/cluster/planguard/planguard.go "$(never R5)" ./plug
 mutate R7/waitmember plugins/waitmember/waitmember.go 's/restored == nil \{ (\/\/ rule:R7)$/(restored == nil || true) { $1/' ./plugins/waitmember '^TestWaitMemberNeedsEveryMemberUnderOneLeader$'
 # R9: removal leaving fewer healthy members than a majority.
 mutate R9/noderemove plugins/cluster/etcd/quorum.go 's/case (.*): (\/\/ rule:R9)$/case false \&\& ($1): $2/' ./plugins/noderemove '^TestRemovalRefusedWhileAMemberIsDown$'
-# R10: the adjacent-minor rule's one place, releases.SkipsMinor, for a node's step (talos.CheckUpgradePath).
-mutate R10/talos internal/releases/version.go "$(never R10)" ./plugins/cluster/talos '^TestCheckUpgradePath$'
+# R10: the adjacent-minor rule's one place, versions.SkipsMinor (plugins/sdk/versions), for a node's step (talos.CheckUpgradePath)
+# and for the path's hops (talosupgrade's pathCheck).
+mutate R10/talos plugins/sdk/versions/versions.go "$(never R10)" ./plugins/cluster/talos '^TestCheckUpgradePath$'
 # R12: the one snapshot-dir refusal, cluster.CheckSnapshotDir, in each plugin that snapshots.
 # Only real releases: releases.CheckTarget's "a known release" return, taken for every target.
 mutate known-release/releases internal/releases/target.go "$(always known-release)" ./internal/releases '^TestOnlyRealTalosReleasesAreTargets$'

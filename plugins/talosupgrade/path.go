@@ -13,6 +13,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	"github.com/talosbot/talosbot/plugins/sdk"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/versions"
 )
 
 // knownReleases are the releases the target may be checked against: the
@@ -81,7 +82,7 @@ func pathCheck(oldest, target releases.Version, kube releases.Version, st *lifec
 	// A patch of the running minor before a target in the next minor is
 	// not a hop of its own: Talos upgrades any patch to the next minor.
 	// Only a target two or more minors away is rolled hop by hop.
-	if target.Minor <= oldest.Minor+1 {
+	if !versions.SkipsMinor(oldest, target) {
 		stops = []releases.Version{target}
 	}
 	last := p.Hops[len(p.Hops)-1]
