@@ -29,11 +29,13 @@ type CredentialSource interface {
 // Commands serves the commands the bot answers itself, without a plugin
 // (package bot's router: help, status, resume, audit, freeze, …). The engine
 // parses every line with one grammar, built from Specs and the plugin
-// manifests, and hands an invocation of one of these back to Serve, with
-// itself for the state and the answers.
+// manifests, and hands an invocation of one of these to Serve. Serve gets
+// the invocation and nothing else: what a command reads (store, policy,
+// sink, clock) is given to the implementation when it is built, so the
+// engine is not re-entered for its state.
 type Commands interface {
 	Specs() []grammar.CommandSpec
-	Serve(ctx context.Context, e *Engine, from Origin, inv *grammar.Invocation) error
+	Serve(ctx context.Context, from Origin, inv *grammar.Invocation) error
 }
 
 // Origin says who asked and where to answer.

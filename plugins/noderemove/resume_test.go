@@ -22,6 +22,7 @@ import (
 // skipping it left the Node cordoned and failed the gate after ("unexpected
 // nodes").
 func TestResumeAfterResetDeletesTheNode(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	c := startSim(t, kube)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -59,7 +60,7 @@ func TestResumeAfterResetDeletesTheNode(t *testing.T) {
 	req := request(c, kube, "cp-3")
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
-	if !res.GetOk() {
+	if !res.OK {
 		t.Fatalf("resumed removal: %v", res)
 	}
 	if c.Calls("cp-3", "Reset") != 1 {

@@ -7,44 +7,45 @@ import (
 	"testing"
 	"time"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
 
 // requireNoRollback: a rollback is offered only where it can work (the node
 // runs the new version and answers).
-func requireNoRollback(t *testing.T, res *lifecyclev1.Result) {
+func requireNoRollback(t *testing.T, res *sdk.Result) {
 	t.Helper()
-	for _, a := range res.GetSuggestedActions() {
-		if strings.HasPrefix(a.GetCommand(), "/talos rollback") {
-			t.Fatalf("a rollback is offered where it cannot work: %v", res.GetSuggestedActions())
+	for _, a := range res.SuggestedActions {
+		if strings.HasPrefix(a.Command, "/talos rollback") {
+			t.Fatalf("a rollback is offered where it cannot work: %v", res.SuggestedActions)
 		}
 	}
 }
 
 // requireState: the result says what state the node was left in.
-func requireState(t *testing.T, res *lifecyclev1.Result, want string) {
+func requireState(t *testing.T, res *sdk.Result, want string) {
 	t.Helper()
-	if !strings.Contains(res.GetSummary(), want) || !strings.Contains(strings.Join(res.GetLines(), "\n"), want) {
+	if !strings.Contains(res.Summary, want) || !strings.Contains(strings.Join(res.Lines, "\n"), want) {
 		t.Fatalf("the result does not say %q: %v", want, res)
 	}
 }
 
-func requireRollbackOffered(t *testing.T, res *lifecyclev1.Result, node string) {
+func requireRollbackOffered(t *testing.T, res *sdk.Result, node string) {
 	t.Helper()
-	for _, a := range res.GetSuggestedActions() {
-		if a.GetLabel() == "Rollback node "+node && a.GetCommand() == "/talos rollback "+node+" staging" {
+	for _, a := range res.SuggestedActions {
+		if a.Label == "Rollback node "+node && a.Command == "/talos rollback "+node+" staging" {
 			return
 		}
 	}
-	t.Fatalf("no Rollback button for %s in %v", node, res.GetSuggestedActions())
+	t.Fatalf("no Rollback button for %s in %v", node, res.SuggestedActions)
 }
 
 // TestQuorumFailureMidRollStops: etcd loses its leader right after the first
 // control plane is upgraded; the quorum check after it stops the roll and no
 // later node is touched.
 func TestQuorumFailureMidRollStops(t *testing.T) {
+	slow(t)
 	e := start(t, 3, 1, false, nil)
 	ctx := ctxFor(t, 3*time.Minute)
 	req := e.request(t, target)
@@ -54,10 +55,10 @@ func TestQuorumFailureMidRollStops(t *testing.T) {
 
 	var once sync.Once
 	var first string
-	rec := runWatched(ctx, &Plugin{}, req, func(ev *lifecyclev1.StepEvent) {
-		if strings.HasPrefix(ev.GetNode(), "cp-") && strings.HasSuffix(ev.GetStepId(), "/upgrade") && ev.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_OK {
+	rec := runWatched(ctx, &Plugin{}, req, func(ev *sdk.StepEvent) {
+		if strings.HasPrefix(ev.Node, "cp-") && strings.HasSuffix(ev.StepID, "/upgrade") && ev.Status == sdk.StepOK {
 			once.Do(func() {
-				first = ev.GetNode()
+				first = ev.Node
 				if err := e.c.Inject(ctx, leader, sim.Fault{NoEtcdLeader: true}); err != nil {
 					t.Error(err)
 				}
@@ -68,12 +69,12 @@ func TestQuorumFailureMidRollStops(t *testing.T) {
 	if first == "" || first == leader {
 		t.Fatalf("first control plane upgraded = %q (leader %s); result %v", first, leader, res)
 	}
-	if res.GetOk() || !strings.Contains(res.GetError(), "R16") || !strings.Contains(res.GetSummary(), "no later node was touched") {
+	if res.OK || !strings.Contains(res.Error, "R16") || !strings.Contains(res.Summary, "no later node was touched") {
 		t.Fatalf("want an R16 stop, got %v", res)
 	}
 	var quorumFailed bool
 	for _, s := range rec.Steps() {
-		quorumFailed = quorumFailed || (s.GetStepId() == "node/"+first+"/quorum-after" && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_FAILED)
+		quorumFailed = quorumFailed || (s.StepID == "node/"+first+"/quorum-after" && s.Status == sdk.StepFailed)
 	}
 	if !quorumFailed {
 		t.Fatalf("quorum-after of %s not reported failed:\n%s", first, dump(rec.Steps()))
@@ -98,6 +99,7 @@ func TestQuorumFailureMidRollStops(t *testing.T) {
 // countdown, a second reboot). The operation fails saying the node fell back (no Rollback offered: there is nothing left to roll back),
 // worker-2 is not touched.
 func TestBootFailureAutomaticRollback(t *testing.T) {
+	slow(t)
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	if err := e.c.Inject(ctx, "worker-1", sim.Fault{BootFailure: true}); err != nil {
@@ -105,7 +107,7 @@ func TestBootFailureAutomaticRollback(t *testing.T) {
 	}
 	rec, _ := sdktest.Run(ctx, &Plugin{}, e.request(t, target), nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "worker-1 came back on "+from+": the new image did not boot, Talos fell back (booted entry Talos-"+from+".efi") {
+	if res.OK || !strings.Contains(res.Error, "worker-1 came back on "+from+": the new image did not boot, Talos fell back (booted entry Talos-"+from+".efi") {
 		t.Fatalf("want a failure naming the A/B fallback, got %v", res)
 	}
 	// Talos already fell back: nothing to roll back, the upgrade may be retried.
@@ -120,6 +122,7 @@ func TestBootFailureAutomaticRollback(t *testing.T) {
 // TestNodeNeverReturnsTimesOut: worker-1 goes down for its reboot and stays
 // down; the per-node timeout fails the operation.
 func TestNodeNeverReturnsTimesOut(t *testing.T) {
+	slow(t)
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	if err := e.c.Inject(ctx, "worker-1", sim.Fault{NeverReturn: true}); err != nil {
@@ -131,7 +134,7 @@ func TestNodeNeverReturnsTimesOut(t *testing.T) {
 	start := time.Now()
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "worker-1 did not come back within the node timeout 3s") {
+	if res.OK || !strings.Contains(res.Error, "worker-1 did not come back within the node timeout 3s") {
 		t.Fatalf("want a node timeout, got %v", res)
 	}
 	if d := time.Since(start); d > time.Minute {
@@ -160,7 +163,7 @@ func TestImagePullFailureLegacyStops(t *testing.T) {
 	req.Settings.NodeTimeoutMs = 60_000
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "upgrade worker-1") || !strings.Contains(res.GetError(), "error validating installer image") {
+	if res.OK || !strings.Contains(res.Error, "upgrade worker-1") || !strings.Contains(res.Error, "error validating installer image") {
 		t.Fatalf("want the Upgrade RPC's failure, got %v", res)
 	}
 	requireNoRollback(t, res)
@@ -175,17 +178,18 @@ func TestImagePullFailureLegacyStops(t *testing.T) {
 // rebooting either member leaves 1 of 2, no majority. The roll stops at the
 // first quorum-before and no node is upgraded.
 func TestQuorumBeforeRefusesTwoMemberEtcd(t *testing.T) {
+	slow(t)
 	e := start(t, 2, 0, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	req := e.request(t, target)
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "R16") || !strings.Contains(res.GetError(), "1 of 2 members would remain") {
+	if res.OK || !strings.Contains(res.Error, "R16") || !strings.Contains(res.Error, "1 of 2 members would remain") {
 		t.Fatalf("want an R16 stop before the first control plane, got %v", res)
 	}
 	var quorumFailed bool
 	for _, s := range rec.Steps() {
-		quorumFailed = quorumFailed || (strings.HasSuffix(s.GetStepId(), "/quorum-before") && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_FAILED)
+		quorumFailed = quorumFailed || (strings.HasSuffix(s.StepID, "/quorum-before") && s.Status == sdk.StepFailed)
 	}
 	if !quorumFailed {
 		t.Fatalf("no quorum-before step failed:\n%s", dump(rec.Steps()))

@@ -9,7 +9,7 @@ import (
 
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
@@ -36,7 +36,7 @@ func (c *simClock) Add(d time.Duration) {
 func logText(rec *sdktest.Recorder) string {
 	var b strings.Builder
 	for _, l := range rec.Logs() {
-		b.WriteString(l.GetStepId() + " " + l.GetMessage() + "\n")
+		b.WriteString(l.StepID + " " + l.Message + "\n")
 	}
 	return b.String()
 }
@@ -48,6 +48,7 @@ func logText(rec *sdktest.Recorder) string {
 // pulls it again and installs: the roll finishes. Without that, worker-2's
 // upgrade fails.
 func TestInstallerRemovedByImageGCIsPulledAgain(t *testing.T) {
+	slow(t)
 	// The sim's clock starts 80 minutes behind and catches up once worker-1
 	// is done: every installer the roll pre-pulled is then past Talos's GC
 	// grace period (the certificates the nodes issue stay valid).
@@ -56,12 +57,12 @@ func TestInstallerRemovedByImageGCIsPulledAgain(t *testing.T) {
 	ctx := ctxFor(t, 3*time.Minute)
 
 	var once sync.Once
-	rec := runWatched(ctx, &Plugin{}, e.request(t, target), func(ev *lifecyclev1.StepEvent) {
-		if ev.GetStepId() == "node/worker-1/upgrade" && ev.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_OK {
+	rec := runWatched(ctx, &Plugin{}, e.request(t, target), func(ev *sdk.StepEvent) {
+		if ev.StepID == "node/worker-1/upgrade" && ev.Status == sdk.StepOK {
 			once.Do(func() { clock.Add(80 * time.Minute) })
 		}
 	})
-	if res := rec.FinalResult(); !res.GetOk() {
+	if res := rec.FinalResult(); !res.OK {
 		t.Fatalf("roll failed: %v\n%s\n%s", res, dump(rec.Steps()), logText(rec))
 	}
 	for _, n := range []string{"worker-1", "worker-2", "cp-1"} {
@@ -89,6 +90,7 @@ func TestInstallerRemovedByImageGCIsPulledAgain(t *testing.T) {
 // an error that says what to check; the roll stops before any node is
 // cordoned, installed or rebooted.
 func TestInstallerPullWithoutProgressStopsTheRoll(t *testing.T) {
+	slow(t)
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.TalosVersion = "v1.13.2" })
 	ctx := ctxFor(t, 2*time.Minute)
 	if err := e.c.Inject(ctx, "worker-1", sim.Fault{RegistryUnreachable: true}); err != nil {
@@ -100,8 +102,8 @@ func TestInstallerPullWithoutProgressStopsTheRoll(t *testing.T) {
 
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetSummary(), "could not be pulled on worker-1") ||
-		!strings.Contains(res.GetError(), "the pull made no progress for 2s") || !strings.Contains(res.GetError(), "check that the node reaches the registry") {
+	if res.OK || !strings.Contains(res.Summary, "could not be pulled on worker-1") ||
+		!strings.Contains(res.Error, "the pull made no progress for 2s") || !strings.Contains(res.Error, "check that the node reaches the registry") {
 		t.Fatalf("want a stalled pull on worker-1, got %v", res)
 	}
 	if logs := logText(rec); !strings.Contains(logs, "node/worker-1/pull worker-1: still pulling "+e.installer(target)+": no progress for") {
@@ -119,6 +121,7 @@ func TestInstallerPullWithoutProgressStopsTheRoll(t *testing.T) {
 // the plugin reports the wait and fails the node after the node timeout, the
 // node unchanged.
 func TestLegacyUpgradeWithoutProgressFails(t *testing.T) {
+	slow(t)
 	e := start(t, 1, 1, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	if err := e.c.Inject(ctx, "worker-1", sim.Fault{RegistryUnreachable: true}); err != nil {
@@ -130,7 +133,7 @@ func TestLegacyUpgradeWithoutProgressFails(t *testing.T) {
 
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "upgrade worker-1 (legacy Upgrade API): the pull made no progress for 2s") {
+	if res.OK || !strings.Contains(res.Error, "upgrade worker-1 (legacy Upgrade API): the pull made no progress for 2s") {
 		t.Fatalf("want a stalled legacy upgrade of worker-1, got %v", res)
 	}
 	requireState(t, res, "worker-1 is unchanged: it runs "+from)
@@ -147,14 +150,15 @@ func TestLegacyUpgradeWithoutProgressFails(t *testing.T) {
 // v1.9.0) exits 1; StartUpgrade fails with the installer's last line, the
 // node is not installed, cordoned or rebooted.
 func TestInstallerExitCodeIsAFailure(t *testing.T) {
+	slow(t)
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.TalosVersion = "v1.13.9" })
 	ctx := ctxFor(t, time.Minute)
 	req := e.request(t, target)
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := cluster.Open(ctx, inv, req.GetCredentials())
+	s, err := cluster.Open(ctx, inv, &req.Credentials)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 // plane. While another upgrader holds the mutex, Talos refuses the upgrade
 // and the roll stops with the control plane untouched.
 func TestLegacyUpgradeTakesTalosUpgradeMutex(t *testing.T) {
+	slow(t)
 	e := start(t, 3, 0, false, nil)
 	ctx := ctxFor(t, 3*time.Minute)
 	cli, err := e.c.Etcd().Client(ctx)
@@ -36,7 +37,7 @@ func TestLegacyUpgradeTakesTalosUpgradeMutex(t *testing.T) {
 
 	rec, _ := sdktest.Run(ctx, &Plugin{}, e.request(t, target), nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "upgrade mutex") {
+	if res.OK || !strings.Contains(res.Error, "upgrade mutex") {
 		t.Fatalf("want Talos's upgrade mutex refusal, got %v\n%s", res, dump(rec.Steps()))
 	}
 	for _, n := range e.names() {
