@@ -116,6 +116,10 @@ mutate R16-after/etcd plugins/cluster/etcd/quorum.go "$(never R16-after)" ./plug
 mutate R16-rollback/rollback plugins/rollback/rollback.go "$(never R16-rollback)" ./plugins/rollback '^TestRollbackRefusesTwoMemberEtcd$'
 # R19: the one "another control plane is down" refusal.
 mutate R19/rollback plugins/rollback/rollback.go "$(never R19)" ./plugins/rollback '^TestRollbackRefusesWhileAnotherControlPlaneIsDown$'
+# R6 (policy): the promotion gate, approvals' Policy.Promotion; its "does not apply" return taken for every operation.
+mutate R6/approvals approvals/policy.go "$(always R6)" ./approvals '^TestPromotionLooksBackMaxAgeAndNamesTheStagingCluster$'
+# R21: a Kubernetes target below what runs, k8s.DowngradeRefusal.
+mutate R21/k8s plugins/cluster/k8s/versions.go "$(never R21)" ./plugins/cluster/k8s '^TestK8sPathRefusal$'
 # Self-approval (engine safety): a requester who is also an approver.
 mutate self-approval/approvals approvals/policy.go 's/\bif (user == op\.Requester \&\& !pol\.AllowSelfApproval) \{/if false \&\& ($1) {/' ./approvals '^TestSelfApprovalRefusedForRequesterWhoIsAnApprover$'
 

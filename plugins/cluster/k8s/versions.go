@@ -171,7 +171,7 @@ func DowngradeRefusal(v *Versions, target string) (rule, reason, fix string) {
 		return "R20", err.Error(), "give a full version, e.g. v1.36.3"
 	}
 	hi := v.Highest()
-	if len(v.Observed) > 0 && t.LT(hi.parsed) {
+	if len(v.Observed) > 0 && t.LT(hi.parsed) { // rule:R21
 		byVersion := map[string][]string{}
 		var order []string
 		for _, o := range v.Observed {
