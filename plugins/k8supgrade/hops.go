@@ -27,6 +27,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/k8s/preflight"
 	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	"github.com/talosbot/talosbot/plugins/sdk/versions"
 )
 
 // hopSpec is one hop of a path: its target, the path's final target, its place, and the
@@ -187,7 +188,7 @@ func kubeStops(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, r
 	lo := v.Lowest()
 	from, err1 := releases.Parse(lo.Version)
 	to, err2 := releases.Parse(target)
-	if err1 != nil || err2 != nil || len(v.Observed) == 0 || to.Major != from.Major || to.Minor <= from.Minor+1 ||
+	if err1 != nil || err2 != nil || len(v.Observed) == 0 || to.Major != from.Major || !versions.SkipsMinor(from, to) ||
 		downgrade(v, target) {
 		return []string{target}, nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	"github.com/talosbot/talosbot/plugins/sdk/versions"
 )
 
 // knownReleases are the releases the target may be checked against: the
@@ -80,7 +81,7 @@ func pathCheck(oldest, target releases.Version, kube releases.Version, st *sdk.S
 	// A patch of the running minor before a target in the next minor is
 	// not a hop of its own: Talos upgrades any patch to the next minor.
 	// Only a target two or more minors away is rolled hop by hop.
-	if target.Minor <= oldest.Minor+1 {
+	if !versions.SkipsMinor(oldest, target) {
 		stops = []releases.Version{target}
 	}
 	last := p.Hops[len(p.Hops)-1]
