@@ -2,7 +2,8 @@
 # check-packages.sh: every package of the module (`go list ./...`, and the
 # demo-only ones) has a row in the package table of docs/ARCHITECTURE.md,
 # named in backquotes in the row's first cell; a row naming no package is an
-# error too. Run by `make lint`.
+# error too. It also checks the import arrows the layout promises (below).
+# Run by `make lint`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 doc=docs/ARCHITECTURE.md
@@ -29,4 +30,20 @@ while read -r n; do
 		bad=1
 	fi
 done <<<"$named"
+
+# Arrows point down: approvals answers the engine with its own types and
+# imports nothing of bot/; the render fixtures do not import the engine; the
+# plugins binary links no store (internal/releases reaches it through an
+# interface the bot implements).
+arrow() { # arrow PACKAGE FORBIDDEN-PREFIX WHY
+	local hit
+	hit=$(go list -deps "./$1" | grep -E "^$mod/$2(/|\$)" || true)
+	if [ -n "$hit" ]; then
+		echo "$1 links $(tr '\n' ' ' <<<"$hit"): $3"
+		bad=1
+	fi
+}
+arrow approvals bot "approvals is below bot: take the input as an approvals type and let bot/engine alias it"
+arrow internal/rendertest bot/engine "the render fixtures build opfacts.Facts, not engine types"
+arrow cmd/talosbot-plugins state "plugins link no store: reach it through an interface (releases.Cache) the bot implements"
 exit $bad

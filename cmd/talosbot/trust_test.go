@@ -37,6 +37,7 @@ import (
 // ("who is asking, whether it was asked before"). Each asserts the refusal,
 // its audit record, and that nothing changed.
 func TestServeTrustRegressions(t *testing.T) {
+	slow(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	c, err := sim.Start(ctx, sim.Options{Dir: filepath.Join(dir, "sim"), Name: "production", ControlPlanes: 1, Workers: 1, RebootDelay: 300 * time.Millisecond})
@@ -459,6 +460,8 @@ func postSlack(t *testing.T, addr, secret, path, body string) (int, string) {
 // URL, a body trickled in to hold a connection, the bot's own mention, a
 // console user with no role reading a transcript, the page in a frame.
 func TestServeHTTPSurface(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	const (
 		alertsTok   = "surface-alerts-token-51ac-0123456789abcdef"
 		auditTok    = "surface-audit-token-62bd-0123456789abcdef"
