@@ -103,7 +103,7 @@ type Options struct {
 func OptionsFrom(s *sdk.Settings) Options {
 	var o Options
 	if s == nil {
-		return DefaultTimeout
+		return o
 	}
 	if ms := s.GateTimeoutMs; ms > 0 {
 		o.Timeout = time.Duration(ms) * time.Millisecond
