@@ -43,6 +43,7 @@ test: tools build
 	export TALOSBOT_BIN=$(CURDIR)/bin/talosbot TALOSBOT_PLUGINS_BIN=$(CURDIR)/bin/talosbot-plugins TALOSBOT_DEMO_BIN=$(CURDIR)/bin/talosbot-demo; \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... && \
 	(cd plugins/sdk && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...) && \
+	(cd examples/hello-plugin && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...) && \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -tags demo -run '^TestDemo' ./cmd/talosbot  # tests of demo-only code
 	bash hack/fuzz.sh short
 
@@ -63,6 +64,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants changes in:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd plugins/sdk && $(GO) vet ./...
+	cd examples/hello-plugin && $(GO) vet ./...
 	$(GO) vet -tags demo ./cmd/talosbot
 	bash hack/check-packages.sh
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...

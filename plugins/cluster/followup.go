@@ -10,6 +10,9 @@ import (
 // (Settings.Extra[sdk.ExtraGitFollowup], written by bot/gitbump), for the
 // drift report and the plan guard.
 func FollowupLines(s *sdk.Settings) []string {
+	if s == nil {
+		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
 	v := strings.TrimSpace(s.Extra[sdk.ExtraGitFollowup])
 	if v == "" {
 		return nil

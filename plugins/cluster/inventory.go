@@ -41,6 +41,9 @@ type Inventory struct {
 // InventoryFrom converts and validates the request's cluster target.
 func InventoryFrom(c *sdk.Cluster) (Inventory, error) {
 	if c == nil {
+		c = &sdk.Cluster{} // a nil input reads as unset, as the wire getters did
+	}
+	if c == nil {
 		return Inventory{}, errors.New("request has no cluster target: the host must send the cluster inventory")
 	}
 	inv := Inventory{Name: c.Name, Environment: c.Environment}

@@ -98,6 +98,9 @@ func (*Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.Operatio
 type decl struct{ talos, kube string }
 
 func declared(c *sdk.Cluster) decl {
+	if c == nil {
+		c = &sdk.Cluster{} // a nil input reads as unset, as the wire getters did
+	}
 	d := c.Declared
 	k := d[DeclaredKubernetes]
 	if k == "" {

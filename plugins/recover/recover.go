@@ -103,6 +103,9 @@ func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
 // evidenceTimeout bounds the reading of every control plane's etcd service:
 // an unreachable node answers only at the deadline.
 func evidenceTimeout(s *sdk.Settings) time.Duration {
+	if s == nil {
+		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
 	return min(talos.NodeTimeout(s), 10*time.Second)
 }
 

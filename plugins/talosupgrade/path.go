@@ -19,6 +19,9 @@ import (
 // bot's release data (Image Factory or its cache, docs/RELEASES.md), else
 // the configured known_talos_releases.
 func knownReleases(st *sdk.Settings) (talos, kube []releases.Version) {
+	if st == nil {
+		st = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
 	return releases.Known(st.Extra, st.KnownTalosReleases)
 }
 
@@ -65,6 +68,9 @@ func runningKubernetes(ctx context.Context, s *cluster.Session, ids *identity.Ma
 // leaves every other problem to the per-node checks (CheckUpgradePath,
 // PatchCheck): then the only stop is the target.
 func pathCheck(oldest, target releases.Version, kube releases.Version, st *sdk.Settings) ([]releases.Version, string, error) {
+	if st == nil {
+		st = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
 	known, knownKube := knownReleases(st)
 	p, err := releases.PlanTalos(compat.Machinery{}, releases.TalosRequest{Running: oldest, Target: target, Kubernetes: kube, Known: known, KnownKubernetes: knownKube})
 	var rf *releases.Refusal

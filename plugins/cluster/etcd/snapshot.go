@@ -132,6 +132,9 @@ type SnapshotOptions struct {
 // SnapshotOptionsFrom reads the host settings. Settings.backups.local wins
 // over the older snapshot_keep/snapshot_max_age_seconds fields.
 func SnapshotOptionsFrom(s *sdk.Settings) SnapshotOptions {
+	if s == nil {
+		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
 	o := SnapshotOptions{
 		Dir: s.SnapshotDir,
 		Retention: retention.Policy{Keep: int(s.SnapshotKeep),

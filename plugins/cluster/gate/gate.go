@@ -102,6 +102,9 @@ type Options struct {
 // OptionsFrom reads the host settings (gate_timeout_ms).
 func OptionsFrom(s *sdk.Settings) Options {
 	var o Options
+	if s == nil {
+		return o
+	}
 	if ms := s.GateTimeoutMs; ms > 0 {
 		o.Timeout = time.Duration(ms) * time.Millisecond
 	}
@@ -395,6 +398,9 @@ func runProbe(ctx context.Context, g *gateRun, p probe) (r ProbeResult) {
 // Timeout reads settings.gate_timeout_ms (default DefaultTimeout): one gate
 // run, and with it the gate before a node.
 func Timeout(s *sdk.Settings) time.Duration {
+	if s == nil {
+		return DefaultTimeout
+	}
 	if ms := s.GateTimeoutMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
@@ -420,6 +426,9 @@ const (
 
 // AfterWait reads settings.gate_after_timeout_ms (default DefaultAfterWait).
 func AfterWait(s *sdk.Settings) time.Duration {
+	if s == nil {
+		return DefaultAfterWait
+	}
 	if ms := s.GateAfterTimeoutMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
@@ -428,6 +437,9 @@ func AfterWait(s *sdk.Settings) time.Duration {
 
 // HealthWait reads settings.health_timeout_ms (default DefaultHealthWait).
 func HealthWait(s *sdk.Settings) time.Duration {
+	if s == nil {
+		return DefaultHealthWait
+	}
 	if ms := s.HealthTimeoutMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}

@@ -44,6 +44,9 @@ type Options struct {
 // OptionsFrom reads Settings.terraform and Settings.extra. A missing root is an error that says
 // which configuration to set.
 func OptionsFrom(cluster string, s *sdk.Settings) (Options, error) {
+	if s == nil {
+		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
 	x := s.Extra
 	tf := s.Terraform
 	o := Options{Config: terraform.Config{Root: tf.GetRoot(), Binary: tf.GetBinary(), ConfigKey: tf.GetConfigKey()}}
@@ -120,6 +123,9 @@ func Step() *sdk.Step {
 
 // Wanted reports whether the host asked for the guard before upgrades.
 func Wanted(s *sdk.Settings) bool {
+	if s == nil {
+		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
 	return s.Terraform.GetPlanBeforeUpgrade()
 }
 

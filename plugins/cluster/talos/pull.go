@@ -36,6 +36,9 @@ type PullOptions struct {
 // of one node's upgrade, capped below Talos's own 20 minutes so that the bot's clear failure
 // comes first. No setting of its own: the core's configuration stays free of plugin settings.
 func PullStall(s *sdk.Settings) time.Duration {
+	if s == nil {
+		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
 	return min(NodeTimeout(s), TalosPullTimeout-time.Minute)
 }
 

@@ -25,6 +25,9 @@ const DefaultNodeTimeout = 10 * time.Minute
 
 // NodeTimeout reads settings.node_timeout_ms (default DefaultNodeTimeout).
 func NodeTimeout(s *sdk.Settings) time.Duration {
+	if s == nil {
+		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
 	if ms := s.NodeTimeoutMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}

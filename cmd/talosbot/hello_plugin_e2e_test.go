@@ -11,12 +11,13 @@ import (
 	"github.com/talosbot/talosbot/internal/servetest"
 )
 
-// TestHelloFromChatThroughServe builds the example, configures it as an
+// TestHelloFromChatThroughServe builds the example (its own module, which
+// requires only the SDK module), configures it as an
 // external plugin with its sha256, and runs `/talos hello` from the web
 // console of a real `talosbot serve`. A wrong checksum keeps serve from
 // starting at all.
 func TestHelloFromChatThroughServe(t *testing.T) {
-	plugin, sum := servetest.BuildPlugin(t, ".") // as docs/PLUGINS.md builds it
+	plugin, sum := servetest.BuildPluginModule(t, "../../examples/hello-plugin") // as docs/PLUGINS.md builds it
 	bin := servetest.Binary(t)
 	// config writes a serve configuration that names the plugin with sha.
 	config := func(sha string) (cfg, addr string, tokens map[string]string) {
@@ -50,7 +51,7 @@ func TestHelloFromChatThroughServe(t *testing.T) {
 		})
 	})
 	// The SDK's EX1 refusal reaches chat with its fix.
-	b.Command("alice", "ops", "/talos hello --name "+strings.Repeat("x", maxName+1))
+	b.Command("alice", "ops", "/talos hello --name "+strings.Repeat("x", 33)) // hello.go maxName is 32
 	b.WaitFor("the refusal", func() bool {
 		return b.HasMessage("ops", func(m servetest.Message) bool {
 			return strings.Contains(m.Text+m.Title, "EX1") && strings.Contains(m.Text+m.Title, "use a shorter --name")
