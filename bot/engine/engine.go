@@ -447,6 +447,11 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 	if err != nil {
 		return nil, err
 	}
+	// The plugin's own section, unread (config check had the plugin validate it).
+	section, err := c.Plugins.PluginSection(e.pluginFor(op))
+	if err != nil {
+		return nil, fmt.Errorf("plugins.%s: %w", e.pluginFor(op), err)
+	}
 	pcreds := &lifecyclev1.Credentials{Talosconfig: creds.Talosconfig, Kubeconfig: creds.Kubeconfig}
 	if err := e.backupCredentials(op, pcreds); err != nil {
 		return nil, err
@@ -457,6 +462,7 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 		// can wait for a node the interrupted run left rebooting.
 		Attempt:     int32(max(op.Attempts, 1)),
 		Credentials: pcreds,
+		Config:      section,
 		Settings: &lifecyclev1.Settings{
 			SnapshotDir: c.SnapshotDir, GateTimeoutMs: c.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: c.Timeouts.Node.D().Milliseconds(),
 			GateAfterTimeoutMs: c.Timeouts.GateAfter.D().Milliseconds(), HealthTimeoutMs: c.Timeouts.Health.D().Milliseconds(),

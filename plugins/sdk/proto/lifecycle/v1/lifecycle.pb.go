@@ -249,6 +249,160 @@ func (StepStatus) EnumDescriptor() ([]byte, []int) {
 	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{3}
 }
 
+type ValidateConfigRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// config is the plugin's section as JSON (the host converts the YAML and
+	// does not read it); empty when the section is absent.
+	Config []byte `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	// clusters names the configured clusters, for sections keyed by cluster.
+	Clusters      []string `protobuf:"bytes,2,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateConfigRequest) Reset() {
+	*x = ValidateConfigRequest{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateConfigRequest) ProtoMessage() {}
+
+func (x *ValidateConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateConfigRequest.ProtoReflect.Descriptor instead.
+func (*ValidateConfigRequest) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ValidateConfigRequest) GetConfig() []byte {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *ValidateConfigRequest) GetClusters() []string {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+type ValidateConfigResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Problems      []*ConfigProblem       `protobuf:"bytes,1,rep,name=problems,proto3" json:"problems,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateConfigResponse) Reset() {
+	*x = ValidateConfigResponse{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateConfigResponse) ProtoMessage() {}
+
+func (x *ValidateConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateConfigResponse.ProtoReflect.Descriptor instead.
+func (*ValidateConfigResponse) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ValidateConfigResponse) GetProblems() []*ConfigProblem {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+// ConfigProblem is one error in a plugin's section.
+type ConfigProblem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path inside the section, e.g. "keep_count" or "offsite.bucket"; the host
+	// prefixes "plugins.NAME.". Empty: the section as a whole.
+	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigProblem) Reset() {
+	*x = ConfigProblem{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigProblem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigProblem) ProtoMessage() {}
+
+func (x *ConfigProblem) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigProblem.ProtoReflect.Descriptor instead.
+func (*ConfigProblem) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ConfigProblem) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ConfigProblem) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type DescribeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -257,7 +411,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[0]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -269,7 +423,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[0]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -282,7 +436,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{0}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{3}
 }
 
 // Arg is one argument of a command: positional (in declaration order) or a --flag.
@@ -302,7 +456,7 @@ type Arg struct {
 
 func (x *Arg) Reset() {
 	*x = Arg{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[1]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -314,7 +468,7 @@ func (x *Arg) String() string {
 func (*Arg) ProtoMessage() {}
 
 func (x *Arg) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[1]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -327,7 +481,7 @@ func (x *Arg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Arg.ProtoReflect.Descriptor instead.
 func (*Arg) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{1}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Arg) GetName() string {
@@ -418,7 +572,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[2]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +584,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[2]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +597,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{2}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Command) GetName() string {
@@ -543,7 +697,7 @@ type Manifest struct {
 
 func (x *Manifest) Reset() {
 	*x = Manifest{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[3]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +709,7 @@ func (x *Manifest) String() string {
 func (*Manifest) ProtoMessage() {}
 
 func (x *Manifest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[3]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +722,7 @@ func (x *Manifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Manifest.ProtoReflect.Descriptor instead.
 func (*Manifest) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{3}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Manifest) GetName() string {
@@ -624,7 +778,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[4]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +790,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[4]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +803,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{4}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Node) GetName() string {
@@ -710,7 +864,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[5]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +876,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[5]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +889,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{5}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Cluster) GetName() string {
@@ -792,7 +946,7 @@ type Credentials struct {
 
 func (x *Credentials) Reset() {
 	*x = Credentials{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[6]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +958,7 @@ func (x *Credentials) String() string {
 func (*Credentials) ProtoMessage() {}
 
 func (x *Credentials) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[6]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +971,7 @@ func (x *Credentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credentials.ProtoReflect.Descriptor instead.
 func (*Credentials) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{6}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Credentials) GetTalosconfig() []byte {
@@ -885,7 +1039,7 @@ type Settings struct {
 
 func (x *Settings) Reset() {
 	*x = Settings{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[7]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +1051,7 @@ func (x *Settings) String() string {
 func (*Settings) ProtoMessage() {}
 
 func (x *Settings) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[7]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1064,7 @@ func (x *Settings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settings.ProtoReflect.Descriptor instead.
 func (*Settings) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{7}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Settings) GetSnapshotDir() string {
@@ -1023,7 +1177,7 @@ type Terraform struct {
 
 func (x *Terraform) Reset() {
 	*x = Terraform{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1189,7 @@ func (x *Terraform) String() string {
 func (*Terraform) ProtoMessage() {}
 
 func (x *Terraform) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1202,7 @@ func (x *Terraform) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Terraform.ProtoReflect.Descriptor instead.
 func (*Terraform) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{8}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Terraform) GetRoot() string {
@@ -1090,7 +1244,7 @@ type StagingDrills struct {
 
 func (x *StagingDrills) Reset() {
 	*x = StagingDrills{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1256,7 @@ func (x *StagingDrills) String() string {
 func (*StagingDrills) ProtoMessage() {}
 
 func (x *StagingDrills) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1269,7 @@ func (x *StagingDrills) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagingDrills.ProtoReflect.Descriptor instead.
 func (*StagingDrills) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{9}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StagingDrills) GetDrills() []*DrillEvidence {
@@ -1138,7 +1292,7 @@ type DrillEvidence struct {
 
 func (x *DrillEvidence) Reset() {
 	*x = DrillEvidence{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1304,7 @@ func (x *DrillEvidence) String() string {
 func (*DrillEvidence) ProtoMessage() {}
 
 func (x *DrillEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1317,7 @@ func (x *DrillEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrillEvidence.ProtoReflect.Descriptor instead.
 func (*DrillEvidence) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{10}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DrillEvidence) GetDrill() Drill {
@@ -1224,7 +1378,7 @@ type Backups struct {
 
 func (x *Backups) Reset() {
 	*x = Backups{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1390,7 @@ func (x *Backups) String() string {
 func (*Backups) ProtoMessage() {}
 
 func (x *Backups) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1403,7 @@ func (x *Backups) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backups.ProtoReflect.Descriptor instead.
 func (*Backups) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{11}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Backups) GetProtectedSnapshots() []string {
@@ -1317,7 +1471,7 @@ type Retention struct {
 
 func (x *Retention) Reset() {
 	*x = Retention{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1483,7 @@ func (x *Retention) String() string {
 func (*Retention) ProtoMessage() {}
 
 func (x *Retention) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1496,7 @@ func (x *Retention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retention.ProtoReflect.Descriptor instead.
 func (*Retention) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{12}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Retention) GetKeep() int32 {
@@ -1404,7 +1558,7 @@ type Offsite struct {
 
 func (x *Offsite) Reset() {
 	*x = Offsite{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1570,7 @@ func (x *Offsite) String() string {
 func (*Offsite) ProtoMessage() {}
 
 func (x *Offsite) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1583,7 @@ func (x *Offsite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Offsite.ProtoReflect.Descriptor instead.
 func (*Offsite) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{13}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Offsite) GetEndpoint() string {
@@ -1481,14 +1635,18 @@ type OperationRequest struct {
 	// attempt counts the runs of this operation, from 1; above 1 the plugin
 	// resumes an interrupted run (e.g. waits for a node that run left
 	// rebooting). 0 comes from a host that predates the field: treat as 1.
-	Attempt       int32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt int32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// config is the plugin's own section (plugins.NAME) as JSON, passed by
+	// the host unread; empty when the config has none. The plugin decodes it
+	// (sdk.DecodeConfig) as ValidateConfig did.
+	Config        []byte `protobuf:"bytes,9,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OperationRequest) Reset() {
 	*x = OperationRequest{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1658,7 @@ func (x *OperationRequest) String() string {
 func (*OperationRequest) ProtoMessage() {}
 
 func (x *OperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1671,7 @@ func (x *OperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRequest.ProtoReflect.Descriptor instead.
 func (*OperationRequest) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{14}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *OperationRequest) GetOperationId() string {
@@ -1572,6 +1730,13 @@ func (x *OperationRequest) GetAttempt() int32 {
 	return 0
 }
 
+func (x *OperationRequest) GetConfig() []byte {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
 type Step struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1588,7 +1753,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +1765,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +1778,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{15}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Step) GetId() string {
@@ -1678,7 +1843,7 @@ type Precondition struct {
 
 func (x *Precondition) Reset() {
 	*x = Precondition{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1855,7 @@ func (x *Precondition) String() string {
 func (*Precondition) ProtoMessage() {}
 
 func (x *Precondition) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1868,7 @@ func (x *Precondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Precondition.ProtoReflect.Descriptor instead.
 func (*Precondition) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{16}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Precondition) GetName() string {
@@ -1746,7 +1911,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1923,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1936,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{17}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Refusal) GetRule() string {
@@ -1817,7 +1982,7 @@ type OperationPlan struct {
 
 func (x *OperationPlan) Reset() {
 	*x = OperationPlan{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1994,7 @@ func (x *OperationPlan) String() string {
 func (*OperationPlan) ProtoMessage() {}
 
 func (x *OperationPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +2007,7 @@ func (x *OperationPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationPlan.ProtoReflect.Descriptor instead.
 func (*OperationPlan) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{18}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OperationPlan) GetSummary() string {
@@ -1915,7 +2080,7 @@ type StepEvent struct {
 
 func (x *StepEvent) Reset() {
 	*x = StepEvent{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2092,7 @@ func (x *StepEvent) String() string {
 func (*StepEvent) ProtoMessage() {}
 
 func (x *StepEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2105,7 @@ func (x *StepEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepEvent.ProtoReflect.Descriptor instead.
 func (*StepEvent) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{19}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *StepEvent) GetStepId() string {
@@ -1996,7 +2161,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2173,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2186,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{20}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LogLine) GetLevel() string {
@@ -2059,7 +2224,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2236,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2249,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{21}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Artifact) GetId() string {
@@ -2140,7 +2305,7 @@ type SuggestedAction struct {
 
 func (x *SuggestedAction) Reset() {
 	*x = SuggestedAction{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2317,7 @@ func (x *SuggestedAction) String() string {
 func (*SuggestedAction) ProtoMessage() {}
 
 func (x *SuggestedAction) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2330,7 @@ func (x *SuggestedAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuggestedAction.ProtoReflect.Descriptor instead.
 func (*SuggestedAction) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{22}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SuggestedAction) GetLabel() string {
@@ -2206,7 +2371,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2383,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2396,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{23}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Result) GetOk() bool {
@@ -2306,7 +2471,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2483,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2496,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{24}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Progress) GetUnixNano() int64 {
@@ -2416,7 +2581,15 @@ var File_lifecycle_v1_lifecycle_proto protoreflect.FileDescriptor
 
 const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\n" +
-	"\x1clifecycle/v1/lifecycle.proto\x12\x15talosbot.lifecycle.v1\"\x11\n" +
+	"\x1clifecycle/v1/lifecycle.proto\x12\x15talosbot.lifecycle.v1\"K\n" +
+	"\x15ValidateConfigRequest\x12\x16\n" +
+	"\x06config\x18\x01 \x01(\fR\x06config\x12\x1a\n" +
+	"\bclusters\x18\x02 \x03(\tR\bclusters\"Z\n" +
+	"\x16ValidateConfigResponse\x12@\n" +
+	"\bproblems\x18\x01 \x03(\v2$.talosbot.lifecycle.v1.ConfigProblemR\bproblems\"=\n" +
+	"\rConfigProblem\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x11\n" +
 	"\x0fDescribeRequest\"\xaa\x01\n" +
 	"\x03Arg\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
@@ -2526,7 +2699,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06prefix\x18\x03 \x01(\tR\x06prefix\x12\x16\n" +
 	"\x06region\x18\x04 \x01(\tR\x06region\x12\x1a\n" +
-	"\binsecure\x18\x05 \x01(\bR\binsecure\"\xc4\x03\n" +
+	"\binsecure\x18\x05 \x01(\bR\binsecure\"\xdc\x03\n" +
 	"\x10OperationRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12E\n" +
@@ -2535,7 +2708,8 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\vcredentials\x18\x05 \x01(\v2\".talosbot.lifecycle.v1.CredentialsR\vcredentials\x12;\n" +
 	"\bsettings\x18\x06 \x01(\v2\x1f.talosbot.lifecycle.v1.SettingsR\bsettings\x12\x1c\n" +
 	"\trequester\x18\a \x01(\tR\trequester\x12\x18\n" +
-	"\aattempt\x18\b \x01(\x05R\aattempt\x1a7\n" +
+	"\aattempt\x18\b \x01(\x05R\aattempt\x12\x16\n" +
+	"\x06config\x18\t \x01(\fR\x06config\x1a7\n" +
 	"\tArgsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x01\n" +
@@ -2627,11 +2801,12 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x13STEP_STATUS_RUNNING\x10\x01\x12\x12\n" +
 	"\x0eSTEP_STATUS_OK\x10\x02\x12\x16\n" +
 	"\x12STEP_STATUS_FAILED\x10\x03\x12\x17\n" +
-	"\x13STEP_STATUS_SKIPPED\x10\x042\x8a\x02\n" +
+	"\x13STEP_STATUS_SKIPPED\x10\x042\xf9\x02\n" +
 	"\tLifecycle\x12S\n" +
 	"\bDescribe\x12&.talosbot.lifecycle.v1.DescribeRequest\x1a\x1f.talosbot.lifecycle.v1.Manifest\x12U\n" +
 	"\x04Plan\x12'.talosbot.lifecycle.v1.OperationRequest\x1a$.talosbot.lifecycle.v1.OperationPlan\x12Q\n" +
-	"\x03Run\x12'.talosbot.lifecycle.v1.OperationRequest\x1a\x1f.talosbot.lifecycle.v1.Progress0\x01BIZGgithub.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1;lifecyclev1b\x06proto3"
+	"\x03Run\x12'.talosbot.lifecycle.v1.OperationRequest\x1a\x1f.talosbot.lifecycle.v1.Progress0\x01\x12m\n" +
+	"\x0eValidateConfig\x12,.talosbot.lifecycle.v1.ValidateConfigRequest\x1a-.talosbot.lifecycle.v1.ValidateConfigResponseBIZGgithub.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1;lifecyclev1b\x06proto3"
 
 var (
 	file_lifecycle_v1_lifecycle_proto_rawDescOnce sync.Once
@@ -2646,87 +2821,93 @@ func file_lifecycle_v1_lifecycle_proto_rawDescGZIP() []byte {
 }
 
 var file_lifecycle_v1_lifecycle_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
-	(Effect)(0),              // 0: talosbot.lifecycle.v1.Effect
-	(Need)(0),                // 1: talosbot.lifecycle.v1.Need
-	(Drill)(0),               // 2: talosbot.lifecycle.v1.Drill
-	(StepStatus)(0),          // 3: talosbot.lifecycle.v1.StepStatus
-	(*DescribeRequest)(nil),  // 4: talosbot.lifecycle.v1.DescribeRequest
-	(*Arg)(nil),              // 5: talosbot.lifecycle.v1.Arg
-	(*Command)(nil),          // 6: talosbot.lifecycle.v1.Command
-	(*Manifest)(nil),         // 7: talosbot.lifecycle.v1.Manifest
-	(*Node)(nil),             // 8: talosbot.lifecycle.v1.Node
-	(*Cluster)(nil),          // 9: talosbot.lifecycle.v1.Cluster
-	(*Credentials)(nil),      // 10: talosbot.lifecycle.v1.Credentials
-	(*Settings)(nil),         // 11: talosbot.lifecycle.v1.Settings
-	(*Terraform)(nil),        // 12: talosbot.lifecycle.v1.Terraform
-	(*StagingDrills)(nil),    // 13: talosbot.lifecycle.v1.StagingDrills
-	(*DrillEvidence)(nil),    // 14: talosbot.lifecycle.v1.DrillEvidence
-	(*Backups)(nil),          // 15: talosbot.lifecycle.v1.Backups
-	(*Retention)(nil),        // 16: talosbot.lifecycle.v1.Retention
-	(*Offsite)(nil),          // 17: talosbot.lifecycle.v1.Offsite
-	(*OperationRequest)(nil), // 18: talosbot.lifecycle.v1.OperationRequest
-	(*Step)(nil),             // 19: talosbot.lifecycle.v1.Step
-	(*Precondition)(nil),     // 20: talosbot.lifecycle.v1.Precondition
-	(*Refusal)(nil),          // 21: talosbot.lifecycle.v1.Refusal
-	(*OperationPlan)(nil),    // 22: talosbot.lifecycle.v1.OperationPlan
-	(*StepEvent)(nil),        // 23: talosbot.lifecycle.v1.StepEvent
-	(*LogLine)(nil),          // 24: talosbot.lifecycle.v1.LogLine
-	(*Artifact)(nil),         // 25: talosbot.lifecycle.v1.Artifact
-	(*SuggestedAction)(nil),  // 26: talosbot.lifecycle.v1.SuggestedAction
-	(*Result)(nil),           // 27: talosbot.lifecycle.v1.Result
-	(*Progress)(nil),         // 28: talosbot.lifecycle.v1.Progress
-	nil,                      // 29: talosbot.lifecycle.v1.Cluster.DeclaredEntry
-	nil,                      // 30: talosbot.lifecycle.v1.Settings.ExtraEntry
-	nil,                      // 31: talosbot.lifecycle.v1.Backups.ProtectedByEntry
-	nil,                      // 32: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
-	nil,                      // 33: talosbot.lifecycle.v1.Result.DeclaredEntry
+	(Effect)(0),                    // 0: talosbot.lifecycle.v1.Effect
+	(Need)(0),                      // 1: talosbot.lifecycle.v1.Need
+	(Drill)(0),                     // 2: talosbot.lifecycle.v1.Drill
+	(StepStatus)(0),                // 3: talosbot.lifecycle.v1.StepStatus
+	(*ValidateConfigRequest)(nil),  // 4: talosbot.lifecycle.v1.ValidateConfigRequest
+	(*ValidateConfigResponse)(nil), // 5: talosbot.lifecycle.v1.ValidateConfigResponse
+	(*ConfigProblem)(nil),          // 6: talosbot.lifecycle.v1.ConfigProblem
+	(*DescribeRequest)(nil),        // 7: talosbot.lifecycle.v1.DescribeRequest
+	(*Arg)(nil),                    // 8: talosbot.lifecycle.v1.Arg
+	(*Command)(nil),                // 9: talosbot.lifecycle.v1.Command
+	(*Manifest)(nil),               // 10: talosbot.lifecycle.v1.Manifest
+	(*Node)(nil),                   // 11: talosbot.lifecycle.v1.Node
+	(*Cluster)(nil),                // 12: talosbot.lifecycle.v1.Cluster
+	(*Credentials)(nil),            // 13: talosbot.lifecycle.v1.Credentials
+	(*Settings)(nil),               // 14: talosbot.lifecycle.v1.Settings
+	(*Terraform)(nil),              // 15: talosbot.lifecycle.v1.Terraform
+	(*StagingDrills)(nil),          // 16: talosbot.lifecycle.v1.StagingDrills
+	(*DrillEvidence)(nil),          // 17: talosbot.lifecycle.v1.DrillEvidence
+	(*Backups)(nil),                // 18: talosbot.lifecycle.v1.Backups
+	(*Retention)(nil),              // 19: talosbot.lifecycle.v1.Retention
+	(*Offsite)(nil),                // 20: talosbot.lifecycle.v1.Offsite
+	(*OperationRequest)(nil),       // 21: talosbot.lifecycle.v1.OperationRequest
+	(*Step)(nil),                   // 22: talosbot.lifecycle.v1.Step
+	(*Precondition)(nil),           // 23: talosbot.lifecycle.v1.Precondition
+	(*Refusal)(nil),                // 24: talosbot.lifecycle.v1.Refusal
+	(*OperationPlan)(nil),          // 25: talosbot.lifecycle.v1.OperationPlan
+	(*StepEvent)(nil),              // 26: talosbot.lifecycle.v1.StepEvent
+	(*LogLine)(nil),                // 27: talosbot.lifecycle.v1.LogLine
+	(*Artifact)(nil),               // 28: talosbot.lifecycle.v1.Artifact
+	(*SuggestedAction)(nil),        // 29: talosbot.lifecycle.v1.SuggestedAction
+	(*Result)(nil),                 // 30: talosbot.lifecycle.v1.Result
+	(*Progress)(nil),               // 31: talosbot.lifecycle.v1.Progress
+	nil,                            // 32: talosbot.lifecycle.v1.Cluster.DeclaredEntry
+	nil,                            // 33: talosbot.lifecycle.v1.Settings.ExtraEntry
+	nil,                            // 34: talosbot.lifecycle.v1.Backups.ProtectedByEntry
+	nil,                            // 35: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	nil,                            // 36: talosbot.lifecycle.v1.Result.DeclaredEntry
 }
 var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
-	5,  // 0: talosbot.lifecycle.v1.Command.args:type_name -> talosbot.lifecycle.v1.Arg
-	0,  // 1: talosbot.lifecycle.v1.Command.effect:type_name -> talosbot.lifecycle.v1.Effect
-	1,  // 2: talosbot.lifecycle.v1.Command.needs:type_name -> talosbot.lifecycle.v1.Need
-	2,  // 3: talosbot.lifecycle.v1.Command.drill:type_name -> talosbot.lifecycle.v1.Drill
-	6,  // 4: talosbot.lifecycle.v1.Manifest.commands:type_name -> talosbot.lifecycle.v1.Command
-	8,  // 5: talosbot.lifecycle.v1.Cluster.nodes:type_name -> talosbot.lifecycle.v1.Node
-	29, // 6: talosbot.lifecycle.v1.Cluster.declared:type_name -> talosbot.lifecycle.v1.Cluster.DeclaredEntry
-	30, // 7: talosbot.lifecycle.v1.Settings.extra:type_name -> talosbot.lifecycle.v1.Settings.ExtraEntry
-	15, // 8: talosbot.lifecycle.v1.Settings.backups:type_name -> talosbot.lifecycle.v1.Backups
-	12, // 9: talosbot.lifecycle.v1.Settings.terraform:type_name -> talosbot.lifecycle.v1.Terraform
-	13, // 10: talosbot.lifecycle.v1.Settings.staging_drills:type_name -> talosbot.lifecycle.v1.StagingDrills
-	14, // 11: talosbot.lifecycle.v1.StagingDrills.drills:type_name -> talosbot.lifecycle.v1.DrillEvidence
-	2,  // 12: talosbot.lifecycle.v1.DrillEvidence.drill:type_name -> talosbot.lifecycle.v1.Drill
-	16, // 13: talosbot.lifecycle.v1.Backups.local:type_name -> talosbot.lifecycle.v1.Retention
-	16, // 14: talosbot.lifecycle.v1.Backups.offsite_retention:type_name -> talosbot.lifecycle.v1.Retention
-	17, // 15: talosbot.lifecycle.v1.Backups.offsite:type_name -> talosbot.lifecycle.v1.Offsite
-	31, // 16: talosbot.lifecycle.v1.Backups.protected_by:type_name -> talosbot.lifecycle.v1.Backups.ProtectedByEntry
-	32, // 17: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
-	9,  // 18: talosbot.lifecycle.v1.OperationRequest.cluster:type_name -> talosbot.lifecycle.v1.Cluster
-	10, // 19: talosbot.lifecycle.v1.OperationRequest.credentials:type_name -> talosbot.lifecycle.v1.Credentials
-	11, // 20: talosbot.lifecycle.v1.OperationRequest.settings:type_name -> talosbot.lifecycle.v1.Settings
-	19, // 21: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
-	20, // 22: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
-	21, // 23: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	3,  // 24: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
-	26, // 25: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
-	21, // 26: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	33, // 27: talosbot.lifecycle.v1.Result.declared:type_name -> talosbot.lifecycle.v1.Result.DeclaredEntry
-	23, // 28: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
-	24, // 29: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
-	25, // 30: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
-	27, // 31: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
-	4,  // 32: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
-	18, // 33: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
-	18, // 34: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
-	7,  // 35: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
-	22, // 36: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
-	28, // 37: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
-	35, // [35:38] is the sub-list for method output_type
-	32, // [32:35] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	6,  // 0: talosbot.lifecycle.v1.ValidateConfigResponse.problems:type_name -> talosbot.lifecycle.v1.ConfigProblem
+	8,  // 1: talosbot.lifecycle.v1.Command.args:type_name -> talosbot.lifecycle.v1.Arg
+	0,  // 2: talosbot.lifecycle.v1.Command.effect:type_name -> talosbot.lifecycle.v1.Effect
+	1,  // 3: talosbot.lifecycle.v1.Command.needs:type_name -> talosbot.lifecycle.v1.Need
+	2,  // 4: talosbot.lifecycle.v1.Command.drill:type_name -> talosbot.lifecycle.v1.Drill
+	9,  // 5: talosbot.lifecycle.v1.Manifest.commands:type_name -> talosbot.lifecycle.v1.Command
+	11, // 6: talosbot.lifecycle.v1.Cluster.nodes:type_name -> talosbot.lifecycle.v1.Node
+	32, // 7: talosbot.lifecycle.v1.Cluster.declared:type_name -> talosbot.lifecycle.v1.Cluster.DeclaredEntry
+	33, // 8: talosbot.lifecycle.v1.Settings.extra:type_name -> talosbot.lifecycle.v1.Settings.ExtraEntry
+	18, // 9: talosbot.lifecycle.v1.Settings.backups:type_name -> talosbot.lifecycle.v1.Backups
+	15, // 10: talosbot.lifecycle.v1.Settings.terraform:type_name -> talosbot.lifecycle.v1.Terraform
+	16, // 11: talosbot.lifecycle.v1.Settings.staging_drills:type_name -> talosbot.lifecycle.v1.StagingDrills
+	17, // 12: talosbot.lifecycle.v1.StagingDrills.drills:type_name -> talosbot.lifecycle.v1.DrillEvidence
+	2,  // 13: talosbot.lifecycle.v1.DrillEvidence.drill:type_name -> talosbot.lifecycle.v1.Drill
+	19, // 14: talosbot.lifecycle.v1.Backups.local:type_name -> talosbot.lifecycle.v1.Retention
+	19, // 15: talosbot.lifecycle.v1.Backups.offsite_retention:type_name -> talosbot.lifecycle.v1.Retention
+	20, // 16: talosbot.lifecycle.v1.Backups.offsite:type_name -> talosbot.lifecycle.v1.Offsite
+	34, // 17: talosbot.lifecycle.v1.Backups.protected_by:type_name -> talosbot.lifecycle.v1.Backups.ProtectedByEntry
+	35, // 18: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	12, // 19: talosbot.lifecycle.v1.OperationRequest.cluster:type_name -> talosbot.lifecycle.v1.Cluster
+	13, // 20: talosbot.lifecycle.v1.OperationRequest.credentials:type_name -> talosbot.lifecycle.v1.Credentials
+	14, // 21: talosbot.lifecycle.v1.OperationRequest.settings:type_name -> talosbot.lifecycle.v1.Settings
+	22, // 22: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
+	23, // 23: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
+	24, // 24: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	3,  // 25: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
+	29, // 26: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
+	24, // 27: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	36, // 28: talosbot.lifecycle.v1.Result.declared:type_name -> talosbot.lifecycle.v1.Result.DeclaredEntry
+	26, // 29: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
+	27, // 30: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
+	28, // 31: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
+	30, // 32: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
+	7,  // 33: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
+	21, // 34: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
+	21, // 35: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
+	4,  // 36: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:input_type -> talosbot.lifecycle.v1.ValidateConfigRequest
+	10, // 37: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
+	25, // 38: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
+	31, // 39: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
+	5,  // 40: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:output_type -> talosbot.lifecycle.v1.ValidateConfigResponse
+	37, // [37:41] is the sub-list for method output_type
+	33, // [33:37] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_lifecycle_v1_lifecycle_proto_init() }
@@ -2734,7 +2915,7 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 	if File_lifecycle_v1_lifecycle_proto != nil {
 		return
 	}
-	file_lifecycle_v1_lifecycle_proto_msgTypes[24].OneofWrappers = []any{
+	file_lifecycle_v1_lifecycle_proto_msgTypes[27].OneofWrappers = []any{
 		(*Progress_Step)(nil),
 		(*Progress_Log)(nil),
 		(*Progress_Artifact)(nil),
@@ -2746,7 +2927,7 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifecycle_v1_lifecycle_proto_rawDesc), len(file_lifecycle_v1_lifecycle_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   30,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
