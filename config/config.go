@@ -130,8 +130,7 @@ type Window struct {
 // feed the latest-patch rule (R10), multi-hop plans and new-release
 // notices (releases.go has the defaults and checks).
 type Releases struct {
-	Talos                []string `yaml:"talos"`
-	RefuseNonLatestPatch bool     `yaml:"refuse_non_latest_patch"`
+	Talos []string `yaml:"talos"`
 	// Kubernetes lists the Kubernetes patch releases that upgrades may
 	// target ("1.36.3"); machinery's compatibility says which of them a
 	// Talos version supports.

@@ -67,6 +67,9 @@ func checkConfig(ctx context.Context, path string) (*config.Config, *config.Secr
 		return nil, nil, &exitError{code: 2, err: err}
 	}
 	c, errs := config.Decode(data)
+	if errs, err = movedKeys(errs); err != nil {
+		return nil, nil, err
+	}
 	var secrets *config.Secrets
 	if c != nil {
 		var serrs []config.FieldError

@@ -205,6 +205,8 @@ func TestConfigCheckAndServeAgree(t *testing.T) {
 			[]string{"CC_DISCORD=" + strong("discord-bot")}, []string{"plugins.pass_env[0]: CC_DISCORD holds chat.discord.token"}},
 		{"a section no plugin owns", policy + "plugins:\n  pas_env: [X]\n  noplugin: {a: 1}\n", nil,
 			[]string{`plugins.pas_env: no plugin is named "pas_env"; did you mean "pass_env"?`, `plugins.noplugin: no plugin is named "noplugin" (plugins: `}},
+		{"a setting that moved into its plugin", policy + "releases: {talos: [v1.13.9], refuse_non_latest_patch: true}\n", nil,
+			[]string{"releases.refuse_non_latest_patch: moved to plugins.talosupgrade.refuse_non_latest_patch (the talosupgrade plugin owns it now): delete it here and write it under plugins: as `plugins: {talosupgrade: {refuse_non_latest_patch: VALUE}}`"}},
 		{"min_approvals 0", strings.Replace(policy, "approvers: [bob]", "approvers: [bob], min_approvals: 0", 1), nil,
 			[]string{"policy.production.min_approvals: is 0"}},
 		{"second document", policy + "---\npolicy: {production: {min_approvals: 2}}\n", nil, []string{"a second YAML document"}},

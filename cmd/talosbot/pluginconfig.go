@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/talosbot/talosbot/config"
+	"github.com/talosbot/talosbot/plugins/catalog"
 	"github.com/talosbot/talosbot/plugins/host"
 )
 
@@ -74,4 +75,26 @@ func unknownPluginSection(name string, plugins []string) string {
 		return fmt.Sprintf("no plugin is named %q; did you mean %q?", name, best)
 	}
 	return fmt.Sprintf("no plugin is named %q (plugins: %s; add an external plugin under plugins.external first)", name, strings.Join(plugins, ", "))
+}
+
+// movedKeys rewrites the document's "unknown key" error of each setting that
+// moved out of the core into a built-in's section (plugins/catalog's
+// settings.txt) into how to move it. Old configs are refused rather than
+// read in their old place: reading them would keep the setting in the core
+// for another release, and a refused key is seen at the upgrade's config
+// check, where a silently re-read one would not be (docs/CONFIG.md).
+func movedKeys(errs []config.FieldError) ([]config.FieldError, error) {
+	moved, err := catalog.MovedKeys()
+	if err != nil {
+		return errs, err
+	}
+	for i, fe := range errs {
+		s, ok := moved[fe.Path]
+		if !ok || !strings.HasPrefix(fe.Msg, "unknown key") {
+			continue
+		}
+		errs[i].Msg = fmt.Sprintf("moved to %s (the %s plugin owns it now): delete it here and write it under plugins: as `plugins: {%s: {%s: VALUE}}`",
+			s.Path(), s.Plugin, s.Plugin, s.Key)
+	}
+	return errs, nil
 }

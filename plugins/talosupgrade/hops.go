@@ -172,7 +172,11 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 		}
 	}
 	known, _ := knownReleases(req.GetSettings())
-	warn, re := talos.PatchCheck(target, known, req.GetSettings().GetRefuseNonLatestPatch())
+	cfg, err := decodeConfig(req.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	warn, re := talos.PatchCheck(target, known, cfg.RefuseNonLatestPatch)
 	if re != nil {
 		return nil, re
 	}

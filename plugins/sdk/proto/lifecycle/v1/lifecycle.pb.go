@@ -1017,7 +1017,6 @@ type Settings struct {
 	KnownTalosReleases    []string               `protobuf:"bytes,4,rep,name=known_talos_releases,json=knownTalosReleases,proto3" json:"known_talos_releases,omitempty"`
 	SnapshotKeep          int32                  `protobuf:"varint,5,opt,name=snapshot_keep,json=snapshotKeep,proto3" json:"snapshot_keep,omitempty"`
 	SnapshotMaxAgeSeconds int64                  `protobuf:"varint,6,opt,name=snapshot_max_age_seconds,json=snapshotMaxAgeSeconds,proto3" json:"snapshot_max_age_seconds,omitempty"`
-	RefuseNonLatestPatch  bool                   `protobuf:"varint,7,opt,name=refuse_non_latest_patch,json=refuseNonLatestPatch,proto3" json:"refuse_non_latest_patch,omitempty"`
 	Extra                 map[string]string      `protobuf:"bytes,8,rep,name=extra,proto3" json:"extra,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// backups extends snapshot_dir/snapshot_keep/snapshot_max_age_seconds;
 	// plugins that predate it keep working with those fields.
@@ -1107,13 +1106,6 @@ func (x *Settings) GetSnapshotMaxAgeSeconds() int64 {
 		return x.SnapshotMaxAgeSeconds
 	}
 	return 0
-}
-
-func (x *Settings) GetRefuseNonLatestPatch() bool {
-	if x != nil {
-		return x.RefuseNonLatestPatch
-	}
-	return false
 }
 
 func (x *Settings) GetExtra() map[string]string {
@@ -2641,15 +2633,14 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"kubeconfig\x121\n" +
 	"\x15offsite_access_key_id\x18\x03 \x01(\fR\x12offsiteAccessKeyId\x129\n" +
 	"\x19offsite_secret_access_key\x18\x04 \x01(\fR\x16offsiteSecretAccessKey\x12!\n" +
-	"\fage_identity\x18\x05 \x01(\fR\vageIdentity\"\xe6\x05\n" +
+	"\fage_identity\x18\x05 \x01(\fR\vageIdentity\"\xce\x05\n" +
 	"\bSettings\x12!\n" +
 	"\fsnapshot_dir\x18\x01 \x01(\tR\vsnapshotDir\x12&\n" +
 	"\x0fgate_timeout_ms\x18\x02 \x01(\x03R\rgateTimeoutMs\x12&\n" +
 	"\x0fnode_timeout_ms\x18\x03 \x01(\x03R\rnodeTimeoutMs\x120\n" +
 	"\x14known_talos_releases\x18\x04 \x03(\tR\x12knownTalosReleases\x12#\n" +
 	"\rsnapshot_keep\x18\x05 \x01(\x05R\fsnapshotKeep\x127\n" +
-	"\x18snapshot_max_age_seconds\x18\x06 \x01(\x03R\x15snapshotMaxAgeSeconds\x125\n" +
-	"\x17refuse_non_latest_patch\x18\a \x01(\bR\x14refuseNonLatestPatch\x12@\n" +
+	"\x18snapshot_max_age_seconds\x18\x06 \x01(\x03R\x15snapshotMaxAgeSeconds\x12@\n" +
 	"\x05extra\x18\b \x03(\v2*.talosbot.lifecycle.v1.Settings.ExtraEntryR\x05extra\x128\n" +
 	"\abackups\x18\t \x01(\v2\x1e.talosbot.lifecycle.v1.BackupsR\abackups\x12>\n" +
 	"\tterraform\x18\n" +
@@ -2660,7 +2651,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\n" +
 	"ExtraEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\a\x10\bR\x17refuse_non_latest_patch\"\x86\x01\n" +
 	"\tTerraform\x12\x12\n" +
 	"\x04root\x18\x01 \x01(\tR\x04root\x12\x16\n" +
 	"\x06binary\x18\x02 \x01(\tR\x06binary\x12\x1d\n" +
