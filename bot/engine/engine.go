@@ -467,7 +467,7 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 			SnapshotDir: c.SnapshotDir, GateTimeoutMs: c.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: c.Timeouts.Node.D().Milliseconds(),
 			GateAfterTimeoutMs: c.Timeouts.GateAfter.D().Milliseconds(), HealthTimeoutMs: c.Timeouts.Health.D().Milliseconds(),
 			KnownTalosReleases: c.Releases.Talos,
-			SnapshotKeep: int32(c.Snapshots.Keep), SnapshotMaxAgeSeconds: int64(c.Snapshots.MaxAge.D().Seconds()),
+			SnapshotKeep:       int32(c.Snapshots.Keep), SnapshotMaxAgeSeconds: int64(c.Snapshots.MaxAge.D().Seconds()),
 			Backups: backups, Terraform: credentials.TerraformSettings(c, cl), StagingDrills: drills, Extra: extra,
 		},
 	}, nil
