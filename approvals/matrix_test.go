@@ -11,7 +11,6 @@ import (
 
 	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot"
-	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/builtin"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
@@ -185,7 +184,7 @@ func TestPolicyMatrix(t *testing.T) {
 				for _, cmd := range cat {
 					for _, user := range users {
 						checked++
-						req := engine.PolicyRequest{User: user, Cluster: cl, Command: cmd.Name, Disruptive: cmd.Disruptive, Writes: cmd.Writes, Now: now,
+						req := approvals.Request{User: user, Cluster: cl, Command: cmd.Name, Disruptive: cmd.Disruptive, Writes: cmd.Writes, Now: now,
 							// bot commands that change state are housekeeping (freeze, unfreeze, abandon, cancel, resume)
 							Housekeeping: !cmd.Operation && cmd.Disruptive}
 						err := p.Authorize(ctx, req)

@@ -10,13 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/talosbot/talosbot/bot/chat"
-	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/state"
 )
 
-// Policy implements engine.Policy from the configuration.
+// Policy answers the engine's policy questions (bot/engine.Policy) from the configuration.
 type Policy struct {
 	cfg *config.Config
 }
@@ -25,8 +23,6 @@ type Policy struct {
 // comes with each RequiredApprovals call, from the engine's command specs,
 // so the policy names no command itself.
 func New(cfg *config.Config) *Policy { return &Policy{cfg: cfg} }
-
-var _ engine.Policy = (*Policy)(nil)
 
 func (p *Policy) env(name string) config.Policy { return p.cfg.Policy[name] }
 
@@ -66,7 +62,7 @@ func (p *Policy) RoleOf(env, user string) Role {
 // every maintenance window (unless --outside-window). Viewers may only run
 // read-only commands: a WRITE command (e.g. a snapshot, which applies
 // retention) needs an operator although it needs no approval.
-func (p *Policy) Authorize(_ context.Context, req engine.PolicyRequest) error {
+func (p *Policy) Authorize(_ context.Context, req Request) error {
 	env := req.Cluster.Environment
 	switch p.RoleOf(env, req.User) {
 	case RoleOperator:
@@ -85,10 +81,10 @@ func (p *Policy) Authorize(_ context.Context, req engine.PolicyRequest) error {
 		return fmt.Errorf("cluster %s is frozen by %s since %s: %q; disruptive commands wait until `/talos unfreeze %s`",
 			req.Cluster.Name, f.By, f.Since.UTC().Format("2006-01-02 15:04 MST"), f.Reason, req.Cluster.Name)
 	}
-	if env == config.EnvProduction && req.Args[engine.FlagOutsideWindow] != "true" {
+	if env == config.EnvProduction && req.Args[FlagOutsideWindow] != "true" {
 		if ws := p.env(env).Windows; len(ws) > 0 && !InWindow(ws, req.Now) {
 			return fmt.Errorf("%s is outside every production maintenance window (%s); wait for the window, or add --%s (it needs approval and is flagged in the audit)",
-				req.Now.UTC().Format("Mon 15:04 MST"), DescribeWindows(ws), engine.FlagOutsideWindow)
+				req.Now.UTC().Format("Mon 15:04 MST"), DescribeWindows(ws), FlagOutsideWindow)
 		}
 	}
 	return nil
@@ -171,7 +167,7 @@ func DescribeWindows(ws []config.Window) string {
 // Promotion enforces R6: a production disruptive operation with target X
 // needs a succeeded staging operation of the same command and target within
 // promotion_max_age. --skip-staging allows it with one extra approval.
-func (p *Policy) Promotion(op *state.Operation, last engine.StagingLookup, now time.Time) ([]string, error) {
+func (p *Policy) Promotion(op *state.Operation, last StagingLookup, now time.Time) ([]string, error) {
 	if op.Environment != config.EnvProduction || !op.Disruptive || op.Target == "" {
 		return nil, nil
 	}
@@ -184,10 +180,10 @@ func (p *Policy) Promotion(op *state.Operation, last engine.StagingLookup, now t
 		return nil, err
 	}
 	if prev != nil {
-		return []string{engine.FlagPromotedFrom + prev.ID}, nil
+		return []string{FlagPromotedFrom + prev.ID}, nil
 	}
-	if op.Args[engine.FlagSkipStaging] == "true" {
-		return []string{engine.FlagSkipStaging}, nil
+	if op.Args[FlagSkipStaging] == "true" {
+		return []string{FlagSkipStaging}, nil
 	}
 	staging := "staging"
 	for _, cl := range p.cfg.Clusters {
@@ -204,7 +200,7 @@ func (p *Policy) Promotion(op *state.Operation, last engine.StagingLookup, now t
 		arg, same = op.Target[i+len(pathSep):], " (from the same minor, so that staging takes the same path)"
 	}
 	return nil, fmt.Errorf("R6: %s %s has not succeeded on staging in the last %s; run `/talos %s %s %s` first%s, or add --%s (needs one extra approval, flagged in the audit)",
-		op.Command, op.Target, chat.Duration(maxAge), op.Command, arg, staging, same, engine.FlagSkipStaging)
+		op.Command, op.Target, age(maxAge), op.Command, arg, staging, same, FlagSkipStaging)
 }
 
 // pathSep separates the stops of a multi-hop target.
@@ -222,7 +218,7 @@ func (p *Policy) RequiredApprovals(op *state.Operation, declared int) int {
 	}
 	pol := p.env(op.Environment)
 	need := pol.NeedsApproval(op.Environment, op.Command) || declared > 0
-	if op.Args[engine.FlagOutsideWindow] == "true" || slices.Contains(op.Flags, engine.FlagSkipStaging) {
+	if op.Args[FlagOutsideWindow] == "true" || slices.Contains(op.Flags, FlagSkipStaging) {
 		need = true // outside the window, or without staging, only with approval
 	}
 	if !need {
@@ -232,7 +228,7 @@ func (p *Policy) RequiredApprovals(op *state.Operation, declared int) int {
 	if declared > 0 && op.Environment == config.EnvProduction && !pol.AllowSelfApproval {
 		n = max(n, declared)
 	}
-	if slices.Contains(op.Flags, engine.FlagSkipStaging) {
+	if slices.Contains(op.Flags, FlagSkipStaging) {
 		n++ // skipping staging needs one extra approval
 	}
 	return n

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/state"
 )
@@ -117,13 +116,13 @@ policy:
   staging: {operators: [alice], viewers: [carol]}
   production: {operators: [alice], approvers: [bob], viewers: [carol]}
 `)
-	req := engine.PolicyRequest{User: "carol", Cluster: cfg.Cluster("production"), Command: "snapshot", Writes: true, Now: time.Now()}
+	req := Request{User: "carol", Cluster: cfg.Cluster("production"), Command: "snapshot", Writes: true, Now: time.Now()}
 	if err := p.Authorize(context.Background(), req); err == nil || !strings.Contains(err.Error(), "carol is a viewer in production and may only read") {
 		t.Fatalf("viewer snapshot: %v", err)
 	}
 	req.User = "alice"
 	// An operator may, also while frozen: a snapshot does not disrupt.
-	req.Frozen = &engine.Freeze{By: "bob", Reason: "drill", Since: time.Now()}
+	req.Frozen = &Freeze{By: "bob", Reason: "drill", Since: time.Now()}
 	if err := p.Authorize(context.Background(), req); err != nil {
 		t.Fatalf("operator snapshot: %v", err)
 	}
@@ -146,8 +145,8 @@ policy:
 	}{
 		{"production upgrade", state.Operation{Environment: "production", Command: "upgrade talos", Disruptive: true}, 2},
 		{"production rollback, exempt", state.Operation{Environment: "production", Command: "rollback", Disruptive: true}, 0},
-		{"exempt, but outside the window", state.Operation{Environment: "production", Command: "rollback", Disruptive: true, Args: map[string]string{engine.FlagOutsideWindow: "true"}}, 2},
-		{"skip-staging adds one", state.Operation{Environment: "production", Command: "upgrade talos", Disruptive: true, Flags: []string{engine.FlagSkipStaging}}, 3},
+		{"exempt, but outside the window", state.Operation{Environment: "production", Command: "rollback", Disruptive: true, Args: map[string]string{FlagOutsideWindow: "true"}}, 2},
+		{"skip-staging adds one", state.Operation{Environment: "production", Command: "upgrade talos", Disruptive: true, Flags: []string{FlagSkipStaging}}, 3},
 		{"read-only", state.Operation{Environment: "production", Command: "health"}, 0},
 		{"staging listed", state.Operation{Environment: "staging", Command: "upgrade talos", Disruptive: true}, 1},
 		{"staging not listed", state.Operation{Environment: "staging", Command: "rollback", Disruptive: true}, 0},
@@ -168,15 +167,15 @@ policy:
     maintenance_windows: [{days: [tue], start: "20:00", end: "23:00", timezone: UTC}]
 `)
 	monday := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	req := engine.PolicyRequest{User: "alice", Cluster: cfg.Cluster("production"), Command: "upgrade talos", Disruptive: true, Now: monday}
+	req := Request{User: "alice", Cluster: cfg.Cluster("production"), Command: "upgrade talos", Disruptive: true, Now: monday}
 	if err := p.Authorize(context.Background(), req); err == nil || !strings.Contains(err.Error(), "outside every production maintenance window") {
 		t.Fatalf("outside window: %v", err)
 	}
-	req.Args = map[string]string{engine.FlagOutsideWindow: "true"}
+	req.Args = map[string]string{FlagOutsideWindow: "true"}
 	if err := p.Authorize(context.Background(), req); err != nil {
 		t.Fatalf("--outside-window: %v", err)
 	}
-	req.Frozen = &engine.Freeze{By: "bob", Reason: "drill", Since: monday}
+	req.Frozen = &Freeze{By: "bob", Reason: "drill", Since: monday}
 	if err := p.Authorize(context.Background(), req); err == nil || !strings.Contains(err.Error(), "frozen by bob") {
 		t.Fatalf("frozen: %v", err)
 	}
@@ -266,7 +265,7 @@ func TestPromotionOfAPathNeedsTheSamePathOnStaging(t *testing.T) {
 		}
 		return nil, nil
 	}, time.Now())
-	if err != nil || len(flags) != 1 || flags[0] != engine.FlagPromotedFrom+"op-staging" {
+	if err != nil || len(flags) != 1 || flags[0] != FlagPromotedFrom+"op-staging" {
 		t.Fatalf("promoted: %v %v", flags, err)
 	}
 }

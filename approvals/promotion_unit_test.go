@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/state"
 )
@@ -42,7 +41,7 @@ policy:
   staging: {operators: [alice]}
   production: {operators: [alice], approvers: [bob]}
 `)
-	req := engine.PolicyRequest{User: "alice", Cluster: cfg.Cluster("production"), Command: "upgrade talos", Disruptive: true,
+	req := Request{User: "alice", Cluster: cfg.Cluster("production"), Command: "upgrade talos", Disruptive: true,
 		Now: time.Date(2026, 11, 30, 3, 0, 0, 0, time.UTC)}
 	if err := p.Authorize(context.Background(), req); err != nil {
 		t.Fatalf("production without windows refused: %v", err)

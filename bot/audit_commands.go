@@ -43,20 +43,20 @@ func auditCommands() []botCommand {
 				flag("before", "paging cursor set by the More button: records with a smaller seq"),
 			},
 			Example: `/talos audit --cluster production --result failed --since 7d`}},
-			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-				return auditQuery(ctx, e, from, inv)
+			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+				return auditQuery(ctx, r, from, inv)
 			}},
 		{grammar.CommandSpec{Command: &lifecyclev1.Command{Name: "audit head", Effect: ro,
 			Summary: "verify the audit chain and post its head (seq and hash) to pin outside the bot; check it later with `talosbot audit verify --expect-head HASH`",
 			Example: "/talos audit head"}},
-			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-				return auditHead(ctx, e, from, inv)
+			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+				return auditHead(ctx, r, from, inv)
 			}},
 		{grammar.CommandSpec{Command: &lifecyclev1.Command{Name: "op", Summary: "an operation's maintenance record: who, plan, snapshot, steps, validation", Effect: ro,
 			Args:    []*lifecyclev1.Arg{{Name: "id", Required: true, Description: "the operation id"}},
 			Example: "/talos op 3f2a9c01bd4e"}},
-			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-				return maintenanceRecord(ctx, e, from, inv)
+			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+				return maintenanceRecord(ctx, r, from, inv)
 			}},
 	}
 }
@@ -64,23 +64,23 @@ func auditCommands() []botCommand {
 // auditAuthorize lets a user read the audit of cluster, or of every cluster
 // when cluster is "": reading needs a role (viewer or better) in each
 // environment whose records would be shown.
-func auditAuthorize(ctx context.Context, e *engine.Engine, user, cluster string) error {
+func auditAuthorize(ctx context.Context, r *Router, user, cluster string) error {
 	var cls []*config.Cluster
 	if cluster != "" {
-		cl := e.Config().Cluster(cluster)
+		cl := r.cfg.Cluster(cluster)
 		if cl == nil {
-			return fmt.Errorf("unknown cluster %s; %s", chat.Echo(cluster), e.Config().ClustersHint(cluster))
+			return fmt.Errorf("unknown cluster %s; %s", chat.Echo(cluster), r.cfg.ClustersHint(cluster))
 		}
 		cls = append(cls, cl)
 	} else {
-		for i := range e.Config().Clusters {
-			cls = append(cls, &e.Config().Clusters[i])
+		for i := range r.cfg.Clusters {
+			cls = append(cls, &r.cfg.Clusters[i])
 		}
 	}
 	var readable, refused []string
 	var firstErr error
 	for _, cl := range cls {
-		err := e.Policy().Authorize(ctx, engine.PolicyRequest{User: user, Cluster: cl, Command: "audit", Disruptive: false, Now: e.Now()})
+		err := r.policy.Authorize(ctx, engine.PolicyRequest{User: user, Cluster: cl, Command: "audit", Disruptive: false, Now: r.now()})
 		if err != nil {
 			refused = append(refused, cl.Name)
 			if firstErr == nil {
@@ -100,21 +100,21 @@ func auditAuthorize(ctx context.Context, e *engine.Engine, user, cluster string)
 		user, strings.Join(refused, ", "), strings.Join(readable, " or --cluster "))
 }
 
-func auditQuery(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-	q, err := auditview.ParseFilter(func(k string) string { return inv.Args[k] }, e.Now(), auditDefaultLimit, auditMaxLimit)
+func auditQuery(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+	q, err := auditview.ParseFilter(func(k string) string { return inv.Args[k] }, r.now(), auditDefaultLimit, auditMaxLimit)
 	if err != nil {
-		e.Sink().Reply(ctx, from, (&grammar.UsageError{Msg: err.Error(), Usage: grammar.Usage(inv.Spec.Command)}).Error())
+		r.sink.Reply(ctx, from, (&grammar.UsageError{Msg: err.Error(), Usage: grammar.Usage(inv.Spec.Command)}).Error())
 		return err
 	}
-	if err := auditAuthorize(ctx, e, from.User, q.Cluster); err != nil {
-		e.Refuse(ctx, from, q.Cluster, inv, err)
+	if err := auditAuthorize(ctx, r, from.User, q.Cluster); err != nil {
+		r.ops.Refuse(ctx, from, q.Cluster, inv, err)
 		return err
 	}
 	page := q
 	page.Limit = q.Limit + 1 // one extra record says whether there is a next page
-	recs, err := e.Store().QueryAudit(ctx, page)
+	recs, err := r.store.QueryAudit(ctx, page)
 	if err != nil {
-		e.Sink().Reply(ctx, from, "could not read the audit trail: "+err.Error())
+		r.sink.Reply(ctx, from, "could not read the audit trail: "+err.Error())
 		return err
 	}
 	more := len(recs) > q.Limit
@@ -133,32 +133,32 @@ func auditQuery(ctx context.Context, e *engine.Engine, from engine.Origin, inv *
 	b.WriteString(":\n")
 	if len(recs) == 0 {
 		b.WriteString("no audit records match")
-		e.Sink().Reply(ctx, from, b.String())
+		r.sink.Reply(ctx, from, b.String())
 		return nil
 	}
 	b.WriteString("```\n" + auditview.ChatTable(recs) + "\n```")
 	if !more {
-		e.Sink().Reply(ctx, from, b.String())
+		r.sink.Reply(ctx, from, b.String())
 		return nil
 	}
 	next := q
 	next.BeforeSeq = recs[len(recs)-1].Seq
-	buttons, err := e.CommandButtons(ctx, []engine.Suggestion{{Label: "More", Command: "/talos audit " + auditview.FilterArgs(next)}})
+	buttons, err := r.ops.CommandButtons(ctx, []engine.Suggestion{{Label: "More", Command: "/talos audit " + auditview.FilterArgs(next)}})
 	if err != nil {
-		e.Sink().Reply(ctx, from, b.String()+"\n(could not offer the next page: "+err.Error()+")")
+		r.sink.Reply(ctx, from, b.String()+"\n(could not offer the next page: "+err.Error()+")")
 		return nil
 	}
-	e.Sink().ReplyButtons(ctx, from, b.String(), buttons)
+	r.sink.ReplyButtons(ctx, from, b.String(), buttons)
 	return nil
 }
 
-func maintenanceRecord(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+func maintenanceRecord(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
 	id := inv.Args["id"]
 	var (
 		op   *state.Operation
 		apps []state.Approval
 	)
-	err := e.Store().View(ctx, func(tx *state.Tx) error {
+	err := r.store.View(ctx, func(tx *state.Tx) error {
 		var err error
 		if op, err = tx.Operation(id); err != nil {
 			return err
@@ -167,30 +167,30 @@ func maintenanceRecord(ctx context.Context, e *engine.Engine, from engine.Origin
 		return err
 	})
 	if errors.Is(err, state.ErrNotFound) {
-		e.Sink().Reply(ctx, from, fmt.Sprintf("no operation %s; find ids with /talos audit or /talos status", chat.Echo(id)))
+		r.sink.Reply(ctx, from, fmt.Sprintf("no operation %s; find ids with /talos audit or /talos status", chat.Echo(id)))
 		return err
 	}
 	if err != nil {
-		e.Sink().Reply(ctx, from, "could not read operation "+id+": "+err.Error())
+		r.sink.Reply(ctx, from, "could not read operation "+id+": "+err.Error())
 		return err
 	}
-	if cl := e.Config().Cluster(op.Cluster); cl != nil {
-		if err := e.Policy().Authorize(ctx, engine.PolicyRequest{User: from.User, Cluster: cl, Command: "op", Disruptive: false, Now: e.Now()}); err != nil {
-			e.Refuse(ctx, from, op.Cluster, inv, err)
+	if cl := r.cfg.Cluster(op.Cluster); cl != nil {
+		if err := r.policy.Authorize(ctx, engine.PolicyRequest{User: from.User, Cluster: cl, Command: "op", Disruptive: false, Now: r.now()}); err != nil {
+			r.ops.Refuse(ctx, from, op.Cluster, inv, err)
 			return err
 		}
-	} else if err := auditAuthorize(ctx, e, from.User, ""); err != nil {
+	} else if err := auditAuthorize(ctx, r, from.User, ""); err != nil {
 		// A cluster removed from the config: only users who can read every
 		// configured cluster see its records.
-		e.Refuse(ctx, from, op.Cluster, inv, err)
+		r.ops.Refuse(ctx, from, op.Cluster, inv, err)
 		return err
 	}
-	recs, err := e.Store().QueryAudit(ctx, state.AuditQuery{OpID: id, Limit: 100000})
+	recs, err := r.store.QueryAudit(ctx, state.AuditQuery{OpID: id, Limit: 100000})
 	if err != nil {
-		e.Sink().Reply(ctx, from, "could not read the audit trail: "+err.Error())
+		r.sink.Reply(ctx, from, "could not read the audit trail: "+err.Error())
 		return err
 	}
-	e.Sink().Reply(ctx, from, auditview.MaintenanceRecord(op, recs, apps))
+	r.sink.Reply(ctx, from, auditview.MaintenanceRecord(op, recs, apps))
 	return nil
 }
 
@@ -199,28 +199,28 @@ func maintenanceRecord(ctx context.Context, e *engine.Engine, from engine.Origin
 // `talosbot audit verify --expect-head HASH` then detects a chain rewritten
 // or cut back as a whole, which the chain alone cannot show. The head
 // reveals nothing about the records, so any role in any cluster may ask.
-func auditHead(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+func auditHead(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
 	var err error
-	for i := range e.Config().Clusters {
-		cl := &e.Config().Clusters[i]
-		if err = e.Policy().Authorize(ctx, engine.PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Now: e.Now()}); err == nil {
+	for i := range r.cfg.Clusters {
+		cl := &r.cfg.Clusters[i]
+		if err = r.policy.Authorize(ctx, engine.PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Now: r.now()}); err == nil {
 			break
 		}
 	}
 	if err != nil {
-		e.Refuse(ctx, from, "", inv, err)
+		r.ops.Refuse(ctx, from, "", inv, err)
 		return err
 	}
-	rep, err := e.Store().VerifyAudit(ctx)
+	rep, err := r.store.VerifyAudit(ctx)
 	if err != nil {
-		e.Sink().Reply(ctx, from, "⚠️ the audit chain does not verify, so there is no head to pin: "+err.Error())
+		r.sink.Reply(ctx, from, "⚠️ the audit chain does not verify, so there is no head to pin: "+err.Error())
 		return err
 	}
 	if rep.Records == 0 {
-		e.Sink().Reply(ctx, from, "the audit trail is empty: there is no head to pin yet")
+		r.sink.Reply(ctx, from, "the audit trail is empty: there is no head to pin yet")
 		return nil
 	}
-	e.Sink().Reply(ctx, from, fmt.Sprintf("🔗 Audit head: record %d of %d, sha256 `%s`\n"+
+	r.sink.Reply(ctx, from, fmt.Sprintf("🔗 Audit head: record %d of %d, sha256 `%s`\n"+
 		"Copy it somewhere the bot cannot write. Later, `talosbot audit verify --url URL --expect-head %s` fails if the chain was rewritten or cut back below this record.",
 		rep.HeadSeq, rep.Records, rep.Head, rep.Head))
 	return nil

@@ -25,7 +25,7 @@ import (
 // botCommand is a command the bot serves itself (no plugin).
 type botCommand struct {
 	spec grammar.CommandSpec
-	run  func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error
+	run  func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error
 }
 
 // botCommands lists every bot command. Each feature file contributes its own
@@ -56,107 +56,165 @@ func coreCommands() []botCommand {
 	return []botCommand{
 		{grammar.CommandSpec{Rest: true, Command: &lifecyclev1.Command{Name: "help", Summary: "list commands, or show one command's usage", Effect: ro,
 			Args: []*lifecyclev1.Arg{{Name: "command", Description: "a command name, e.g. upgrade or upgrade talos"}}, Example: "/talos help upgrade talos"}},
-			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-				e.Sink().Reply(ctx, from, help(e, inv.Args["command"]))
+			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+				r.sink.Reply(ctx, from, help(r, inv.Args["command"]))
 				return nil
 			}},
 		{spec(&lifecyclev1.Command{Name: "status", Summary: "per cluster: lock, freeze, maintenance window, running versions, last operation and operations in flight", Effect: ro,
 			Args: []*lifecyclev1.Arg{{Name: "cluster"}}, Example: "/talos status production"}),
-			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
 				cluster := inv.Args["cluster"]
-				if cluster != "" && e.Config().Cluster(cluster) == nil {
-					err := fmt.Errorf("unknown cluster %s; %s", chat.Echo(cluster), e.Config().ClustersHint(cluster))
-					e.Sink().Reply(ctx, from, err.Error())
+				if cluster != "" && r.cfg.Cluster(cluster) == nil {
+					err := fmt.Errorf("unknown cluster %s; %s", chat.Echo(cluster), r.cfg.ClustersHint(cluster))
+					r.sink.Reply(ctx, from, err.Error())
 					return err
 				}
-				names, hidden, err := statusAuthorize(ctx, e, from.User, cluster)
+				names, hidden, err := statusAuthorize(ctx, r, from.User, cluster)
 				if err != nil {
-					e.Refuse(ctx, from, cluster, inv, err)
+					r.ops.Refuse(ctx, from, cluster, inv, err)
 					return err
 				}
-				txt, err := status(ctx, e, from.User, names)
+				txt, err := status(ctx, r, from.User, names)
 				if err != nil {
-					e.Sink().Reply(ctx, from, err.Error())
+					r.sink.Reply(ctx, from, err.Error())
 					return err
 				}
 				if len(hidden) > 0 {
 					txt += fmt.Sprintf("\n(not shown, as %s may not read them: %s)", from.User, strings.Join(hidden, ", "))
 				}
-				e.Sink().Reply(ctx, from, txt)
+				r.sink.Reply(ctx, from, txt)
 				return nil
 			}},
 		{spec(&lifecyclev1.Command{Name: "approve", Summary: "approve an operation awaiting approval, as its Approve button does (same checks)", Effect: dis, Args: id("approve"), Example: "/talos approve 3f2a9c01bd4e"}),
-			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-				return e.Approve(ctx, from, inv.Args["id"])
+			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+				return r.ops.Approve(ctx, from, inv.Args["id"])
 			}},
 		{spec(&lifecyclev1.Command{Name: "deny", Summary: "deny an operation awaiting approval, as its Deny button does", Effect: dis, Args: id("deny"), Example: "/talos deny 3f2a9c01bd4e"}),
-			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-				return e.Deny(ctx, from, inv.Args["id"])
+			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+				return r.ops.Deny(ctx, from, inv.Args["id"])
 			}},
 		{spec(&lifecyclev1.Command{Name: "resume", Summary: "continue an interrupted operation (steps already done are skipped)", Effect: dis, Args: id("resume"), Example: "/talos resume 3f2a9c01bd4e"}),
-			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-				return e.Resume(ctx, from, inv.Args["id"])
+			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+				return r.ops.Resume(ctx, from, inv.Args["id"])
 			}},
 		{spec(&lifecyclev1.Command{Name: "abandon", Summary: "give up an interrupted operation and release its cluster lock", Effect: dis, Args: id("abandon"), Example: "/talos abandon 3f2a9c01bd4e"}),
-			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-				return e.Abandon(ctx, from, inv.Args["id"])
+			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+				return r.ops.Abandon(ctx, from, inv.Args["id"])
 			}},
 		{spec(&lifecyclev1.Command{Name: "pause", Summary: "stop a running roll before its next node (resume continues it)", Effect: dis, Args: id("pause"), Example: "/talos pause 3f2a9c01bd4e"}),
-			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-				return e.Pause(ctx, from, inv.Args["id"])
+			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+				return r.ops.Pause(ctx, from, inv.Args["id"])
 			}},
 		{spec(&lifecyclev1.Command{Name: "cancel", Summary: "cancel an operation that has not finished", Effect: dis, Args: id("cancel"), Example: "/talos cancel 3f2a9c01bd4e"}),
-			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-				return e.Cancel(ctx, from, inv.Args["id"])
+			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+				return r.ops.Cancel(ctx, from, inv.Args["id"])
 			}},
 	}
 }
 
 // New builds the engine with the bot's own commands: the talosbot that
 // chat adapters talk to. Call Recover once at start-up, before serving.
+//
+// The router is built here with what its commands read (configuration,
+// store, policy, sink, clock: the same values the engine is given, so a
+// command answers through the same Sink and asks the same Policy as an
+// operation) and, once the engine exists, with the engine's operation
+// actions and grammar. The engine hands it an invocation and nothing else:
+// it is not reached back through for state.
 func New(ctx context.Context, o engine.Options) (*engine.Engine, error) {
-	o.Commands = Router{}
-	return engine.New(ctx, o)
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	r := &Router{cfg: o.Config, store: o.Store, policy: o.Policy, sink: o.Sink, clock: o.Clock}
+	o.Commands = r
+	e, err := engine.New(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	// The one place the cycle closes: the engine serves bot commands through
+	// the router, and some of them (approve, resume, cancel, …) are the
+	// engine's actions. Serve is only called from the engine's Submit, which
+	// cannot run before New returns.
+	r.ops, r.grammar = e, e.Grammar()
+	return e, nil
 }
 
 // Catalogue reads every plugin's manifest and returns the whole command
 // catalogue (the bot's own commands first), for config.CheckCommands: New
 // checks the configuration against it, and so does `talosbot config check`.
 func Catalogue(ctx context.Context, plugins engine.Plugins) ([]config.CommandInfo, error) {
-	return engine.Catalogue(ctx, plugins, Router{})
+	return engine.Catalogue(ctx, plugins, &Router{})
 }
 
 // Grammar is the bot's whole grammar (engine.Grammar with its own commands).
 func Grammar(ctx context.Context, plugins engine.Plugins) (*grammar.Grammar, error) {
-	return engine.Grammar(ctx, plugins, Router{})
+	return engine.Grammar(ctx, plugins, &Router{})
 }
 
-// Router serves the bot's own commands for the engine (engine.Commands).
-type Router struct{}
+// Operations is what the bot's commands ask the engine to do: the actions
+// on an operation (the same as its buttons), the refusal path, and the
+// reads that belong to the engine (a cluster by name or channel, its
+// freeze, the status providers, suggestion buttons). *engine.Engine
+// implements it.
+type Operations interface {
+	Approve(ctx context.Context, from engine.Origin, id string) error
+	Deny(ctx context.Context, from engine.Origin, id string) error
+	Resume(ctx context.Context, from engine.Origin, id string) error
+	Abandon(ctx context.Context, from engine.Origin, id string) error
+	Pause(ctx context.Context, from engine.Origin, id string) error
+	Cancel(ctx context.Context, from engine.Origin, id string) error
+	Refuse(ctx context.Context, from engine.Origin, cluster string, inv *grammar.Invocation, err error)
+	ResolveCluster(name, channel string) (*config.Cluster, error)
+	Freeze(ctx context.Context, cluster string) (*engine.Freeze, error)
+	CommandButtons(ctx context.Context, sugg []engine.Suggestion) ([]engine.Button, error)
+	StatusFacts(ctx context.Context, user string, clusters []string) map[string][]string
+}
 
-var _ engine.Commands = Router{}
+var _ Operations = (*engine.Engine)(nil)
+
+// Router serves the bot's own commands for the engine (engine.Commands).
+// Its zero value lists the commands (Specs) but serves none: New builds the
+// one that serves.
+type Router struct {
+	cfg     *config.Config
+	store   *state.Store
+	policy  engine.Policy
+	sink    engine.Sink
+	clock   func() time.Time
+	ops     Operations
+	grammar *grammar.Grammar
+}
+
+var _ engine.Commands = (*Router)(nil)
+
+// now is the bot's clock in UTC, as the engine's is.
+func (r *Router) now() time.Time { return r.clock().UTC() }
 
 // Specs lists the bot's own commands for the grammar.
-func (Router) Specs() []grammar.CommandSpec { return botCommandSpecs() }
+func (*Router) Specs() []grammar.CommandSpec { return botCommandSpecs() }
 
 // Serve runs the bot command inv names.
-func (Router) Serve(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
+func (r *Router) Serve(ctx context.Context, from engine.Origin, inv *grammar.Invocation) error {
+	if r.ops == nil {
+		// A router that New did not build: fail closed rather than panic.
+		return fmt.Errorf("bot command %q: the router was not built by bot.New", inv.Spec.Name)
+	}
 	for _, c := range botCommands() {
 		if c.spec.Name == inv.Spec.Name {
-			return c.run(ctx, e, from, inv)
+			return c.run(ctx, r, from, inv)
 		}
 	}
 	return fmt.Errorf("bot command %q has no handler", inv.Spec.Name)
 }
 
-func help(e *engine.Engine, name string) string {
+func help(r *Router, name string) string {
 	if name != "" {
-		if s, ok := e.Grammar().Lookup(name); ok {
+		if s, ok := r.grammar.Lookup(name); ok {
 			return helpFor(s)
 		}
 		// "help upgrade" lists every command starting with that word.
 		var b strings.Builder
-		for _, s := range e.Grammar().Specs() {
+		for _, s := range r.grammar.Specs() {
 			if strings.HasPrefix(s.Name, name+" ") {
 				b.WriteString(helpFor(s) + "\n")
 			}
@@ -164,11 +222,11 @@ func help(e *engine.Engine, name string) string {
 		if b.Len() > 0 {
 			return strings.TrimSpace(b.String())
 		}
-		return fmt.Sprintf("unknown command %s. %s", chat.Echo(name), e.Grammar().CommandList())
+		return fmt.Sprintf("unknown command %s. %s", chat.Echo(name), r.grammar.CommandList())
 	}
 	var b strings.Builder
 	b.WriteString("talosbot commands:\n")
-	for _, s := range e.Grammar().Specs() {
+	for _, s := range r.grammar.Specs() {
 		tag := ""
 		switch {
 		case s.GetEffect() == lifecyclev1.Effect_EFFECT_DISRUPTIVE && s.Plugin != "":
@@ -205,18 +263,18 @@ func helpFor(s grammar.CommandSpec) string {
 // audit, it needs a role that may read: a named cluster the policy refuses,
 // or no readable cluster at all, refuses the command; otherwise the clusters
 // refused are left out, and never asked.
-func statusAuthorize(ctx context.Context, e *engine.Engine, user, cluster string) (readable, hidden []string, err error) {
-	names := e.Config().ClusterNames()
+func statusAuthorize(ctx context.Context, r *Router, user, cluster string) (readable, hidden []string, err error) {
+	names := r.cfg.ClusterNames()
 	if cluster != "" {
 		names = []string{cluster}
 	}
 	var firstErr error
 	for _, n := range names {
-		cl := e.Config().Cluster(n)
+		cl := r.cfg.Cluster(n)
 		if cl == nil {
-			return nil, nil, fmt.Errorf("unknown cluster %s; %s", chat.Echo(n), e.Config().ClustersHint(n))
+			return nil, nil, fmt.Errorf("unknown cluster %s; %s", chat.Echo(n), r.cfg.ClustersHint(n))
 		}
-		if err := e.Policy().Authorize(ctx, engine.PolicyRequest{User: user, Cluster: cl, Command: "status", Now: e.Now()}); err != nil {
+		if err := r.policy.Authorize(ctx, engine.PolicyRequest{User: user, Cluster: cl, Command: "status", Now: r.now()}); err != nil {
 			hidden = append(hidden, n)
 			if firstErr == nil {
 				firstErr = err
@@ -244,25 +302,25 @@ func statusAuthorize(ctx context.Context, e *engine.Engine, user, cluster string
 // (its target and age, from the store), the last operation with its result,
 // and the operations in flight with their next commands.
 // It shows only names, the clusters the user may read (statusAuthorize).
-func status(ctx context.Context, e *engine.Engine, user string, names []string) (string, error) {
-	now := e.Now()
+func status(ctx context.Context, r *Router, user string, names []string) (string, error) {
+	now := r.now()
 	// Every cluster's providers at once, before the store is read, so that
 	// status costs one timeout at most, and no store transaction waits on a
 	// cluster.
-	facts := e.StatusFacts(ctx, user, names)
+	facts := r.ops.StatusFacts(ctx, user, names)
 	ago := func(t time.Time) string { return render.Ago(t, now) }
 	var b strings.Builder
 	for _, n := range names {
-		fr, err := e.Freeze(ctx, n)
+		fr, err := r.ops.Freeze(ctx, n)
 		if err != nil {
 			return "", err
 		}
-		err = e.Store().View(ctx, func(tx *state.Tx) error {
+		err = r.store.View(ctx, func(tx *state.Tx) error {
 			l, err := tx.Lock(n)
 			if err != nil {
 				return err
 			}
-			cl := e.Config().Cluster(n)
+			cl := r.cfg.Cluster(n)
 			fmt.Fprintf(&b, "*%s* (%s)\n", n, cl.Environment)
 			if l == nil {
 				b.WriteString("  lock: free\n")
@@ -274,7 +332,7 @@ func status(ctx context.Context, e *engine.Engine, user string, names []string) 
 			} else {
 				b.WriteString("  freeze: none\n")
 			}
-			if ws := e.Config().Policy[cl.Environment].Windows; len(ws) > 0 {
+			if ws := r.cfg.Policy[cl.Environment].Windows; len(ws) > 0 {
 				open := "closed now"
 				if approvals.InWindow(ws, now) {
 					open = "open now"

@@ -19,14 +19,14 @@ func policyCommands() []botCommand {
 			Summary: "refuse disruptive operations on a cluster until it is unfrozen",
 			Args:    []*lifecyclev1.Arg{{Name: "cluster", Required: true}, {Name: "reason", Required: true, Description: "why, shown to everyone who is refused (quote it)"}},
 			Example: `/talos freeze production "etcd restore drill"`}},
-			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-				return setFreeze(ctx, e, from, inv, true)
+			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+				return setFreeze(ctx, r, from, inv, true)
 			}},
 		{grammar.CommandSpec{Command: &lifecyclev1.Command{Name: "unfreeze", Effect: dis,
 			Summary: "allow disruptive operations on a frozen cluster again",
 			Args:    []*lifecyclev1.Arg{{Name: "cluster", Required: true}}, Example: "/talos unfreeze production"}},
-			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-				return setFreeze(ctx, e, from, inv, false)
+			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+				return setFreeze(ctx, r, from, inv, false)
 			}},
 	}
 }
@@ -34,36 +34,36 @@ func policyCommands() []botCommand {
 // maxFreezeReason bounds a freeze reason, in characters.
 const maxFreezeReason = 280
 
-func setFreeze(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation, on bool) error {
+func setFreeze(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation, on bool) error {
 	name := inv.Args["cluster"]
-	cl, err := e.ResolveCluster(name, from.Channel)
+	cl, err := r.ops.ResolveCluster(name, from.Channel)
 	if err != nil {
-		e.Sink().Reply(ctx, from, err.Error())
+		r.sink.Reply(ctx, from, err.Error())
 		return err
 	}
 	// Freezing is an operator's act: viewers may not, and a freeze does not
 	// itself need the cluster unfrozen.
-	if err := e.Policy().Authorize(ctx, engine.PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: true, Now: e.Now(), Housekeeping: true}); err != nil {
-		e.Refuse(ctx, from, cl.Name, inv, err)
+	if err := r.policy.Authorize(ctx, engine.PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: true, Now: r.now(), Housekeeping: true}); err != nil {
+		r.ops.Refuse(ctx, from, cl.Name, inv, err)
 		return err
 	}
 	// A freeze reason is shown in every refusal and in /talos status for as
 	// long as the freeze holds: a bounded sentence, not a document.
 	if n := utf8.RuneCountInString(inv.Args["reason"]); on && n > maxFreezeReason {
 		err := fmt.Errorf("the freeze reason is %d characters; at most %d are kept, say it shorter (the cluster is not frozen)", n, maxFreezeReason)
-		e.Sink().Reply(ctx, from, err.Error())
+		r.sink.Reply(ctx, from, err.Error())
 		return err
 	}
-	cur, err := e.Freeze(ctx, cl.Name)
+	cur, err := r.ops.Freeze(ctx, cl.Name)
 	if err != nil {
 		return err
 	}
 	var msg string
-	err = e.Store().Update(ctx, func(tx *state.Tx) error {
-		ev := state.AuditEvent{Time: e.Now(), Actor: from.User, Cluster: cl.Name, Command: inv.Spec.Name, Result: "ok"}
+	err = r.store.Update(ctx, func(tx *state.Tx) error {
+		ev := state.AuditEvent{Time: r.now(), Actor: from.User, Cluster: cl.Name, Command: inv.Spec.Name, Result: "ok"}
 		switch {
 		case on:
-			f := engine.Freeze{Reason: inv.Args["reason"], By: from.User, Since: e.Now()}
+			f := engine.Freeze{Reason: inv.Args["reason"], By: from.User, Since: r.now()}
 			if err := engine.PutFreeze(tx, cl.Name, f); err != nil {
 				return err
 			}
@@ -83,9 +83,9 @@ func setFreeze(ctx context.Context, e *engine.Engine, from engine.Origin, inv *g
 		return err
 	})
 	if err != nil {
-		e.Sink().Reply(ctx, from, "could not change the freeze: "+err.Error())
+		r.sink.Reply(ctx, from, "could not change the freeze: "+err.Error())
 		return err
 	}
-	e.Sink().Reply(ctx, from, msg)
+	r.sink.Reply(ctx, from, msg)
 	return nil
 }

@@ -20,33 +20,33 @@ func releaseCommands() []botCommand {
 			Args: []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster whose notices to pause (default: the channel's cluster)"},
 				{Name: "for", Flag: true, Description: "how long, e.g. 3d (default 7d, at most 90d)"}},
 			Example: "/talos releases snooze production --for 3d"}},
-			func(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-				return snoozeReleases(ctx, e, from, inv)
+			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+				return snoozeReleases(ctx, r, from, inv)
 			}},
 	}
 }
 
-func snoozeReleases(ctx context.Context, e *engine.Engine, from engine.Origin, inv *grammar.Invocation) error {
-	cl, err := e.ResolveCluster(inv.Args["cluster"], from.Channel)
+func snoozeReleases(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
+	cl, err := r.ops.ResolveCluster(inv.Args["cluster"], from.Channel)
 	if err != nil {
-		e.Sink().Reply(ctx, from, err.Error())
+		r.sink.Reply(ctx, from, err.Error())
 		return err
 	}
 	// It writes state the bot keeps: the operator role, nothing more.
-	if err := e.Policy().Authorize(ctx, engine.PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Writes: true, Now: e.Now(), Housekeeping: true}); err != nil {
-		e.Refuse(ctx, from, cl.Name, inv, err)
+	if err := r.policy.Authorize(ctx, engine.PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Writes: true, Now: r.now(), Housekeeping: true}); err != nil {
+		r.ops.Refuse(ctx, from, cl.Name, inv, err)
 		return err
 	}
 	d, err := releasenotice.ParseSnooze(inv.Args["for"])
 	if err != nil {
-		e.Sink().Reply(ctx, from, err.Error())
+		r.sink.Reply(ctx, from, err.Error())
 		return err
 	}
-	until := e.Now().Add(d)
-	if err := releasenotice.SnoozeCluster(ctx, e.Store(), cl.Name, from.User, e.Now(), until); err != nil {
+	until := r.now().Add(d)
+	if err := releasenotice.SnoozeCluster(ctx, r.store, cl.Name, from.User, r.now(), until); err != nil {
 		return err
 	}
-	e.Sink().Reply(ctx, from, fmt.Sprintf("😴 new-release notices for %s are paused until %s (by %s); releases that appear meanwhile are announced then",
+	r.sink.Reply(ctx, from, fmt.Sprintf("😴 new-release notices for %s are paused until %s (by %s); releases that appear meanwhile are announced then",
 		cl.Name, until.UTC().Format(time.RFC3339), from.User))
 	return nil
 }

@@ -2,8 +2,9 @@
 # check-packages.sh: every package of the module (`go list ./...`, and the
 # demo-only ones) has a row in the package table of docs/ARCHITECTURE.md,
 # named in backquotes in the row's first cell; a row naming no package is an
-# error too. And the core knows no plugin setting: no Go file under config/,
-# bot/ or approvals/ names a built-in's setting key from
+# error too. It also checks the import arrows the layout promises (below),
+# and that the core knows no plugin setting: no Go file under config/, bot/
+# or approvals/ names a built-in's setting key from
 # plugins/catalog/settings.txt, as written (refuse_non_latest_patch) or as its
 # Go name (RefuseNonLatestPatch). Run by `make lint`.
 set -euo pipefail
@@ -32,6 +33,23 @@ while read -r n; do
 		bad=1
 	fi
 done <<<"$named"
+
+# Arrows point down: approvals answers the engine with its own types and
+# imports nothing of bot/; the render fixtures do not import the engine; the
+# plugins binary links no store (internal/releases reaches it through an
+# interface the bot implements).
+arrow() { # arrow PACKAGE FORBIDDEN-PREFIX WHY
+	local hit
+	hit=$(go list -deps "./$1" | grep -E "^$mod/$2(/|\$)" || true)
+	if [ -n "$hit" ]; then
+		echo "$1 links $(tr '\n' ' ' <<<"$hit"): $3"
+		bad=1
+	fi
+}
+arrow approvals bot "approvals is below bot: take the input as an approvals type and let bot/engine alias it"
+arrow internal/rendertest bot/engine "the render fixtures build opfacts.Facts, not engine types"
+arrow cmd/talosbot-plugins state "plugins link no store: reach it through an interface (releases.Cache) the bot implements"
+
 # The built-ins' setting keys, each with its CamelCase Go name.
 settings=plugins/catalog/settings.txt
 while read -r plugin key _; do

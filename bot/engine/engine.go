@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/credentials"
 	"github.com/talosbot/talosbot/bot/grammar"
@@ -156,15 +157,12 @@ func Grammar(ctx context.Context, plugins Plugins, own Commands) (*grammar.Gramm
 	return grammar.NewGrammar(commandSpecs(own, mans)), nil
 }
 
-// Policy flags the engine adds to every disruptive plugin command. They
-// change what policy allows, not what the plugin does, so plugins never see
-// them. Package approvals reads them; they are defined once, here.
+// Policy flags the engine adds to every disruptive plugin command, defined
+// once in package approvals, which reads them.
 const (
-	FlagSkipStaging   = "skip-staging"
-	FlagOutsideWindow = "outside-window"
-	// FlagPromotedFrom prefixes the operation flag naming the staging
-	// operation that satisfied the promotion gate (R6).
-	FlagPromotedFrom = "promoted-from:"
+	FlagSkipStaging   = approvals.FlagSkipStaging
+	FlagOutsideWindow = approvals.FlagOutsideWindow
+	FlagPromotedFrom  = approvals.FlagPromotedFrom
 )
 
 // requiredApprovals asks the policy how many approvals op needs, with the
@@ -200,25 +198,6 @@ func pluginArgs(args map[string]string) map[string]string {
 
 // Grammar returns the engine's command grammar (for help and adapters).
 func (e *Engine) Grammar() *grammar.Grammar { return e.grammar }
-
-// What the bot's own commands (package bot) read through the engine. They
-// are the engine's, not copies: a command answers through the same Sink,
-// reads the same store and asks the same Policy as an operation.
-
-// Config returns the configuration the engine runs with.
-func (e *Engine) Config() *config.Config { return e.o.Config }
-
-// Store returns the engine's store.
-func (e *Engine) Store() *state.Store { return e.o.Store }
-
-// Policy returns the engine's policy.
-func (e *Engine) Policy() Policy { return e.o.Policy }
-
-// Sink returns where the engine answers.
-func (e *Engine) Sink() Sink { return e.o.Sink }
-
-// Now is the engine's clock, in UTC.
-func (e *Engine) Now() time.Time { return e.now() }
 
 // Close stops accepting work, cancels running operations' contexts without
 // changing their state (they become interrupted at the next start, exactly as
@@ -290,7 +269,7 @@ func (e *Engine) Submit(ctx context.Context, from Origin, text string) (string, 
 			e.o.Sink.Reply(ctx, from, err.Error())
 			return "", err
 		}
-		return "", e.o.Commands.Serve(ctx, e, from, inv)
+		return "", e.o.Commands.Serve(ctx, from, inv)
 	}
 	cl, err := e.ResolveCluster(inv.Args["cluster"], from.Channel)
 	if err != nil {

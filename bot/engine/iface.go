@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot/credentials"
 	"github.com/talosbot/talosbot/bot/grammar"
 	"github.com/talosbot/talosbot/config"
@@ -28,11 +29,13 @@ type CredentialSource interface {
 // Commands serves the commands the bot answers itself, without a plugin
 // (package bot's router: help, status, resume, audit, freeze, …). The engine
 // parses every line with one grammar, built from Specs and the plugin
-// manifests, and hands an invocation of one of these back to Serve, with
-// itself for the state and the answers.
+// manifests, and hands an invocation of one of these to Serve. Serve gets
+// the invocation and nothing else: what a command reads (store, policy,
+// sink, clock) is given to the implementation when it is built, so the
+// engine is not re-entered for its state.
 type Commands interface {
 	Specs() []grammar.CommandSpec
-	Serve(ctx context.Context, e *Engine, from Origin, inv *grammar.Invocation) error
+	Serve(ctx context.Context, from Origin, inv *grammar.Invocation) error
 }
 
 // Origin says who asked and where to answer.
@@ -103,36 +106,17 @@ type Policy interface {
 	Promotion(op *state.Operation, last StagingLookup, now time.Time) (flags []string, err error)
 }
 
-// StagingLookup finds the newest succeeded staging operation of command with
-// target that ended at or after since.
-type StagingLookup func(command, target string, since time.Time) (*state.Operation, error)
-
-// Freeze is a cluster freeze: disruptive operations are refused while it holds.
-type Freeze struct {
-	Reason string    `json:"reason"`
-	By     string    `json:"by"`
-	Since  time.Time `json:"since"`
-}
-
-// PolicyRequest describes a request for Policy.Authorize.
-type PolicyRequest struct {
-	User       string
-	Cluster    *config.Cluster
-	Command    string
-	Disruptive bool
-	// Writes marks a command that changes no cluster but writes or deletes
-	// files or state the bot keeps (EFFECT_WRITE, e.g. a snapshot and its
-	// retention): it needs the operator role, nothing more.
-	Writes bool
-	Args   map[string]string
-	Now    time.Time
-	// Frozen is the cluster's freeze, if any.
-	Frozen *Freeze
-	// Housekeeping marks commands that must work during a freeze and
-	// outside maintenance windows (freeze, unfreeze, abandon, cancel): they
-	// stop or record work, they never start it.
-	Housekeeping bool
-}
+// The policy's inputs are package approvals' own types, so approvals
+// imports nothing of bot/ (the arrow runs bot → approvals).
+type (
+	// StagingLookup finds the newest succeeded staging operation of command
+	// with target that ended at or after since.
+	StagingLookup = approvals.StagingLookup
+	// Freeze is a cluster freeze: disruptive operations are refused while it holds.
+	Freeze = approvals.Freeze
+	// PolicyRequest describes a request for Policy.Authorize.
+	PolicyRequest = approvals.Request
+)
 
 // Observer is told about engine events, for metrics. Calls must not block.
 type Observer interface {

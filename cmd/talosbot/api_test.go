@@ -145,6 +145,7 @@ func TestAuditExportCSVParsesBack(t *testing.T) {
 // TestServeAuditAPIAlertWebhookAndMetrics runs `talosbot serve` with the
 // audit API and the alert webhook configured and checks them end to end.
 func TestServeAuditAPIAlertWebhookAndMetrics(t *testing.T) {
+	slow(t)
 	dir := t.TempDir()
 	plugin, sum := buildEnginePlugin(t)
 	tc := filepath.Join(dir, "talosconfig")

@@ -21,6 +21,7 @@ import (
 // back (as someone at 11 pm with talosctl might). The re-plan before Run sees
 // a different digest, voids the approvals, says why, and asks again.
 func TestApprovalVoidedWhenANodeChangesVersion(t *testing.T) {
+	slow(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	c, err := sim.Start(ctx, sim.Options{Dir: filepath.Join(dir, "sim"), Name: "production", ControlPlanes: 1, Workers: 2, RebootDelay: 300 * time.Millisecond})

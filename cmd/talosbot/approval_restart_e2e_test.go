@@ -22,6 +22,7 @@ import (
 // other. Before the fix the restarted bot posted nothing, and there was no
 // typed way to approve.
 func TestApprovalSurvivesSIGKILL(t *testing.T) {
+	slow(t)
 	for _, how := range []string{"click", "typed"} {
 		t.Run(how, func(t *testing.T) {
 			ctx := context.Background()

@@ -27,6 +27,7 @@ import (
 // copies of its real database in each way an attacker or a bad disk would
 // and expects `talosbot audit verify` to exit 1 with the reason, never panic.
 func TestAuditVerifyAndExportAgainstARunningBotAndDamagedCopies(t *testing.T) {
+	slow(t)
 	dir := t.TempDir()
 	plugin, sum := buildEnginePlugin(t)
 	tc, tokFile := filepath.Join(dir, "talosconfig"), filepath.Join(dir, "audit-token")
@@ -246,6 +247,7 @@ plugins:
 // repair-head; the repair (verified, audited, by the OS user) makes the
 // chain verify again and serve start.
 func TestServeRefusesAnAuditChainWithoutItsHead(t *testing.T) {
+	slow(t)
 	dir := t.TempDir()
 	plugin, sum := buildEnginePlugin(t)
 	b := servetest.Config{Dir: dir, Clusters: []servetest.Cluster{{Nodes: []string{"{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}"},

@@ -102,6 +102,7 @@ func TestConfigSyntaxErrorsNameTheirLine(t *testing.T) {
 // manifests as serve does), and serve refuses to start on a name config
 // check refuses: the two agree.
 func TestConfigCheckAndServeAgreeOnExternalCommands(t *testing.T) {
+	slow(t)
 	plugin, sum := buildEnginePlugin(t)
 	doc := func(exempt string) string {
 		return fmt.Sprintf(`%s

@@ -24,6 +24,7 @@ import (
 // upgraded exactly once, the audit chain must verify, and the history must
 // show each interruption and resumption.
 func TestCrashRecoveryTwentyKills(t *testing.T) {
+	slow(t)
 	const kills, seed = 20, 20261130
 	rng := rand.New(rand.NewPCG(seed, seed))
 	ctx := context.Background()

@@ -63,6 +63,7 @@ func buildEnginePlugin(t *testing.T) (path, sum string) {
 // it and checks that the operation is interrupted (not running, not lost),
 // that its lock still holds, and that the audit chain verifies.
 func TestServeSIGKILLLeavesInterruptedOperation(t *testing.T) {
+	slow(t)
 	dir := t.TempDir()
 	plugin, sum := buildEnginePlugin(t)
 	b := servetest.Config{Dir: dir, Clusters: []servetest.Cluster{{Nodes: []string{"{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}"},

@@ -196,6 +196,7 @@ func (e *followupEnv) thread(substr string) bool {
 // alert still firing is reported, and the version bump is a pushed branch
 // whose only change is the talos_version line. No token appears anywhere.
 func TestServeUpgradeHoldsSilenceThenPushesBump(t *testing.T) {
+	slow(t)
 	e := newFollowupEnv(t)
 	// The control plane takes its time to reboot, so the run outlasts the
 	// checks made while it goes on.
@@ -313,6 +314,7 @@ func TestServeUpgradeHoldsSilenceThenPushesBump(t *testing.T) {
 // TestServeFailedUpgradePushesNothing: a node that fails to boot the new
 // version fails the upgrade; the silence is expired and nothing is pushed.
 func TestServeFailedUpgradePushesNothing(t *testing.T) {
+	slow(t)
 	e := newFollowupEnv(t)
 	must(t, e.c.Inject(context.Background(), "worker-1", sim.Fault{BootFailure: true}))
 	e.b.Start()
@@ -334,6 +336,7 @@ func TestServeFailedUpgradePushesNothing(t *testing.T) {
 // leaves the silence held; the restarted bot finds it with the operation,
 // and abandon expires it. Nothing is pushed.
 func TestServeKilledThenAbandonedExpiresSilence(t *testing.T) {
+	slow(t)
 	e := newFollowupEnv(t)
 	e.b.Start()
 	id := e.startUpgrade()
@@ -360,6 +363,7 @@ func TestServeKilledThenAbandonedExpiresSilence(t *testing.T) {
 // resume: the silence found at start-up is extended by the resumed run and
 // expired when it succeeds, and the bump is pushed once.
 func TestServeKilledThenResumedExpiresSilence(t *testing.T) {
+	slow(t)
 	e := newFollowupEnv(t)
 	must(t, e.c.Inject(context.Background(), "cp-1", sim.Fault{SlowReboot: 3 * time.Second}))
 	e.b.Start()

@@ -21,6 +21,7 @@ import (
 // a restart and /talos resume, the first control plane's kube-apiserver is not
 // configured again and the upgrade completes.
 func TestKubernetesUpgradeResumesAfterSIGKILL(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	ctx := context.Background()
 	dir := t.TempDir()

@@ -17,6 +17,7 @@ import (
 // of it, through the real bot and plugin processes (issue 29, defect 3: a
 // 60 KB argument came back in full on the card, in R10 and R15).
 func TestPluginRefusalsQuoteAShortPrefix(t *testing.T) {
+	slow(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -22,6 +22,7 @@ import (
 // waits: a start that failed and killed the plugin used to hold the plugin's
 // lock for good, and Close waited on that lock.)
 func TestHungPluginHoldsNothing(t *testing.T) {
+	slow(t)
 	for _, tc := range []struct{ name, args, pidfile string }{
 		{"in plan", "--pidfile %s", "hang.pids"},
 		{"while restarting", "--mode crash", "marker.pids"},

@@ -19,6 +19,7 @@ import (
 // asked to upgrade or changes version. Before, it ran to "succeeded" and
 // the nodes reported v1.13.99.
 func TestUpgradeToAVersionThatIsNotAReleaseIsRefused(t *testing.T) {
+	slow(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	c, err := sim.Start(ctx, sim.Options{Dir: filepath.Join(dir, "sim"), Name: "staging", ControlPlanes: 1, Workers: 1, RebootDelay: 100 * time.Millisecond})

@@ -21,6 +21,7 @@ import (
 // conformance.TestConformanceEtcdRecovery; a kill at every step is
 // TestRecoverKilledAtEveryStep.
 func TestRecoverProductionFromChat(t *testing.T) {
+	slow(t)
 	h := &holder{hit: make(chan string, 1)}
 	f := startRecoverFixture(t, h.onCall)
 	b := f.b

@@ -22,6 +22,7 @@ import (
 // gate passed (the operation succeeded). isolate has no call of its own: it
 // is decided from the confirm step's reads, so its kill point is confirm's.
 func TestRecoverKilledAtEveryStep(t *testing.T) {
+	slow(t)
 	t0 := time.Now()
 	h := &holder{hit: make(chan string, 1)}
 	var c *sim.Cluster

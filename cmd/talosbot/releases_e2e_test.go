@@ -21,6 +21,7 @@ import (
 // channel with its buttons, and its snooze button is accepted (that a snooze
 // pauses the notices is TestOneNoticePerNewVersionStagingFirstSnoozeHonoured's).
 func TestServeReleasesAndNotices(t *testing.T) {
+	slow(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	c, err := sim.Start(ctx, sim.Options{Dir: filepath.Join(dir, "sim"), Name: "staging", ControlPlanes: 1})

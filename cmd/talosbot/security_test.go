@@ -34,6 +34,7 @@ import (
 // transcript, the bbolt file, the data and snapshot dirs and its TMPDIR — for
 // the talosconfig key, the kubeconfig token and every token. Zero hits.
 func TestSecretsSweep(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	ctx := context.Background()
 	dir := t.TempDir()

@@ -17,6 +17,7 @@ import (
 // UTC second they raced for one name: the rest failed with "file exists",
 // or a later one replaced a verified file under the same id.
 func TestParallelSnapshotsThroughTheBot(t *testing.T) {
+	slow(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

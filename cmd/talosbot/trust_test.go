@@ -37,6 +37,7 @@ import (
 // ("who is asking, whether it was asked before"). Each asserts the refusal,
 // its audit record, and that nothing changed.
 func TestServeTrustRegressions(t *testing.T) {
+	slow(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	c, err := sim.Start(ctx, sim.Options{Dir: filepath.Join(dir, "sim"), Name: "production", ControlPlanes: 1, Workers: 1, RebootDelay: 300 * time.Millisecond})

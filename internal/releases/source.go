@@ -8,8 +8,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/talosbot/talosbot/state"
 )
 
 // Where a List came from.
@@ -124,6 +122,16 @@ type cached struct {
 	FetchedAt time.Time `json:"fetched_at"`
 }
 
+// KVStore keeps small values across restarts. The bot's store
+// (state.Store) implements it; this package takes the interface so that the
+// plugins, which link this package for its version rules and planning, link
+// no store (hack/check-packages.sh checks).
+type KVStore interface {
+	// LoadKV returns the value, or nil when there is none.
+	LoadKV(ctx context.Context, bucket, key string) ([]byte, error)
+	SaveKV(ctx context.Context, bucket, key string, val []byte) error
+}
+
 // Source gives the current List: from Image Factory, read at most once per
 // Refresh and cached in the store; on an outage the cached list with its
 // age; with neither, the configured releases.talos.
@@ -132,8 +140,10 @@ type Source struct {
 	Fetcher Fetcher
 	// URL names the factory in messages and in the cache (a cache of
 	// another URL is not used).
-	URL        string
-	Store      *state.Store
+	URL string
+	// Store caches the last list the factory gave (the bot's state.Store
+	// implements it); nil: no cache.
+	Store      KVStore
 	Configured []string
 	ListedOnly bool
 	Refresh    time.Duration
@@ -358,26 +368,21 @@ func (s *Source) fallback(base *List, why error) (*List, error) {
 }
 
 func (s *Source) loadCache(ctx context.Context) (*cached, error) {
-	var c *cached
-	err := s.Store.View(ctx, func(tx *state.Tx) error {
-		raw, err := tx.GetKV(kvBucket, kvTalos)
-		if errors.Is(err, state.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		var v cached
-		if json.Unmarshal(raw, &v) != nil || v.URL != s.URL {
-			return nil // unreadable, or another factory's: as if none
-		}
-		c = &v
-		return nil
-	})
+	if s.Store == nil {
+		return nil, nil
+	}
+	raw, err := s.Store.LoadKV(ctx, kvBucket, kvTalos)
 	if err != nil {
 		return nil, fmt.Errorf("read the cached release list: %w", err)
 	}
-	return c, nil
+	if raw == nil {
+		return nil, nil
+	}
+	var c cached
+	if json.Unmarshal(raw, &c) != nil || c.URL != s.URL {
+		return nil, nil // unreadable, or another factory's: as if none
+	}
+	return &c, nil
 }
 
 func (s *Source) saveCache(ctx context.Context, c cached) error {
@@ -385,7 +390,10 @@ func (s *Source) saveCache(ctx context.Context, c cached) error {
 	if err != nil {
 		return fmt.Errorf("encode the release list: %w", err)
 	}
-	if err := s.Store.Update(ctx, func(tx *state.Tx) error { return tx.PutKV(kvBucket, kvTalos, raw) }); err != nil {
+	if s.Store == nil {
+		return nil
+	}
+	if err := s.Store.SaveKV(ctx, kvBucket, kvTalos, raw); err != nil {
 		return fmt.Errorf("cache the release list: %w", err)
 	}
 	return nil

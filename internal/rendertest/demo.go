@@ -6,7 +6,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/opfacts"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
@@ -24,9 +24,12 @@ var DemoWarnings = []string{
 // AwaitingDemo is Awaiting with the plan the demo's production cluster
 // gets (issue 31's 40-line card): the warnings above, and the node identity
 // and Kubernetes support preconditions with their long details.
-func AwaitingDemo() (*state.Operation, *engine.Facts) {
+func AwaitingDemo() (*state.Operation, *opfacts.Facts) {
 	op, f := Awaiting()
-	p := engine.DecodePlan(op.Plan)
+	var p lifecyclev1.OperationPlan
+	if err := protojson.Unmarshal(op.Plan, &p); err != nil {
+		panic(err)
+	}
 	p.Warnings = DemoWarnings
 	var ids []string
 	for i, n := range nodes {
@@ -36,7 +39,7 @@ func AwaitingDemo() (*state.Operation, *engine.Facts) {
 		&lifecyclev1.Precondition{Name: "node identity", Ok: true, Rule: "identity", Detail: strings.Join(ids, "; ")},
 		&lifecyclev1.Precondition{Name: "Kubernetes support", Ok: true, Rule: "R20", Detail: "Talos v1.13.9 supports Kubernetes v1.31 to v1.36; the running Kubernetes version is unknown"},
 	)
-	raw, err := protojson.Marshal(p)
+	raw, err := protojson.Marshal(&p)
 	if err != nil {
 		panic(err)
 	}

@@ -11,7 +11,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/approvals"
+	"github.com/talosbot/talosbot/bot/opfacts"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
@@ -62,8 +63,8 @@ func plan() *lifecyclev1.OperationPlan {
 	return p
 }
 
-func facts() *engine.Facts {
-	f := &engine.Facts{Now: Now, Required: 2, Approvers: []string{"bob", "dave"}, Roles: map[string]string{}}
+func facts() *opfacts.Facts {
+	f := &opfacts.Facts{Now: Now, Required: 2, Approvers: []string{"bob", "dave"}, Roles: map[string]string{}}
 	for _, n := range nodes {
 		f.Roles[n.name] = n.role
 	}
@@ -93,7 +94,7 @@ func base() *state.Operation {
 	raw, _ := protojson.Marshal(p)
 	op := &state.Operation{ID: "9c41d7e2b6a0", Cluster: "production", Environment: "production", Command: "upgrade talos",
 		Args: map[string]string{"version": "v1.13.9"}, Target: "v1.13.9", Disruptive: true, Requester: "alice", Channel: "ops",
-		Digest: "3f6d2a9be01c4d8f9e77a0b1c2d3e4f5", Plan: raw, Flags: []string{engine.FlagPromotedFrom + "5f2c81d0a9e4"},
+		Digest: "3f6d2a9be01c4d8f9e77a0b1c2d3e4f5", Plan: raw, Flags: []string{approvals.FlagPromotedFrom + "5f2c81d0a9e4"},
 		CreatedAt: Now.Add(-time.Minute)}
 	for _, s := range p.GetSteps() {
 		op.Steps = append(op.Steps, state.Step{ID: s.GetId(), Title: s.GetTitle(), Node: s.GetNode(), Status: "pending"})
@@ -102,7 +103,7 @@ func base() *state.Operation {
 }
 
 // Awaiting is the upgrade awaiting its two approvals, expiring in 30 min.
-func Awaiting() (*state.Operation, *engine.Facts) {
+func Awaiting() (*state.Operation, *opfacts.Facts) {
 	op := base()
 	op.State = state.StateAwaitingApproval
 	op.ExpiresAt = Now.Add(30 * time.Minute)
@@ -111,7 +112,7 @@ func Awaiting() (*state.Operation, *engine.Facts) {
 
 // Running is the upgrade approved by bob and dave, with its first two nodes
 // done, cp-2 upgrading, and one gate probe that could not run.
-func Running() (*state.Operation, *engine.Facts) {
+func Running() (*state.Operation, *opfacts.Facts) {
 	op := base()
 	op.State = state.StateRunning
 	op.StartedAt = Now.Add(-11 * time.Minute)

@@ -186,6 +186,11 @@ func TestSummarizeAndGuardOnProviderTypes(t *testing.T) {
 	if (&terraform.Plan{}).Summary() != "No changes." {
 		t.Fatal("empty plan summary")
 	}
+	// A plan without replacements says nothing about replacements: "(0
+	// replacements)" beside an R5 guard reads as if one had been checked for.
+	if got := (&terraform.Plan{Add: 2, Change: 1}).Summary(); got != "Plan: 2 to add, 1 to change, 0 to destroy." {
+		t.Fatalf("summary without replacements = %q", got)
+	}
 }
 
 func TestOutputText(t *testing.T) {

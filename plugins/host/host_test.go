@@ -458,6 +458,12 @@ func TestCancellationReachesPlugin(t *testing.T) {
 
 func TestRunTimeout(t *testing.T) {
 	m := newManager(t, Options{BuiltIn: []string{"alpha"}, RunTimeout: 300 * time.Millisecond})
+	// Start the process first: the run timeout bounds the start too, and on a
+	// loaded machine a start can take longer than 300 ms, which would fail the
+	// run on the start instead of on the timeout this test is about.
+	if _, err := m.Plan(t.Context(), "alpha", req("ok")); err != nil {
+		t.Fatal(err)
+	}
 	marker := filepath.Join(t.TempDir(), "timed-out")
 	r := req("sleep", "duration", "1h", "marker", marker)
 	// Settings cannot extend the host's run timeout.
@@ -650,6 +656,15 @@ func TestHCLogAdapterRespectsLevel(t *testing.T) {
 	debug.Named("stdio").With("a", 1).Warn("hello", "k", "v")
 	if out := buf.String(); !strings.Contains(out, "level=DEBUG msg=hello a=1 k=v logger=stdio") {
 		t.Fatalf("adapter output = %q", out)
+	}
+	// go-plugin names the executable "plugin"; the Manager's logger already
+	// says which plugin by name, so the path goes out as "path". Only keys
+	// are renamed, never a value that happens to read "plugin".
+	var paths syncBuffer
+	newHCLogger(slog.New(slog.NewTextHandler(&paths, &slog.HandlerOptions{Level: slog.LevelDebug}))).
+		Debug("starting plugin", "args", "x", "plugin", "/usr/lib/talosbot/x", "cmd", "plugin")
+	if out := paths.String(); !strings.Contains(out, "args=x path=/usr/lib/talosbot/x cmd=plugin") || strings.Contains(out, "plugin=") {
+		t.Fatalf("go-plugin's executable key was not renamed: %q", out)
 	}
 	w := newLineLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), "stderr")
 	_, _ = io.WriteString(w, "part")

@@ -91,6 +91,7 @@ func nodeName(t *testing.T, c *sim.Cluster, name string) string {
 // TestRemoveControlPlane: 3 control planes, remove one: 2 members remain and
 // the Kubernetes Node is gone; the result carries the Terraform follow-up.
 func TestRemoveControlPlane(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	c := startSim(t, kube)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -131,6 +132,7 @@ func TestRemoveControlPlane(t *testing.T) {
 // TestRemovalRefusedWhileAMemberIsDown: with cp-2 down, removing cp-1 would
 // leave one healthy member of three (R9).
 func TestRemovalRefusedWhileAMemberIsDown(t *testing.T) {
+	slow(t)
 	c := startSim(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -189,6 +191,7 @@ func TestRemovalOfUnknownNodeRefused(t *testing.T) {
 }
 
 func TestRemoveWorker(t *testing.T) {
+	slow(t)
 	c := startSim(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -204,6 +207,7 @@ func TestRemoveWorker(t *testing.T) {
 // TestFailingBeforeGateRefusesRemoval is R1 in the removal: cp-2's kubelet
 // is unhealthy, so cp-3 is not reset and etcd keeps three members.
 func TestFailingBeforeGateRefusesRemoval(t *testing.T) {
+	slow(t)
 	c := startSim(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

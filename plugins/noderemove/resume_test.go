@@ -22,6 +22,7 @@ import (
 // skipping it left the Node cordoned and failed the gate after ("unexpected
 // nodes").
 func TestResumeAfterResetDeletesTheNode(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	c := startSim(t, kube)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

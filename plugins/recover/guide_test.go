@@ -25,6 +25,7 @@ var guideCmd = regexp.MustCompile("^\\d+\\. `(talosctl [^`]+)`$")
 // has three voters, one leader and the snapshot's data. No command names a
 // credential (talosctl reads TALOSCONFIG).
 func TestGuideRunsAsWrittenWithTalosctl(t *testing.T) {
+	slow(t)
 	bin := os.Getenv("TALOSBOT_TALOSCTL")
 	if bin == "" {
 		t.Skip("TALOSBOT_TALOSCTL is not set (the real talosctl, ../shared/tools/talosctl)")

@@ -168,6 +168,7 @@ func (f *fixture) calls(method string) map[string]int {
 // one leader and three voters and the data of the snapshot; a resumed run
 // afterwards changes nothing.
 func TestRecoverRefusalsThenRestore(t *testing.T) {
+	slow(t)
 	f := setup(t)
 	p := f.plugin(time.Hour)
 
@@ -271,6 +272,7 @@ func TestRecoverRefusalsThenRestore(t *testing.T) {
 // before etcd came up). The resumed run uploads to the same node only,
 // never bootstraps a second time, and finishes the recovery.
 func TestRecoverResumeAfterUploadAndAfterBootstrap(t *testing.T) {
+	slow(t)
 	for _, stage := range []string{"upload", "bootstrap"} {
 		t.Run(stage, func(t *testing.T) {
 			f := setup(t)
@@ -370,6 +372,7 @@ func (k *killAt) StepOK(id, detail string) error {
 // members step, then attempt 2 runs. It never uploads, bootstraps or
 // resets again, and finishes with the snapshot's data on three voters.
 func TestRecoverResumeAfterRejoinAndAfterMembers(t *testing.T) {
+	slow(t)
 	for _, stage := range []string{StepRejoin, StepMembers} {
 		t.Run(stage, func(t *testing.T) {
 			f := setup(t)
@@ -450,6 +453,7 @@ func equal(a, b map[string]int) bool {
 // the identity it is not verified and the plan is refused. The read-only
 // guide locates it without the identity and says to decrypt it.
 func TestRecoverEncryptedSnapshot(t *testing.T) {
+	slow(t)
 	id, err := age.GenerateX25519Identity()
 	if err != nil {
 		t.Fatal(err)
@@ -505,6 +509,7 @@ func TestRecoverEncryptedSnapshot(t *testing.T) {
 // revision is the member's, so nothing is refused without --accept-loss,
 // and the write made after the bot's snapshot survives the recovery.
 func TestRecoverFromSurvivorKeepsNewerData(t *testing.T) {
+	slow(t)
 	f := setup(t)
 	p := f.plugin(time.Hour)
 	if _, err := f.c.LoseEtcdQuorum(ctx(t)); err != nil {
@@ -611,6 +616,7 @@ func TestRecoverRefusedWhileMembersHaveLeader(t *testing.T) {
 // check has not passed yet (Running, unhealthy, with a leader) is not reset
 // by the rejoin step; only the stale survivor (no leader) is.
 func TestRecoverDoesNotResetJoinedMember(t *testing.T) {
+	slow(t)
 	f := setup(t)
 	p := f.plugin(time.Hour)
 	if _, err := f.c.LoseEtcdQuorum(ctx(t)); err != nil {
@@ -660,6 +666,7 @@ func TestRecoverDoesNotResetJoinedMember(t *testing.T) {
 // the restore as done and never uploads to or bootstraps a second node
 // (two clusters from one snapshot), nor resets the restored one.
 func TestRecoverResumeRestoredNotYetHealthy(t *testing.T) {
+	slow(t)
 	f := setup(t)
 	p := f.plugin(time.Hour)
 	if _, err := f.c.LoseEtcdQuorum(ctx(t)); err != nil {

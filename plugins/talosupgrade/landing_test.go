@@ -115,6 +115,7 @@ func TestLandingKernelArgsDropped(t *testing.T) {
 // the node timeout the roll says it never rebooted (its boot id is unchanged), not that it
 // did not come back.
 func TestLandingNeverRebooted(t *testing.T) {
+	slow(t)
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	if err := e.c.Inject(ctx, "worker-1", sim.Fault{NoReboot: true}); err != nil {
@@ -135,6 +136,7 @@ func TestLandingNeverRebooted(t *testing.T) {
 // and a static pod pending, so Talos never reports it ready. The roll says it booted and
 // which conditions are unmet, not that it did not come back.
 func TestLandingBootedNotReady(t *testing.T) {
+	slow(t)
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	t.Cleanup(func() { _ = e.c.ClearAll(context.Background()) })

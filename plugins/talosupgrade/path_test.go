@@ -16,6 +16,7 @@ import (
 // Kubernetes upgrade to do first, and no node is touched. On a supported
 // version the plan says so.
 func TestRefusesAnUpgradeThatStrandsKubernetes(t *testing.T) {
+	slow(t)
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.KubernetesVersion = "v1.30.4" })
 	req := e.request(t, target)
 	req.Settings.Extra = map[string]string{releases.NoteVersions: "v1.12.6,v1.13.9", releases.NoteTargets: "v1.12.6,v1.13.9",
@@ -31,6 +32,7 @@ func TestRefusesAnUpgradeThatStrandsKubernetes(t *testing.T) {
 }
 
 func TestPlanShowsKubernetesSupport(t *testing.T) {
+	slow(t)
 	e := start(t, 1, 1, true, nil) // the sim's Kubernetes: v1.35.2
 	plan, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), e.request(t, target))
 	if err != nil || plan.GetRefusal() != nil {
@@ -74,6 +76,7 @@ func TestUnknownKubernetesIsNotAPassedPrecondition(t *testing.T) {
 // that stopped with kube-controller-manager still on 1.30.4 leaves
 // Kubernetes 1.30.4 running, which Talos v1.13 does not support.
 func TestRunningKubernetesIsTheLowestComponent(t *testing.T) {
+	slow(t)
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.KubernetesVersion = "v1.31.4" })
 	ctx := ctxFor(t, time.Minute)
 	req := e.request(t, target)

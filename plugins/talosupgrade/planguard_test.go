@@ -46,6 +46,7 @@ func TestPlanGuardBeforeUpgradeRefuses(t *testing.T) {
 // hops runs the R5 guard once, before the first hop (as the Kubernetes
 // upgrade does), not once per hop.
 func TestPlanGuardRunsOnceForAPath(t *testing.T) {
+	slow(t)
 	bin := tftest.Binary(t)
 	root := tftest.Root(t, bin, nil)
 	_, req := startHops(t, 1, 1)

@@ -107,6 +107,7 @@ func hasWarning(p *lifecyclev1.OperationPlan, parts ...string) bool {
 // is touched, naming the node, its arguments and the schematic fix. With
 // grubUseUKICmdline the arguments had no effect anyway: a warning.
 func TestPreflightExtraKernelArgsOnTheLifecyclePath(t *testing.T) {
+	slow(t)
 	// A v1.13 node is drained before its reboot: Kubernetes must be
 	// there, or the plan is refused for that first (R3).
 	e := startAt(t, "v1.13.2", true)
@@ -164,6 +165,7 @@ func TestPreflightChecksEveryHop(t *testing.T) {
 // 3.6 and tls-min-version in the extraArgs of etcd or kube-apiserver (R10,
 // which v1.14's deny lists reject, so the component would not start).
 func TestPreflightV114Refusals(t *testing.T) {
+	slow(t)
 	e := startAt(t, "v1.13.9", true)
 	w, cp := worker(e, t), controlPlane(e, t)
 	req := e.preflightRequest(t, "v1.14.1")
@@ -227,6 +229,7 @@ func TestPreflightV114Refusals(t *testing.T) {
 // /metrics on 2383 from v1.14) and in-tree iSCSI PersistentVolumes
 // (workload isolation stops them), and names them on the card.
 func TestPreflightWarnsFromKubernetes(t *testing.T) {
+	slow(t)
 	e := startAt(t, "v1.13.9", true)
 	ctx := ctxFor(t, time.Minute)
 	kc := e.kube.Client

@@ -104,6 +104,7 @@ func TestNonLatestPatchWarnsOrRefuses(t *testing.T) {
 }
 
 func TestFailingBeforeGateRefuses(t *testing.T) {
+	slow(t)
 	e := start(t, 3, 1, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	if err := e.c.Inject(ctx, "cp-2", sim.Fault{UnhealthyService: "kubelet"}); err != nil {

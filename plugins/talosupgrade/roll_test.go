@@ -38,6 +38,7 @@ func bootIDs(t *testing.T, e *env, req *lifecyclev1.OperationRequest) map[string
 
 // TestRollHappyPath: 3 control planes + 2 workers from v1.12.6 to v1.13.9.
 func TestRollHappyPath(t *testing.T) {
+	slow(t)
 	e := start(t, 3, 2, true, nil)
 	req := e.request(t, target)
 	ctx := ctxFor(t, 5*time.Minute)

@@ -119,6 +119,7 @@ func readState(t *testing.T, e *env, s *cluster.Session, n cluster.Node, b befor
 // the Kubernetes Node (Ready, schedulable), the evicted pod and the RPCs
 // the node served.
 func TestSameStateAsTalosctlUpgrade(t *testing.T) {
+	slow(t)
 	bin := os.Getenv("TALOSBOT_TALOSCTL")
 	if bin == "" {
 		t.Skip("skipping: TALOSBOT_TALOSCTL is unset; point it at talosctl v1.13.9 (../shared/tools/talosctl)")

@@ -17,6 +17,7 @@ import (
 // never reboots a node undrained: the bot fetches the kubeconfig Talos serves, as talosctl does,
 // cordons and drains the worker (its pod is evicted) before the reboot, and uncordons it after.
 func TestV113NodeDrainedWithTheTalosKubeconfig(t *testing.T) {
+	slow(t)
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.TalosVersion = "v1.13.2" })
 	ctx := ctxFor(t, 3*time.Minute)
 	w1 := e.info(t, "worker-1")
