@@ -448,6 +448,7 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 			KnownTalosReleases: c.Releases.Talos,
 			SnapshotKeep:       int32(c.Snapshots.Keep), SnapshotMaxAgeSeconds: int64(c.Snapshots.MaxAge.D().Seconds()),
 			Backups: backups, Terraform: credentials.TerraformSettings(c, cl), StagingDrills: drills, Extra: extra,
+			GitFollowups: e.gitFollowups(ctx, cl.Name),
 		},
 	}, nil
 }

@@ -194,6 +194,65 @@ func (Drill) EnumDescriptor() ([]byte, []int) {
 	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{2}
 }
 
+type GitFollowupState int32
+
+const (
+	GitFollowupState_GIT_FOLLOWUP_STATE_UNSPECIFIED GitFollowupState = 0
+	// MERGED: the base holds the change.
+	GitFollowupState_GIT_FOLLOWUP_STATE_MERGED GitFollowupState = 1
+	// OPEN: the branch exists and is not merged yet.
+	GitFollowupState_GIT_FOLLOWUP_STATE_OPEN GitFollowupState = 2
+	// DELETED: the branch is gone without being merged.
+	GitFollowupState_GIT_FOLLOWUP_STATE_DELETED GitFollowupState = 3
+	// UNCHECKED: the remote could not be read (error says why).
+	GitFollowupState_GIT_FOLLOWUP_STATE_UNCHECKED GitFollowupState = 4
+)
+
+// Enum value maps for GitFollowupState.
+var (
+	GitFollowupState_name = map[int32]string{
+		0: "GIT_FOLLOWUP_STATE_UNSPECIFIED",
+		1: "GIT_FOLLOWUP_STATE_MERGED",
+		2: "GIT_FOLLOWUP_STATE_OPEN",
+		3: "GIT_FOLLOWUP_STATE_DELETED",
+		4: "GIT_FOLLOWUP_STATE_UNCHECKED",
+	}
+	GitFollowupState_value = map[string]int32{
+		"GIT_FOLLOWUP_STATE_UNSPECIFIED": 0,
+		"GIT_FOLLOWUP_STATE_MERGED":      1,
+		"GIT_FOLLOWUP_STATE_OPEN":        2,
+		"GIT_FOLLOWUP_STATE_DELETED":     3,
+		"GIT_FOLLOWUP_STATE_UNCHECKED":   4,
+	}
+)
+
+func (x GitFollowupState) Enum() *GitFollowupState {
+	p := new(GitFollowupState)
+	*p = x
+	return p
+}
+
+func (x GitFollowupState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GitFollowupState) Descriptor() protoreflect.EnumDescriptor {
+	return file_lifecycle_v1_lifecycle_proto_enumTypes[3].Descriptor()
+}
+
+func (GitFollowupState) Type() protoreflect.EnumType {
+	return &file_lifecycle_v1_lifecycle_proto_enumTypes[3]
+}
+
+func (x GitFollowupState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GitFollowupState.Descriptor instead.
+func (GitFollowupState) EnumDescriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{3}
+}
+
 type StepStatus int32
 
 const (
@@ -233,11 +292,11 @@ func (x StepStatus) String() string {
 }
 
 func (StepStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_lifecycle_v1_lifecycle_proto_enumTypes[3].Descriptor()
+	return file_lifecycle_v1_lifecycle_proto_enumTypes[4].Descriptor()
 }
 
 func (StepStatus) Type() protoreflect.EnumType {
-	return &file_lifecycle_v1_lifecycle_proto_enumTypes[3]
+	return &file_lifecycle_v1_lifecycle_proto_enumTypes[4]
 }
 
 func (x StepStatus) Number() protoreflect.EnumNumber {
@@ -246,7 +305,7 @@ func (x StepStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StepStatus.Descriptor instead.
 func (StepStatus) EnumDescriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{3}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{4}
 }
 
 type ValidateConfigRequest struct {
@@ -1032,8 +1091,13 @@ type Settings struct {
 	// the gate before a node. Unset (an older host): the plugin's defaults.
 	GateAfterTimeoutMs int64 `protobuf:"varint,12,opt,name=gate_after_timeout_ms,json=gateAfterTimeoutMs,proto3" json:"gate_after_timeout_ms,omitempty"`
 	HealthTimeoutMs    int64 `protobuf:"varint,13,opt,name=health_timeout_ms,json=healthTimeoutMs,proto3" json:"health_timeout_ms,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// git_followups are the Terraform version bumps the bot prepared as Git
+	// branches for this cluster (bot/gitbump), the newest per variable, and
+	// whether each is merged yet: evidence only the bot has. Empty: none
+	// prepared, or no git_followup configured.
+	GitFollowups  []*GitFollowup `protobuf:"bytes,14,rep,name=git_followups,json=gitFollowups,proto3" json:"git_followups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Settings) Reset() {
@@ -1150,6 +1214,120 @@ func (x *Settings) GetHealthTimeoutMs() int64 {
 	return 0
 }
 
+func (x *Settings) GetGitFollowups() []*GitFollowup {
+	if x != nil {
+		return x.GitFollowups
+	}
+	return nil
+}
+
+// GitFollowup is one prepared Terraform change and its state on the remote.
+type GitFollowup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// variable is the declared (Terraform) variable, e.g. talos_version.
+	Variable string `protobuf:"bytes,1,opt,name=variable,proto3" json:"variable,omitempty"`
+	// value is what the branch sets it to, e.g. v1.13.9.
+	Value  string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Branch string `protobuf:"bytes,3,opt,name=branch,proto3" json:"branch,omitempty"`
+	// operation_id is the operation whose success the change declares.
+	OperationId string `protobuf:"bytes,4,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// base is the branch the change targets, e.g. main.
+	Base  string           `protobuf:"bytes,5,opt,name=base,proto3" json:"base,omitempty"`
+	State GitFollowupState `protobuf:"varint,6,opt,name=state,proto3,enum=talosbot.lifecycle.v1.GitFollowupState" json:"state,omitempty"`
+	// pull_request_url is set when the bot opened a pull request.
+	PullRequestUrl string `protobuf:"bytes,7,opt,name=pull_request_url,json=pullRequestUrl,proto3" json:"pull_request_url,omitempty"`
+	// error says why the state is UNCHECKED (the remote could not be read).
+	Error         string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GitFollowup) Reset() {
+	*x = GitFollowup{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GitFollowup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GitFollowup) ProtoMessage() {}
+
+func (x *GitFollowup) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GitFollowup.ProtoReflect.Descriptor instead.
+func (*GitFollowup) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GitFollowup) GetVariable() string {
+	if x != nil {
+		return x.Variable
+	}
+	return ""
+}
+
+func (x *GitFollowup) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *GitFollowup) GetBranch() string {
+	if x != nil {
+		return x.Branch
+	}
+	return ""
+}
+
+func (x *GitFollowup) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *GitFollowup) GetBase() string {
+	if x != nil {
+		return x.Base
+	}
+	return ""
+}
+
+func (x *GitFollowup) GetState() GitFollowupState {
+	if x != nil {
+		return x.State
+	}
+	return GitFollowupState_GIT_FOLLOWUP_STATE_UNSPECIFIED
+}
+
+func (x *GitFollowup) GetPullRequestUrl() string {
+	if x != nil {
+		return x.PullRequestUrl
+	}
+	return ""
+}
+
+func (x *GitFollowup) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // Terraform tells the Terraform plugins (tf plan, drift) and the R5 plan
 // guard where the cluster's root is.
 type Terraform struct {
@@ -1169,7 +1347,7 @@ type Terraform struct {
 
 func (x *Terraform) Reset() {
 	*x = Terraform{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1359,7 @@ func (x *Terraform) String() string {
 func (*Terraform) ProtoMessage() {}
 
 func (x *Terraform) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1372,7 @@ func (x *Terraform) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Terraform.ProtoReflect.Descriptor instead.
 func (*Terraform) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{11}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Terraform) GetRoot() string {
@@ -1236,7 +1414,7 @@ type StagingDrills struct {
 
 func (x *StagingDrills) Reset() {
 	*x = StagingDrills{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1426,7 @@ func (x *StagingDrills) String() string {
 func (*StagingDrills) ProtoMessage() {}
 
 func (x *StagingDrills) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1439,7 @@ func (x *StagingDrills) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagingDrills.ProtoReflect.Descriptor instead.
 func (*StagingDrills) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{12}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StagingDrills) GetDrills() []*DrillEvidence {
@@ -1284,7 +1462,7 @@ type DrillEvidence struct {
 
 func (x *DrillEvidence) Reset() {
 	*x = DrillEvidence{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1474,7 @@ func (x *DrillEvidence) String() string {
 func (*DrillEvidence) ProtoMessage() {}
 
 func (x *DrillEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1487,7 @@ func (x *DrillEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrillEvidence.ProtoReflect.Descriptor instead.
 func (*DrillEvidence) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{13}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DrillEvidence) GetDrill() Drill {
@@ -1370,7 +1548,7 @@ type Backups struct {
 
 func (x *Backups) Reset() {
 	*x = Backups{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1560,7 @@ func (x *Backups) String() string {
 func (*Backups) ProtoMessage() {}
 
 func (x *Backups) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1573,7 @@ func (x *Backups) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backups.ProtoReflect.Descriptor instead.
 func (*Backups) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{14}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Backups) GetProtectedSnapshots() []string {
@@ -1463,7 +1641,7 @@ type Retention struct {
 
 func (x *Retention) Reset() {
 	*x = Retention{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1653,7 @@ func (x *Retention) String() string {
 func (*Retention) ProtoMessage() {}
 
 func (x *Retention) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1666,7 @@ func (x *Retention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retention.ProtoReflect.Descriptor instead.
 func (*Retention) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{15}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Retention) GetKeep() int32 {
@@ -1550,7 +1728,7 @@ type Offsite struct {
 
 func (x *Offsite) Reset() {
 	*x = Offsite{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1740,7 @@ func (x *Offsite) String() string {
 func (*Offsite) ProtoMessage() {}
 
 func (x *Offsite) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1753,7 @@ func (x *Offsite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Offsite.ProtoReflect.Descriptor instead.
 func (*Offsite) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{16}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Offsite) GetEndpoint() string {
@@ -1638,7 +1816,7 @@ type OperationRequest struct {
 
 func (x *OperationRequest) Reset() {
 	*x = OperationRequest{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1650,7 +1828,7 @@ func (x *OperationRequest) String() string {
 func (*OperationRequest) ProtoMessage() {}
 
 func (x *OperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1663,7 +1841,7 @@ func (x *OperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRequest.ProtoReflect.Descriptor instead.
 func (*OperationRequest) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{17}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OperationRequest) GetOperationId() string {
@@ -1745,7 +1923,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1935,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1948,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{18}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Step) GetId() string {
@@ -1835,7 +2013,7 @@ type Precondition struct {
 
 func (x *Precondition) Reset() {
 	*x = Precondition{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1847,7 +2025,7 @@ func (x *Precondition) String() string {
 func (*Precondition) ProtoMessage() {}
 
 func (x *Precondition) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1860,7 +2038,7 @@ func (x *Precondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Precondition.ProtoReflect.Descriptor instead.
 func (*Precondition) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{19}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Precondition) GetName() string {
@@ -1903,7 +2081,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1915,7 +2093,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1928,7 +2106,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{20}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Refusal) GetRule() string {
@@ -1974,7 +2152,7 @@ type OperationPlan struct {
 
 func (x *OperationPlan) Reset() {
 	*x = OperationPlan{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2164,7 @@ func (x *OperationPlan) String() string {
 func (*OperationPlan) ProtoMessage() {}
 
 func (x *OperationPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2177,7 @@ func (x *OperationPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationPlan.ProtoReflect.Descriptor instead.
 func (*OperationPlan) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{21}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OperationPlan) GetSummary() string {
@@ -2072,7 +2250,7 @@ type StepEvent struct {
 
 func (x *StepEvent) Reset() {
 	*x = StepEvent{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2262,7 @@ func (x *StepEvent) String() string {
 func (*StepEvent) ProtoMessage() {}
 
 func (x *StepEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2275,7 @@ func (x *StepEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepEvent.ProtoReflect.Descriptor instead.
 func (*StepEvent) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{22}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StepEvent) GetStepId() string {
@@ -2153,7 +2331,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2343,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2356,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{23}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LogLine) GetLevel() string {
@@ -2216,7 +2394,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2406,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2419,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{24}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Artifact) GetId() string {
@@ -2297,7 +2475,7 @@ type SuggestedAction struct {
 
 func (x *SuggestedAction) Reset() {
 	*x = SuggestedAction{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2309,7 +2487,7 @@ func (x *SuggestedAction) String() string {
 func (*SuggestedAction) ProtoMessage() {}
 
 func (x *SuggestedAction) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2322,7 +2500,7 @@ func (x *SuggestedAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuggestedAction.ProtoReflect.Descriptor instead.
 func (*SuggestedAction) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{25}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SuggestedAction) GetLabel() string {
@@ -2363,7 +2541,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2553,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2566,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{26}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Result) GetOk() bool {
@@ -2463,7 +2641,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2475,7 +2653,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2488,7 +2666,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{27}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Progress) GetUnixNano() int64 {
@@ -2633,7 +2811,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"kubeconfig\x121\n" +
 	"\x15offsite_access_key_id\x18\x03 \x01(\fR\x12offsiteAccessKeyId\x129\n" +
 	"\x19offsite_secret_access_key\x18\x04 \x01(\fR\x16offsiteSecretAccessKey\x12!\n" +
-	"\fage_identity\x18\x05 \x01(\fR\vageIdentity\"\xce\x05\n" +
+	"\fage_identity\x18\x05 \x01(\fR\vageIdentity\"\x97\x06\n" +
 	"\bSettings\x12!\n" +
 	"\fsnapshot_dir\x18\x01 \x01(\tR\vsnapshotDir\x12&\n" +
 	"\x0fgate_timeout_ms\x18\x02 \x01(\x03R\rgateTimeoutMs\x12&\n" +
@@ -2647,11 +2825,21 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	" \x01(\v2 .talosbot.lifecycle.v1.TerraformR\tterraform\x12K\n" +
 	"\x0estaging_drills\x18\v \x01(\v2$.talosbot.lifecycle.v1.StagingDrillsR\rstagingDrills\x121\n" +
 	"\x15gate_after_timeout_ms\x18\f \x01(\x03R\x12gateAfterTimeoutMs\x12*\n" +
-	"\x11health_timeout_ms\x18\r \x01(\x03R\x0fhealthTimeoutMs\x1a8\n" +
+	"\x11health_timeout_ms\x18\r \x01(\x03R\x0fhealthTimeoutMs\x12G\n" +
+	"\rgit_followups\x18\x0e \x03(\v2\".talosbot.lifecycle.v1.GitFollowupR\fgitFollowups\x1a8\n" +
 	"\n" +
 	"ExtraEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\a\x10\bR\x17refuse_non_latest_patch\"\x86\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\a\x10\bR\x17refuse_non_latest_patch\"\x8d\x02\n" +
+	"\vGitFollowup\x12\x1a\n" +
+	"\bvariable\x18\x01 \x01(\tR\bvariable\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
+	"\x06branch\x18\x03 \x01(\tR\x06branch\x12!\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\x12\x12\n" +
+	"\x04base\x18\x05 \x01(\tR\x04base\x12=\n" +
+	"\x05state\x18\x06 \x01(\x0e2'.talosbot.lifecycle.v1.GitFollowupStateR\x05state\x12(\n" +
+	"\x10pull_request_url\x18\a \x01(\tR\x0epullRequestUrl\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"\x86\x01\n" +
 	"\tTerraform\x12\x12\n" +
 	"\x04root\x18\x01 \x01(\tR\x04root\x12\x16\n" +
 	"\x06binary\x18\x02 \x01(\tR\x06binary\x12\x1d\n" +
@@ -2785,7 +2973,13 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x13DRILL_TALOS_UPGRADE\x10\x01\x12\x1c\n" +
 	"\x18DRILL_KUBERNETES_UPGRADE\x10\x02\x12\x1a\n" +
 	"\x16DRILL_NODE_REPLACEMENT\x10\x03\x12\x16\n" +
-	"\x12DRILL_ETCD_RESTORE\x10\x04*\x87\x01\n" +
+	"\x12DRILL_ETCD_RESTORE\x10\x04*\xb4\x01\n" +
+	"\x10GitFollowupState\x12\"\n" +
+	"\x1eGIT_FOLLOWUP_STATE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19GIT_FOLLOWUP_STATE_MERGED\x10\x01\x12\x1b\n" +
+	"\x17GIT_FOLLOWUP_STATE_OPEN\x10\x02\x12\x1e\n" +
+	"\x1aGIT_FOLLOWUP_STATE_DELETED\x10\x03\x12 \n" +
+	"\x1cGIT_FOLLOWUP_STATE_UNCHECKED\x10\x04*\x87\x01\n" +
 	"\n" +
 	"StepStatus\x12\x1b\n" +
 	"\x17STEP_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -2811,94 +3005,98 @@ func file_lifecycle_v1_lifecycle_proto_rawDescGZIP() []byte {
 	return file_lifecycle_v1_lifecycle_proto_rawDescData
 }
 
-var file_lifecycle_v1_lifecycle_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_lifecycle_v1_lifecycle_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
 	(Effect)(0),                    // 0: talosbot.lifecycle.v1.Effect
 	(Need)(0),                      // 1: talosbot.lifecycle.v1.Need
 	(Drill)(0),                     // 2: talosbot.lifecycle.v1.Drill
-	(StepStatus)(0),                // 3: talosbot.lifecycle.v1.StepStatus
-	(*ValidateConfigRequest)(nil),  // 4: talosbot.lifecycle.v1.ValidateConfigRequest
-	(*ValidateConfigResponse)(nil), // 5: talosbot.lifecycle.v1.ValidateConfigResponse
-	(*ConfigProblem)(nil),          // 6: talosbot.lifecycle.v1.ConfigProblem
-	(*DescribeRequest)(nil),        // 7: talosbot.lifecycle.v1.DescribeRequest
-	(*Arg)(nil),                    // 8: talosbot.lifecycle.v1.Arg
-	(*Command)(nil),                // 9: talosbot.lifecycle.v1.Command
-	(*Manifest)(nil),               // 10: talosbot.lifecycle.v1.Manifest
-	(*Node)(nil),                   // 11: talosbot.lifecycle.v1.Node
-	(*Cluster)(nil),                // 12: talosbot.lifecycle.v1.Cluster
-	(*Credentials)(nil),            // 13: talosbot.lifecycle.v1.Credentials
-	(*Settings)(nil),               // 14: talosbot.lifecycle.v1.Settings
-	(*Terraform)(nil),              // 15: talosbot.lifecycle.v1.Terraform
-	(*StagingDrills)(nil),          // 16: talosbot.lifecycle.v1.StagingDrills
-	(*DrillEvidence)(nil),          // 17: talosbot.lifecycle.v1.DrillEvidence
-	(*Backups)(nil),                // 18: talosbot.lifecycle.v1.Backups
-	(*Retention)(nil),              // 19: talosbot.lifecycle.v1.Retention
-	(*Offsite)(nil),                // 20: talosbot.lifecycle.v1.Offsite
-	(*OperationRequest)(nil),       // 21: talosbot.lifecycle.v1.OperationRequest
-	(*Step)(nil),                   // 22: talosbot.lifecycle.v1.Step
-	(*Precondition)(nil),           // 23: talosbot.lifecycle.v1.Precondition
-	(*Refusal)(nil),                // 24: talosbot.lifecycle.v1.Refusal
-	(*OperationPlan)(nil),          // 25: talosbot.lifecycle.v1.OperationPlan
-	(*StepEvent)(nil),              // 26: talosbot.lifecycle.v1.StepEvent
-	(*LogLine)(nil),                // 27: talosbot.lifecycle.v1.LogLine
-	(*Artifact)(nil),               // 28: talosbot.lifecycle.v1.Artifact
-	(*SuggestedAction)(nil),        // 29: talosbot.lifecycle.v1.SuggestedAction
-	(*Result)(nil),                 // 30: talosbot.lifecycle.v1.Result
-	(*Progress)(nil),               // 31: talosbot.lifecycle.v1.Progress
-	nil,                            // 32: talosbot.lifecycle.v1.Cluster.DeclaredEntry
-	nil,                            // 33: talosbot.lifecycle.v1.Settings.ExtraEntry
-	nil,                            // 34: talosbot.lifecycle.v1.Backups.ProtectedByEntry
-	nil,                            // 35: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
-	nil,                            // 36: talosbot.lifecycle.v1.Result.DeclaredEntry
+	(GitFollowupState)(0),          // 3: talosbot.lifecycle.v1.GitFollowupState
+	(StepStatus)(0),                // 4: talosbot.lifecycle.v1.StepStatus
+	(*ValidateConfigRequest)(nil),  // 5: talosbot.lifecycle.v1.ValidateConfigRequest
+	(*ValidateConfigResponse)(nil), // 6: talosbot.lifecycle.v1.ValidateConfigResponse
+	(*ConfigProblem)(nil),          // 7: talosbot.lifecycle.v1.ConfigProblem
+	(*DescribeRequest)(nil),        // 8: talosbot.lifecycle.v1.DescribeRequest
+	(*Arg)(nil),                    // 9: talosbot.lifecycle.v1.Arg
+	(*Command)(nil),                // 10: talosbot.lifecycle.v1.Command
+	(*Manifest)(nil),               // 11: talosbot.lifecycle.v1.Manifest
+	(*Node)(nil),                   // 12: talosbot.lifecycle.v1.Node
+	(*Cluster)(nil),                // 13: talosbot.lifecycle.v1.Cluster
+	(*Credentials)(nil),            // 14: talosbot.lifecycle.v1.Credentials
+	(*Settings)(nil),               // 15: talosbot.lifecycle.v1.Settings
+	(*GitFollowup)(nil),            // 16: talosbot.lifecycle.v1.GitFollowup
+	(*Terraform)(nil),              // 17: talosbot.lifecycle.v1.Terraform
+	(*StagingDrills)(nil),          // 18: talosbot.lifecycle.v1.StagingDrills
+	(*DrillEvidence)(nil),          // 19: talosbot.lifecycle.v1.DrillEvidence
+	(*Backups)(nil),                // 20: talosbot.lifecycle.v1.Backups
+	(*Retention)(nil),              // 21: talosbot.lifecycle.v1.Retention
+	(*Offsite)(nil),                // 22: talosbot.lifecycle.v1.Offsite
+	(*OperationRequest)(nil),       // 23: talosbot.lifecycle.v1.OperationRequest
+	(*Step)(nil),                   // 24: talosbot.lifecycle.v1.Step
+	(*Precondition)(nil),           // 25: talosbot.lifecycle.v1.Precondition
+	(*Refusal)(nil),                // 26: talosbot.lifecycle.v1.Refusal
+	(*OperationPlan)(nil),          // 27: talosbot.lifecycle.v1.OperationPlan
+	(*StepEvent)(nil),              // 28: talosbot.lifecycle.v1.StepEvent
+	(*LogLine)(nil),                // 29: talosbot.lifecycle.v1.LogLine
+	(*Artifact)(nil),               // 30: talosbot.lifecycle.v1.Artifact
+	(*SuggestedAction)(nil),        // 31: talosbot.lifecycle.v1.SuggestedAction
+	(*Result)(nil),                 // 32: talosbot.lifecycle.v1.Result
+	(*Progress)(nil),               // 33: talosbot.lifecycle.v1.Progress
+	nil,                            // 34: talosbot.lifecycle.v1.Cluster.DeclaredEntry
+	nil,                            // 35: talosbot.lifecycle.v1.Settings.ExtraEntry
+	nil,                            // 36: talosbot.lifecycle.v1.Backups.ProtectedByEntry
+	nil,                            // 37: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	nil,                            // 38: talosbot.lifecycle.v1.Result.DeclaredEntry
 }
 var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
-	6,  // 0: talosbot.lifecycle.v1.ValidateConfigResponse.problems:type_name -> talosbot.lifecycle.v1.ConfigProblem
-	8,  // 1: talosbot.lifecycle.v1.Command.args:type_name -> talosbot.lifecycle.v1.Arg
+	7,  // 0: talosbot.lifecycle.v1.ValidateConfigResponse.problems:type_name -> talosbot.lifecycle.v1.ConfigProblem
+	9,  // 1: talosbot.lifecycle.v1.Command.args:type_name -> talosbot.lifecycle.v1.Arg
 	0,  // 2: talosbot.lifecycle.v1.Command.effect:type_name -> talosbot.lifecycle.v1.Effect
 	1,  // 3: talosbot.lifecycle.v1.Command.needs:type_name -> talosbot.lifecycle.v1.Need
 	2,  // 4: talosbot.lifecycle.v1.Command.drill:type_name -> talosbot.lifecycle.v1.Drill
-	9,  // 5: talosbot.lifecycle.v1.Manifest.commands:type_name -> talosbot.lifecycle.v1.Command
-	11, // 6: talosbot.lifecycle.v1.Cluster.nodes:type_name -> talosbot.lifecycle.v1.Node
-	32, // 7: talosbot.lifecycle.v1.Cluster.declared:type_name -> talosbot.lifecycle.v1.Cluster.DeclaredEntry
-	33, // 8: talosbot.lifecycle.v1.Settings.extra:type_name -> talosbot.lifecycle.v1.Settings.ExtraEntry
-	18, // 9: talosbot.lifecycle.v1.Settings.backups:type_name -> talosbot.lifecycle.v1.Backups
-	15, // 10: talosbot.lifecycle.v1.Settings.terraform:type_name -> talosbot.lifecycle.v1.Terraform
-	16, // 11: talosbot.lifecycle.v1.Settings.staging_drills:type_name -> talosbot.lifecycle.v1.StagingDrills
-	17, // 12: talosbot.lifecycle.v1.StagingDrills.drills:type_name -> talosbot.lifecycle.v1.DrillEvidence
-	2,  // 13: talosbot.lifecycle.v1.DrillEvidence.drill:type_name -> talosbot.lifecycle.v1.Drill
-	19, // 14: talosbot.lifecycle.v1.Backups.local:type_name -> talosbot.lifecycle.v1.Retention
-	19, // 15: talosbot.lifecycle.v1.Backups.offsite_retention:type_name -> talosbot.lifecycle.v1.Retention
-	20, // 16: talosbot.lifecycle.v1.Backups.offsite:type_name -> talosbot.lifecycle.v1.Offsite
-	34, // 17: talosbot.lifecycle.v1.Backups.protected_by:type_name -> talosbot.lifecycle.v1.Backups.ProtectedByEntry
-	35, // 18: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
-	12, // 19: talosbot.lifecycle.v1.OperationRequest.cluster:type_name -> talosbot.lifecycle.v1.Cluster
-	13, // 20: talosbot.lifecycle.v1.OperationRequest.credentials:type_name -> talosbot.lifecycle.v1.Credentials
-	14, // 21: talosbot.lifecycle.v1.OperationRequest.settings:type_name -> talosbot.lifecycle.v1.Settings
-	22, // 22: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
-	23, // 23: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
-	24, // 24: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	3,  // 25: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
-	29, // 26: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
-	24, // 27: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	36, // 28: talosbot.lifecycle.v1.Result.declared:type_name -> talosbot.lifecycle.v1.Result.DeclaredEntry
-	26, // 29: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
-	27, // 30: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
-	28, // 31: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
-	30, // 32: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
-	7,  // 33: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
-	21, // 34: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
-	21, // 35: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
-	4,  // 36: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:input_type -> talosbot.lifecycle.v1.ValidateConfigRequest
-	10, // 37: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
-	25, // 38: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
-	31, // 39: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
-	5,  // 40: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:output_type -> talosbot.lifecycle.v1.ValidateConfigResponse
-	37, // [37:41] is the sub-list for method output_type
-	33, // [33:37] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	10, // 5: talosbot.lifecycle.v1.Manifest.commands:type_name -> talosbot.lifecycle.v1.Command
+	12, // 6: talosbot.lifecycle.v1.Cluster.nodes:type_name -> talosbot.lifecycle.v1.Node
+	34, // 7: talosbot.lifecycle.v1.Cluster.declared:type_name -> talosbot.lifecycle.v1.Cluster.DeclaredEntry
+	35, // 8: talosbot.lifecycle.v1.Settings.extra:type_name -> talosbot.lifecycle.v1.Settings.ExtraEntry
+	20, // 9: talosbot.lifecycle.v1.Settings.backups:type_name -> talosbot.lifecycle.v1.Backups
+	17, // 10: talosbot.lifecycle.v1.Settings.terraform:type_name -> talosbot.lifecycle.v1.Terraform
+	18, // 11: talosbot.lifecycle.v1.Settings.staging_drills:type_name -> talosbot.lifecycle.v1.StagingDrills
+	16, // 12: talosbot.lifecycle.v1.Settings.git_followups:type_name -> talosbot.lifecycle.v1.GitFollowup
+	3,  // 13: talosbot.lifecycle.v1.GitFollowup.state:type_name -> talosbot.lifecycle.v1.GitFollowupState
+	19, // 14: talosbot.lifecycle.v1.StagingDrills.drills:type_name -> talosbot.lifecycle.v1.DrillEvidence
+	2,  // 15: talosbot.lifecycle.v1.DrillEvidence.drill:type_name -> talosbot.lifecycle.v1.Drill
+	21, // 16: talosbot.lifecycle.v1.Backups.local:type_name -> talosbot.lifecycle.v1.Retention
+	21, // 17: talosbot.lifecycle.v1.Backups.offsite_retention:type_name -> talosbot.lifecycle.v1.Retention
+	22, // 18: talosbot.lifecycle.v1.Backups.offsite:type_name -> talosbot.lifecycle.v1.Offsite
+	36, // 19: talosbot.lifecycle.v1.Backups.protected_by:type_name -> talosbot.lifecycle.v1.Backups.ProtectedByEntry
+	37, // 20: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	13, // 21: talosbot.lifecycle.v1.OperationRequest.cluster:type_name -> talosbot.lifecycle.v1.Cluster
+	14, // 22: talosbot.lifecycle.v1.OperationRequest.credentials:type_name -> talosbot.lifecycle.v1.Credentials
+	15, // 23: talosbot.lifecycle.v1.OperationRequest.settings:type_name -> talosbot.lifecycle.v1.Settings
+	24, // 24: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
+	25, // 25: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
+	26, // 26: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	4,  // 27: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
+	31, // 28: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
+	26, // 29: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	38, // 30: talosbot.lifecycle.v1.Result.declared:type_name -> talosbot.lifecycle.v1.Result.DeclaredEntry
+	28, // 31: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
+	29, // 32: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
+	30, // 33: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
+	32, // 34: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
+	8,  // 35: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
+	23, // 36: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
+	23, // 37: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
+	5,  // 38: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:input_type -> talosbot.lifecycle.v1.ValidateConfigRequest
+	11, // 39: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
+	27, // 40: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
+	33, // 41: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
+	6,  // 42: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:output_type -> talosbot.lifecycle.v1.ValidateConfigResponse
+	39, // [39:43] is the sub-list for method output_type
+	35, // [35:39] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_lifecycle_v1_lifecycle_proto_init() }
@@ -2906,7 +3104,7 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 	if File_lifecycle_v1_lifecycle_proto != nil {
 		return
 	}
-	file_lifecycle_v1_lifecycle_proto_msgTypes[27].OneofWrappers = []any{
+	file_lifecycle_v1_lifecycle_proto_msgTypes[28].OneofWrappers = []any{
 		(*Progress_Step)(nil),
 		(*Progress_Log)(nil),
 		(*Progress_Artifact)(nil),
@@ -2917,8 +3115,8 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifecycle_v1_lifecycle_proto_rawDesc), len(file_lifecycle_v1_lifecycle_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   33,
+			NumEnums:      5,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
