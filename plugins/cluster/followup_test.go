@@ -4,19 +4,18 @@ import (
 	"strings"
 	"testing"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
 // The bot's typed Git follow-up evidence is printed one line per change,
 // saying what to do next for each state.
 func TestFollowupLinesFromEvidence(t *testing.T) {
-	f := func(st lifecyclev1.GitFollowupState) *lifecyclev1.GitFollowup {
-		return &lifecyclev1.GitFollowup{Variable: "talos_version", Value: "v1.13.9", Branch: "talosbot/b", OperationId: "op1",
-			Base: "main", State: st, PullRequestUrl: "https://forge/pr/1", Error: "remote gone"}
+	f := func(st sdk.GitFollowupState) sdk.GitFollowup {
+		return sdk.GitFollowup{Variable: "talos_version", Value: "v1.13.9", Branch: "talosbot/b", OperationID: "op1",
+			Base: "main", State: st, PullRequestURL: "https://forge/pr/1", Error: "remote gone"}
 	}
-	lines := FollowupLines(&lifecyclev1.Settings{GitFollowups: []*lifecyclev1.GitFollowup{
-		f(lifecyclev1.GitFollowupState_GIT_FOLLOWUP_STATE_OPEN), f(lifecyclev1.GitFollowupState_GIT_FOLLOWUP_STATE_MERGED),
-		f(lifecyclev1.GitFollowupState_GIT_FOLLOWUP_STATE_DELETED), f(lifecyclev1.GitFollowupState_GIT_FOLLOWUP_STATE_UNCHECKED),
+	lines := FollowupLines(&sdk.Settings{GitFollowups: []sdk.GitFollowup{
+		f(sdk.GitFollowupOpen), f(sdk.GitFollowupMerged), f(sdk.GitFollowupDeleted), f(sdk.GitFollowupUnchecked),
 	}})
 	want := []string{
 		`branch talosbot/b (talos_version → "v1.13.9", operation op1) is not merged into main yet: merge it, then plan and apply. Pull request: https://forge/pr/1`,
@@ -32,7 +31,7 @@ func TestFollowupLinesFromEvidence(t *testing.T) {
 			t.Errorf("line %d = %q, want %q", i, lines[i], w)
 		}
 	}
-	if FollowupLines(&lifecyclev1.Settings{}) != nil {
+	if FollowupLines(&sdk.Settings{}) != nil {
 		t.Error("no evidence must print nothing")
 	}
 }
