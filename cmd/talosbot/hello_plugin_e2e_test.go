@@ -20,10 +20,11 @@ func TestHelloFromChatThroughServe(t *testing.T) {
 	plugin, sum := servetest.BuildPluginModule(t, "../../examples/hello-plugin") // as docs/PLUGINS.md builds it
 	bin := servetest.Binary(t)
 	// config writes a serve configuration that names the plugin with sha.
+	section := "{greeting: Moin}" // plugins.hello, the plugin's own section
 	config := func(sha string) (cfg, addr string, tokens map[string]string) {
 		b := servetest.Config{Dir: t.TempDir(), Clusters: []servetest.Cluster{{Nodes: []string{"{name: cp-1, address: 127.0.0.1, role: controlplane, host: pve1}"},
 			Endpoints: []string{"127.0.0.1"}, Talosconfig: []byte("context: e2e\n")}}, Policy: `{staging: {viewers: ["*"]}}`,
-			Extra: fmt.Sprintf("plugins:\n  external: [{name: hello, path: %s, sha256: %s}]\n", plugin, sha)}.Bot(t, bin)
+			Extra: fmt.Sprintf("plugins:\n  external: [{name: hello, path: %s, sha256: %s}]\n  hello: %s\n", plugin, sha, section)}.Bot(t, bin)
 		return b.Config, b.Addr, b.Tokens
 	}
 
@@ -40,6 +41,15 @@ func TestHelloFromChatThroughServe(t *testing.T) {
 		t.Fatalf("serve with a wrong sha256: err = %v, output:\n%s", err, out)
 	}
 
+	// The section is the plugin's to check: config check asks it, and a
+	// misspelt key is refused with its path.
+	section = "{greting: Moin}"
+	typo, _, _ := config(sum)
+	if out, err := exec.CommandContext(t.Context(), bin, "config", "check", "--config", typo).CombinedOutput(); err == nil ||
+		!strings.Contains(string(out), `plugins.hello.greting: unknown key "greting"; did you mean "greeting"?`) {
+		t.Fatalf("config check of a misspelt key: err = %v, output:\n%s", err, out)
+	}
+	section = "{greeting: Moin}"
 	cfg, addr, tokens := config(sum)
 	b := &servetest.Bot{T: t, Bin: bin, Config: cfg, Addr: addr, Tokens: tokens}
 	b.Start()
@@ -47,7 +57,7 @@ func TestHelloFromChatThroughServe(t *testing.T) {
 	b.Command("alice", "ops", "/talos hello --name ops")
 	b.WaitFor("the greeting", func() bool {
 		return b.HasMessage("ops", func(m servetest.Message) bool {
-			return strings.Contains(m.Text+m.Title, "hello, ops, from staging") && strings.Contains(m.Text, "cp-1 (controlplane)")
+			return strings.Contains(m.Text+m.Title, "Moin, ops, from staging") && strings.Contains(m.Text, "cp-1 (controlplane)")
 		})
 	})
 	// The SDK's EX1 refusal reaches chat with its fix.

@@ -61,7 +61,11 @@ func (hello) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.OperationP
 // the first one and fails the run with it.
 func (hello) Run(_ context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
 	_ = r.StepStarted("greet", "")
-	res := &sdk.Result{OK: true, Summary: fmt.Sprintf("👋 hello, %s, from %s", name(req), req.Cluster.Name)}
+	cfg, err := decodeConfig(req.Config) // plugins.hello
+	if err != nil {
+		return err
+	}
+	res := &sdk.Result{OK: true, Summary: fmt.Sprintf("👋 %s, %s, from %s", cfg.Greeting, name(req), req.Cluster.Name)}
 	for _, node := range req.Cluster.Nodes {
 		res.Lines = append(res.Lines, fmt.Sprintf("• %s (%s)", node.Name, node.Role))
 	}

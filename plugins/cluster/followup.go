@@ -1,21 +1,35 @@
 package cluster
 
 import (
-	"strings"
+	"fmt"
 
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
-// FollowupLines returns the host's lines about prepared Terraform changes
-// (Settings.Extra[sdk.ExtraGitFollowup], written by bot/gitbump), for the
-// drift report and the plan guard.
+// FollowupLines renders the bot's evidence about the Terraform changes it
+// prepared as Git branches (Settings.GitFollowups, from bot/gitbump) for
+// the drift report and the plan guard: one line per change.
 func FollowupLines(s *sdk.Settings) []string {
 	if s == nil {
-		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+		return nil // a nil input reads as unset, as the wire getters did
 	}
-	v := strings.TrimSpace(s.Extra[sdk.ExtraGitFollowup])
-	if v == "" {
-		return nil
+	var lines []string
+	for _, f := range s.GitFollowups {
+		what := fmt.Sprintf("branch %s (%s → %q, operation %s)", f.Branch, f.Variable, f.Value, f.OperationID)
+		pull := ""
+		if f.PullRequestURL != "" {
+			pull = " Pull request: " + f.PullRequestURL
+		}
+		switch f.State {
+		case sdk.GitFollowupMerged:
+			lines = append(lines, fmt.Sprintf("📝 Git: %s is merged into %s.", what, f.Base))
+		case sdk.GitFollowupOpen:
+			lines = append(lines, fmt.Sprintf("📝 Git: %s is not merged into %s yet: merge it, then plan and apply.%s", what, f.Base, pull))
+		case sdk.GitFollowupDeleted:
+			lines = append(lines, fmt.Sprintf("⚠️ Git: %s was deleted without being merged; %s does not declare %q.", what, f.Base, f.Value))
+		default:
+			lines = append(lines, fmt.Sprintf("⚠️ Git: could not check %s: %s", what, f.Error))
+		}
 	}
-	return strings.Split(v, "\n")
+	return lines
 }

@@ -150,8 +150,12 @@ func settingsToProto(s *Settings) *pb.Settings {
 	out := &pb.Settings{
 		SnapshotDir: s.SnapshotDir, GateTimeoutMs: s.GateTimeoutMs, NodeTimeoutMs: s.NodeTimeoutMs,
 		KnownTalosReleases: s.KnownTalosReleases, SnapshotKeep: s.SnapshotKeep, SnapshotMaxAgeSeconds: s.SnapshotMaxAgeSeconds,
-		RefuseNonLatestPatch: s.RefuseNonLatestPatch, Extra: s.Extra, Backups: backupsToProto(s.Backups),
+		Extra: s.Extra, Backups: backupsToProto(s.Backups),
 		GateAfterTimeoutMs: s.GateAfterTimeoutMs, HealthTimeoutMs: s.HealthTimeoutMs,
+	}
+	for _, f := range s.GitFollowups {
+		out.GitFollowups = append(out.GitFollowups, &pb.GitFollowup{Variable: f.Variable, Value: f.Value, Branch: f.Branch, OperationId: f.OperationID,
+			Base: f.Base, State: pb.GitFollowupState(f.State), PullRequestUrl: f.PullRequestURL, Error: f.Error})
 	}
 	if t := s.Terraform; t != nil {
 		out.Terraform = &pb.Terraform{Root: t.Root, Binary: t.Binary, ConfigKey: t.ConfigKey, PlanBeforeUpgrade: t.PlanBeforeUpgrade}
@@ -171,8 +175,12 @@ func settingsFromProto(s *pb.Settings) Settings {
 	out := Settings{
 		SnapshotDir: s.GetSnapshotDir(), GateTimeoutMs: s.GetGateTimeoutMs(), NodeTimeoutMs: s.GetNodeTimeoutMs(),
 		KnownTalosReleases: s.GetKnownTalosReleases(), SnapshotKeep: s.GetSnapshotKeep(), SnapshotMaxAgeSeconds: s.GetSnapshotMaxAgeSeconds(),
-		RefuseNonLatestPatch: s.GetRefuseNonLatestPatch(), Extra: s.GetExtra(), Backups: backupsFromProto(s.GetBackups()),
+		Extra: s.GetExtra(), Backups: backupsFromProto(s.GetBackups()),
 		GateAfterTimeoutMs: s.GetGateAfterTimeoutMs(), HealthTimeoutMs: s.GetHealthTimeoutMs(),
+	}
+	for _, f := range s.GetGitFollowups() {
+		out.GitFollowups = append(out.GitFollowups, GitFollowup{Variable: f.GetVariable(), Value: f.GetValue(), Branch: f.GetBranch(), OperationID: f.GetOperationId(),
+			Base: f.GetBase(), State: GitFollowupState(f.GetState()), PullRequestURL: f.GetPullRequestUrl(), Error: f.GetError()})
 	}
 	if t := s.GetTerraform(); t != nil {
 		out.Terraform = &Terraform{Root: t.GetRoot(), Binary: t.GetBinary(), ConfigKey: t.GetConfigKey(), PlanBeforeUpgrade: t.GetPlanBeforeUpgrade()}
@@ -198,7 +206,7 @@ func RequestToWire(r *OperationRequest) *pb.OperationRequest {
 			Talosconfig: c.Talosconfig, Kubeconfig: c.Kubeconfig, OffsiteAccessKeyId: c.OffsiteAccessKeyID,
 			OffsiteSecretAccessKey: c.OffsiteSecretAccessKey, AgeIdentity: c.AgeIdentity,
 		},
-		Settings: settingsToProto(&r.Settings), Requester: r.Requester, Attempt: r.Attempt,
+		Settings: settingsToProto(&r.Settings), Requester: r.Requester, Attempt: r.Attempt, Config: r.Config,
 	}
 }
 
@@ -212,7 +220,7 @@ func RequestFromWire(r *pb.OperationRequest) *OperationRequest {
 			Talosconfig: c.GetTalosconfig(), Kubeconfig: c.GetKubeconfig(), OffsiteAccessKeyID: c.GetOffsiteAccessKeyId(),
 			OffsiteSecretAccessKey: c.GetOffsiteSecretAccessKey(), AgeIdentity: c.GetAgeIdentity(),
 		},
-		Settings: settingsFromProto(r.GetSettings()), Requester: r.GetRequester(), Attempt: r.GetAttempt(),
+		Settings: settingsFromProto(r.GetSettings()), Requester: r.GetRequester(), Attempt: r.GetAttempt(), Config: r.GetConfig(),
 	}
 }
 

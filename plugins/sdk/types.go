@@ -178,7 +178,6 @@ type Settings struct {
 	KnownTalosReleases    []string
 	SnapshotKeep          int32
 	SnapshotMaxAgeSeconds int64
-	RefuseNonLatestPatch  bool
 	Extra                 map[string]string
 	// Backups is nil when the host sent none.
 	Backups *Backups
@@ -189,7 +188,32 @@ type Settings struct {
 	StagingDrills      *StagingDrills
 	GateAfterTimeoutMs int64
 	HealthTimeoutMs    int64
+	// GitFollowups are the Terraform changes the bot prepared as Git
+	// branches for this cluster and whether each is merged yet (evidence
+	// only the bot has).
+	GitFollowups []GitFollowup
 }
+
+// GitFollowup is one prepared Terraform change and its state on the remote.
+type GitFollowup struct {
+	Variable, Value, Branch, OperationID, Base string
+	State                                      GitFollowupState
+	PullRequestURL                             string
+	// Error says why State is GitFollowupUnchecked.
+	Error string
+}
+
+// GitFollowupState is where a prepared change stands.
+type GitFollowupState int32
+
+// The states of a prepared change (lifecycle.proto GitFollowupState).
+const (
+	GitFollowupUnspecified GitFollowupState = iota
+	GitFollowupMerged
+	GitFollowupOpen
+	GitFollowupDeleted
+	GitFollowupUnchecked
+)
 
 // Terraform tells the Terraform plugins where the cluster's root is.
 type Terraform struct {
@@ -358,6 +382,9 @@ type OperationRequest struct {
 	// Attempt counts the runs of this operation, from 1 (0 from an old host:
 	// treat as 1); above 1 the plugin resumes an interrupted run.
 	Attempt int32
+	// Config is the plugin's own section (plugins.NAME) as JSON, unread by
+	// the host; nil when the config has none. Decode it with DecodeConfig.
+	Config []byte
 }
 
 // Step is one step of a plan.

@@ -171,7 +171,11 @@ func compute(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session)
 		}
 	}
 	known, _ := knownReleases(&req.Settings)
-	warn, re := talos.PatchCheck(target, known, req.Settings.RefuseNonLatestPatch)
+	cfg, err := decodeConfig(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	warn, re := talos.PatchCheck(target, known, cfg.RefuseNonLatestPatch)
 	if re != nil {
 		return nil, re
 	}

@@ -95,7 +95,7 @@ func TestNonLatestPatchWarnsOrRefuses(t *testing.T) {
 	if len(plan.Warnings) == 0 || !strings.Contains(plan.Warnings[0], "v1.13.9 is known") {
 		t.Fatalf("want a warning naming v1.13.9, got %v", plan.Warnings)
 	}
-	req.Settings.RefuseNonLatestPatch = true
+	req.Config = []byte(`{"refuse_non_latest_patch": true}`) // plugins.talosupgrade
 	plan, err = (&Plugin{}).Plan(ctx, req)
 	if err != nil {
 		t.Fatal(err)

@@ -145,3 +145,20 @@ func (p *testPlugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.R
 	}
 	return fmt.Errorf("unknown mode %q", args["mode"])
 }
+
+// testConfig is the test plugin's section: plugins.NAME.limit.
+type testConfig struct {
+	Limit int `json:"limit"`
+}
+
+// ValidateConfig decodes the section strictly; a limit above 10 is refused.
+func (p *testPlugin) ValidateConfig(_ context.Context, raw []byte, clusters []string) error {
+	var c testConfig
+	if err := sdk.DecodeConfig(raw, &c); err != nil {
+		return err
+	}
+	if c.Limit > 10 {
+		return sdk.ConfigErrors{{Path: "limit", Message: fmt.Sprintf("%d is above 10 (clusters: %s)", c.Limit, strings.Join(clusters, ","))}}
+	}
+	return nil
+}
