@@ -62,12 +62,12 @@ type Controller struct {
 	// new primary is promoted (status.currentPrimary follows). Zero: 2 s.
 	SwitchoverTime time.Duration
 
-	mu          sync.Mutex
-	rebuilding  map[string]time.Time // replica name -> rebuild start
-	switching   map[string]time.Time // cluster ns/name -> switchover start
-	faulted     map[string]bool      // volumes that were ever faulted
-	failedOver  map[string]string    // cluster -> the primary lost without a switchover
-	placement   map[string]corev1.Pod // ns/pod -> the instance pod as last seen
+	mu         sync.Mutex
+	rebuilding map[string]time.Time  // replica name -> rebuild start
+	switching  map[string]time.Time  // cluster ns/name -> switchover start
+	faulted    map[string]bool       // volumes that were ever faulted
+	failedOver map[string]string     // cluster -> the primary lost without a switchover
+	placement  map[string]corev1.Pod // ns/pod -> the instance pod as last seen
 }
 
 func (c *Controller) now() time.Time {
