@@ -11,7 +11,7 @@ export TALOSBOT_TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/talosbot/too
 TEST_TIMEOUT ?= 30m
 DEMO_ARGS ?=
 
-.PHONY: all build dist test generate lint tools demo bench fuzz soak mutate clean
+.PHONY: all build dist test test-short generate lint tools demo bench fuzz soak mutate clean
 
 all: build
 
@@ -45,6 +45,14 @@ test: tools build
 	(cd plugins/sdk && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...) && \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -tags demo -run '^TestDemo' ./cmd/talosbot  # tests of demo-only code
 	bash hack/fuzz.sh short
+
+# The fast unit tier (docs/TESTING.md): every package, the slow packages without
+# their whole-roll and bot-against-sim tests (they skip under -short). make test
+# runs both tiers.
+test-short: tools build
+	set -a; [ -f "$(TALOSBOT_TOOLS_DIR)/env" ] && . "$(TALOSBOT_TOOLS_DIR)/env"; set +a; \
+	export TALOSBOT_BIN=$(CURDIR)/bin/talosbot TALOSBOT_PLUGINS_BIN=$(CURDIR)/bin/talosbot-plugins TALOSBOT_DEMO_BIN=$(CURDIR)/bin/talosbot-demo; \
+	$(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 generate:
 	bash hack/generators.sh

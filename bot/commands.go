@@ -93,9 +93,12 @@ func coreCommands() []botCommand {
 			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
 				return r.ops.Deny(ctx, from, inv.Args["id"])
 			}},
-		{spec(&lifecyclev1.Command{Name: "resume", Summary: "continue an interrupted operation (steps already done are skipped)", Effect: dis, Args: id("resume"), Example: "/talos resume 3f2a9c01bd4e"}),
+		{spec(&lifecyclev1.Command{Name: "resume", Summary: "continue an interrupted operation (steps already done are skipped)", Effect: dis,
+			Args: append(id("resume"), &lifecyclev1.Arg{Name: "ignore-alert", Flag: true,
+				Description: "an alert name the resumed roll goes on past (it paused on it; audited); other alerts still pause it"}),
+			Example: "/talos resume 3f2a9c01bd4e"}),
 			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
-				return r.ops.Resume(ctx, from, inv.Args["id"])
+				return r.resume(ctx, from, inv.Args["id"], inv.Args["ignore-alert"])
 			}},
 		{spec(&lifecyclev1.Command{Name: "abandon", Summary: "give up an interrupted operation and release its cluster lock", Effect: dis, Args: id("abandon"), Example: "/talos abandon 3f2a9c01bd4e"}),
 			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
@@ -160,6 +163,7 @@ type Operations interface {
 	Approve(ctx context.Context, from engine.Origin, id string) error
 	Deny(ctx context.Context, from engine.Origin, id string) error
 	Resume(ctx context.Context, from engine.Origin, id string) error
+	Operation(ctx context.Context, id string) (*state.Operation, error)
 	Abandon(ctx context.Context, from engine.Origin, id string) error
 	Pause(ctx context.Context, from engine.Origin, id string) error
 	Cancel(ctx context.Context, from engine.Origin, id string) error

@@ -47,6 +47,8 @@ type Config struct {
 	// Silences and Git are the work around disruptive runs (followup.go).
 	Silences *Silences    `yaml:"silences,omitempty"`
 	Git      *GitFollowup `yaml:"git_followup,omitempty"`
+	// AlertPause pauses a roll on firing alerts (alertpause.go).
+	AlertPause AlertPause `yaml:"alert_pause,omitempty"`
 
 	// lines maps the path of each written key to its line (Locate).
 	lines map[string]int
@@ -415,6 +417,7 @@ func (c *Config) ApplyDefaults() {
 		c.Alerts.ClusterLabel = DefaultClusterLabel
 	}
 	c.applyFollowupDefaults()
+	c.applyAlertPauseDefaults()
 	if c.Policy == nil {
 		c.Policy = map[string]Policy{}
 	}

@@ -164,6 +164,7 @@ func (c *Config) Validate() []FieldError {
 		}
 	}
 	errs = append(errs, c.validateFollowups()...)
+	errs = append(errs, c.validateAlertPause()...)
 	errs = append(errs, c.validatePassEnv()...)
 	for i, pl := range c.Plugins.External {
 		p := fmt.Sprintf("plugins.external[%d]", i)

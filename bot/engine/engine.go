@@ -716,12 +716,14 @@ func (e *Engine) executeWith(ctx context.Context, id string, req *lifecyclev1.Op
 	}
 	// The hooks start (or, on resume, pick up) their work around the run;
 	// one may refuse it (a required silence), before the plugin runs.
+	// The mark is cleared before the hooks, so one may ask for a pause
+	// before the first node (alertpause: an alert firing at start).
+	e.clearPause(id)
+	defer e.clearPause(id)
 	if err := e.runStarting(ctx, op); err != nil {
 		e.finish(ctx, id, "system", state.StateRefused, "refused", err.Error(), nil)
 		return
 	}
-	e.clearPause(id)
-	defer e.clearPause(id)
 	runCtx, cancel := context.WithCancel(ctx)
 	e.mu.Lock()
 	e.running[id] = cancel

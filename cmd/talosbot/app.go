@@ -164,7 +164,7 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	}
 	chatMux := chat.NewMux(plain, platforms)
 	sink := render.NewRenderer(chatMux, nil, log)
-	if a.follow, err = newFollowups(cfg, st, log); err != nil {
+	if a.follow, err = newFollowups(cfg, st, sink, log); err != nil {
 		a.close()
 		return nil, err
 	}
@@ -187,6 +187,7 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		a.close()
 		return nil, err
 	}
+	a.follow.setHost(a.engine)
 	// Recover before any adapter can deliver a command.
 	ids, err := a.engine.Recover(ctx)
 	if err != nil {

@@ -60,7 +60,9 @@ type followupEnv struct {
 	data string
 }
 
-func newFollowupEnv(t *testing.T) *followupEnv {
+// newFollowupEnv starts the simulated cluster, Alertmanager and the Git
+// remote; extra is appended to the bot's config.
+func newFollowupEnv(t *testing.T, extra ...string) *followupEnv {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -144,7 +146,7 @@ git_followup:
   remote: %[8]s/infra.git
   username: talosbot
   token: env:TB_GIT_TOKEN
-`, dir, addr, c.Nodes()[0].IP, strings.Join(nodes, ", "), tc, sim.DefaultSchematic, am, gitSrv.URL, webUsers)), 0o600))
+`, dir, addr, c.Nodes()[0].IP, strings.Join(nodes, ", "), tc, sim.DefaultSchematic, am, gitSrv.URL, webUsers)+strings.Join(extra, "\n")), 0o600))
 	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Tokens: tokens,
 		Env: []string{"TB_ALERTS_TOKEN=" + e2eAlertsToken, "TB_GIT_TOKEN=" + e2eGitToken}}
 	t.Cleanup(func() {
