@@ -3,8 +3,6 @@ package talosupgrade
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 
 	"github.com/talosbot/talosbot/plugins/cluster"
@@ -30,38 +28,22 @@ func planStorage(ctx context.Context, s *cluster.Session, pa *path, set storage.
 	if s.Kube == nil || s.Dynamic == nil {
 		return storage.Forecast{Checked: "no kubeconfig: not checked"}, false, nil
 	}
-	st, err := storage.Read(ctx, s.Kube, s.Dynamic, set)
-	if err != nil {
-		return storage.Forecast{}, false, err
-	}
-	installed := st.LonghornInstalled || st.CNPGInstalled
-	for _, h := range pa.hops {
-		h.storage = installed
-	}
 	first := pa.hops[0]
 	var order []string
-	nodes := map[string]bool{}
 	for _, n := range first.toUpgrade() {
 		if kn := first.ids.KubeNode(n.node.Name); kn != "" {
 			order = append(order, kn)
-			nodes[kn] = true
 		}
 	}
-	in := storage.Input{Order: order, PDBs: map[string][]string{}}
-	pdbs, _, err := gate.BlockingPDBs(ctx, s.Kube, nodes)
+	pdbs, err := gate.PDBsByNode(ctx, s.Kube, order)
 	if err != nil {
-		return storage.Forecast{}, installed, err
+		return storage.Forecast{}, false, err
 	}
-	for _, b := range pdbs {
-		for _, n := range slices.Sorted(maps.Keys(b.Pods)) {
-			in.PDBs[n] = append(in.PDBs[n], fmt.Sprintf("PDB %s/%s (%s)", b.Namespace, b.Name, strings.Join(b.Pods[n], ", ")))
-		}
+	f, installed, err := storage.Plan(ctx, s.Kube, s.Dynamic, order, pdbs, set)
+	for _, h := range pa.hops {
+		h.storage = installed
 	}
-	if in.Local, err = storage.LocalData(ctx, s.Kube, nodes); err != nil {
-		return storage.Forecast{}, installed, err
-	}
-	f := storage.Build(st, in, set)
-	return f, installed, f.Refusal()
+	return f, installed, err
 }
 
 // addForecast puts the forecast on the plan: a risk per node with

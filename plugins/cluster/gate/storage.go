@@ -3,7 +3,11 @@ package gate
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
+
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/talosbot/talosbot/plugins/cluster/storage"
 )
@@ -46,4 +50,24 @@ func probeStorage(ctx context.Context, g *gateRun) ProbeResult {
 		return ProbeResult{Status: StatusFail, Detail: strings.Join(bad, "; ")}
 	}
 	return ProbeResult{Status: StatusOK, Detail: fmt.Sprintf("%d attached Longhorn volume(s) healthy; %d CloudNativePG cluster(s) with every instance ready", vols, len(st.Postgres))}
+}
+
+// PDBsByNode names, per node (Kubernetes names), the budgets at 0 allowed
+// disruptions that cover a pod there: the drain forecast's PDB findings.
+func PDBsByNode(ctx context.Context, kube kubernetes.Interface, nodes []string) (map[string][]string, error) {
+	want := map[string]bool{}
+	for _, n := range nodes {
+		want[n] = true
+	}
+	blocking, _, err := BlockingPDBs(ctx, kube, want)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, b := range blocking {
+		for _, n := range slices.Sorted(maps.Keys(b.Pods)) {
+			out[n] = append(out[n], fmt.Sprintf("PDB %s/%s (%s)", b.Namespace, b.Name, strings.Join(b.Pods[n], ", ")))
+		}
+	}
+	return out, nil
 }
