@@ -51,7 +51,7 @@ func TestHealthCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(plan.GetSteps()) != len(gate.Probes()) || len(plan.GetWarnings()) != 1 || len(plan.GetCanonicalInputs()) == 0 ||
-		!strings.Contains(plan.GetWarnings()[0], "Kubernetes nodes, Pods, Flux, PodDisruptionBudgets) will be not checked") {
+		!strings.Contains(plan.GetWarnings()[0], "Kubernetes nodes, Pods, Flux, PodDisruptionBudgets, Storage) will be not checked") {
 		t.Fatalf("plan = %v", plan)
 	}
 

@@ -150,6 +150,9 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	for _, pi := range gate.Probes() {
 		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "gate-after/" + pi.Name, Title: "gate after: " + pi.Title, Kind: "gate"})
 	}
+	if err := forecast(ctx, s, t, req, plan); err != nil {
+		return sdk.RefusalPlan(err)
+	}
 	return plan, nil
 }
 
@@ -221,6 +224,24 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		ev(lifecyclev1.StepStatus_STEP_STATUS_FAILED, err.Error(), "")
 		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "rollback of " + t.node.Name + " failed", Error: err.Error()})
 	}
+	// Storage first (storage.go): primaries off the node, last replicas
+	// elsewhere; the volumes with a replica here are waited for afterwards.
+	var storageLines, affected []string
+	w, kn := waiter(s, t, req, r)
+	if w != nil {
+		if storageLines, err = w.Before(ctx, kn); err == nil {
+			affected, err = w.Affected(ctx, kn)
+		}
+		if err != nil {
+			ev(lifecyclev1.StepStatus_STEP_STATUS_FAILED, err.Error(), "")
+			res := &lifecyclev1.Result{Ok: false, Summary: "stopped before the rollback: storage cannot tolerate " + t.node.Name + " going down; nothing was rebooted",
+				Error: err.Error(), Lines: storageLines}
+			if re, ok := sdk.AsRefusal(err); ok {
+				res.Refusal = re.Proto()
+			}
+			return r.Result(res)
+		}
+	}
 	bootID, err := talos.BootID(ctx, s, t.node)
 	if err != nil {
 		return failRes(err)
@@ -237,7 +258,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		return failRes(fmt.Errorf("%s: %w", t.node.Name, err))
 	}
 	ev(lifecyclev1.StepStatus_STEP_STATUS_OK, fmt.Sprintf("%s → %s: boot id changed, running and ready", t.version, res.Version), res.Version)
-	lines := []string{fmt.Sprintf("↩️ %s rolled back %s → %s", t.node.Name, t.version, res.Version)}
+	lines := append(storageLines, fmt.Sprintf("↩️ %s rolled back %s → %s", t.node.Name, t.version, res.Version))
 	// The node is back on its old version: not every node runs the newer
 	// one, so a talos_version bump made for it must be reverted (R19).
 	invalidated := []string{talos.DeclaredVersion}
@@ -250,6 +271,13 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 			return r.Result(&lifecyclev1.Result{Ok: false, Summary: t.node.Name + " is back on " + res.Version + " but etcd is not healthy", Error: err.Error(), Lines: lines, Invalidated: invalidated})
 		}
 		_ = r.StepOK("quorum-after", q.Summary())
+	}
+	if w != nil {
+		after, err := w.After(ctx, kn, affected)
+		if err != nil {
+			return r.Result(&lifecyclev1.Result{Ok: false, Summary: t.node.Name + " is back on " + res.Version + " but Longhorn is not healthy again", Error: err.Error(), Lines: lines, Invalidated: invalidated})
+		}
+		lines = append(lines, after...)
 	}
 	aopts := gate.OptionsFor(s, req.GetSettings(), []string{})
 	aopts.Identity = t.ids
