@@ -198,6 +198,8 @@ func (e *followupEnv) thread(substr string) bool {
 // alert still firing is reported, and the version bump is a pushed branch
 // whose only change is the talos_version line. No token appears anywhere.
 func TestServeUpgradeHoldsSilenceThenPushesBump(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	e := newFollowupEnv(t)
 	// The control plane takes its time to reboot, so the run outlasts the
@@ -316,6 +318,8 @@ func TestServeUpgradeHoldsSilenceThenPushesBump(t *testing.T) {
 // TestServeFailedUpgradePushesNothing: a node that fails to boot the new
 // version fails the upgrade; the silence is expired and nothing is pushed.
 func TestServeFailedUpgradePushesNothing(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	e := newFollowupEnv(t)
 	must(t, e.c.Inject(context.Background(), "worker-1", sim.Fault{BootFailure: true}))
@@ -365,6 +369,8 @@ func TestServeKilledThenAbandonedExpiresSilence(t *testing.T) {
 // resume: the silence found at start-up is extended by the resumed run and
 // expired when it succeeds, and the bump is pushed once.
 func TestServeKilledThenResumedExpiresSilence(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	e := newFollowupEnv(t)
 	must(t, e.c.Inject(context.Background(), "cp-1", sim.Fault{SlowReboot: 3 * time.Second}))

@@ -84,11 +84,12 @@ func ManifestsJSON(ctx context.Context) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("describe built-in plugin %q: %w", name, err)
 		}
-		if m.GetName() != name {
-			return nil, fmt.Errorf("built-in plugin %q describes itself as %q", name, m.GetName())
+		if m.Name != name {
+			return nil, fmt.Errorf("built-in plugin %q describes itself as %q", name, m.Name)
 		}
-		m.Version = ""
-		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+		w := sdk.ManifestToWire(m)
+		w.Version = ""
+		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(w)
 		if err != nil {
 			return nil, fmt.Errorf("encode the manifest of %q: %w", name, err)
 		}

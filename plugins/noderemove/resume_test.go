@@ -60,7 +60,7 @@ func TestResumeAfterResetDeletesTheNode(t *testing.T) {
 	req := request(c, kube, "cp-3")
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
-	if !res.GetOk() {
+	if !res.OK {
 		t.Fatalf("resumed removal: %v", res)
 	}
 	if c.Calls("cp-3", "Reset") != 1 {

@@ -9,7 +9,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/gate"
 	"github.com/talosbot/talosbot/plugins/cluster/storage"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // The storage-aware drain of a removal (docs/UPGRADES.md, "Storage"):
@@ -17,12 +16,12 @@ import (
 // upgrade; the node does not come back, so there is no wait after it.
 
 // storageSettings are the plugin's storage settings.
-func storageSettings(*lifecyclev1.OperationRequest) storage.Settings {
+func storageSettings(*sdk.OperationRequest) storage.Settings {
 	return storage.Defaults()
 }
 
 // forecast adds the node's drain forecast to the plan, or refuses (R3).
-func forecast(ctx context.Context, s *cluster.Session, t *target, req *lifecyclev1.OperationRequest, plan *lifecyclev1.OperationPlan) error {
+func forecast(ctx context.Context, s *cluster.Session, t *target, req *sdk.OperationRequest, plan *sdk.OperationPlan) error {
 	kn := t.kubeNode()
 	if t.removed || kn == "" || s.Kube == nil || s.Dynamic == nil {
 		return nil
@@ -38,7 +37,7 @@ func forecast(ctx context.Context, s *cluster.Session, t *target, req *lifecycle
 	if lines := f.Lines(); !strings.HasPrefix(lines[0], "drain forecast: nothing") {
 		plan.Warnings = append(plan.Warnings, lines...)
 	}
-	plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "drain forecast", Ok: true, Rule: storage.Rule, Detail: f.Checked})
+	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "drain forecast", OK: true, Rule: storage.Rule, Detail: f.Checked})
 	return nil
 }
 
@@ -46,7 +45,7 @@ func forecast(ctx context.Context, s *cluster.Session, t *target, req *lifecycle
 // replica elsewhere of every volume whose last one is there, before the
 // reset drains it. A refusal or a wait past its limit stops the removal
 // with nothing changed.
-func storageBefore(ctx context.Context, s *cluster.Session, t *target, req *lifecyclev1.OperationRequest, r sdk.Reporter) ([]string, error) {
+func storageBefore(ctx context.Context, s *cluster.Session, t *target, req *sdk.OperationRequest, r sdk.Reporter) ([]string, error) {
 	kn := t.kubeNode()
 	if kn == "" || s.Kube == nil || s.Dynamic == nil {
 		return nil, nil

@@ -47,7 +47,7 @@ func TestRemovalSwitchesThePrimaryOverFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := plan.GetRefusal(); r == nil || r.GetRule() != "R3" || !strings.Contains(r.GetReason(), "app/solo has its only replica on "+w1) {
+	if r := plan.Refusal; r == nil || r.Rule != "R3" || !strings.Contains(r.Reason, "app/solo has its only replica on "+w1) {
 		t.Fatalf("plan with a single-replica volume on %s: refusal %v, want R3 naming it", w1, r)
 	}
 	if err := kube.Dynamic.Resource(storagetest.VolumeGVR).Namespace(storagetest.LonghornNamespace).Delete(ctx, "pvc-solo", metav1.DeleteOptions{}); err != nil {
@@ -55,15 +55,15 @@ func TestRemovalSwitchesThePrimaryOverFirst(t *testing.T) {
 	}
 
 	plan, err = New().Plan(ctx, req)
-	if err != nil || plan.GetRefusal() != nil {
-		t.Fatalf("plan: %v %v", err, plan.GetRefusal())
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("plan: %v %v", err, plan.Refusal)
 	}
-	if w := strings.Join(plan.GetWarnings(), "\n"); !strings.Contains(w, "CloudNativePG db/pg: has its primary pg-1 on "+w1+": switched over to pg-2") {
+	if w := strings.Join(plan.Warnings, "\n"); !strings.Contains(w, "CloudNativePG db/pg: has its primary pg-1 on "+w1+": switched over to pg-2") {
 		t.Fatalf("the plan does not forecast the switchover:\n%s", w)
 	}
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
-	if !strings.Contains(strings.Join(res.GetLines(), "\n"), "primary switched over from pg-1 (on "+w1+") to pg-2") {
+	if !strings.Contains(strings.Join(res.Lines, "\n"), "primary switched over from pg-1 (on "+w1+") to pg-2") {
 		t.Fatalf("the removal did not switch the primary over first: %v", res)
 	}
 	if c.Calls("worker-1", "Reset") != 1 {

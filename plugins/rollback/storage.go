@@ -8,7 +8,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/gate"
 	"github.com/talosbot/talosbot/plugins/cluster/storage"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // The storage-aware reboot of a rollback (docs/UPGRADES.md, "Storage"):
@@ -16,12 +15,12 @@ import (
 // its volumes to be healthy again before the closing gate.
 
 // storageSettings are the plugin's storage settings.
-func storageSettings(*lifecyclev1.OperationRequest) storage.Settings {
+func storageSettings(*sdk.OperationRequest) storage.Settings {
 	return storage.Defaults()
 }
 
 // forecast adds the node's forecast to the plan, or refuses (R3).
-func forecast(ctx context.Context, s *cluster.Session, t *target, req *lifecyclev1.OperationRequest, plan *lifecyclev1.OperationPlan) error {
+func forecast(ctx context.Context, s *cluster.Session, t *target, req *sdk.OperationRequest, plan *sdk.OperationPlan) error {
 	kn := t.ids.KubeNode(t.node.Name)
 	if kn == "" || s.Kube == nil || s.Dynamic == nil {
 		return nil
@@ -37,12 +36,12 @@ func forecast(ctx context.Context, s *cluster.Session, t *target, req *lifecycle
 	if lines := f.Lines(); !strings.HasPrefix(lines[0], "drain forecast: nothing") {
 		plan.Warnings = append(plan.Warnings, lines...)
 	}
-	plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "drain forecast", Ok: true, Rule: storage.Rule, Detail: f.Checked})
+	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "drain forecast", OK: true, Rule: storage.Rule, Detail: f.Checked})
 	return nil
 }
 
 // waiter is nil without Kubernetes access or a resolved Node.
-func waiter(s *cluster.Session, t *target, req *lifecyclev1.OperationRequest, r sdk.Reporter) (*storage.Waiter, string) {
+func waiter(s *cluster.Session, t *target, req *sdk.OperationRequest, r sdk.Reporter) (*storage.Waiter, string) {
 	kn := t.ids.KubeNode(t.node.Name)
 	if kn == "" || s.Kube == nil || s.Dynamic == nil {
 		return nil, ""

@@ -56,15 +56,15 @@ func TestRollbackSwitchesOverAndWaitsForTheRebuild(t *testing.T) {
 	req := request(t, c, Command, map[string]string{"node": "worker-1"})
 	req.Credentials.Kubeconfig = kube.Kubeconfig
 	plan, err := New().Plan(ctx, req)
-	if err != nil || plan.GetRefusal() != nil {
-		t.Fatalf("plan: %v %v", err, plan.GetRefusal())
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("plan: %v %v", err, plan.Refusal)
 	}
-	if w := strings.Join(plan.GetWarnings(), "\n"); !strings.Contains(w, "CloudNativePG db/pg: has its primary pg-1 on "+nodes[0]) {
+	if w := strings.Join(plan.Warnings, "\n"); !strings.Contains(w, "CloudNativePG db/pg: has its primary pg-1 on "+nodes[0]) {
 		t.Fatalf("the plan does not forecast the primary:\n%s", w)
 	}
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
-	lines := strings.Join(res.GetLines(), "\n")
+	lines := strings.Join(res.Lines, "\n")
 	for _, want := range []string{"primary switched over from pg-1 (on " + nodes[0] + ") to pg-2", "1 Longhorn volume(s) healthy again"} {
 		if !strings.Contains(lines, want) {
 			t.Fatalf("the result lacks %q: %v", want, res)

@@ -9,7 +9,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/gate"
 	"github.com/talosbot/talosbot/plugins/cluster/storage"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // The storage-aware drain (docs/UPGRADES.md, "Storage: Longhorn and
@@ -17,7 +16,7 @@ import (
 // the glue into the roll.
 
 // storageSettings are the plugin's storage settings.
-func storageSettings(*lifecyclev1.OperationRequest) storage.Settings {
+func storageSettings(*sdk.OperationRequest) storage.Settings {
 	return storage.Defaults()
 }
 
@@ -48,21 +47,21 @@ func planStorage(ctx context.Context, s *cluster.Session, pa *path, set storage.
 
 // addForecast puts the forecast on the plan: a risk per node with
 // findings (the card shows them, Details in full), and the check.
-func addForecast(plan *lifecyclev1.OperationPlan, f storage.Forecast) {
+func addForecast(plan *sdk.OperationPlan, f storage.Forecast) {
 	lines := f.Lines()
 	if len(f.Nodes) > 0 && !strings.HasPrefix(lines[0], "drain forecast: nothing") {
 		plan.Warnings = append(plan.Warnings, lines...)
 	}
-	plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "drain forecast", Ok: true, Rule: storage.Rule, Detail: f.Checked})
+	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "drain forecast", OK: true, Rule: storage.Rule, Detail: f.Checked})
 }
 
 // storageSteps are a node's storage steps, around its upgrade.
-func storageBeforeStep(r *roll, n nodeStep) *lifecyclev1.Step {
-	return &lifecyclev1.Step{Id: n.id("storage-before"), Title: n.node.Name + ": storage before the drain (switch primaries over, last replicas elsewhere)", Node: n.node.Name, Kind: "storage"}
+func storageBeforeStep(r *roll, n nodeStep) *sdk.Step {
+	return &sdk.Step{ID: n.id("storage-before"), Title: n.node.Name + ": storage before the drain (switch primaries over, last replicas elsewhere)", Node: n.node.Name, Kind: "storage"}
 }
 
-func storageAfterStep(r *roll, n nodeStep) *lifecyclev1.Step {
-	return &lifecyclev1.Step{Id: n.id("storage-after"), Title: n.node.Name + ": Longhorn volumes healthy again", Node: n.node.Name, Kind: "storage"}
+func storageAfterStep(r *roll, n nodeStep) *sdk.Step {
+	return &sdk.Step{ID: n.id("storage-after"), Title: n.node.Name + ": Longhorn volumes healthy again", Node: n.node.Name, Kind: "storage"}
 }
 
 func (x *run) waiter(step string) storage.Waiter {

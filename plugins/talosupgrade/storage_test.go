@@ -8,7 +8,7 @@ import (
 
 	"github.com/talosbot/talosbot/internal/storagetest"
 	"github.com/talosbot/talosbot/plugins/cluster/storage"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/sim"
 )
 
@@ -58,10 +58,10 @@ func TestRollWithLonghornAndCNPG(t *testing.T) {
 	w1 := e.info(t, "worker-1").NodeName
 
 	plan, err := (&Plugin{}).Plan(ctx, req)
-	if err != nil || plan.GetRefusal() != nil {
-		t.Fatalf("plan: %v %v", err, plan.GetRefusal())
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("plan: %v %v", err, plan.Refusal)
 	}
-	warn := strings.Join(plan.GetWarnings(), "\n")
+	warn := strings.Join(plan.Warnings, "\n")
 	for _, want := range []string{"drain " + w1 + ": ", "CloudNativePG db/pg: has its primary pg-1 on " + w1 + ": switched over to",
 		"Longhorn volume app/data: has a replica on " + w1} {
 		if !strings.Contains(warn, want) {
@@ -69,8 +69,8 @@ func TestRollWithLonghornAndCNPG(t *testing.T) {
 		}
 	}
 	var storageSteps int
-	for _, s := range plan.GetSteps() {
-		if s.GetKind() == "storage" {
+	for _, s := range plan.Steps {
+		if s.Kind == "storage" {
 			storageSteps++
 		}
 	}
@@ -79,16 +79,16 @@ func TestRollWithLonghornAndCNPG(t *testing.T) {
 	}
 
 	var progress []string
-	rec := runWatched(ctx, &Plugin{}, req, func(ev *lifecyclev1.StepEvent) {
-		if strings.HasSuffix(ev.GetStepId(), "/storage-after") && strings.Contains(ev.GetDetail(), "rebuilding") {
-			progress = append(progress, ev.GetDetail())
+	rec := runWatched(ctx, &Plugin{}, req, func(ev *sdk.StepEvent) {
+		if strings.HasSuffix(ev.StepID, "/storage-after") && strings.Contains(ev.Detail, "rebuilding") {
+			progress = append(progress, ev.Detail)
 		}
 	})
 	res := rec.FinalResult()
-	if !res.GetOk() {
-		t.Fatalf("roll failed: %s: %s\n%s", res.GetSummary(), res.GetError(), dump(rec.Steps()))
+	if !res.OK {
+		t.Fatalf("roll failed: %s: %s\n%s", res.Summary, res.Error, dump(rec.Steps()))
 	}
-	lines := strings.Join(res.GetLines(), "\n")
+	lines := strings.Join(res.Lines, "\n")
 	if !strings.Contains(lines, "db/pg: primary switched over from pg-1 (on "+w1+")") {
 		t.Fatalf("the result does not record the switchover:\n%s", lines)
 	}
@@ -125,7 +125,7 @@ func TestRollRefusesASingleReplicaVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	requireRefusal(t, plan, storage.Rule, "draining "+w1+": Longhorn volume app/solo has its only replica on "+w1)
-	if !strings.Contains(plan.GetRefusal().GetFix(), "numberOfReplicas to 2") {
-		t.Fatalf("fix %q", plan.GetRefusal().GetFix())
+	if !strings.Contains(plan.Refusal.Fix, "numberOfReplicas to 2") {
+		t.Fatalf("fix %q", plan.Refusal.Fix)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 type plugin struct{ name string }
@@ -28,23 +27,23 @@ func main() {
 	sdk.Serve(&plugin{name: name})
 }
 
-func (p *plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	ro, dis := lifecyclev1.Effect_EFFECT_READ_ONLY, lifecyclev1.Effect_EFFECT_DISRUPTIVE
-	return &lifecyclev1.Manifest{Name: p.name, Version: "test", Commands: []*lifecyclev1.Command{
-		{Name: "probe", Summary: "read-only probe", Effect: ro, Args: []*lifecyclev1.Arg{{Name: "cluster"},
+func (p *plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	ro, dis := sdk.EffectReadOnly, sdk.EffectDisruptive
+	return &sdk.Manifest{Name: p.name, Version: "test", Commands: []*sdk.Command{
+		{Name: "probe", Summary: "read-only probe", Effect: ro, Args: []*sdk.Arg{{Name: "cluster"},
 			{Name: "protected", Flag: true, Description: "write the protected snapshot ids the host sent to this file"},
 			{Name: "inputs", Flag: true, Description: "write the typed inputs the host sent to this file"}}},
-		{Name: "drills", Summary: "needs the staging drill evidence", Effect: ro, Needs: []lifecyclev1.Need{lifecyclev1.Need_NEED_STAGING_DRILLS},
-			Args: []*lifecyclev1.Arg{{Name: "cluster"}, {Name: "inputs", Flag: true, Description: "write the typed inputs the host sent to this file"}}},
-		{Name: "stash", Summary: "writes a file, leaves the cluster alone", Effect: lifecyclev1.Effect_EFFECT_WRITE, Drill: lifecyclev1.Drill_DRILL_ETCD_RESTORE, Args: []*lifecyclev1.Arg{{Name: "cluster"}}},
+		{Name: "drills", Summary: "needs the staging drill evidence", Effect: ro, Needs: []sdk.Need{sdk.NeedStagingDrills},
+			Args: []*sdk.Arg{{Name: "cluster"}, {Name: "inputs", Flag: true, Description: "write the typed inputs the host sent to this file"}}},
+		{Name: "stash", Summary: "writes a file, leaves the cluster alone", Effect: sdk.EffectWrite, Drill: sdk.DrillEtcdRestore, Args: []*sdk.Arg{{Name: "cluster"}}},
 		// versions answers /talos status (status_label): its Plan reports
 		// the declared "versions" of the cluster, fails on "fail", and on
 		// "down" waits for the host's deadline, as a dead cluster would.
-		{Name: "versions", Summary: "status provider", Effect: ro, StatusLabel: "versions", Args: []*lifecyclev1.Arg{{Name: "cluster"}}},
+		{Name: "versions", Summary: "status provider", Effect: ro, StatusLabel: "versions", Args: []*sdk.Arg{{Name: "cluster"}}},
 		// push is disruptive and does not pause between nodes: the host
 		// must not offer Pause on it.
-		{Name: "push", Summary: "disruptive, no pause", Effect: dis, Args: []*lifecyclev1.Arg{{Name: "cluster"}}},
-		{Name: "roll", Summary: "disruptive roll", Effect: dis, Drill: lifecyclev1.Drill_DRILL_TALOS_UPGRADE, PausesBetweenNodes: true, Args: []*lifecyclev1.Arg{
+		{Name: "push", Summary: "disruptive, no pause", Effect: dis, Args: []*sdk.Arg{{Name: "cluster"}}},
+		{Name: "roll", Summary: "disruptive roll", Effect: dis, Drill: sdk.DrillTalosUpgrade, PausesBetweenNodes: true, Args: []*sdk.Arg{
 			{Name: "target", Required: true}, {Name: "cluster"},
 			{Name: "mode", Flag: true, Description: "ok, fail, crash or wait"},
 			{Name: "marker", Flag: true}, {Name: "drift", Flag: true},
@@ -54,30 +53,30 @@ func (p *plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 	}}, nil
 }
 
-func (p *plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	a := req.GetArgs()
-	switch req.GetCommand() {
+func (p *plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	a := req.Args
+	switch req.Command {
 	case "versions":
-		switch v := req.GetCluster().GetDeclared()["versions"]; v {
+		switch v := req.Cluster.Declared["versions"]; v {
 		case "down":
 			<-ctx.Done()
 			return nil, ctx.Err()
 		case "fail":
 			return nil, errors.New("no node answered with its Talos version")
 		default:
-			return &lifecyclev1.OperationPlan{Summary: "versions", Status: strings.Split(v, ","), CanonicalInputs: []byte("versions")}, nil
+			return &sdk.OperationPlan{Summary: "versions", Status: strings.Split(v, ","), CanonicalInputs: []byte("versions")}, nil
 		}
 	case "push":
-		return &lifecyclev1.OperationPlan{Summary: "push", Steps: []*lifecyclev1.Step{{Id: "p", Title: "push"}}, CanonicalInputs: []byte("push")}, nil
+		return &sdk.OperationPlan{Summary: "push", Steps: []*sdk.Step{{ID: "p", Title: "push"}}, CanonicalInputs: []byte("push")}, nil
 	}
-	if req.GetCommand() == "stash" {
-		return &lifecyclev1.OperationPlan{Summary: "stash", Steps: []*lifecyclev1.Step{{Id: "w", Title: "write"}}, CanonicalInputs: []byte("stash")}, nil
+	if req.Command == "stash" {
+		return &sdk.OperationPlan{Summary: "stash", Steps: []*sdk.Step{{ID: "w", Title: "write"}}, CanonicalInputs: []byte("stash")}, nil
 	}
-	if req.GetCommand() == "probe" || req.GetCommand() == "drills" {
-		return &lifecyclev1.OperationPlan{Summary: "probe", Steps: []*lifecyclev1.Step{{Id: "p", Title: "probe"}}, CanonicalInputs: []byte("probe")}, nil
+	if req.Command == "probe" || req.Command == "drills" {
+		return &sdk.OperationPlan{Summary: "probe", Steps: []*sdk.Step{{ID: "p", Title: "probe"}}, CanonicalInputs: []byte("probe")}, nil
 	}
 	if a["target"] == "refuse" {
-		return &lifecyclev1.OperationPlan{Refusal: &lifecyclev1.Refusal{Rule: "R10", Reason: "skipping a minor", Fix: "upgrade to the next minor first"}}, nil
+		return &sdk.OperationPlan{Refusal: &sdk.Refusal{Rule: "R10", Reason: "skipping a minor", Fix: "upgrade to the next minor first"}}, nil
 	}
 	if strings.HasPrefix(a["mode"], "nodes") {
 		return nodesPlan(req), nil
@@ -87,53 +86,53 @@ func (p *plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 		b, _ := os.ReadFile(a["drift"])
 		drift = string(b)
 	}
-	return &lifecyclev1.OperationPlan{
+	return &sdk.OperationPlan{
 		Summary: "roll to " + a["target"], Target: a["target"],
-		Steps:           []*lifecyclev1.Step{{Id: "s1", Title: "first node"}, {Id: "s2", Title: "second node"}},
-		CanonicalInputs: []byte(fmt.Sprintf("roll target=%s drift=%s nodes=%d", a["target"], drift, len(req.GetCluster().GetNodes()))),
+		Steps:           []*sdk.Step{{ID: "s1", Title: "first node"}, {ID: "s2", Title: "second node"}},
+		CanonicalInputs: []byte(fmt.Sprintf("roll target=%s drift=%s nodes=%d", a["target"], drift, len(req.Cluster.Nodes))),
 	}, nil
 }
 
 // inputs renders the host-served typed inputs for the engine tests.
-func inputs(req *lifecyclev1.OperationRequest) string {
-	s := req.GetSettings()
+func inputs(req *sdk.OperationRequest) string {
+	s := &req.Settings
 	drills := "unset"
-	if d := s.GetStagingDrills(); d != nil {
+	if d := s.StagingDrills; d != nil {
 		var ev []string
 		for _, e := range d.GetDrills() {
-			ev = append(ev, fmt.Sprintf("%s:%s:%s", e.GetDrill(), e.GetCommand(), e.GetOperationId()))
+			ev = append(ev, fmt.Sprintf("%s:%s:%s", e.Drill, e.Command, e.OperationID))
 		}
 		drills = "[" + strings.Join(ev, ",") + "]"
 	}
-	tf := s.GetTerraform()
-	last := strings.Fields(s.GetBackups().GetLastDrill()) // "<op-id> <state> <time>"
+	tf := s.Terraform
+	last := strings.Fields(s.Backups.GetLastDrill()) // "<op-id> <state> <time>"
 	if len(last) > 2 {
 		last = last[:2]
 	}
-	return fmt.Sprintf("attempt=%d drills=%s terraform=%s,%s,%s,%t last_drill=%s", req.GetAttempt(), drills,
+	return fmt.Sprintf("attempt=%d drills=%s terraform=%s,%s,%s,%t last_drill=%s", req.Attempt, drills,
 		tf.GetRoot(), tf.GetBinary(), tf.GetConfigKey(), tf.GetPlanBeforeUpgrade(), strings.Join(last, " "))
 }
 
-func (p *plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
-	a := req.GetArgs()
-	if req.GetCommand() == "push" {
+func (p *plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	a := req.Args
+	if req.Command == "push" {
 		_ = r.StepStarted("p", "pushing")
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	if req.GetCommand() == "stash" {
+	if req.Command == "stash" {
 		_ = r.StepOK("w", "written")
-		return r.Result(&lifecyclev1.Result{Ok: true, Summary: "stashed"})
+		return r.Result(&sdk.Result{OK: true, Summary: "stashed"})
 	}
 	if f := a["inputs"]; f != "" {
 		_ = os.WriteFile(f, []byte(inputs(req)), 0o600)
 	}
-	if req.GetCommand() == "probe" || req.GetCommand() == "drills" {
+	if req.Command == "probe" || req.Command == "drills" {
 		if f := a["protected"]; f != "" {
-			_ = os.WriteFile(f, []byte(strings.Join(req.GetSettings().GetBackups().GetProtectedSnapshots(), ",")), 0o600)
+			_ = os.WriteFile(f, []byte(strings.Join(req.Settings.Backups.GetProtectedSnapshots(), ",")), 0o600)
 		}
 		_ = r.StepOK("p", "all good")
-		return r.Result(&lifecyclev1.Result{Ok: true, Summary: "healthy", Lines: []string{"✅ etcd: leader agreed"}})
+		return r.Result(&sdk.Result{OK: true, Summary: "healthy", Lines: []string{"✅ etcd: leader agreed"}})
 	}
 	if strings.HasPrefix(a["mode"], "nodes") {
 		return nodesRun(ctx, req, r)
@@ -153,25 +152,25 @@ func (p *plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		_ = r.StepFailed("s1", "node did not come back")
 		// A careless plugin that names a declared value on failure: the
 		// engine must not pass it on (R18).
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "roll failed", Error: "cp-1 timed out", Declared: map[string]string{"talos_version": a["target"]},
-			SuggestedActions: []*lifecyclev1.SuggestedAction{{Label: "Rollback node cp-1", Command: "/talos probe staging"}}})
+		return r.Result(&sdk.Result{OK: false, Summary: "roll failed", Error: "cp-1 timed out", Declared: map[string]string{"talos_version": a["target"]},
+			SuggestedActions: []*sdk.SuggestedAction{{Label: "Rollback node cp-1", Command: "/talos probe staging"}}})
 	}
 	if id := a["artifact"]; id != "" {
-		_ = r.Artifact(&lifecyclev1.Artifact{Id: id, Name: "etcd snapshot"})
+		_ = r.Artifact(&sdk.Artifact{ID: id, Name: "etcd snapshot"})
 	}
 	_ = r.StepOK("s1", "done")
 	_ = r.StepOK("s2", "done")
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: "rolled to " + a["target"], Declared: map[string]string{"talos_version": a["target"]}})
+	return r.Result(&sdk.Result{OK: true, Summary: "rolled to " + a["target"], Declared: map[string]string{"talos_version": a["target"]}})
 }
 
 // nodeVersions reads --drift's file of "node=version" lines: each node's
 // version now (v1 when unlisted).
-func nodeVersions(req *lifecyclev1.OperationRequest) map[string]string {
+func nodeVersions(req *sdk.OperationRequest) map[string]string {
 	out := map[string]string{}
-	for _, n := range req.GetCluster().GetNodes() {
-		out[n.GetName()] = "v1"
+	for _, n := range req.Cluster.Nodes {
+		out[n.Name] = "v1"
 	}
-	if f := req.GetArgs()["drift"]; f != "" {
+	if f := req.Args["drift"]; f != "" {
 		b, _ := os.ReadFile(f)
 		for _, l := range strings.Fields(string(b)) {
 			if k, v, ok := strings.Cut(l, "="); ok {
@@ -184,16 +183,16 @@ func nodeVersions(req *lifecyclev1.OperationRequest) map[string]string {
 
 // nodesPlan is a node-by-node roll to the target: one versioned step and a
 // check per node; its digest covers every node's version now.
-func nodesPlan(req *lifecyclev1.OperationRequest) *lifecyclev1.OperationPlan {
-	target := req.GetArgs()["target"]
+func nodesPlan(req *sdk.OperationRequest) *sdk.OperationPlan {
+	target := req.Args["target"]
 	vs := nodeVersions(req)
-	p := &lifecyclev1.OperationPlan{Summary: "roll nodes to " + target, Target: target}
+	p := &sdk.OperationPlan{Summary: "roll nodes to " + target, Target: target}
 	canon := "nodes target=" + target
-	for _, n := range req.GetCluster().GetNodes() {
-		name := n.GetName()
+	for _, n := range req.Cluster.Nodes {
+		name := n.Name
 		p.Steps = append(p.Steps,
-			&lifecyclev1.Step{Id: "node/" + name + "/upgrade", Title: name + ": upgrade", Node: name, FromVersion: vs[name], ToVersion: target, Kind: "upgrade"},
-			&lifecyclev1.Step{Id: "node/" + name + "/check", Title: name + ": check", Node: name, Kind: "gate"})
+			&sdk.Step{ID: "node/" + name + "/upgrade", Title: name + ": upgrade", Node: name, FromVersion: vs[name], ToVersion: target, Kind: "upgrade"},
+			&sdk.Step{ID: "node/" + name + "/check", Title: name + ": check", Node: name, Kind: "gate"})
 		canon += " " + name + "=" + vs[name]
 	}
 	p.CanonicalInputs = []byte(canon)
@@ -203,19 +202,19 @@ func nodesPlan(req *lifecyclev1.OperationRequest) *lifecyclev1.OperationPlan {
 // nodesRun upgrades node after node (writing the new version to --drift's
 // file), skipping nodes already at the target. "nodes-wait" waits, with the
 // second node's upgrade running, for the context to end; "nodes" finishes.
-func nodesRun(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
-	a := req.GetArgs()
+func nodesRun(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	a := req.Args
 	target := a["target"]
 	vs := nodeVersions(req)
-	for i, n := range req.GetCluster().GetNodes() {
-		name := n.GetName()
+	for i, n := range req.Cluster.Nodes {
+		name := n.Name
 		up, check := "node/"+name+"/upgrade", "node/"+name+"/check"
 		if vs[name] == target {
 			_ = r.StepSkipped(up, "already at "+target)
 			_ = r.StepSkipped(check, "already at "+target)
 			continue
 		}
-		if i == 1 && a["mode"] == "nodes-pause" && req.GetAttempt() == 1 {
+		if i == 1 && a["mode"] == "nodes-pause" && req.Attempt == 1 {
 			// Hold at the boundary until the host asks for the pause.
 			for !sdk.PauseRequested(req) && ctx.Err() == nil {
 				time.Sleep(10 * time.Millisecond) // polling a file another process writes
@@ -224,21 +223,21 @@ func nodesRun(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Repo
 		if sdk.PauseRequested(req) {
 			return r.Result(sdk.PausedResult(name, nil))
 		}
-		_ = r.Step(&lifecyclev1.StepEvent{StepId: up, Status: lifecyclev1.StepStatus_STEP_STATUS_RUNNING, Node: name, FromVersion: vs[name], ToVersion: target})
-		if i == 1 && a["mode"] == "nodes-wait" && req.GetAttempt() == 1 {
+		_ = r.Step(&sdk.StepEvent{StepID: up, Status: sdk.StepRunning, Node: name, FromVersion: vs[name], ToVersion: target})
+		if i == 1 && a["mode"] == "nodes-wait" && req.Attempt == 1 {
 			<-ctx.Done()
 			return ctx.Err()
 		}
 		vs[name] = target
 		if f := a["drift"]; f != "" {
 			var lines []string
-			for _, m := range req.GetCluster().GetNodes() {
-				lines = append(lines, m.GetName()+"="+vs[m.GetName()])
+			for _, m := range req.Cluster.Nodes {
+				lines = append(lines, m.Name+"="+vs[m.Name])
 			}
 			_ = os.WriteFile(f, []byte(strings.Join(lines, "\n")), 0o600)
 		}
 		_ = r.StepOK(up, "at "+target)
 		_ = r.StepOK(check, "healthy")
 	}
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: "every node at " + target})
+	return r.Result(&sdk.Result{OK: true, Summary: "every node at " + target})
 }
