@@ -62,12 +62,12 @@ type Controller struct {
 	// new primary is promoted (status.currentPrimary follows). Zero: 2 s.
 	SwitchoverTime time.Duration
 
-	mu          sync.Mutex
-	rebuilding  map[string]time.Time // replica name -> rebuild start
-	switching   map[string]time.Time // cluster ns/name -> switchover start
-	faulted     map[string]bool      // volumes that were ever faulted
-	failedOver  map[string]string    // cluster -> the primary lost without a switchover
-	maxProgress map[string]int
+	mu         sync.Mutex
+	rebuilding map[string]time.Time  // replica name -> rebuild start
+	switching  map[string]time.Time  // cluster ns/name -> switchover start
+	faulted    map[string]bool       // volumes that were ever faulted
+	failedOver map[string]string     // cluster -> the primary lost without a switchover
+	placement  map[string]corev1.Pod // ns/pod -> the instance pod as last seen
 }
 
 func (c *Controller) now() time.Time {
@@ -79,8 +79,8 @@ func (c *Controller) now() time.Time {
 
 func (c *Controller) init() {
 	if c.rebuilding == nil {
-		c.rebuilding, c.switching, c.faulted, c.failedOver, c.maxProgress =
-			map[string]time.Time{}, map[string]time.Time{}, map[string]bool{}, map[string]string{}, map[string]int{}
+		c.rebuilding, c.switching, c.faulted, c.failedOver, c.placement =
+			map[string]time.Time{}, map[string]time.Time{}, map[string]bool{}, map[string]string{}, map[string]corev1.Pod{}
 	}
 }
 
@@ -359,6 +359,12 @@ func (c *Controller) cnpg(ctx context.Context, up func(string) bool) error {
 		if err != nil {
 			return fmt.Errorf("list pods of %s: %w", key, err)
 		}
+		if err := c.recreate(ctx, cl.GetNamespace(), cl.GetName(), pods.Items, up); err != nil {
+			return err
+		}
+		if pods, err = c.Kube.CoreV1().Pods(cl.GetNamespace()).List(ctx, metav1.ListOptions{LabelSelector: labelCluster + "=" + cl.GetName()}); err != nil {
+			return fmt.Errorf("list pods of %s: %w", key, err)
+		}
 		ready := map[string]bool{}
 		var healthy, failed []any
 		for i := range pods.Items {
@@ -419,6 +425,37 @@ func (c *Controller) cnpg(ctx context.Context, up func(string) bool) error {
 		_ = unstructured.SetNestedField(cl.Object, phase, "status", "phase")
 		if _, err := c.Dyn.Resource(ClusterGVR).Namespace(cl.GetNamespace()).UpdateStatus(ctx, cl, metav1.UpdateOptions{}); err != nil {
 			return fmt.Errorf("update status of %s: %w", key, err)
+		}
+	}
+	return nil
+}
+
+// recreate plays the operator recreating an instance pod a drain deleted:
+// on the node that holds its PVC, once that node is Ready and schedulable
+// again (CNPG docs/src/kubernetes_upgrade.md, reusePVC: the operator waits
+// for the node to come back rather than cloning the instance elsewhere).
+func (c *Controller) recreate(ctx context.Context, ns, cluster string, pods []corev1.Pod, up func(string) bool) error {
+	seen := map[string]bool{}
+	for _, p := range pods {
+		key := p.Namespace + "/" + p.Name
+		seen[key] = true
+		if p.DeletionTimestamp == nil {
+			c.placement[key] = p
+		}
+	}
+	for key, p := range c.placement {
+		if seen[key] || p.Namespace != ns || p.Labels[labelCluster] != cluster || !up(p.Spec.NodeName) {
+			continue
+		}
+		if n, err := c.Kube.CoreV1().Nodes().Get(ctx, p.Spec.NodeName, metav1.GetOptions{}); err == nil && n.Spec.Unschedulable {
+			continue
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, Labels: p.Labels}, Spec: p.Spec}
+		if _, err := c.Kube.CoreV1().Pods(p.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("recreate pod %s: %w", key, err)
+		}
+		if err := setPodReady(ctx, c.Kube, p.Namespace, p.Name); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -51,7 +51,7 @@ func TestHealthCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(plan.Steps) != len(gate.Probes()) || len(plan.Warnings) != 1 || len(plan.CanonicalInputs) == 0 ||
-		!strings.Contains(plan.Warnings[0], "Kubernetes nodes, Pods, Flux, PodDisruptionBudgets) will be not checked") {
+		!strings.Contains(plan.Warnings[0], "Kubernetes nodes, Pods, Flux, PodDisruptionBudgets, Storage) will be not checked") {
 		t.Fatalf("plan = %v", plan)
 	}
 

@@ -154,6 +154,9 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 		plan.Steps = append(plan.Steps, &sdk.Step{ID: "gate-after/" + pi.Name, Title: "gate after (without " + t.node.Name + "): " + pi.Title, Kind: "gate"})
 	}
 	plan.Steps = append(plan.Steps, &sdk.Step{ID: "terraform", Title: "Terraform follow-up: remove the inventory entry, then apply", Kind: "note"})
+	if err := forecast(ctx, s, t, req, plan); err != nil {
+		return sdk.RefusalPlan(err)
+	}
 	return plan, nil
 }
 
@@ -179,6 +182,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		return r.Result(&sdk.Result{OK: false, Summary: summary, Error: err.Error()})
 	}
 
+	var storageLines []string // the switchovers and waits before the drain
 	if t.removed {
 		for _, id := range []string{"reset", "membership"} {
 			_ = r.StepSkipped(id, n.Name+" is already reset and out of the cluster")
@@ -196,6 +200,17 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		}
 
 		_ = r.StepStarted("reset", "")
+		lines, err := storageBefore(ctx, s, t, req, r)
+		if err != nil {
+			_ = r.StepFailed("reset", err.Error())
+			res := &sdk.Result{OK: false, Summary: "stopped before the reset: storage cannot tolerate draining " + n.Name + "; the node is still in the cluster",
+				Error: err.Error(), Lines: lines}
+			if re, ok := sdk.AsRefusal(err); ok {
+				res.Refusal = re
+			}
+			return r.Result(res)
+		}
+		storageLines = lines
 		resp, err := s.Talos.MachineClient.Reset(client.WithNode(ctx, n.Address), &machineapi.ResetRequest{Graceful: true, Reboot: false})
 		if err == nil {
 			_, err = client.FilterMessages(resp, err)
@@ -248,6 +263,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	}
 	lines := followUp(inv, n)
 	_ = r.StepOK("terraform", lines[0])
+	lines = append(lines, storageLines...)
 	if !verdict.Passed {
 		return r.Result(&sdk.Result{OK: false, Summary: n.Name + " was removed but the closing health gate failed", Error: verdict.Err().Error(), Lines: lines})
 	}

@@ -149,6 +149,9 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 	for _, pi := range gate.Probes() {
 		plan.Steps = append(plan.Steps, &sdk.Step{ID: "gate-after/" + pi.Name, Title: "gate after: " + pi.Title, Kind: "gate"})
 	}
+	if err := forecast(ctx, s, t, req, plan); err != nil {
+		return sdk.RefusalPlan(err)
+	}
 	return plan, nil
 }
 
@@ -220,6 +223,24 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		ev(sdk.StepFailed, err.Error(), "")
 		return r.Result(&sdk.Result{OK: false, Summary: "rollback of " + t.node.Name + " failed", Error: err.Error()})
 	}
+	// Storage first (storage.go): primaries off the node, last replicas
+	// elsewhere; the volumes with a replica here are waited for afterwards.
+	var storageLines, affected []string
+	w, kn := waiter(s, t, req, r)
+	if w != nil {
+		if storageLines, err = w.Before(ctx, kn); err == nil {
+			affected, err = w.Affected(ctx, kn)
+		}
+		if err != nil {
+			ev(sdk.StepFailed, err.Error(), "")
+			res := &sdk.Result{OK: false, Summary: "stopped before the rollback: storage cannot tolerate " + t.node.Name + " going down; nothing was rebooted",
+				Error: err.Error(), Lines: storageLines}
+			if re, ok := sdk.AsRefusal(err); ok {
+				res.Refusal = re
+			}
+			return r.Result(res)
+		}
+	}
 	bootID, err := talos.BootID(ctx, s, t.node)
 	if err != nil {
 		return failRes(err)
@@ -236,7 +257,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		return failRes(fmt.Errorf("%s: %w", t.node.Name, err))
 	}
 	ev(sdk.StepOK, fmt.Sprintf("%s → %s: boot id changed, running and ready", t.version, res.Version), res.Version)
-	lines := []string{fmt.Sprintf("↩️ %s rolled back %s → %s", t.node.Name, t.version, res.Version)}
+	lines := append(storageLines, fmt.Sprintf("↩️ %s rolled back %s → %s", t.node.Name, t.version, res.Version))
 	// The node is back on its old version: not every node runs the newer
 	// one, so a talos_version bump made for it must be reverted (R19).
 	invalidated := []string{talos.DeclaredVersion}
@@ -249,6 +270,13 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 			return r.Result(&sdk.Result{OK: false, Summary: t.node.Name + " is back on " + res.Version + " but etcd is not healthy", Error: err.Error(), Lines: lines, Invalidated: invalidated})
 		}
 		_ = r.StepOK("quorum-after", q.Summary())
+	}
+	if w != nil {
+		after, err := w.After(ctx, kn, affected)
+		if err != nil {
+			return r.Result(&sdk.Result{OK: false, Summary: t.node.Name + " is back on " + res.Version + " but Longhorn is not healthy again", Error: err.Error(), Lines: lines, Invalidated: invalidated})
+		}
+		lines = append(lines, after...)
 	}
 	aopts := gate.OptionsFor(s, &req.Settings, []string{})
 	aopts.Identity = t.ids

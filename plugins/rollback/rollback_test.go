@@ -124,7 +124,7 @@ func TestRollbackAfterUpgrade(t *testing.T) {
 	if !strings.Contains(card, "⚠️ warning: health gate: no kubeconfig for this cluster") {
 		t.Fatalf("approval card must warn that there is no kubeconfig:\n%s", card)
 	}
-	if d := render.Details(op); !strings.Contains(d, "health gate: no kubeconfig for this cluster, so its Kubernetes probes (Kubernetes nodes, Pods, Flux, PodDisruptionBudgets) are not checked") {
+	if d := render.Details(op); !strings.Contains(d, "health gate: no kubeconfig for this cluster, so its Kubernetes probes (Kubernetes nodes, Pods, Flux, PodDisruptionBudgets, Storage) are not checked") {
 		t.Fatalf("the card's Details must say which Kubernetes probes are not checked:\n%s", d)
 	}
 	rec, _ := sdktest.Run(ctx, New(), req, nil)

@@ -93,6 +93,9 @@ type roll struct {
 	// upgrade); prefix starts its step ids (hops.go).
 	hop, hops int
 	prefix    string
+	// storage: Longhorn or CloudNativePG is installed, and each node gets
+	// its storage steps (storage.go).
+	storage bool
 }
 
 // hopRoll decides the roll of one hop to target from the nodes' versions
@@ -214,7 +217,12 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 			Fix: "nothing to do; /talos status shows the running versions"})
 	}
 	pa.warnings = append(pa.warnings, gate.PlanWarnings(ctx, s.Clients)...)
+	forecast, _, err := planStorage(ctx, s, pa, storageSettings(req))
+	if err != nil {
+		return sdk.RefusalPlan(err)
+	}
 	plan := pa.operationPlan(req)
+	addForecast(plan, forecast)
 	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "node identity", OK: true, Rule: identity.Rule, Detail: strings.Join(pa.hops[0].ids.Lines(), "; ")})
 	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "target pre-flight", OK: true, Rule: "R10", Detail: pa.preflight})
 	return plan, nil
@@ -243,10 +251,16 @@ func planSteps(r *roll) []*sdk.Step {
 		if n.skip {
 			title += " (already there)"
 		}
+		if r.storage && !n.skip {
+			steps = append(steps, storageBeforeStep(r, n))
+		}
 		steps = append(steps, &sdk.Step{ID: n.id("upgrade"), Title: title, Node: n.node.Name,
 			FromVersion: n.from.String(), ToVersion: r.target.String(), Image: n.image, Kind: "upgrade"})
 		if cp {
 			steps = append(steps, &sdk.Step{ID: n.id("quorum-after"), Title: n.node.Name + ": etcd quorum after", Node: n.node.Name, Kind: "quorum"})
+		}
+		if r.storage && !n.skip {
+			steps = append(steps, storageAfterStep(r, n))
 		}
 		steps = append(steps, &sdk.Step{ID: n.id("gate"), Title: n.node.Name + ": health gate", Node: n.node.Name, Kind: "gate"})
 	}
@@ -320,6 +334,14 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		ro, err = compute(ctx, req, s)
 	}
 	if err != nil {
+		if re, ok := sdk.AsRefusal(err); ok {
+			return r.Result(&sdk.Result{OK: false, Summary: "refused", Error: re.Error(), Refusal: re})
+		}
+		return err
+	}
+	if _, _, err := planStorage(ctx, s, ro, storageSettings(req)); err != nil {
+		// The waits before each node make the forecast's warnings true;
+		// only what cannot finish stops the run here (R3).
 		if re, ok := sdk.AsRefusal(err); ok {
 			return r.Result(&sdk.Result{OK: false, Summary: "refused", Error: re.Error(), Refusal: re})
 		}
@@ -538,6 +560,10 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 		}
 		_ = x.r.StepOK(n.id("quorum-before"), q.Summary())
 	}
+	affected, err := x.storageBefore(ctx, n)
+	if err != nil {
+		return err
+	}
 
 	stepEv(sdk.StepRunning, fmt.Sprintf("%s via %s", n.image, n.mechanics))
 	logf := func(msg string) { _ = x.r.Log("info", n.id("upgrade"), msg) }
@@ -618,6 +644,10 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 				x.actions(o)...)
 		}
 		_ = x.r.StepOK(n.id("quorum-after"), q.Summary())
+	}
+
+	if err := x.storageAfter(ctx, n, later, affected); err != nil {
+		return err
 	}
 
 	// Gate between nodes (R15): the nodes still to be drained must be

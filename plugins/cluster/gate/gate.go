@@ -292,6 +292,7 @@ func probes() []probe {
 		{ProbeInfo{"pods", "Pods", "pods in all namespaces: counts and the worst few", true}, probePods},
 		{ProbeInfo{"flux", "Flux", "Kustomizations and HelmReleases Ready", true}, probeFlux},
 		{ProbeInfo{"pdb", "PodDisruptionBudgets", "no budget with 0 disruptions allowed covers a pod on a node to drain", true}, probePDBs},
+		{ProbeInfo{"storage", "Storage", "every Longhorn volume healthy, every CloudNativePG cluster's instances ready", true}, probeStorage},
 	}
 }
 

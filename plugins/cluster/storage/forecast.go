@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
@@ -231,4 +232,26 @@ func LocalData(ctx context.Context, kube kubernetes.Interface, nodes map[string]
 		sort.Strings(out[n])
 	}
 	return out, nil
+}
+
+// Plan reads the cluster and forecasts the drains of order (Kubernetes
+// Node names, in roll order); pdbs are the budgets at 0 allowed
+// disruptions per node (gate.PDBsByNode). installed says whether Longhorn
+// or CNPG is there. The error is the forecast's R3 refusal, or a read error.
+func Plan(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface, order []string, pdbs map[string][]string, s Settings) (Forecast, bool, error) {
+	st, err := Read(ctx, kube, dyn, s)
+	if err != nil {
+		return Forecast{}, false, err
+	}
+	installed := st.LonghornInstalled || st.CNPGInstalled
+	nodes := map[string]bool{}
+	for _, n := range order {
+		nodes[n] = true
+	}
+	in := Input{Order: order, PDBs: pdbs}
+	if in.Local, err = LocalData(ctx, kube, nodes); err != nil {
+		return Forecast{}, installed, err
+	}
+	f := Build(st, in, s)
+	return f, installed, f.Refusal()
 }
