@@ -15,8 +15,8 @@ mod=$(go list -m)
 cells=$(awk -F'|' '/^\| `/ {print $2}' "$doc")
 named=$(grep -oE '`[^`]+`' <<<"$cells" | tr -d '`' | sed 's#/$##' | sort -u)
 # The plugin SDK is its own module (plugins/sdk/go.mod) whose path lies under this one's,
-# so stripping the root module's path names its packages plugins/sdk/... as well.
-pkgs=$({ go list ./...; go list -tags demo ./...; (cd plugins/sdk && go list ./...); } | sed "s#^$mod/\{0,1\}##" | sort -u)
+# and so is examples/hello-plugin: stripping the root module's path names their packages as well.
+pkgs=$({ go list ./...; go list -tags demo ./...; (cd plugins/sdk && go list ./...); (cd examples/hello-plugin && go list ./...); } | sed "s#^$mod/\{0,1\}##" | sort -u)
 bad=0
 while read -r p; do
 	[ -n "$p" ] || continue
