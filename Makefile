@@ -11,7 +11,7 @@ export TALOSBOT_TOOLS_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/talosbot/too
 TEST_TIMEOUT ?= 30m
 DEMO_ARGS ?=
 
-.PHONY: all build dist test generate lint tools demo bench fuzz soak mutate clean
+.PHONY: all build dist test test-short generate lint tools demo bench fuzz soak mutate clean
 
 all: build
 
@@ -43,8 +43,17 @@ test: tools build
 	export TALOSBOT_BIN=$(CURDIR)/bin/talosbot TALOSBOT_PLUGINS_BIN=$(CURDIR)/bin/talosbot-plugins TALOSBOT_DEMO_BIN=$(CURDIR)/bin/talosbot-demo; \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... && \
 	(cd plugins/sdk && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...) && \
+	(cd examples/hello-plugin && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...) && \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -tags demo -run '^TestDemo' ./cmd/talosbot  # tests of demo-only code
 	bash hack/fuzz.sh short
+
+# The fast unit tier (docs/TESTING.md): every package, the slow packages without
+# their whole-roll and bot-against-sim tests (they skip under -short). make test
+# runs both tiers.
+test-short: tools build
+	set -a; [ -f "$(TALOSBOT_TOOLS_DIR)/env" ] && . "$(TALOSBOT_TOOLS_DIR)/env"; set +a; \
+	export TALOSBOT_BIN=$(CURDIR)/bin/talosbot TALOSBOT_PLUGINS_BIN=$(CURDIR)/bin/talosbot-plugins TALOSBOT_DEMO_BIN=$(CURDIR)/bin/talosbot-demo; \
+	$(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 generate:
 	bash hack/generators.sh
@@ -55,6 +64,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt wants changes in:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd plugins/sdk && $(GO) vet ./...
+	cd examples/hello-plugin && $(GO) vet ./...
 	$(GO) vet -tags demo ./cmd/talosbot
 	bash hack/check-packages.sh
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...

@@ -13,6 +13,7 @@ import (
 	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/builtin"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
@@ -29,7 +30,7 @@ func (builtins) Manifests(ctx context.Context) ([]*lifecyclev1.Manifest, error) 
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, m)
+		out = append(out, sdk.ManifestToWire(m))
 	}
 	return out, nil
 }

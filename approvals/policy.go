@@ -168,7 +168,7 @@ func DescribeWindows(ws []config.Window) string {
 // needs a succeeded staging operation of the same command and target within
 // promotion_max_age. --skip-staging allows it with one extra approval.
 func (p *Policy) Promotion(op *state.Operation, last StagingLookup, now time.Time) ([]string, error) {
-	if op.Environment != config.EnvProduction || !op.Disruptive || op.Target == "" {
+	if op.Environment != config.EnvProduction || !op.Disruptive || op.Target == "" { // rule:R6
 		return nil, nil
 	}
 	maxAge := p.env(config.EnvProduction).PromotionMaxAge.D()

@@ -14,6 +14,7 @@ import (
 	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/escalate"
 	"github.com/talosbot/talosbot/bot/grammar"
 	"github.com/talosbot/talosbot/bot/render"
 	"github.com/talosbot/talosbot/config"
@@ -93,9 +94,12 @@ func coreCommands() []botCommand {
 			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
 				return r.ops.Deny(ctx, from, inv.Args["id"])
 			}},
-		{spec(&lifecyclev1.Command{Name: "resume", Summary: "continue an interrupted operation (steps already done are skipped)", Effect: dis, Args: id("resume"), Example: "/talos resume 3f2a9c01bd4e"}),
+		{spec(&lifecyclev1.Command{Name: "resume", Summary: "continue an interrupted operation (steps already done are skipped)", Effect: dis,
+			Args: append(id("resume"), &lifecyclev1.Arg{Name: "ignore-alert", Flag: true,
+				Description: "an alert name the resumed roll goes on past (it paused on it; audited); other alerts still pause it"}),
+			Example: "/talos resume 3f2a9c01bd4e"}),
 			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
-				return r.ops.Resume(ctx, from, inv.Args["id"])
+				return r.resume(ctx, from, inv.Args["id"], inv.Args["ignore-alert"])
 			}},
 		{spec(&lifecyclev1.Command{Name: "abandon", Summary: "give up an interrupted operation and release its cluster lock", Effect: dis, Args: id("abandon"), Example: "/talos abandon 3f2a9c01bd4e"}),
 			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
@@ -160,6 +164,7 @@ type Operations interface {
 	Approve(ctx context.Context, from engine.Origin, id string) error
 	Deny(ctx context.Context, from engine.Origin, id string) error
 	Resume(ctx context.Context, from engine.Origin, id string) error
+	Operation(ctx context.Context, id string) (*state.Operation, error)
 	Abandon(ctx context.Context, from engine.Origin, id string) error
 	Pause(ctx context.Context, from engine.Origin, id string) error
 	Cancel(ctx context.Context, from engine.Origin, id string) error
@@ -308,6 +313,13 @@ func status(ctx context.Context, r *Router, user string, names []string) (string
 	// status costs one timeout at most, and no store transaction waits on a
 	// cluster.
 	facts := r.ops.StatusFacts(ctx, user, names)
+	// Late steps (bot/escalate), read before the loop's transactions.
+	lateByOp := map[string][]string{}
+	if late, err := escalate.LateSteps(ctx, r.cfg, r.store, now); err == nil {
+		for _, l := range late {
+			lateByOp[l.Op.ID] = append(lateByOp[l.Op.ID], l.Text())
+		}
+	}
 	ago := func(t time.Time) string { return render.Ago(t, now) }
 	var b strings.Builder
 	for _, n := range names {
@@ -380,6 +392,9 @@ func status(ctx context.Context, r *Router, user string, names []string) (string
 				fmt.Fprintf(&b, "  • `%s` %s — %s, by %s, %s\n", op.ID, op.Command, op.State, op.Requester, ago(op.CreatedAt))
 				if op.State == state.StateInterrupted {
 					fmt.Fprintf(&b, "    interrupted: `/talos resume %s` or `/talos abandon %s`\n", op.ID, op.ID)
+				}
+				for _, l := range lateByOp[op.ID] {
+					b.WriteString("    " + l + "\n")
 				}
 			}
 			return nil

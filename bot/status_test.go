@@ -2,11 +2,10 @@ package bot_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -125,34 +124,26 @@ func TestStatusShowsOnlyTheClustersTheUserMayRead(t *testing.T) {
 	}
 }
 
-// Pause is offered only where the command's manifest says it pauses
-// between nodes: a disruptive run of another command shows Cancel alone,
-// and /talos pause on it says why not and what stops it, changing nothing.
-func TestPauseNotOfferedForACommandThatDoesNotPause(t *testing.T) {
-	e := newEnvConfig(t, nodesConfig)
-	id, err := e.submit("alice", "stg", "/talos push")
+func TestStatusListsLateSteps(t *testing.T) {
+	e := newEnv(t)
+	start := e.clock.Now().Add(-2 * time.Hour)
+	err := e.store.Update(context.Background(), func(tx *state.Tx) error {
+		op := &state.Operation{ID: "late01", Cluster: "staging", Environment: "staging", Command: "upgrade talos", Disruptive: true, Requester: "alice",
+			State: state.StatePlanned, CreatedAt: start}
+		if err := tx.PutOperation(op); err != nil {
+			return err
+		}
+		_, err := tx.Transition(op.ID, state.StateRunning, func(o *state.Operation) {
+			o.Steps = []state.Step{{ID: "node/cp-1/upgrade", Title: "cp-1: upgrade", Node: "cp-1", Status: "running", Detail: "booted, not ready: kubelet", StartedAt: start}}
+		})
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.sink.button(t, id, "Cancel")
-	e.sink.mu.Lock()
-	have := e.sink.buttons[id]
-	e.sink.mu.Unlock()
-	for _, b := range have {
-		if b.Label == "Pause" {
-			t.Fatalf("Pause offered on a command that does not pause: %v", have)
-		}
-	}
-	var ae *engine.ActionError
-	err = e.eng.Pause(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, id)
-	if !errors.As(err, &ae) || !strings.Contains(ae.Msg, "cannot pause: its plugin does not stop between nodes") || !strings.Contains(ae.Msg, "/talos cancel "+id) {
-		t.Fatalf("pause of a non-pausing run: %v", err)
-	}
-	if op, _ := e.eng.Operation(context.Background(), id); op.State != state.StateRunning {
-		t.Fatalf("a refused pause changed the run: %s", op.State)
-	}
-	if err := e.eng.Cancel(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, id); err != nil {
+	if _, err := e.submit("alice", "stg", "/talos status staging"); err != nil {
 		t.Fatal(err)
 	}
-	e.await(id, state.StateCancelled)
+	got := e.sink.waitReply(t, "*staging* (staging)")
+	mustContain(t, "status", got, "`late01` upgrade talos — running", "⏳ cp-1: upgrade is late: running 2h0m0s", "now: booted, not ready: kubelet")
 }

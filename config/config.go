@@ -47,6 +47,10 @@ type Config struct {
 	// Silences and Git are the work around disruptive runs (followup.go).
 	Silences *Silences    `yaml:"silences,omitempty"`
 	Git      *GitFollowup `yaml:"git_followup,omitempty"`
+	// AlertPause pauses a roll on firing alerts (alertpause.go).
+	AlertPause AlertPause `yaml:"alert_pause,omitempty"`
+	// Escalation speaks up about late steps (escalation.go).
+	Escalation Escalation `yaml:"escalation,omitempty"`
 
 	// lines maps the path of each written key to its line (Locate).
 	lines map[string]int
@@ -130,8 +134,7 @@ type Window struct {
 // feed the latest-patch rule (R10), multi-hop plans and new-release
 // notices (releases.go has the defaults and checks).
 type Releases struct {
-	Talos                []string `yaml:"talos"`
-	RefuseNonLatestPatch bool     `yaml:"refuse_non_latest_patch"`
+	Talos []string `yaml:"talos"`
 	// Kubernetes lists the Kubernetes patch releases that upgrades may
 	// target ("1.36.3"); machinery's compatibility says which of them a
 	// Talos version supports.
@@ -239,13 +242,17 @@ type AuditSettings struct {
 	LogRetention Duration `yaml:"log_retention"`
 }
 
-// Plugins lists external plugins; built-ins need no configuration.
+// Plugins lists external plugins and holds every plugin's own section.
 type Plugins struct {
 	External []ExternalPlugin `yaml:"external"`
 	// PassEnv names extra environment variables plugin processes receive
 	// (e.g. TF_CLI_CONFIG_FILE, GOOGLE_APPLICATION_CREDENTIALS, TF_VAR_*
 	// for the Terraform root). Everything else is withheld from plugins.
 	PassEnv []string `yaml:"pass_env,omitempty"`
+	// Sections are the plugins' own sections, plugins.NAME, kept unread:
+	// the core knows no plugin setting; the plugin decodes and validates
+	// its section (plugins.go).
+	Sections map[string]yaml.Node `yaml:",inline"`
 }
 
 // ExternalPlugin is a plugin binary verified by its sha256 before every launch.
@@ -415,6 +422,8 @@ func (c *Config) ApplyDefaults() {
 		c.Alerts.ClusterLabel = DefaultClusterLabel
 	}
 	c.applyFollowupDefaults()
+	c.applyAlertPauseDefaults()
+	c.applyEscalationDefaults()
 	if c.Policy == nil {
 		c.Policy = map[string]Policy{}
 	}

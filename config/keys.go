@@ -63,6 +63,10 @@ func (k *keyCheck) walk(n *yaml.Node, t reflect.Type, path string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if t == rawNodeType {
+		k.walkRaw(n, path) // a plugin's section: lines only, its plugin checks the keys
+		return
+	}
 	if reflect.PointerTo(t).Implements(unmarshalerType) {
 		return // a scalar with its own parser (Duration)
 	}
@@ -78,6 +82,9 @@ func (k *keyCheck) walk(n *yaml.Node, t reflect.Type, path string) {
 			k.lines[key.Line] = p
 			k.paths[p] = key.Line
 			ft, ok := fields[key.Value]
+			if rest, inline := fields[inlineMapKey]; !ok && inline {
+				ft, ok = rest, true // a key of an inline map: any name
+			}
 			if !ok {
 				k.errs = append(k.errs, FieldError{Path: p, Msg: unknownKey(key.Value, fields)})
 				continue
@@ -126,6 +133,10 @@ func yamlFields(t reflect.Type) map[string]reflect.Type {
 		}
 		if slices.Contains(strings.Split(opts, ","), "inline") {
 			ft := f.Type
+			if ft.Kind() == reflect.Map {
+				out[inlineMapKey] = ft.Elem()
+				continue
+			}
 			for ft.Kind() == reflect.Pointer {
 				ft = ft.Elem()
 			}
@@ -145,7 +156,9 @@ func yamlFields(t reflect.Type) map[string]reflect.Type {
 func unknownKey(key string, fields map[string]reflect.Type) string {
 	names := make([]string, 0, len(fields))
 	for n := range fields {
-		names = append(names, n)
+		if n != inlineMapKey {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	if best := Closest(key, names); best != "" {

@@ -94,8 +94,9 @@ mutate R5/k8supgrade plugins/cluster/planguard/planguard.go "$(never R5)" ./plug
 mutate R7/waitmember plugins/waitmember/waitmember.go 's/restored == nil \{ (\/\/ rule:R7)$/(restored == nil || true) { $1/' ./plugins/waitmember '^TestWaitMemberNeedsEveryMemberUnderOneLeader$'
 # R9: removal leaving fewer healthy members than a majority.
 mutate R9/noderemove plugins/cluster/etcd/quorum.go 's/case (.*): (\/\/ rule:R9)$/case false \&\& ($1): $2/' ./plugins/noderemove '^TestRemovalRefusedWhileAMemberIsDown$'
-# R10: the adjacent-minor rule's one place, releases.SkipsMinor, for a node's step (talos.CheckUpgradePath).
-mutate R10/talos internal/releases/version.go "$(never R10)" ./plugins/cluster/talos '^TestCheckUpgradePath$'
+# R10: the adjacent-minor rule's one place, versions.SkipsMinor (plugins/sdk/versions), for a node's step (talos.CheckUpgradePath)
+# and for the path's hops (talosupgrade's pathCheck).
+mutate R10/talos plugins/sdk/versions/versions.go "$(never R10)" ./plugins/cluster/talos '^TestCheckUpgradePath$'
 # R12: the one snapshot-dir refusal, cluster.CheckSnapshotDir, in each plugin that snapshots.
 # Only real releases: releases.CheckTarget's "a known release" return, taken for every target.
 mutate known-release/releases internal/releases/target.go "$(always known-release)" ./internal/releases '^TestOnlyRealTalosReleasesAreTargets$'
@@ -115,6 +116,10 @@ mutate R16-after/etcd plugins/cluster/etcd/quorum.go "$(never R16-after)" ./plug
 mutate R16-rollback/rollback plugins/rollback/rollback.go "$(never R16-rollback)" ./plugins/rollback '^TestRollbackRefusesTwoMemberEtcd$'
 # R19: the one "another control plane is down" refusal.
 mutate R19/rollback plugins/rollback/rollback.go "$(never R19)" ./plugins/rollback '^TestRollbackRefusesWhileAnotherControlPlaneIsDown$'
+# R6 (policy): the promotion gate, approvals' Policy.Promotion; its "does not apply" return taken for every operation.
+mutate R6/approvals approvals/policy.go "$(always R6)" ./approvals '^TestPromotionLooksBackMaxAgeAndNamesTheStagingCluster$'
+# R21: a Kubernetes target below what runs, k8s.DowngradeRefusal.
+mutate R21/k8s plugins/cluster/k8s/versions.go "$(never R21)" ./plugins/cluster/k8s '^TestK8sPathRefusal$'
 # Self-approval (engine safety): a requester who is also an approver.
 mutate self-approval/approvals approvals/policy.go 's/\bif (user == op\.Requester \&\& !pol\.AllowSelfApproval) \{/if false \&\& ($1) {/' ./approvals '^TestSelfApprovalRefusedForRequesterWhoIsAnApprover$'
 

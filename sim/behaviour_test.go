@@ -85,6 +85,7 @@ func waitVersion(ctx context.Context, t *testing.T, cli *client.Client, ip, want
 // The four names of a node are independent: inventory, Talos hostname, Kubernetes Node name and
 // etcd member name; everything keyed by one of them uses the right one.
 func TestNamesCanAllDiffer(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	naming := func(info sim.NodeInfo) sim.NodeNames {
 		return sim.NodeNames{Hostname: "host-" + info.Name, NodeName: "k8s-" + info.Name + ".example", EtcdMember: "etcd-" + info.Name}
@@ -190,6 +191,7 @@ func healthCheck(ctx context.Context, cli *client.Client, node string, wait time
 // HealthCheck runs pkg/cluster/check's default checks in their order, on control planes only,
 // with node infos as IP literals; an unexpected Kubernetes Node or a cordoned one fails it.
 func TestHealthCheck(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, Kube: kube.Client, Kubeconfig: kube.Kubeconfig,
 		StaticPods: true, HealthCheckInterval: 200 * time.Millisecond})
@@ -284,6 +286,7 @@ func cordon(ctx context.Context, t *testing.T, kc kubernetes.Interface, name str
 // A second sequence is acknowledged and then refused by a LOCKED event without the caller's
 // actor id; reboot takes over a reset but not an upgrade.
 func TestSecondSequenceIsLocked(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 2, Kube: kube.Client, Kubeconfig: kube.Kubeconfig,
 		RebootDelay: 200 * time.Millisecond, DrainTimeout: time.Minute})
@@ -406,6 +409,7 @@ func createPodWithPDBNamed(ctx context.Context, t *testing.T, kc kubernetes.Inte
 // reference the registry has is accepted (a tag that is not a version, a digest); a single
 // control plane upgrades without --preserve.
 func TestLegacyUpgradeImages(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
 	cp1, w1 := nodeIP(t, c, "cp-1"), nodeIP(t, c, "worker-1")
@@ -509,6 +513,7 @@ func TestLifecycleUpgradeNeedsPulledImage(t *testing.T) {
 
 // preserve=true skips ValidateForUpgrade and the cluster-wide upgrade mutex.
 func TestPreserveSkipsEtcdChecks(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
 	cp1 := nodeIP(t, c, "cp-1")
@@ -553,6 +558,7 @@ func TestPreserveSkipsEtcdChecks(t *testing.T) {
 // A stopped etcd makes local etcd calls wait for the caller's deadline; cluster-wide ones are
 // answered by the other members.
 func TestStoppedEtcdWaitsForDeadline(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3})
 	ctx := t.Context()
 	cp1 := nodeIP(t, c, "cp-1")
@@ -592,6 +598,7 @@ func TestStoppedEtcdWaitsForDeadline(t *testing.T) {
 // A graceful reset publishes Talos's reset sequence, stopAllServices included, and the node
 // leaves etcd and stays down.
 func TestGracefulResetSequence(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, HealthCheckInterval: 200 * time.Millisecond})
 	ctx := t.Context()
 	cp1, cp3 := nodeIP(t, c, "cp-1"), nodeIP(t, c, "cp-3")
@@ -648,6 +655,7 @@ func TestGracefulResetSequence(t *testing.T) {
 
 // At boot Talos uncordons only the nodes it cordoned itself (annotation talos.dev/cordoned).
 func TestBootUncordonsOnlyTalosCordons(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, Kube: kube.Client, Kubeconfig: kube.Kubeconfig, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()

@@ -155,6 +155,7 @@ func unmet(ms *runtime.MachineStatus) string {
 }
 
 func TestResourcesFollowLifecycle(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 200 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -377,6 +378,7 @@ func TestResourcesFollowLifecycle(t *testing.T) {
 // TestResourcesWithKubernetes: with a kube-apiserver, StaticPodStatus mirrors the control
 // plane's static pods and NodeStatus the Node, and both feed MachineStatus readiness.
 func TestResourcesWithKubernetes(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, Kube: kube.Client, StaticPods: true, StaticPodReadyDelay: 50 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

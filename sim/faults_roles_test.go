@@ -136,6 +136,7 @@ func TestApidCertificateFaults(t *testing.T) {
 // TestEtcdRejoinFailureFault: after a normal reboot the member's etcd exits at start and the
 // service waits to restart it forever; clearing the fault lets it start and rejoin.
 func TestEtcdRejoinFailureFault(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3})
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

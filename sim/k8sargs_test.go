@@ -26,6 +26,7 @@ import (
 // kubelet's configuration, as Talos renders them; a -fat kubelet image runs a kubelet that
 // reports the plain version. These are what talosctl upgrade-k8s's pre-flight checks read.
 func TestExtraArgs(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Kube: kube.Client, StaticPods: true, StaticPodReadyDelay: 100 * time.Millisecond})

@@ -78,6 +78,7 @@ func createPodWithPDB(ctx context.Context, t *testing.T, kc kubernetes.Interface
 // a reboot, and the legacy upgrade's server-side drain through the eviction API, which a
 // PodDisruptionBudget blocks until it allows a disruption.
 func TestKubeSide(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	kc := kube.Client
 
@@ -258,6 +259,7 @@ func BenchmarkStartWithKube(b *testing.B) {
 // planes' etcd members, so the Node objects the sim registers are /registry keys in that cluster
 // (and so in its snapshots), as on a Talos control plane.
 func TestKubeStoresIntoSimEtcd(t *testing.T) {
+	slow(t)
 	startKube := testenv.KubeStarter(t)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -339,6 +341,7 @@ func TestKubeOnEtcdRefusesBoth(t *testing.T) {
 // one Ready pod per node at the template's image and a status that says so; a new image in
 // the DaemonSet rolls every pod.
 func TestKubeProxyBootstrapManifest(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	kc := kube.Client
 

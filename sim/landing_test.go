@@ -56,6 +56,7 @@ func readBoot(ctx context.Context, cli *client.Client, ip string) (string, strin
 // sequence fails and says so in the events, machined counts down and reboots into the old
 // version (a third boot id), which ends running and ready; the booted entry is the old one.
 func TestABFallbackSequence(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
 	ip := nodeIP(t, c, "worker-1")
@@ -182,6 +183,7 @@ func TestNoRebootKeepsBootID(t *testing.T) {
 // command line and its booted entry; an upgrade lands the installer's, and the faults
 // landSchematic and kernelArgsNotApplied land something else.
 func TestLandingResources(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 2, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
 
@@ -299,6 +301,7 @@ func TestLandingResources(t *testing.T) {
 // RUNNING but not ready, naming the conditions as Talos's MachineStatusController does;
 // clearing the fault publishes ready.
 func TestUnmetConditionsHoldReadiness(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
 	ip := nodeIP(t, c, "cp-1")

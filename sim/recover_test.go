@@ -75,6 +75,7 @@ func waitService(ctx context.Context, t *testing.T, c *sim.Cluster, node, state,
 // joining once its EPHEMERAL is wiped; then one leader, three voters, and the apiserver serves
 // exactly what the snapshot held.
 func TestEtcdDisasterRecovery(t *testing.T) {
+	slow(t)
 	startKube := testenv.KubeStarter(t)
 
 	var kube *testenv.Kube
@@ -242,6 +243,7 @@ func TestEtcdDisasterRecovery(t *testing.T) {
 // heals by itself, as on Talos: the node's etcd service finds the cluster, removes its old
 // member by name, joins as a learner and is promoted. The fault comes over the control API.
 func TestEtcdDataLostOnOneMemberRejoins(t *testing.T) {
+	slow(t)
 	c, _ := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1})
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -275,6 +277,7 @@ func TestEtcdDataLostOnOneMemberRejoins(t *testing.T) {
 // TestControlAPIEtcdLoseQuorum: the control API loses quorum (POST /etcd/lose-quorum) and
 // shows each control plane's etcd (GET /etcd), for the demo and for guides run by hand.
 func TestControlAPIEtcdLoseQuorum(t *testing.T) {
+	slow(t)
 	c, _ := startSim(t, sim.Options{ControlPlanes: 3})
 
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)

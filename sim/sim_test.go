@@ -159,6 +159,7 @@ func bootID(ctx context.Context, t *testing.T, cli *client.Client, ip string) st
 }
 
 func TestClusterBasics(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 2})
 	ctx := t.Context()
 
@@ -430,6 +431,7 @@ func TestClusterBasics(t *testing.T) {
 }
 
 func TestUnreachableNode(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 2})
 	ctx := t.Context()
 
@@ -486,6 +488,7 @@ func watchEvents(ctx context.Context, t *testing.T, cli *client.Client, ip strin
 }
 
 func TestUpgradeRollback(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 0, RebootDelay: 300 * time.Millisecond})
 	ctx := t.Context()
 	ip := nodeIP(t, c, "cp-2")
@@ -612,6 +615,7 @@ func TestUpgradeRollback(t *testing.T) {
 }
 
 func TestUpgradeEtcdSafetyAndReset(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 200 * time.Millisecond})
 	ctx := t.Context()
 	cp1, cp3 := nodeIP(t, c, "cp-1"), nodeIP(t, c, "cp-3")
@@ -693,6 +697,7 @@ func TestUpgradeEtcdSafetyAndReset(t *testing.T) {
 }
 
 func TestLifecycleUpgradeV113(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.0", RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
 	ip := nodeIP(t, c, "worker-1")
@@ -801,6 +806,7 @@ func TestApplyConfigurationNoReboot(t *testing.T) {
 }
 
 func TestControlAPIFaults(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
 	cp1, w1 := nodeIP(t, c, "cp-1"), nodeIP(t, c, "worker-1")
@@ -983,6 +989,7 @@ func BenchmarkStart(b *testing.B) {
 // knows it has no leader (raft steps it down only after its election
 // timeout, and a gate read in between once saw the old leader).
 func TestNoEtcdLeaderHoldsWhenInjectReturns(t *testing.T) {
+	slow(t)
 	c, _ := startSim(t, sim.Options{ControlPlanes: 3})
 	ctx := t.Context()
 

@@ -62,6 +62,7 @@ func waitStaticPod(t *testing.T, kc kubernetes.Interface, comp, node, image stri
 // fault keeps one from becoming Ready until it is cleared; the kubelet version follows
 // machine.kubelet.image.
 func TestStaticPods(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	kc := kube.Client
 
@@ -138,6 +139,7 @@ func TestStaticPodFaultJSON(t *testing.T) {
 // (its Service resource is destroyed, then running and healthy again) after which the Node
 // reports the new version. A terminating pod on a sim node is then finished, as a kubelet does.
 func TestUpgradeK8sProtocol(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	kc := kube.Client
 

@@ -72,6 +72,7 @@ func (tc *realTalosctl) must(ctx context.Context, args ...string) string {
 // takes 2 s lets them see the node down, as they do with a real machine.
 
 func TestTalosctlBehaviourRebootWaitAndRollback(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, RebootDelay: 2 * time.Second})
 	tc := newRealTalosctl(t, c)
 	ctx := t.Context()
@@ -102,6 +103,7 @@ func TestTalosctlBehaviourRebootWaitAndRollback(t *testing.T) {
 }
 
 func TestTalosctlBehaviourUpgradeNewAPI(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.0", RebootDelay: 2 * time.Second,
 		Kube: kube.Client, Kubeconfig: kube.Kubeconfig})
@@ -130,6 +132,7 @@ func TestTalosctlBehaviourUpgradeNewAPI(t *testing.T) {
 }
 
 func TestTalosctlBehaviourResetGracefulWait(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, RebootDelay: 300 * time.Millisecond})
 	tc := newRealTalosctl(t, c)
 	ctx := t.Context()
@@ -147,6 +150,7 @@ func TestTalosctlBehaviourResetGracefulWait(t *testing.T) {
 }
 
 func TestTalosctlBehaviourHealth(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	c, _ := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, Kube: kube.Client, Kubeconfig: kube.Kubeconfig,
 		StaticPods: true, HealthCheckInterval: 200 * time.Millisecond})

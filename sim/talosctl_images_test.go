@@ -14,6 +14,7 @@ import (
 // 75 minutes after the pull on the sim's clock), and a registry the node cannot reach (the pull
 // waits, then fails with image.Pull's timeout).
 func TestTalosctlImageFailures(t *testing.T) {
+	slow(t)
 	bin := needTalosctl(t)
 	clock := newTestClock()
 	c, _ := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.9", Now: clock.Now, RebootDelay: 50 * time.Millisecond})

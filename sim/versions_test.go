@@ -162,6 +162,7 @@ func applyReboot(t *testing.T, cli *client.Client, ip string, cfg []byte) error 
 // upgrade API only from v1.13, apply-config's REBOOT mode refused only on v1.14, and etcd at
 // the version of the release the node runs.
 func TestMultiHopAcrossMixedVersions(t *testing.T) {
+	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.12.6", RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
 	cp, w := nodeIP(t, c, "cp-1"), nodeIP(t, c, "worker-1")
@@ -324,6 +325,7 @@ func TestKubeconfigTalosShape(t *testing.T) {
 // TestKubeconfigFromBackendAuthenticates: with a real kube-apiserver, the RPC's kubeconfig
 // (Talos's shape, no bearer token) is accepted by the apiserver through client-go.
 func TestKubeconfigFromBackendAuthenticates(t *testing.T) {
+	slow(t)
 	kube := testenv.StartKube(t)
 	c, cli := startSim(t, sim.Options{Name: "backend", ControlPlanes: 1, Kube: kube.Client, Kubeconfig: kube.Kubeconfig})
 

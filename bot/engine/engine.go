@@ -430,6 +430,11 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 	if err != nil {
 		return nil, err
 	}
+	// The plugin's own section, unread (config check had the plugin validate it).
+	section, err := c.Plugins.PluginSection(e.pluginFor(op))
+	if err != nil {
+		return nil, fmt.Errorf("plugins.%s: %w", e.pluginFor(op), err)
+	}
 	pcreds := &lifecyclev1.Credentials{Talosconfig: creds.Talosconfig, Kubeconfig: creds.Kubeconfig}
 	if err := e.backupCredentials(op, pcreds); err != nil {
 		return nil, err
@@ -440,12 +445,14 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 		// can wait for a node the interrupted run left rebooting.
 		Attempt:     int32(max(op.Attempts, 1)),
 		Credentials: pcreds,
+		Config:      section,
 		Settings: &lifecyclev1.Settings{
 			SnapshotDir: c.SnapshotDir, GateTimeoutMs: c.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: c.Timeouts.Node.D().Milliseconds(),
 			GateAfterTimeoutMs: c.Timeouts.GateAfter.D().Milliseconds(), HealthTimeoutMs: c.Timeouts.Health.D().Milliseconds(),
-			KnownTalosReleases: c.Releases.Talos, RefuseNonLatestPatch: c.Releases.RefuseNonLatestPatch,
-			SnapshotKeep: int32(c.Snapshots.Keep), SnapshotMaxAgeSeconds: int64(c.Snapshots.MaxAge.D().Seconds()),
+			KnownTalosReleases: c.Releases.Talos,
+			SnapshotKeep:       int32(c.Snapshots.Keep), SnapshotMaxAgeSeconds: int64(c.Snapshots.MaxAge.D().Seconds()),
 			Backups: backups, Terraform: credentials.TerraformSettings(c, cl), StagingDrills: drills, Extra: extra,
+			GitFollowups: e.gitFollowups(ctx, cl.Name),
 		},
 	}, nil
 }
@@ -720,12 +727,14 @@ func (e *Engine) executeWith(ctx context.Context, id string, req *lifecyclev1.Op
 	}
 	// The hooks start (or, on resume, pick up) their work around the run;
 	// one may refuse it (a required silence), before the plugin runs.
+	// The mark is cleared before the hooks, so one may ask for a pause
+	// before the first node (alertpause: an alert firing at start).
+	e.clearPause(id)
+	defer e.clearPause(id)
 	if err := e.runStarting(ctx, op); err != nil {
 		e.finish(ctx, id, "system", state.StateRefused, "refused", err.Error(), nil)
 		return
 	}
-	e.clearPause(id)
-	defer e.clearPause(id)
 	runCtx, cancel := context.WithCancel(ctx)
 	e.mu.Lock()
 	e.running[id] = cancel

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -30,6 +31,24 @@ type RunHook interface {
 // hold secrets.
 type RequestNotes interface {
 	RequestNotes(ctx context.Context, cluster string) map[string]string
+}
+
+// FollowupEvidence is implemented by the hook that prepares Terraform
+// changes as Git branches: it tells the plugins, as typed evidence, which
+// changes of the cluster exist and whether each is merged yet.
+type FollowupEvidence interface {
+	GitFollowups(ctx context.Context, cluster string) []*lifecyclev1.GitFollowup
+}
+
+// gitFollowups collects the hooks' Git follow-up evidence about cluster.
+func (e *Engine) gitFollowups(ctx context.Context, cluster string) []*lifecyclev1.GitFollowup {
+	var out []*lifecyclev1.GitFollowup
+	for _, h := range e.o.Hooks {
+		if f, ok := h.(FollowupEvidence); ok {
+			out = append(out, f.GitFollowups(ctx, cluster)...)
+		}
+	}
+	return out
 }
 
 // requestNotes adds what the hooks know about cluster to extra.

@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/state"
@@ -62,8 +64,13 @@ func (e *Engine) Pause(ctx context.Context, from Origin, id string) error {
 // paused ends a run its plugin paused: interrupted, lock held, with the
 // ending and Resume/Abandon.
 func (e *Engine) paused(ctx context.Context, id string, lines []string) {
-	who, _ := os.ReadFile(e.pauseMark(id))
-	by := orDefault(string(who), "someone")
+	// The mark holds who asked, then (a host's own pause, PauseFor) why.
+	mark, _ := os.ReadFile(e.pauseMark(id))
+	who, why, _ := strings.Cut(string(mark), "\n")
+	by := orDefault(who, "someone")
+	if why != "" {
+		lines = append(strings.Split(why, "\n"), lines...)
+	}
 	op, err := e.transition(ctx, id, state.StateInterrupted, by, "paused", "paused", nil, func(o *state.Operation) {
 		closeRunning(o, "was running when the run paused")
 		o.Result = "⏸️ paused by " + by + " between nodes"
@@ -116,3 +123,36 @@ func (e *Engine) runButtons(ctx context.Context, op *state.Operation) {
 // clearPause removes a pause mark: a run starts (or resumes) unpaused, and
 // one that ended leaves none behind. A mark that is already gone is fine.
 func (e *Engine) clearPause(id string) { _ = os.Remove(e.pauseMark(id)) }
+
+// ErrNotPausable is returned by PauseFor for a run whose plugin does not
+// stop between nodes.
+var ErrNotPausable = errors.New("its plugin does not stop between nodes")
+
+// PauseFor asks a running disruptive operation to stop before its next node
+// on the bot's own behalf (a run hook: alertpause on a firing alert). by
+// names the asker in the ending ("paused by BY between nodes") and the audit;
+// why comes first in the operation's result. A mark already there is kept.
+func (e *Engine) PauseFor(ctx context.Context, id, by string, why []string) error {
+	op, err := e.Operation(ctx, id)
+	if err != nil {
+		return err
+	}
+	if op.State != state.StateRunning || !op.Disruptive {
+		return fmt.Errorf("operation %s is %s; only a running disruptive operation can pause", id, op.State)
+	}
+	if !e.pausable(op) {
+		return fmt.Errorf("operation %s (/talos %s) cannot pause: %w", id, op.Command, ErrNotPausable)
+	}
+	if e.pauseRequested(id) {
+		return nil
+	}
+	mark := e.pauseMark(id)
+	if err := os.MkdirAll(filepath.Dir(mark), 0o700); err != nil {
+		return fmt.Errorf("pause %s: %w", id, err)
+	}
+	body := strings.Join(append([]string{strings.ReplaceAll(by, "\n", " ")}, why...), "\n")
+	if err := os.WriteFile(mark, []byte(body), 0o600); err != nil {
+		return fmt.Errorf("pause %s: %w", id, err)
+	}
+	return e.audit(ctx, e.event(by, "pause requested", op, "ok", map[string]string{"why": strings.Join(why, "; ")}))
+}

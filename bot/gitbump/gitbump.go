@@ -27,7 +27,7 @@ import (
 
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
-	"github.com/talosbot/talosbot/plugins/sdk"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -67,7 +67,7 @@ type Options struct {
 type Bumper struct {
 	o Options
 
-	// notes caches a RequestNotes answer that could not reach the remote:
+	// notes caches a GitFollowups answer that could not reach the remote:
 	// every plugin request asks, and an unreachable remote must not slow
 	// each of them down. Answers that reached it are not cached, so a
 	// merge shows at the next request.
@@ -77,15 +77,15 @@ type Bumper struct {
 
 type cachedNotes struct {
 	at    time.Time
-	notes map[string]string
+	notes []*lifecyclev1.GitFollowup
 }
 
 // notesTTL is how long a merge check is reused.
 const notesTTL = time.Minute
 
 var (
-	_ engine.RunHook      = (*Bumper)(nil)
-	_ engine.RequestNotes = (*Bumper)(nil)
+	_ engine.RunHook          = (*Bumper)(nil)
+	_ engine.FollowupEvidence = (*Bumper)(nil)
 )
 
 // New returns a Bumper.
@@ -187,13 +187,11 @@ func (b *Bumper) reverts(ctx context.Context, op *state.Operation, vars []string
 	return lines
 }
 
-// ExtraKey is the Settings.Extra key the notes go under (defined once in
-// plugins/sdk; the drift report and the plan guard print them).
-const ExtraKey = sdk.ExtraGitFollowup
-
-// RequestNotes tells the plugins, for each variable of the cluster, the
-// newest branch prepared and whether it was merged into the base yet.
-func (b *Bumper) RequestNotes(ctx context.Context, cluster string) map[string]string {
+// GitFollowups tells the plugins, for each variable of the cluster, the
+// newest branch prepared and whether it was merged into the base yet, as
+// typed evidence (Settings.git_followups; the drift report and the plan
+// guard print it).
+func (b *Bumper) GitFollowups(ctx context.Context, cluster string) []*lifecyclev1.GitFollowup {
 	now := b.o.Clock()
 	b.mu.Lock()
 	c, ok := b.notes[cluster]
@@ -219,7 +217,7 @@ func (b *Bumper) forget(cluster string) {
 	b.mu.Unlock()
 }
 
-func (b *Bumper) requestNotes(ctx context.Context, cluster string) (notes map[string]string, unreachable bool) {
+func (b *Bumper) requestNotes(ctx context.Context, cluster string) (notes []*lifecyclev1.GitFollowup, unreachable bool) {
 	all, err := b.Changes(ctx, cluster)
 	if err != nil || len(all) == 0 {
 		return nil, false
@@ -239,25 +237,25 @@ func (b *Bumper) requestNotes(ctx context.Context, cluster string) (notes map[st
 	}
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	base := b.o.Config.Base
-	var lines []string
 	for i := range newest {
 		ch := &newest[i]
-		what := fmt.Sprintf("branch %s (%s → %q, operation %s)", ch.Branch, ch.Variable, ch.To, ch.OpID)
+		f := &lifecyclev1.GitFollowup{Variable: ch.Variable, Value: ch.To, Branch: ch.Branch, OperationId: ch.OpID,
+			Base: b.o.Config.Base, PullRequestUrl: ch.PullURL}
 		merged, open, err := b.status(ctx, ch)
 		switch {
 		case err != nil:
 			unreachable = true
-			lines = append(lines, fmt.Sprintf("⚠️ Git: could not check %s: %v", what, err))
+			f.State, f.Error = lifecyclev1.GitFollowupState_GIT_FOLLOWUP_STATE_UNCHECKED, err.Error()
 		case merged:
-			lines = append(lines, fmt.Sprintf("📝 Git: %s is merged into %s.", what, base))
+			f.State = lifecyclev1.GitFollowupState_GIT_FOLLOWUP_STATE_MERGED
 		case open:
-			lines = append(lines, fmt.Sprintf("📝 Git: %s is not merged into %s yet: merge it, then plan and apply.%s", what, base, pullText(ch)))
+			f.State = lifecyclev1.GitFollowupState_GIT_FOLLOWUP_STATE_OPEN
 		default:
-			lines = append(lines, fmt.Sprintf("⚠️ Git: %s was deleted without being merged; %s does not declare %q.", what, base, ch.To))
+			f.State = lifecyclev1.GitFollowupState_GIT_FOLLOWUP_STATE_DELETED
 		}
+		notes = append(notes, f)
 	}
-	return map[string]string{ExtraKey: strings.Join(lines, "\n")}, unreachable
+	return notes, unreachable
 }
 
 // status reads the base branch (merged: it declares ch.To) and, if not

@@ -20,6 +20,7 @@ import (
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/gitbump"
 	"github.com/talosbot/talosbot/config"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -402,43 +403,51 @@ func TestRollbackAfterBump(t *testing.T) {
 	}
 }
 
-// TestRequestNotesSayWhetherMerged: the notes the drift report and the plan
-// guard print follow the branch: open, merged, or deleted unmerged.
-func TestRequestNotesSayWhetherMerged(t *testing.T) {
+// TestFollowupsSayWhetherMerged: the evidence the drift report and the plan
+// guard print follows the branch: open, merged, or deleted unmerged.
+func TestFollowupsSayWhetherMerged(t *testing.T) {
 	bare := bareRemote(t)
 	b, err := gitbump.New(gitbump.Options{Config: gitConfig(t, "file://"+bare, nil), Store: openStore(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if n := b.RequestNotes(ctx, "staging"); n != nil {
-		t.Fatalf("notes before any change: %v", n)
+	if n := b.GitFollowups(ctx, "staging"); n != nil {
+		t.Fatalf("follow-ups before any change: %v", n)
 	}
 	b.RunEnded(ctx, succeededOp(), engine.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
 	br := "talosbot/staging-talos-version-v1.13.9-op123abc"
-	note := func() string { return b.RequestNotes(ctx, "staging")[gitbump.ExtraKey] }
-	if n := note(); !strings.Contains(n, "branch "+br) || !strings.Contains(n, "not merged into main yet") {
-		t.Fatalf("open: %q", n)
+	one := func() *lifecyclev1.GitFollowup {
+		t.Helper()
+		n := b.GitFollowups(ctx, "staging")
+		if len(n) != 1 {
+			t.Fatalf("follow-ups = %v", n)
+		}
+		return n[0]
 	}
-	if n := b.RequestNotes(ctx, "production"); n != nil {
+	if f := one(); f.GetBranch() != br || f.GetVariable() != "talos_version" || f.GetValue() != "v1.13.9" || f.GetBase() != "main" ||
+		f.GetOperationId() != "op123abc" || f.GetState() != lifecyclev1.GitFollowupState_GIT_FOLLOWUP_STATE_OPEN {
+		t.Fatalf("open: %v", f)
+	}
+	if n := b.GitFollowups(ctx, "production"); n != nil {
 		t.Fatalf("another cluster: %v", n)
 	}
 	gitCmd(t, bare, "branch", "-D", br)
-	if n := note(); !strings.Contains(n, "deleted without being merged") {
-		t.Fatalf("deleted: %q", n)
+	if f := one(); f.GetState() != lifecyclev1.GitFollowupState_GIT_FOLLOWUP_STATE_DELETED {
+		t.Fatalf("deleted: %v", f)
 	}
 	op := succeededOp()
 	op.ID = "op2"
 	b.RunEnded(ctx, op, engine.RunOutput{Declared: map[string]string{"talos_version": "v1.13.9"}})
 	gitCmd(t, bare, "update-ref", "refs/heads/main", "talosbot/staging-talos-version-v1.13.9-op2")
-	if n := note(); !strings.Contains(n, "is merged into main") || !strings.Contains(n, "op2") {
-		t.Fatalf("merged: %q", n)
+	if f := one(); f.GetState() != lifecyclev1.GitFollowupState_GIT_FOLLOWUP_STATE_MERGED || f.GetOperationId() != "op2" {
+		t.Fatalf("merged: %v", f)
 	}
 }
 
-// TestRequestNotesUnreachableRemoteIsCached: a remote that does not answer
+// TestFollowupsUnreachableRemoteIsCached: a remote that does not answer
 // is asked once a minute, not on every plugin request.
-func TestRequestNotesUnreachableRemoteIsCached(t *testing.T) {
+func TestFollowupsUnreachableRemoteIsCached(t *testing.T) {
 	bare := bareRemote(t)
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
@@ -452,17 +461,24 @@ func TestRequestNotesUnreachableRemoteIsCached(t *testing.T) {
 	if err := os.Rename(bare, moved); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.RequestNotes(ctx, "staging")[gitbump.ExtraKey]; !strings.Contains(n, "could not check") {
-		t.Fatalf("unreachable: %q", n)
+	state := func() lifecyclev1.GitFollowupState {
+		n := b.GitFollowups(ctx, "staging")
+		if len(n) != 1 {
+			t.Fatalf("follow-ups = %v", n)
+		}
+		return n[0].GetState()
+	}
+	if s := state(); s != lifecyclev1.GitFollowupState_GIT_FOLLOWUP_STATE_UNCHECKED {
+		t.Fatalf("unreachable: %v", s)
 	}
 	if err := os.Rename(moved, bare); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.RequestNotes(ctx, "staging")[gitbump.ExtraKey]; !strings.Contains(n, "could not check") {
-		t.Fatalf("within the minute the cached answer is used: %q", n)
+	if s := state(); s != lifecyclev1.GitFollowupState_GIT_FOLLOWUP_STATE_UNCHECKED {
+		t.Fatalf("within the minute the cached answer is used: %v", s)
 	}
 	now = now.Add(2 * time.Minute)
-	if n := b.RequestNotes(ctx, "staging")[gitbump.ExtraKey]; !strings.Contains(n, "not merged into main yet") {
-		t.Fatalf("after the minute: %q", n)
+	if s := state(); s != lifecyclev1.GitFollowupState_GIT_FOLLOWUP_STATE_OPEN {
+		t.Fatalf("after the minute: %v", s)
 	}
 }

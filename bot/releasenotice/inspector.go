@@ -63,8 +63,12 @@ func (p *PluginInspector) Inspect(ctx context.Context, cluster string, known []r
 	for _, n := range cl.Nodes {
 		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.Address, Role: n.Role, Host: n.Host, Platform: n.Platform, InstallerClass: n.InstallerClass})
 	}
+	section, err := p.Config.Plugins.PluginSection(PluginName)
+	if err != nil {
+		return nil, fmt.Errorf("plugins.%s: %w", PluginName, err)
+	}
 	req := &lifecyclev1.OperationRequest{
-		OperationId: "release-check-" + cl.Name, Command: Command, Cluster: pc, Requester: User,
+		OperationId: "release-check-" + cl.Name, Command: Command, Cluster: pc, Requester: User, Config: section,
 		Credentials: &lifecyclev1.Credentials{Talosconfig: tc, Kubeconfig: kc},
 		Settings: &lifecyclev1.Settings{
 			GateTimeoutMs: p.Config.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: p.Config.Timeouts.Node.D().Milliseconds(),

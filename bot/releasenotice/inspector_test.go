@@ -13,6 +13,7 @@ import (
 	"github.com/talosbot/talosbot/internal/factory/factoryfake"
 	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/releaseinfo"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/sim"
 	"github.com/talosbot/talosbot/state"
@@ -22,7 +23,8 @@ import (
 type inProcess struct{}
 
 func (inProcess) Plan(ctx context.Context, name string, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	return releaseinfo.New().Plan(ctx, req)
+	plan, err := releaseinfo.New().Plan(ctx, sdk.RequestFromWire(req))
+	return sdk.PlanToWire(plan), err
 }
 
 // TestNoticeFromASimClusterThroughThePlugin: the whole path — Image

@@ -33,6 +33,7 @@ import (
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/releases"
+	"github.com/talosbot/talosbot/plugins/sdk/versions"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -329,7 +330,7 @@ func (n *Notifier) notice(cl config.Cluster, v releases.Version, kind string, li
 	default:
 		fmt.Fprintf(&b, "\n• ⚠️ Kubernetes %s is not supported by Talos %s (%s): the plan will name the Kubernetes upgrade to do first", in.Kubernetes.Plain(), v.MinorTag(), rangeText(rng, ok))
 	}
-	if !v.SameMinor(in.Talos) && v.Minor > in.Talos.Minor+1 {
+	if versions.SkipsMinor(in.Talos, v) {
 		fmt.Fprintf(&b, "\n• path: one adjacent minor at a time, latest patch of each (`/talos releases %s` shows the hops)", cl.Name)
 	}
 	// The breaking changes on the way (releases.BreakingChanges); the

@@ -68,9 +68,10 @@ type Stored struct {
 
 // Alert is the part of an API v2 "gettableAlert" the bot reads.
 type Alert struct {
-	Labels   map[string]string `json:"labels"`
-	StartsAt time.Time         `json:"startsAt"`
-	Status   struct {
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	StartsAt    time.Time         `json:"startsAt"`
+	Status      struct {
 		State      string   `json:"state"` // active, suppressed or unprocessed
 		SilencedBy []string `json:"silencedBy"`
 	} `json:"status"`

@@ -433,3 +433,13 @@ func alertList(as []Alert) string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// SilenceID returns the id of the silence opID holds ("" without one): the
+// alert pause (bot/alertpause) lists the alerts inside it separately.
+func (m *Manager) SilenceID(ctx context.Context, opID string) string {
+	rec, err := m.load(ctx, opID)
+	if err != nil || rec == nil {
+		return ""
+	}
+	return rec.SilenceID
+}

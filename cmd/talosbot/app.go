@@ -22,6 +22,7 @@ import (
 	"github.com/talosbot/talosbot/bot/chat/web"
 	"github.com/talosbot/talosbot/bot/credentials"
 	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/escalate"
 	"github.com/talosbot/talosbot/bot/metrics"
 	"github.com/talosbot/talosbot/bot/render"
 	"github.com/talosbot/talosbot/bot/schedule"
@@ -164,7 +165,7 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	}
 	chatMux := chat.NewMux(plain, platforms)
 	sink := render.NewRenderer(chatMux, nil, log)
-	if a.follow, err = newFollowups(cfg, st, log); err != nil {
+	if a.follow, err = newFollowups(cfg, st, sink, log); err != nil {
 		a.close()
 		return nil, err
 	}
@@ -187,6 +188,7 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		a.close()
 		return nil, err
 	}
+	a.follow.setHost(a.engine)
 	// Recover before any adapter can deliver a command.
 	ids, err := a.engine.Recover(ctx)
 	if err != nil {
@@ -213,6 +215,13 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	a.stopAdapters = cancelRun
 	a.runAdapter(runCtx, "schedule", sched.Run)
+	// Late steps are announced, then escalated (docs/OPERATIONS.md).
+	late, err := escalate.New(escalate.Options{Config: cfg, Store: st, Sink: sink, Logger: log})
+	if err != nil {
+		a.close()
+		return nil, fmt.Errorf("late steps: %w", err)
+	}
+	a.runAdapter(runCtx, "escalate", late.Run)
 	if err := a.startReleases(runCtx, relSource, creds, sink, log); err != nil {
 		a.close()
 		return nil, fmt.Errorf("release notices: %w", err)

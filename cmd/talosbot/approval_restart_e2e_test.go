@@ -22,6 +22,8 @@ import (
 // other. Before the fix the restarted bot posted nothing, and there was no
 // typed way to approve.
 func TestApprovalSurvivesSIGKILL(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	for _, how := range []string{"click", "typed"} {
 		t.Run(how, func(t *testing.T) {

@@ -27,6 +27,8 @@ import (
 // copies of its real database in each way an attacker or a bad disk would
 // and expects `talosbot audit verify` to exit 1 with the reason, never panic.
 func TestAuditVerifyAndExportAgainstARunningBotAndDamagedCopies(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	dir := t.TempDir()
 	plugin, sum := buildEnginePlugin(t)
@@ -247,6 +249,8 @@ plugins:
 // repair-head; the repair (verified, audited, by the OS user) makes the
 // chain verify again and serve start.
 func TestServeRefusesAnAuditChainWithoutItsHead(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	dir := t.TempDir()
 	plugin, sum := buildEnginePlugin(t)

@@ -31,7 +31,9 @@ so serve never refuses a file config check accepted: keys, types, bounds
 (durations at most 3650d), groups, roles, chat keys, and every command name
 in the policy and alert rules against the command catalogue (the built-in
 plugins' manifests, and each external plugin's, which is checksum-verified
-and asked for its manifest exactly as serve does), and the secrets serve reads
+and asked for its manifest exactly as serve does), every plugin's own section
+(plugins.NAME, checked by its plugin through ValidateConfig: each external
+plugin, and each built-in that has a section), and the secrets serve reads
 at start: every reference resolves (all missing variables are listed at
 once), file secrets are regular files of at most 1 MiB, the audit, alert and
 console tokens are at least 32 characters and all different. Secrets are
@@ -65,6 +67,9 @@ func checkConfig(ctx context.Context, path string) (*config.Config, *config.Secr
 		return nil, nil, &exitError{code: 2, err: err}
 	}
 	c, errs := config.Decode(data)
+	if errs, err = movedKeys(errs); err != nil {
+		return nil, nil, err
+	}
 	var secrets *config.Secrets
 	if c != nil {
 		var serrs []config.FieldError
@@ -92,7 +97,7 @@ func checkCatalogue(ctx context.Context, c *config.Config) []config.FieldError {
 	if err != nil {
 		return []config.FieldError{{Path: "plugins.external", Msg: err.Error()}}
 	}
-	return c.CheckCommands(cat)
+	return append(c.CheckCommands(cat), checkPluginSections(ctx, c, m)...)
 }
 
 // newPluginHost is the plugin host of serve and config check: the built-ins

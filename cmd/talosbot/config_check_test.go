@@ -128,6 +128,11 @@ plugins:
 	if code != 2 || !strings.Contains(out, want) {
 		t.Fatalf("serve must refuse what config check refuses: exit %d\n%s", code, out)
 	}
+	// The plugin owns its section: this one takes none, and says so.
+	withSection := doc("roll") + "  eng: {limit: 3}\n"
+	if out, code := run(t, "config", "check", "--config", writeConfig(t, withSection)); code != 2 || !strings.Contains(out, "plugins.eng: this plugin takes no configuration; remove its section") {
+		t.Fatalf("a section for a plugin that takes none: exit %d\n%s", code, out)
+	}
 	// A checksum mismatch is found by config check too.
 	wrong := strings.Replace(doc("roll"), sum, strings.Repeat("0", 64), 1)
 	if out, code := run(t, "config", "check", "--config", writeConfig(t, wrong)); code != 2 || !strings.Contains(out, "plugins.external") {
@@ -199,6 +204,10 @@ func TestConfigCheckAndServeAgree(t *testing.T) {
 		{"FIFO", policy + fmt.Sprintf("alerts: {token: \"file:%s\"}\n", fifo), nil, []string{"alerts.token: secret file:" + fifo + ": " + fifo + " is not a regular file"}},
 		{"pass_env names a secret", policy + "chat:\n  discord: {token: env:CC_DISCORD, application_id: \"1\"}\nplugins: {pass_env: [CC_DISCORD]}\n",
 			[]string{"CC_DISCORD=" + strong("discord-bot")}, []string{"plugins.pass_env[0]: CC_DISCORD holds chat.discord.token"}},
+		{"a section no plugin owns", policy + "plugins:\n  pas_env: [X]\n  noplugin: {a: 1}\n", nil,
+			[]string{`plugins.pas_env: no plugin is named "pas_env"; did you mean "pass_env"?`, `plugins.noplugin: no plugin is named "noplugin" (plugins: `}},
+		{"a setting that moved into its plugin", policy + "releases: {talos: [v1.13.9], refuse_non_latest_patch: true}\n", nil,
+			[]string{"releases.refuse_non_latest_patch: moved to plugins.talosupgrade.refuse_non_latest_patch (the talosupgrade plugin owns it now): delete it here and write it under plugins: as `plugins: {talosupgrade: {refuse_non_latest_patch: VALUE}}`"}},
 		{"min_approvals 0", strings.Replace(policy, "approvers: [bob]", "approvers: [bob], min_approvals: 0", 1), nil,
 			[]string{"policy.production.min_approvals: is 0"}},
 		{"second document", policy + "---\npolicy: {production: {min_approvals: 2}}\n", nil, []string{"a second YAML document"}},

@@ -24,6 +24,8 @@ import (
 // upgraded exactly once, the audit chain must verify, and the history must
 // show each interruption and resumption.
 func TestCrashRecoveryTwentyKills(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	const kills, seed = 20, 20261130
 	rng := rand.New(rand.NewPCG(seed, seed))

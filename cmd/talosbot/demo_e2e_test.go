@@ -29,6 +29,8 @@ import (
 // stops it and removes the data dir it created, hundreds of MB of etcd data
 // and snapshots.
 func TestDemoRunsBuiltInPlugins(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts two simulated clusters")
 	}

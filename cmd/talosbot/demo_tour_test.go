@@ -27,6 +27,8 @@ import (
 // gone, and a typed second approval is refused saying why, which is what
 // the README now says.
 func TestDemoTourInChromium(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts two simulated clusters and rolls them")
 	}

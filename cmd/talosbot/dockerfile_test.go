@@ -18,6 +18,8 @@ import (
 // Dockerfile copies exists, its build flags match the Makefile's, and the
 // binary builds (static) with exactly those flags.
 func TestDockerfileMatchesRepoAndMakefile(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	root := "../.."
 	df, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
 	if err != nil {

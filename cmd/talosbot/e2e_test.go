@@ -55,7 +55,7 @@ func talosbotBinary(*testing.T) string { return binPath }
 
 // buildEnginePlugin builds the engine tests' external plugin.
 func buildEnginePlugin(t *testing.T) (path, sum string) {
-	return servetest.BuildPlugin(t, "../../bot/testdata/engineplugin")
+	return servetest.BuildPlugin(t, "../../bot/engine/testdata/engineplugin")
 }
 
 // TestServeSIGKILLLeavesInterruptedOperation runs `talosbot serve` as a real

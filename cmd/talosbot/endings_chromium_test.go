@@ -24,6 +24,8 @@ import (
 //   - status with a freeze names who froze it, why and since when, and the
 //     versions the status provider read.
 func TestServeEndingsInChromium(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts talosbot serve and Chromium")
 	}

@@ -60,7 +60,9 @@ type followupEnv struct {
 	data string
 }
 
-func newFollowupEnv(t *testing.T) *followupEnv {
+// newFollowupEnv starts the simulated cluster, Alertmanager and the Git
+// remote; extra is appended to the bot's config.
+func newFollowupEnv(t *testing.T, extra ...string) *followupEnv {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -144,7 +146,7 @@ git_followup:
   remote: %[8]s/infra.git
   username: talosbot
   token: env:TB_GIT_TOKEN
-`, dir, addr, c.Nodes()[0].IP, strings.Join(nodes, ", "), tc, sim.DefaultSchematic, am, gitSrv.URL, webUsers)), 0o600))
+`, dir, addr, c.Nodes()[0].IP, strings.Join(nodes, ", "), tc, sim.DefaultSchematic, am, gitSrv.URL, webUsers)+strings.Join(extra, "\n")), 0o600))
 	b := &servetest.Bot{T: t, Bin: talosbotBinary(t), Config: cfg, Addr: addr, Tokens: tokens,
 		Env: []string{"TB_ALERTS_TOKEN=" + e2eAlertsToken, "TB_GIT_TOKEN=" + e2eGitToken}}
 	t.Cleanup(func() {
@@ -196,6 +198,8 @@ func (e *followupEnv) thread(substr string) bool {
 // alert still firing is reported, and the version bump is a pushed branch
 // whose only change is the talos_version line. No token appears anywhere.
 func TestServeUpgradeHoldsSilenceThenPushesBump(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	e := newFollowupEnv(t)
 	// The control plane takes its time to reboot, so the run outlasts the
@@ -314,6 +318,8 @@ func TestServeUpgradeHoldsSilenceThenPushesBump(t *testing.T) {
 // TestServeFailedUpgradePushesNothing: a node that fails to boot the new
 // version fails the upgrade; the silence is expired and nothing is pushed.
 func TestServeFailedUpgradePushesNothing(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	e := newFollowupEnv(t)
 	must(t, e.c.Inject(context.Background(), "worker-1", sim.Fault{BootFailure: true}))
@@ -363,6 +369,8 @@ func TestServeKilledThenAbandonedExpiresSilence(t *testing.T) {
 // resume: the silence found at start-up is extended by the resumed run and
 // expired when it succeeds, and the bump is pushed once.
 func TestServeKilledThenResumedExpiresSilence(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	e := newFollowupEnv(t)
 	must(t, e.c.Inject(context.Background(), "cp-1", sim.Fault{SlowReboot: 3 * time.Second}))

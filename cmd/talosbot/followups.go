@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 
+	"github.com/talosbot/talosbot/bot/alertpause"
 	"github.com/talosbot/talosbot/bot/alerts"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/gitbump"
@@ -15,11 +16,19 @@ import (
 // followups are the run hooks the config enables: the Alertmanager silence
 // (silences) and the Terraform version bump as a Git change (git_followup).
 type followups struct {
-	hooks    []engine.RunHook
-	silences *silence.Manager
+	hooks      []engine.RunHook
+	silences   *silence.Manager
+	alertPause *alertpause.Checker
 }
 
-func newFollowups(cfg *config.Config, st *state.Store, log *slog.Logger) (*followups, error) {
+// setHost gives the hooks that act on runs the engine, built after them.
+func (f *followups) setHost(e *engine.Engine) {
+	if f != nil && f.alertPause != nil {
+		f.alertPause.SetHost(e)
+	}
+}
+
+func newFollowups(cfg *config.Config, st *state.Store, sink engine.Sink, log *slog.Logger) (*followups, error) {
 	f := &followups{}
 	if cfg.Silences != nil {
 		client, err := silence.NewClient(cfg.Silences, nil)
@@ -30,6 +39,15 @@ func newFollowups(cfg *config.Config, st *state.Store, log *slog.Logger) (*follo
 			return nil, err
 		}
 		f.hooks = append(f.hooks, f.silences)
+		// The pause on alerts asks the same Alertmanager (on unless
+		// alert_pause.disabled); after the silence, so it sees its id.
+		if !cfg.AlertPause.Disabled {
+			if f.alertPause, err = alertpause.New(alertpause.Options{Config: &cfg.AlertPause, Sink: sink, ClusterLabel: cfg.Silences.ClusterLabel,
+				Store: st, Client: client, OwnSilence: f.silences.SilenceID, Logger: log}); err != nil {
+				return nil, err
+			}
+			f.hooks = append(f.hooks, f.alertPause)
+		}
 	}
 	if cfg.Git != nil {
 		b, err := gitbump.New(gitbump.Options{Config: cfg.Git, Store: st, Logger: log})
@@ -64,6 +82,9 @@ func (f *followups) alertSilences() alerts.Silences {
 }
 
 func (f *followups) close() {
+	if f != nil && f.alertPause != nil {
+		f.alertPause.Close()
+	}
 	if f != nil && f.silences != nil {
 		f.silences.Close()
 	}

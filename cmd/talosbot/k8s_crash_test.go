@@ -21,6 +21,8 @@ import (
 // a restart and /talos resume, the first control plane's kube-apiserver is not
 // configured again and the upgrade completes.
 func TestKubernetesUpgradeResumesAfterSIGKILL(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	ctx := context.Background()

@@ -22,6 +22,8 @@ import (
 // waits: a start that failed and killed the plugin used to hold the plugin's
 // lock for good, and Close waited on that lock.)
 func TestHungPluginHoldsNothing(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	for _, tc := range []struct{ name, args, pidfile string }{
 		{"in plan", "--pidfile %s", "hang.pids"},

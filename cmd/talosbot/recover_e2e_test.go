@@ -21,6 +21,8 @@ import (
 // conformance.TestConformanceEtcdRecovery; a kill at every step is
 // TestRecoverKilledAtEveryStep.
 func TestRecoverProductionFromChat(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	h := &holder{hit: make(chan string, 1)}
 	f := startRecoverFixture(t, h.onCall)

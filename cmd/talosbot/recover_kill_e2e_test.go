@@ -22,6 +22,8 @@ import (
 // gate passed (the operation succeeded). isolate has no call of its own: it
 // is decided from the confirm step's reads, so its kill point is confirm's.
 func TestRecoverKilledAtEveryStep(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	t0 := time.Now()
 	h := &holder{hit: make(chan string, 1)}

@@ -21,6 +21,8 @@ import (
 // channel with its buttons, and its snooze button is accepted (that a snooze
 // pauses the notices is TestOneNoticePerNewVersionStagingFirstSnoozeHonoured's).
 func TestServeReleasesAndNotices(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	ctx := context.Background()
 	dir := t.TempDir()

@@ -34,6 +34,8 @@ import (
 // transcript, the bbolt file, the data and snapshot dirs and its TMPDIR — for
 // the talosconfig key, the kubeconfig token and every token. Zero hits.
 func TestSecretsSweep(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	ctx := context.Background()

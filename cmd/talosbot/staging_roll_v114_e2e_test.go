@@ -20,6 +20,8 @@ import (
 // MachineService.Upgrade (v1.12 has no LifecycleService), hop 2 the v1.13 nodes through
 // LifecycleService.Upgrade; each node is upgraded once per hop and ends on v1.14.1.
 func TestStagingRollV112ToV114(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs talosbot serve through a two-hop roll")
 	}

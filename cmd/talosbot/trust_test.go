@@ -460,6 +460,8 @@ func postSlack(t *testing.T, addr, secret, path, body string) (int, string) {
 // URL, a body trickled in to hold a connection, the bot's own mention, a
 // console user with no role reading a transcript, the page in a frame.
 func TestServeHTTPSurface(t *testing.T) {
+	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	t.Parallel()
 	const (
 		alertsTok   = "surface-alerts-token-51ac-0123456789abcdef"
 		auditTok    = "surface-audit-token-62bd-0123456789abcdef"

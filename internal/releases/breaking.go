@@ -50,7 +50,7 @@ const (
 // ascending by minor. It returns a new slice on every call: callers may
 // filter it, and nothing in the package changes after start.
 func BreakingChanges() []Change {
-	v113, v114 := Version{1, 13, 0}, Version{1, 14, 0}
+	v113, v114 := Version{Major: 1, Minor: 13, Patch: 0}, Version{Major: 1, Minor: 14, Patch: 0}
 	return []Change{
 		{ID: "lifecycle-extra-kernel-args", Minor: v113, Check: CheckRefuse,
 			Title:  "LifecycleService upgrades drop extraKernelArgs",
@@ -131,7 +131,7 @@ func BreakingChanges() []Change {
 func Crossed(from, to Version) []Change {
 	var out []Change
 	for _, c := range BreakingChanges() {
-		if c.Minor.Major == to.Major && c.Minor.Compare(Version{from.Major, from.Minor, 0}) > 0 && c.Minor.Compare(Version{to.Major, to.Minor, 0}) <= 0 {
+		if c.Minor.Major == to.Major && c.Minor.Compare(Version{Major: from.Major, Minor: from.Minor, Patch: 0}) > 0 && c.Minor.Compare(Version{Major: to.Major, Minor: to.Minor, Patch: 0}) <= 0 {
 			out = append(out, c)
 		}
 	}

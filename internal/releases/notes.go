@@ -4,28 +4,20 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/talosbot/talosbot/plugins/sdk/versions"
 )
 
 // Settings.Extra keys by which the bot hands the release data to plugins
-// (bot/releasenotice.Hook sets them on every request). They hold versions
-// and a description, never secrets.
+// (bot/releasenotice.Hook sets them): defined in the SDK
+// (plugins/sdk/versions), which external plugins read them with.
 const (
-	// NoteVersions is every known Talos release, comma-separated.
-	NoteVersions = "releases.versions"
-	// NoteTargets is the releases upgrades may target or pass through:
-	// every known one (factory and releases.talos), or the allow-list with
-	// releases.listed_only. A target outside it is refused (Notes.Allowed).
-	NoteTargets = "releases.targets"
-	// NoteOrigin is List.Describe: where the list came from and its age.
-	NoteOrigin = "releases.origin"
-	// NoteKubernetes is releases.kubernetes, comma-separated.
-	NoteKubernetes = "releases.kubernetes"
-	// NoteFactory is releases.factory_url ("" when none), for the
-	// schematic look-ups of R13/R14.
-	NoteFactory = "releases.factory_url"
-	// NoteListedOnly is "true" with releases.listed_only: NoteTargets is
-	// then the allow-list, and a target outside it is refused (Allowed).
-	NoteListedOnly = "releases.listed_only"
+	NoteVersions   = versions.NoteVersions
+	NoteTargets    = versions.NoteTargets
+	NoteOrigin     = versions.NoteOrigin
+	NoteKubernetes = versions.NoteKubernetes
+	NoteFactory    = versions.NoteFactory
+	NoteListedOnly = versions.NoteListedOnly
 )
 
 // Notes is the release data as a plugin receives it.
@@ -64,24 +56,9 @@ func NotesOf(l *List, kubernetes []string, now time.Time) map[string]string {
 // ReadNotes reads Settings.Extra. ok is false when the bot sent no release
 // data (an older bot, or no list at all): callers fall back to
 // Settings.known_talos_releases.
-func ReadNotes(extra map[string]string) (n Notes, ok bool) {
-	if _, ok := extra[NoteVersions]; !ok {
-		return n, false
-	}
-	split := func(s string) []string {
-		if s == "" {
-			return nil
-		}
-		return strings.Split(s, ",")
-	}
-	return Notes{
-		Versions:   ParseAll(split(extra[NoteVersions])),
-		Targets:    ParseAll(split(extra[NoteTargets])),
-		Kubernetes: ParseAll(split(extra[NoteKubernetes])),
-		Origin:     extra[NoteOrigin],
-		FactoryURL: extra[NoteFactory],
-		ListedOnly: extra[NoteListedOnly] == "true",
-	}, true
+func ReadNotes(extra map[string]string) (Notes, bool) {
+	n, ok := versions.ReadNotes(extra)
+	return Notes(n), ok
 }
 
 // NotesOrConfigured are the releases a plugin plans against and checks

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/talosbot/talosbot/plugins/sdk/versions"
 )
 
 // Refusal is a plan the runbook does not allow: the rule, what is wrong,
@@ -42,7 +44,7 @@ const maxProbeMinor = 100
 func SupportedKubernetes(m Matrix, talos Version) KubeRange {
 	var r KubeRange
 	for minor := 0; minor <= maxProbeMinor; minor++ {
-		k := Version{1, minor, 0}
+		k := Version{Major: 1, Minor: minor, Patch: 0}
 		if m.SupportsKubernetes(talos, k) != nil {
 			if !r.Min.IsZero() {
 				break
@@ -148,7 +150,7 @@ func PlanTalos(m Matrix, r TalosRequest) (*TalosPlan, error) {
 	// minor's newest patch, then one stop per minor in between (a missing
 	// minor is refused, never skipped), then the target; a major change is
 	// refused above. Every hop is thus one minor by construction, so the
-	// loop below does not call SkipsMinor, which stays the rule for one
+	// loop below does not call versions.SkipsMinor, which stays the rule for one
 	// node's step (talos.CheckUpgradePath).
 	var stops []Version
 	if !to.SameMinor(from) {
@@ -156,7 +158,7 @@ func PlanTalos(m Matrix, r TalosRequest) (*TalosPlan, error) {
 			stops = append(stops, lp)
 		}
 		for minor := from.Minor + 1; minor < to.Minor; minor++ {
-			mv := Version{from.Major, minor, 0}
+			mv := Version{Major: from.Major, Minor: minor, Patch: 0}
 			lp, ok := LatestPatch(r.Known, mv)
 			if !ok {
 				return nil, &Refusal{Rule: "R10",
@@ -210,8 +212,8 @@ func kubernetesFirst(m Matrix, r TalosRequest, i int, cur, stop Version, rng Kub
 		return fmt.Sprintf("<the newest %s patch, once declared under releases.kubernetes>", minor.MinorPlain())
 	}
 	steps := ""
-	if need.Minor > k.Minor+1 {
-		steps = fmt.Sprintf(", one minor at a time starting with /talos upgrade k8s %s", name(Version{k.Major, k.Minor + 1, 0}))
+	if versions.SkipsMinor(k, need) {
+		steps = fmt.Sprintf(", one minor at a time starting with /talos upgrade k8s %s", name(versions.NextMinor(k)))
 	}
 	var fix string
 	switch {
@@ -277,7 +279,7 @@ func PlanKubernetes(m Matrix, r KubeRequest) (*KubePlan, error) {
 	}
 	var stops []Version
 	for minor := from.Minor + 1; minor < to.Minor; minor++ {
-		mv := Version{from.Major, minor, 0}
+		mv := Version{Major: from.Major, Minor: minor, Patch: 0}
 		lp, ok := LatestPatch(r.Known, mv)
 		if !ok {
 			return nil, &Refusal{Rule: "R20",
@@ -304,7 +306,7 @@ func PlanKubernetes(m Matrix, r KubeRequest) (*KubePlan, error) {
 func talosFirst(m Matrix, r KubeRequest, i int, cur, stop Version, rng KubeRange, why error) error {
 	reason := fmt.Sprintf("hop %d (%s → %s): Talos %s supports Kubernetes %s, not %s (%v)", i+1, cur.Plain(), stop.Plain(), r.Talos.Tag(), rng, stop.Plain(), why)
 	for minor := r.Talos.Minor + 1; minor <= r.Talos.Minor+maxProbeMinor && minor <= maxProbeMinor; minor++ {
-		t := Version{r.Talos.Major, minor, 0}
+		t := Version{Major: r.Talos.Major, Minor: minor, Patch: 0}
 		if lp, ok := LatestPatch(r.KnownTalos, t); ok {
 			t = lp
 		}

@@ -9,120 +9,26 @@
 // the plugins (and the tests).
 package releases
 
-import (
-	"fmt"
-	"slices"
-	"strconv"
-	"strings"
-)
+import "github.com/talosbot/talosbot/plugins/sdk/versions"
 
-// Version is a released version MAJOR.MINOR.PATCH (Talos or Kubernetes).
-// Pre-releases are not Versions: the bot rolls only releases.
-type Version struct{ Major, Minor, Patch int }
+// Version is a released version MAJOR.MINOR.PATCH (Talos or Kubernetes);
+// it and the version rules live in the SDK (plugins/sdk/versions), their
+// one home, so that external plugins use the same rules.
+type Version = versions.Version
 
 // Parse reads "v1.13.9" or "1.36.3".
-func Parse(s string) (Version, error) {
-	parts := strings.Split(strings.TrimPrefix(strings.TrimSpace(s), "v"), ".")
-	if len(parts) != 3 {
-		return Version{}, fmt.Errorf("version %q is not MAJOR.MINOR.PATCH (e.g. v1.13.9 or 1.36.3)", s)
-	}
-	var v [3]int
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 || (len(p) > 1 && p[0] == '0') {
-			return Version{}, fmt.Errorf("version %q is not MAJOR.MINOR.PATCH (e.g. v1.13.9 or 1.36.3)", s)
-		}
-		v[i] = n
-	}
-	return Version{v[0], v[1], v[2]}, nil
-}
+func Parse(s string) (Version, error) { return versions.Parse(s) }
 
-// Tag is the Talos spelling, "v1.13.9".
-func (v Version) Tag() string { return "v" + v.Plain() }
-
-// Plain is the Kubernetes spelling, "1.36.3".
-func (v Version) Plain() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
-
-// MinorTag is "v1.13"; MinorPlain is "1.36".
-func (v Version) MinorTag() string   { return "v" + v.MinorPlain() }
-func (v Version) MinorPlain() string { return fmt.Sprintf("%d.%d", v.Major, v.Minor) }
-
-// IsZero reports an unknown version.
-func (v Version) IsZero() bool { return v == Version{} }
-
-// Compare returns -1, 0 or 1.
-func (v Version) Compare(o Version) int {
-	for _, d := range [3]int{v.Major - o.Major, v.Minor - o.Minor, v.Patch - o.Patch} {
-		if d != 0 {
-			if d < 0 {
-				return -1
-			}
-			return 1
-		}
-	}
-	return 0
-}
-
-// SameMinor reports whether v and o share MAJOR.MINOR.
-func (v Version) SameMinor(o Version) bool { return v.Major == o.Major && v.Minor == o.Minor }
-
-// ParseAll parses the releases in list and returns them ascending without
-// duplicates, skipping what is not a release (a pre-release such as
-// v1.14.0-beta.0, as Image Factory lists for its newest minor).
-func ParseAll(list []string) []Version {
-	out := make([]Version, 0, len(list))
-	for _, s := range list {
-		if v, err := Parse(s); err == nil {
-			out = append(out, v)
-		}
-	}
-	slices.SortFunc(out, Version.Compare)
-	return slices.Compact(out)
-}
+// ParseAll parses the releases in list, ascending, without duplicates or pre-releases.
+func ParseAll(list []string) []Version { return versions.ParseAll(list) }
 
 // LatestPatch is the newest of known in minor's MAJOR.MINOR.
 func LatestPatch(known []Version, minor Version) (Version, bool) {
-	var best Version
-	found := false
-	for _, v := range known {
-		if v.SameMinor(minor) && (!found || v.Compare(best) > 0) {
-			best, found = v, true
-		}
-	}
-	return best, found
+	return versions.LatestPatch(known, minor)
 }
 
 // LatestPerMinor is the newest patch of each minor in known, ascending.
-func LatestPerMinor(known []Version) []Version {
-	var out []Version
-	for _, v := range known {
-		if n := len(out); n > 0 && out[n-1].SameMinor(v) {
-			if v.Compare(out[n-1]) > 0 {
-				out[n-1] = v
-			}
-			continue
-		}
-		out = append(out, v)
-	}
-	return out
-}
+func LatestPerMinor(known []Version) []Version { return versions.LatestPerMinor(known) }
 
 // Tags spells vs the Talos way.
-func Tags(vs []Version) []string {
-	out := make([]string, len(vs))
-	for i, v := range vs {
-		out[i] = v.Tag()
-	}
-	return out
-}
-
-// SkipsMinor is R10's adjacent-minor rule for one step: from → to changes the major
-// version or skips a minor (a patch of the same minor or any release of the next one does
-// not). talos.CheckUpgradePath refuses such a step for a node. PlanTalos does not call it:
-// it builds its path one minor per hop, so no planned hop could fail it.
-func SkipsMinor(from, to Version) bool {
-	if to.Major != from.Major || to.Minor > from.Minor+1 { // rule:R10
-		return true
-	}
-	return false
-}
+func Tags(vs []Version) []string { return versions.Tags(vs) }

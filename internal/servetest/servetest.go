@@ -359,6 +359,25 @@ func (b *Bot) AwaitEnd(channel, opID string, within time.Duration) string {
 // (relative to the test's own directory, as `go build` takes it) and returns
 // the binary's path and the sha256 that a config's plugins.external entry
 // names.
+// BuildPluginModule is BuildPlugin for a plugin that is its own Go module
+// (examples/hello-plugin): it builds dir's main package inside that module,
+// as an external author does.
+func BuildPluginModule(t testing.TB, dir string) (path, sum string) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), filepath.Base(filepath.Clean(dir))+"-plugin")
+	cmd := exec.Command("go", "build", "-o", path, ".")
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build plugin module %s: %v\n%s", dir, err, b)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(raw)
+	return path, hex.EncodeToString(h[:])
+}
+
 func BuildPlugin(t testing.TB, pkg string) (path, sum string) {
 	t.Helper()
 	path = filepath.Join(t.TempDir(), filepath.Base(filepath.Clean(pkg))+"-plugin")

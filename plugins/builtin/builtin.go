@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/talosbot/talosbot/plugins/drift"
+	"github.com/talosbot/talosbot/plugins/etcdops"
 	"github.com/talosbot/talosbot/plugins/gates"
 	"github.com/talosbot/talosbot/plugins/healthgate"
 	"github.com/talosbot/talosbot/plugins/k8supgrade"
@@ -48,6 +49,7 @@ func catalogue() map[string]func() sdk.Plugin {
 		releaseinfo.Name:  releaseinfo.New,
 		recover.Name:      recover.New,
 		uncordon.Name:     uncordon.New,
+		etcdops.Name:      etcdops.New,
 	}
 }
 
@@ -84,11 +86,12 @@ func ManifestsJSON(ctx context.Context) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("describe built-in plugin %q: %w", name, err)
 		}
-		if m.GetName() != name {
-			return nil, fmt.Errorf("built-in plugin %q describes itself as %q", name, m.GetName())
+		if m.Name != name {
+			return nil, fmt.Errorf("built-in plugin %q describes itself as %q", name, m.Name)
 		}
-		m.Version = ""
-		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+		w := sdk.ManifestToWire(m)
+		w.Version = ""
+		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(w)
 		if err != nil {
 			return nil, fmt.Errorf("encode the manifest of %q: %w", name, err)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/talosbot/talosbot/plugins/builtin"
 	"github.com/talosbot/talosbot/plugins/catalog"
+	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
 // TestCatalogueIsCurrent is the staleness test of plugins/catalog: the
@@ -36,7 +37,7 @@ func TestCatalogueIsCurrent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, _ := c.Manifest(name); !proto.Equal(got, live) {
+		if got, _ := c.Manifest(name); !proto.Equal(got, sdk.ManifestToWire(live)) {
 			t.Errorf("%s: catalogued manifest differs from the plugin's Describe\ncatalogue: %v\nplugin:    %v", name, got, live)
 		}
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/talosbot/talosbot/plugins/builtin"
 	"github.com/talosbot/talosbot/plugins/gates"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
 // TestDrillEvidenceIsDeclared: the host fills the readiness gates' staging
@@ -16,7 +16,7 @@ import (
 // their drills. Dropping a declaration would silently turn a drill gate into
 // "no succeeded staging run" forever; this test fails instead.
 func TestDrillEvidenceIsDeclared(t *testing.T) {
-	declared := map[lifecyclev1.Drill]string{}
+	declared := map[sdk.Drill]string{}
 	needs := map[string]bool{}
 	for _, name := range builtin.Names() {
 		p, _ := builtin.New(name)
@@ -24,25 +24,20 @@ func TestDrillEvidenceIsDeclared(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, c := range m.GetCommands() {
-			if d := c.GetDrill(); d != lifecyclev1.Drill_DRILL_UNSPECIFIED {
+		for _, c := range m.Commands {
+			if d := c.Drill; d != sdk.DrillUnspecified {
 				if prev, dup := declared[d]; dup {
-					t.Errorf("%s is declared by both %q and %q", d, prev, c.GetName())
+					t.Errorf("%s is declared by both %q and %q", d, prev, c.Name)
 				}
-				declared[d] = c.GetName()
+				declared[d] = c.Name
 			}
-			needs[c.GetName()] = slices.Contains(c.GetNeeds(), lifecyclev1.Need_NEED_STAGING_DRILLS)
+			needs[c.Name] = slices.Contains(c.Needs, sdk.NeedStagingDrills)
 		}
 	}
 	if !needs[gates.Command] {
 		t.Errorf("%q does not need NEED_STAGING_DRILLS: the host would never send it the drill evidence", gates.Command)
 	}
-	want := map[lifecyclev1.Drill]string{
-		lifecyclev1.Drill_DRILL_TALOS_UPGRADE:      "upgrade talos",
-		lifecyclev1.Drill_DRILL_KUBERNETES_UPGRADE: "upgrade k8s",
-		lifecyclev1.Drill_DRILL_NODE_REPLACEMENT:   "node remove",
-		lifecyclev1.Drill_DRILL_ETCD_RESTORE:       "restore-drill",
-	}
+	want := map[sdk.Drill]string{sdk.DrillTalosUpgrade: "upgrade talos", sdk.DrillKubernetesUpgrade: "upgrade k8s", sdk.DrillNodeReplacement: "node remove", sdk.DrillEtcdRestore: "restore-drill"}
 	for d, cmd := range want {
 		if declared[d] != cmd {
 			t.Errorf("%s is declared by %q, want %q", d, declared[d], cmd)

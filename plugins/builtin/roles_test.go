@@ -11,7 +11,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/noderemove"
 	"github.com/talosbot/talosbot/plugins/recover"
 	"github.com/talosbot/talosbot/plugins/rollback"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/snapshot"
 	"github.com/talosbot/talosbot/plugins/talosupgrade"
 )
@@ -22,7 +22,7 @@ import (
 // address (TEST-NET-1) answers nothing, so a plugin that connected first would fail with a
 // connection error instead of the refusal.
 func TestDisruptivePluginsRefuseATalosconfigWithoutTheRole(t *testing.T) {
-	cluster := &lifecyclev1.Cluster{Name: "staging", Environment: "staging", Nodes: []*lifecyclev1.Node{
+	cluster := &sdk.Cluster{Name: "staging", Environment: "staging", Nodes: []*sdk.Node{
 		{Name: "cp-1", Address: "192.0.2.1", Role: "controlplane", Platform: "nocloud"},
 		{Name: "worker-1", Address: "192.0.2.2", Role: "worker", Platform: "nocloud"},
 	}}
@@ -45,15 +45,15 @@ func TestDisruptivePluginsRefuseATalosconfigWithoutTheRole(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
-			req := &lifecyclev1.OperationRequest{OperationId: "op-role", Command: tc.command, Args: tc.args, Cluster: cluster,
-				Credentials: &lifecyclev1.Credentials{Talosconfig: rbactest.Talosconfig(t, tc.role), Kubeconfig: []byte("apiVersion: v1\nkind: Config\n")},
-				Settings:    &lifecyclev1.Settings{SnapshotDir: t.TempDir()}}
+			req := &sdk.OperationRequest{OperationID: "op-role", Command: tc.command, Args: tc.args, Cluster: *cluster,
+				Credentials: sdk.Credentials{Talosconfig: rbactest.Talosconfig(t, tc.role), Kubeconfig: []byte("apiVersion: v1\nkind: Config\n")},
+				Settings:    sdk.Settings{SnapshotDir: t.TempDir()}}
 			plan, err := p.Plan(ctx, req)
 			if err != nil {
 				t.Fatalf("Plan: want an R23 refusal, got error %v", err)
 			}
-			r := plan.GetRefusal()
-			if r.GetRule() != "R23" || !strings.Contains(r.GetReason(), "role "+tc.role) || !strings.Contains(r.GetFix(), "os:admin") {
+			r := plan.Refusal
+			if r.Rule != "R23" || !strings.Contains(r.Reason, "role "+tc.role) || !strings.Contains(r.Fix, "os:admin") {
 				t.Fatalf("Plan: want an R23 refusal naming %s and the fix os:admin, got %v", tc.role, plan)
 			}
 		})

@@ -14,6 +14,7 @@ import (
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/keepalive"
@@ -22,8 +23,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // MachineAPI is the part of the Talos MachineService the plugins use. The
@@ -68,17 +67,17 @@ func (c *Clients) Close() error {
 // Connect builds the clients for one run from the request's credentials,
 // which stay in memory (R23). The Talos endpoints are every control-plane
 // address of the inventory, so the client fails over when one is down.
-func Connect(ctx context.Context, inv Inventory, creds *lifecyclev1.Credentials) (*Clients, error) {
-	if len(creds.GetTalosconfig()) == 0 {
+func Connect(ctx context.Context, inv Inventory, creds *sdk.Credentials) (*Clients, error) {
+	if len(creds.Talosconfig) == 0 {
 		return nil, fmt.Errorf("cluster %s: no talosconfig was provided; configure the cluster's credentials (Terraform output or file)", inv.Name)
 	}
-	tc, err := NewTalosClient(ctx, creds.GetTalosconfig(), Addresses(inv.ControlPlanes()))
+	tc, err := NewTalosClient(ctx, creds.Talosconfig, Addresses(inv.ControlPlanes()))
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", inv.Name, err)
 	}
 	c := &Clients{Machine: tc.MachineClient, Health: tc.ClusterClient, COSI: tc.COSI, closers: []func() error{tc.Close}}
-	if len(creds.GetKubeconfig()) > 0 {
-		kube, dyn, err := NewKubeClients(creds.GetKubeconfig())
+	if len(creds.Kubeconfig) > 0 {
+		kube, dyn, err := NewKubeClients(creds.Kubeconfig)
 		if err != nil {
 			_ = c.Close()
 			return nil, fmt.Errorf("cluster %s: %w", inv.Name, err)

@@ -1,19 +1,35 @@
 package cluster
 
 import (
-	"strings"
+	"fmt"
 
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
-// FollowupLines returns the host's lines about prepared Terraform changes
-// (Settings.Extra[sdk.ExtraGitFollowup], written by bot/gitbump), for the
-// drift report and the plan guard.
-func FollowupLines(s *lifecyclev1.Settings) []string {
-	v := strings.TrimSpace(s.GetExtra()[sdk.ExtraGitFollowup])
-	if v == "" {
-		return nil
+// FollowupLines renders the bot's evidence about the Terraform changes it
+// prepared as Git branches (Settings.GitFollowups, from bot/gitbump) for
+// the drift report and the plan guard: one line per change.
+func FollowupLines(s *sdk.Settings) []string {
+	if s == nil {
+		return nil // a nil input reads as unset, as the wire getters did
 	}
-	return strings.Split(v, "\n")
+	var lines []string
+	for _, f := range s.GitFollowups {
+		what := fmt.Sprintf("branch %s (%s → %q, operation %s)", f.Branch, f.Variable, f.Value, f.OperationID)
+		pull := ""
+		if f.PullRequestURL != "" {
+			pull = " Pull request: " + f.PullRequestURL
+		}
+		switch f.State {
+		case sdk.GitFollowupMerged:
+			lines = append(lines, fmt.Sprintf("📝 Git: %s is merged into %s.", what, f.Base))
+		case sdk.GitFollowupOpen:
+			lines = append(lines, fmt.Sprintf("📝 Git: %s is not merged into %s yet: merge it, then plan and apply.%s", what, f.Base, pull))
+		case sdk.GitFollowupDeleted:
+			lines = append(lines, fmt.Sprintf("⚠️ Git: %s was deleted without being merged; %s does not declare %q.", what, f.Base, f.Value))
+		default:
+			lines = append(lines, fmt.Sprintf("⚠️ Git: could not check %s: %s", what, f.Error))
+		}
+	}
+	return lines
 }

@@ -8,8 +8,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
-
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
 // Node roles, as the inventory spells them.
@@ -40,15 +39,18 @@ type Inventory struct {
 }
 
 // InventoryFrom converts and validates the request's cluster target.
-func InventoryFrom(c *lifecyclev1.Cluster) (Inventory, error) {
+func InventoryFrom(c *sdk.Cluster) (Inventory, error) {
+	if c == nil {
+		c = &sdk.Cluster{} // a nil input reads as unset, as the wire getters did
+	}
 	if c == nil {
 		return Inventory{}, errors.New("request has no cluster target: the host must send the cluster inventory")
 	}
-	inv := Inventory{Name: c.GetName(), Environment: c.GetEnvironment()}
+	inv := Inventory{Name: c.Name, Environment: c.Environment}
 	seen := map[string]bool{}
-	for _, n := range c.GetNodes() {
-		node := Node{Name: n.GetName(), Address: n.GetAddress(), Role: n.GetRole(), Host: n.GetHost(),
-			Platform: n.GetPlatform(), InstallerClass: n.GetInstallerClass()}
+	for _, n := range c.Nodes {
+		node := Node{Name: n.Name, Address: n.Address, Role: n.Role, Host: n.Host,
+			Platform: n.Platform, InstallerClass: n.InstallerClass}
 		switch {
 		case node.Name == "":
 			return Inventory{}, fmt.Errorf("cluster %s: a node has no name; fix the inventory (config nodes or Terraform outputs)", inv.Name)

@@ -5,9 +5,8 @@ import (
 	"fmt"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"k8s.io/client-go/kubernetes"
-
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Session is the cluster access of a disruptive run: the gate's Clients plus
@@ -27,18 +26,18 @@ type Session struct {
 // Open connects like Connect and keeps the Talos client. Credentials stay in
 // memory (R23); the Talos endpoints are every control-plane address so the
 // client fails over while a control plane reboots.
-func Open(ctx context.Context, inv Inventory, creds *lifecyclev1.Credentials) (*Session, error) {
-	if len(creds.GetTalosconfig()) == 0 {
+func Open(ctx context.Context, inv Inventory, creds *sdk.Credentials) (*Session, error) {
+	if len(creds.Talosconfig) == 0 {
 		return nil, fmt.Errorf("cluster %s: no talosconfig was provided; configure the cluster's credentials (Terraform output or file)", inv.Name)
 	}
-	tc, err := NewTalosClient(ctx, creds.GetTalosconfig(), Addresses(inv.ControlPlanes()))
+	tc, err := NewTalosClient(ctx, creds.Talosconfig, Addresses(inv.ControlPlanes()))
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", inv.Name, err)
 	}
 	s := &Session{Clients: &Clients{Machine: tc.MachineClient, Health: tc.ClusterClient, COSI: tc.COSI, closers: []func() error{tc.Close}}, Talos: tc, Inv: inv,
-		talosconfig: creds.GetTalosconfig()}
-	if len(creds.GetKubeconfig()) > 0 {
-		kube, dyn, err := NewKubeClients(creds.GetKubeconfig())
+		talosconfig: creds.Talosconfig}
+	if len(creds.Kubeconfig) > 0 {
+		kube, dyn, err := NewKubeClients(creds.Kubeconfig)
 		if err != nil {
 			_ = s.Close()
 			return nil, fmt.Errorf("cluster %s: %w", inv.Name, err)
@@ -62,10 +61,10 @@ func (inv Inventory) Without(name string) Inventory {
 
 // OpenRequest reads the inventory of req and opens a session with its
 // credentials: what every plugin's Plan and Run start with.
-func OpenRequest(ctx context.Context, req *lifecyclev1.OperationRequest) (*Session, error) {
-	inv, err := InventoryFrom(req.GetCluster())
+func OpenRequest(ctx context.Context, req *sdk.OperationRequest) (*Session, error) {
+	inv, err := InventoryFrom(&req.Cluster)
 	if err != nil {
 		return nil, err
 	}
-	return Open(ctx, inv, req.GetCredentials())
+	return Open(ctx, inv, &req.Credentials)
 }

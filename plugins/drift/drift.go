@@ -32,7 +32,6 @@ import (
 	"github.com/talosbot/talosbot/internal/version"
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Name is the plugin's catalogue name.
@@ -59,38 +58,38 @@ type Plugin struct{}
 func New() sdk.Plugin { return &Plugin{} }
 
 // Describe returns the manifest.
-func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: Name, Version: version.Version, Commands: []*sdk.Command{{
 		Name:    Command,
 		Summary: "Compare Terraform's declared Talos/Kubernetes versions and inventory with the running cluster, and print the Terraform change to make (R18) (read-only)",
-		Args:    []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster to compare (default: the channel's cluster)"}},
-		Effect:  lifecyclev1.Effect_EFFECT_READ_ONLY,
+		Args:    []*sdk.Arg{{Name: "cluster", Description: "cluster to compare (default: the channel's cluster)"}},
+		Effect:  sdk.EffectReadOnly,
 		Example: "/talos drift staging",
 	}}}, nil
 }
 
 // Plan lists the comparisons. It does not contact the cluster.
-func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func (*Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return nil, err
 	}
-	d := declared(req.GetCluster())
-	plan := &lifecyclev1.OperationPlan{
+	d := declared(&req.Cluster)
+	plan := &sdk.OperationPlan{
 		Summary: fmt.Sprintf("Drift of %s: declared %s=%q, %s=%q vs %d nodes (read-only)", inv.Name,
 			VarTalosVersion, d.talos, VarKubernetesVersion, d.kube, len(inv.Nodes)),
 		Target: inv.Name,
-		Steps: []*lifecyclev1.Step{
-			{Id: "talos", Title: "Talos version on every node vs " + VarTalosVersion, Kind: "verify"},
-			{Id: "kubernetes", Title: "kubelet version on every Kubernetes node vs " + VarKubernetesVersion, Kind: "verify"},
-			{Id: "membership", Title: "inventory vs Talos, etcd and Kubernetes nodes", Kind: "verify"},
+		Steps: []*sdk.Step{
+			{ID: "talos", Title: "Talos version on every node vs " + VarTalosVersion, Kind: "verify"},
+			{ID: "kubernetes", Title: "kubelet version on every Kubernetes node vs " + VarKubernetesVersion, Kind: "verify"},
+			{ID: "membership", Title: "inventory vs Talos, etcd and Kubernetes nodes", Kind: "verify"},
 		},
 		CanonicalInputs: sdk.NewCanonical(req).Str("talos", d.talos).Str("kube", d.kube).List("nodes", cluster.Names(inv.Nodes)).Bytes(),
 	}
 	if d.talos == "" {
 		plan.Warnings = append(plan.Warnings, "no declared talos_version: add the Terraform output talos_version or declared.talos_version")
 	}
-	if len(req.GetCredentials().GetKubeconfig()) == 0 {
+	if len(req.Credentials.Kubeconfig) == 0 {
 		plan.Warnings = append(plan.Warnings, "no kubeconfig: kubelet versions and Kubernetes nodes are not compared")
 	}
 	return plan, nil
@@ -98,8 +97,11 @@ func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*life
 
 type decl struct{ talos, kube string }
 
-func declared(c *lifecyclev1.Cluster) decl {
-	d := c.GetDeclared()
+func declared(c *sdk.Cluster) decl {
+	if c == nil {
+		c = &sdk.Cluster{} // a nil input reads as unset, as the wire getters did
+	}
+	d := c.Declared
 	k := d[DeclaredKubernetes]
 	if k == "" {
 		k = d[VarKubernetesVersion]
@@ -393,8 +395,8 @@ func (r Report) Lines() []string {
 }
 
 // Run observes, analyses and reports.
-func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func (*Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return err
 	}
@@ -403,12 +405,12 @@ func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk
 			return err
 		}
 	}
-	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
+	clients, err := cluster.Connect(ctx, inv, &req.Credentials)
 	if err != nil {
 		return err
 	}
 	defer clients.Close()
-	d := declared(req.GetCluster())
+	d := declared(&req.Cluster)
 	rep := Analyze(inv, d.talos, d.kube, Observe(ctx, clients, inv))
 	for _, s := range []string{"talos", "kubernetes", "membership"} {
 		var texts []string
@@ -430,8 +432,8 @@ func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk
 		}
 	}
 	// The prepared Git change (if any) says whether the drift is being fixed.
-	res := &lifecyclev1.Result{Ok: len(rep.Findings) == 0, Lines: append(rep.Lines(), cluster.FollowupLines(req.GetSettings())...)}
-	if res.Ok {
+	res := &sdk.Result{OK: len(rep.Findings) == 0, Lines: append(rep.Lines(), cluster.FollowupLines(&req.Settings)...)}
+	if res.OK {
 		res.Summary = inv.Name + ": no drift between Terraform and the cluster"
 	} else {
 		res.Summary = fmt.Sprintf("%s: %d %s between Terraform and the cluster", inv.Name, len(rep.Findings), map[bool]string{true: "difference", false: "differences"}[len(rep.Findings) == 1])

@@ -13,21 +13,21 @@ import (
 	"github.com/talosbot/talosbot/internal/testenv"
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/drift"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
 
-func request(c *sim.Cluster, kubeconfig []byte, declared map[string]string) *lifecyclev1.OperationRequest {
-	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging", Declared: declared}
+func request(c *sim.Cluster, kubeconfig []byte, declared map[string]string) *sdk.OperationRequest {
+	pc := &sdk.Cluster{Name: "staging", Environment: "staging", Declared: declared}
 	for _, n := range c.Nodes() {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host})
+		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host})
 	}
-	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: drift.Command, Cluster: pc,
-		Credentials: &lifecyclev1.Credentials{Talosconfig: c.Talosconfig(), Kubeconfig: kubeconfig}}
+	return &sdk.OperationRequest{OperationID: "op-1", Command: drift.Command, Cluster: *pc,
+		Credentials: sdk.Credentials{Talosconfig: c.Talosconfig(), Kubeconfig: kubeconfig}}
 }
 
-func run(ctx context.Context, t *testing.T, req *lifecyclev1.OperationRequest) *lifecyclev1.Result {
+func run(ctx context.Context, t *testing.T, req *sdk.OperationRequest) *sdk.Result {
 	t.Helper()
 	rec, err := sdktest.Run(ctx, drift.New(), req, nil)
 	if err != nil {
@@ -40,12 +40,12 @@ func run(ctx context.Context, t *testing.T, req *lifecyclev1.OperationRequest) *
 // rebooted is unreachable through another control plane's apid until that
 // apid's backend backoff lets it dial again (as on Talos), so the reading
 // settles within the backoff.
-func runAnswered(ctx context.Context, t *testing.T, req *lifecyclev1.OperationRequest) *lifecyclev1.Result {
+func runAnswered(ctx context.Context, t *testing.T, req *sdk.OperationRequest) *sdk.Result {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		res := run(ctx, t, req)
-		if !strings.Contains(strings.Join(res.GetLines(), "\n"), "cannot read the Talos version") || time.Now().After(deadline) {
+		if !strings.Contains(strings.Join(res.Lines, "\n"), "cannot read the Talos version") || time.Now().After(deadline) {
 			return res
 		}
 		select {
@@ -56,9 +56,9 @@ func runAnswered(ctx context.Context, t *testing.T, req *lifecyclev1.OperationRe
 	}
 }
 
-func mustContain(t *testing.T, res *lifecyclev1.Result, wants ...string) {
+func mustContain(t *testing.T, res *sdk.Result, wants ...string) {
 	t.Helper()
-	all := strings.Join(res.GetLines(), "\n")
+	all := strings.Join(res.Lines, "\n")
 	for _, w := range wants {
 		if !strings.Contains(all, w) {
 			t.Fatalf("lines lack %q:\n%s", w, all)
@@ -105,17 +105,17 @@ func TestDriftAfterSimUpgrade(t *testing.T) {
 	req := request(c, kube.Kubeconfig, declared)
 
 	plan, err := drift.New().Plan(ctx, req)
-	if err != nil || len(plan.GetSteps()) != 3 || len(plan.GetWarnings()) != 0 {
+	if err != nil || len(plan.Steps) != 3 || len(plan.Warnings) != 0 {
 		t.Fatalf("plan = %v, %v", plan, err)
 	}
 	res := run(ctx, t, req)
-	if !res.GetOk() {
+	if !res.OK {
 		t.Fatalf("no drift expected: %v", res)
 	}
 	mustContain(t, res, `✅ talos: talos_version = "v1.12.6": every node runs it (4)`, `✅ kubernetes: talos_kubernetes_version = "v1.35.2"`,
 		"✅ membership: the 4 inventory nodes match Talos, etcd, Kubernetes")
 
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestDriftAfterSimUpgrade(t *testing.T) {
 	// Mid-roll: one node upgraded. Drift is reported and Terraform must not move yet (R18).
 	upgrade(ctx, t, cli, addr("worker-1"), "v1.13.9")
 	res = runAnswered(ctx, t, req)
-	if res.GetOk() {
+	if res.OK {
 		t.Fatalf("drift expected after upgrading worker-1: %v", res)
 	}
 	mustContain(t, res, "❌ talos: Talos versions differ: v1.12.6 on cp-1, cp-2, cp-3; v1.13.9 on worker-1",
@@ -142,14 +142,14 @@ func TestDriftAfterSimUpgrade(t *testing.T) {
 	res = runAnswered(ctx, t, req)
 	mustContain(t, res, `❌ talos: every node runs Talos v1.13.9 but Terraform declares talos_version = "v1.12.6"`,
 		`→ set talos_version = "v1.13.9" in variables_talos.tf, then /talos tf plan and apply`)
-	if res.GetOk() || res.GetSummary() != "staging: 1 difference between Terraform and the cluster" {
+	if res.OK || res.Summary != "staging: 1 difference between Terraform and the cluster" {
 		t.Fatalf("result = %v", res)
 	}
 
 	// Inventory drift: worker-1 dropped from the inventory (still a node), a
 	// removed node left in it; and a stale Kubernetes declaration.
 	req = request(c, kube.Kubeconfig, map[string]string{"talos_version": "v1.13.9", "talos_kubernetes_version": "v1.34.4"})
-	var nodes []*lifecyclev1.Node
+	var nodes []*sdk.Node
 	for _, n := range req.Cluster.Nodes {
 		if n.Name != "worker-1" {
 			nodes = append(nodes, n)
@@ -157,7 +157,7 @@ func TestDriftAfterSimUpgrade(t *testing.T) {
 	}
 	ghost := addr("cp-1")
 	ghost = ghost[:strings.LastIndex(ghost, ".")] + ".200"
-	req.Cluster.Nodes = append(nodes, &lifecyclev1.Node{Name: "worker-9", Address: ghost, Role: "worker", Host: "pve2"})
+	req.Cluster.Nodes = append(nodes, &sdk.Node{Name: "worker-9", Address: ghost, Role: "worker", Host: "pve2"})
 	res = run(ctx, t, req)
 	mustContain(t, res,
 		`❌ kubernetes: every node runs kubelet v1.35.2 but Terraform declares talos_kubernetes_version = "v1.34.4"`,
@@ -168,8 +168,8 @@ func TestDriftAfterSimUpgrade(t *testing.T) {
 		`→ add "worker-1" to talos_nodes if it belongs to the cluster`)
 	// Another node may still be coming back from its upgrade above and be
 	// listed beside worker-9 ("of cp-3, worker-9"): worker-9 must be named.
-	if l := res.GetLines()[0]; !strings.Contains(l, "cannot read the Talos version of") || !strings.Contains(l, "worker-9") {
-		t.Fatalf("an unreachable node must block a version verdict: %v", res.GetLines())
+	if l := res.Lines[0]; !strings.Contains(l, "cannot read the Talos version of") || !strings.Contains(l, "worker-9") {
+		t.Fatalf("an unreachable node must block a version verdict: %v", res.Lines)
 	}
 }
 

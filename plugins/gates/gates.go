@@ -41,7 +41,6 @@ import (
 	"github.com/talosbot/talosbot/internal/version"
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Name is the plugin's catalogue name.
@@ -70,16 +69,16 @@ const (
 // Drills are the staging drills the production gate needs.
 func Drills() []Drill {
 	return []Drill{
-		{lifecyclev1.Drill_DRILL_TALOS_UPGRADE, "Talos upgrade"},
-		{lifecyclev1.Drill_DRILL_KUBERNETES_UPGRADE, "Kubernetes upgrade"},
-		{lifecyclev1.Drill_DRILL_NODE_REPLACEMENT, "node replacement"},
-		{lifecyclev1.Drill_DRILL_ETCD_RESTORE, "etcd restore"},
+		{sdk.DrillTalosUpgrade, "Talos upgrade"},
+		{sdk.DrillKubernetesUpgrade, "Kubernetes upgrade"},
+		{sdk.DrillNodeReplacement, "node replacement"},
+		{sdk.DrillEtcdRestore, "etcd restore"},
 	}
 }
 
 // Drill is one staging drill.
 type Drill struct {
-	Kind  lifecyclev1.Drill
+	Kind  sdk.Drill
 	Title string
 }
 
@@ -136,34 +135,34 @@ type Plugin struct{}
 func New() sdk.Plugin { return &Plugin{} }
 
 // Describe returns the manifest.
-func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: Name, Version: version.Version, Commands: []*sdk.Command{{
 		Name:    Command,
 		Summary: "Report the runbook's production readiness gates as pass, fail or manual (read-only)",
-		Args:    []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster to check (default: the channel's cluster)"}},
-		Effect:  lifecyclev1.Effect_EFFECT_READ_ONLY,
-		Needs:   []lifecyclev1.Need{lifecyclev1.Need_NEED_STAGING_DRILLS},
+		Args:    []*sdk.Arg{{Name: "cluster", Description: "cluster to check (default: the channel's cluster)"}},
+		Effect:  sdk.EffectReadOnly,
+		Needs:   []sdk.Need{sdk.NeedStagingDrills},
 		Example: "/talos gates production",
 	}}}, nil
 }
 
 // Plan lists the gates. It does not contact the cluster.
-func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func (*Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return nil, err
 	}
-	plan := &lifecyclev1.OperationPlan{Summary: fmt.Sprintf("Production readiness gates of %s: %d gates (read-only)", inv.Name, len(gateTitles)), Target: inv.Name}
+	plan := &sdk.OperationPlan{Summary: fmt.Sprintf("Production readiness gates of %s: %d gates (read-only)", inv.Name, len(gateTitles)), Target: inv.Name}
 	for _, g := range gateTitles {
-		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: g[0], Title: g[1], Kind: "gate"})
+		plan.Steps = append(plan.Steps, &sdk.Step{ID: g[0], Title: g[1], Kind: "gate"})
 	}
-	if len(req.GetCredentials().GetKubeconfig()) == 0 {
+	if len(req.Credentials.Kubeconfig) == 0 {
 		plan.Warnings = append(plan.Warnings, "no kubeconfig: the Kubernetes gates will fail")
 	}
-	c := sdk.NewCanonical(req).List("nodes", cluster.Names(inv.Nodes)).Map("extra", req.GetSettings().GetExtra()).
-		Bool("drills_known", req.GetSettings().GetStagingDrills() != nil)
-	for i, ev := range req.GetSettings().GetStagingDrills().GetDrills() {
-		c.Sub("drill", i).Str("kind", ev.GetDrill().String()).Str("operation", ev.GetOperationId()).Int("ended_unix", ev.GetEndedUnix())
+	c := sdk.NewCanonical(req).List("nodes", cluster.Names(inv.Nodes)).Map("extra", req.Settings.Extra).
+		Bool("drills_known", req.Settings.StagingDrills != nil)
+	for i, ev := range req.Settings.StagingDrills.GetDrills() {
+		c.Sub("drill", i).Str("kind", ev.Drill.String()).Str("operation", ev.OperationID).Int("ended_unix", ev.EndedUnix)
 	}
 	plan.CanonicalInputs = c.Bytes()
 	return plan, nil
@@ -175,7 +174,7 @@ type Inputs struct {
 	Talosconfig []byte
 	Extra       map[string]string
 	// Drills is Settings.staging_drills: nil when the host did not look.
-	Drills *lifecyclev1.StagingDrills
+	Drills *sdk.StagingDrills
 	// Configs maps node names to their machine configurations; ConfigErr
 	// maps nodes whose configuration could not be read to why.
 	Configs   map[string]talosconfig.Config
@@ -470,7 +469,7 @@ func stagingDrills(_ context.Context, in Inputs) (Status, string) {
 	var done, missing []string
 	for _, d := range Drills() {
 		if ev := drillEvidence(in.Drills, d.Kind); ev != nil {
-			done = append(done, d.Title+" "+ev.GetOperationId()+" "+time.Unix(ev.GetEndedUnix(), 0).UTC().Format(time.RFC3339))
+			done = append(done, d.Title+" "+ev.OperationID+" "+time.Unix(ev.EndedUnix, 0).UTC().Format(time.RFC3339))
 		} else {
 			missing = append(missing, d.Title)
 		}
@@ -482,9 +481,9 @@ func stagingDrills(_ context.Context, in Inputs) (Status, string) {
 	return Pass, strings.Join(done, "; ")
 }
 
-func drillEvidence(s *lifecyclev1.StagingDrills, kind lifecyclev1.Drill) *lifecyclev1.DrillEvidence {
+func drillEvidence(s *sdk.StagingDrills, kind sdk.Drill) *sdk.DrillEvidence {
 	for _, ev := range s.GetDrills() {
-		if ev.GetDrill() == kind && ev.GetOperationId() != "" {
+		if ev.Drill == kind && ev.OperationID != "" {
 			return ev
 		}
 	}
@@ -518,8 +517,8 @@ func readConfig(ctx context.Context, c *client.Client, addr string) (talosconfig
 }
 
 // Run evaluates the gates and reports one step and line per gate.
-func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func (*Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return err
 	}
@@ -528,9 +527,9 @@ func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk
 			return err
 		}
 	}
-	creds := req.GetCredentials()
-	in := Inputs{Inventory: inv, Talosconfig: creds.GetTalosconfig(), Extra: req.GetSettings().GetExtra(), Drills: req.GetSettings().GetStagingDrills()}
-	tc, err := cluster.NewTalosClient(ctx, creds.GetTalosconfig(), cluster.Addresses(inv.ControlPlanes()))
+	creds := &req.Credentials
+	in := Inputs{Inventory: inv, Talosconfig: creds.Talosconfig, Extra: req.Settings.Extra, Drills: req.Settings.StagingDrills}
+	tc, err := cluster.NewTalosClient(ctx, creds.Talosconfig, cluster.Addresses(inv.ControlPlanes()))
 	if err != nil {
 		in.ConfigErr = map[string]string{}
 		for _, n := range inv.Nodes {
@@ -540,7 +539,7 @@ func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk
 		defer tc.Close()
 		in.Configs, in.ConfigErr = readConfigs(ctx, tc, inv)
 	}
-	if kc := creds.GetKubeconfig(); len(kc) > 0 {
+	if kc := creds.Kubeconfig; len(kc) > 0 {
 		if in.Kube, in.Dynamic, err = cluster.NewKubeClients(kc); err != nil {
 			return err
 		}
@@ -565,7 +564,7 @@ func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk
 			return err
 		}
 	}
-	res := &lifecyclev1.Result{Ok: counts[Fail] == 0, Lines: lines,
+	res := &sdk.Result{OK: counts[Fail] == 0, Lines: lines,
 		Summary: fmt.Sprintf("%s production readiness: %d pass, %d fail, %d manual", inv.Name, counts[Pass], counts[Fail], counts[Manual])}
 	if len(failed) > 0 {
 		res.Error = "not ready: " + strings.Join(failed, "; ")

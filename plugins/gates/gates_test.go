@@ -16,22 +16,22 @@ import (
 	"github.com/talosbot/talosbot/internal/testenv"
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/gates"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
 
-func request(c *sim.Cluster, kubeconfig []byte, extra map[string]string) *lifecyclev1.OperationRequest {
-	pc := &lifecyclev1.Cluster{Name: "production", Environment: "production"}
+func request(c *sim.Cluster, kubeconfig []byte, extra map[string]string) *sdk.OperationRequest {
+	pc := &sdk.Cluster{Name: "production", Environment: "production"}
 	for _, n := range c.Nodes() {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host})
+		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host})
 	}
-	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: gates.Command, Cluster: pc,
-		Credentials: &lifecyclev1.Credentials{Talosconfig: c.Talosconfig(), Kubeconfig: kubeconfig},
-		Settings:    &lifecyclev1.Settings{Extra: extra}}
+	return &sdk.OperationRequest{OperationID: "op-1", Command: gates.Command, Cluster: *pc,
+		Credentials: sdk.Credentials{Talosconfig: c.Talosconfig(), Kubeconfig: kubeconfig},
+		Settings:    sdk.Settings{Extra: extra}}
 }
 
-func lines(t *testing.T, ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.Result, map[string]string) {
+func lines(t *testing.T, ctx context.Context, req *sdk.OperationRequest) (*sdk.Result, map[string]string) {
 	t.Helper()
 	rec, err := sdktest.Run(ctx, gates.New(), req, nil)
 	if err != nil {
@@ -40,8 +40,8 @@ func lines(t *testing.T, ctx context.Context, req *lifecyclev1.OperationRequest)
 	res := rec.FinalResult()
 	by := map[string]string{}
 	for _, s := range rec.Steps() {
-		if s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_RUNNING {
-			by[s.GetStepId()] = s.GetStatus().String() + " " + s.GetDetail()
+		if s.Status != sdk.StepRunning {
+			by[s.StepID] = s.Status.String() + " " + s.Detail
 		}
 	}
 	return res, by
@@ -75,21 +75,21 @@ func TestGatesAgainstSimAndKube(t *testing.T) {
 	}
 	defer c.Close()
 	req := request(c, kube.Kubeconfig, nil)
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cp1, _ := inv.Node("cp-1")
 
 	plan, err := gates.New().Plan(ctx, req)
-	if err != nil || len(plan.GetSteps()) != 9 {
+	if err != nil || len(plan.Steps) != 9 {
 		t.Fatalf("plan = %v, %v", plan, err)
 	}
 
 	// The sim as started: three control planes on two hosts, endpoint = cp-1.
 	res, by := lines(t, ctx, req)
-	if res.GetOk() {
-		t.Fatalf("a fresh sim is not production-ready: %v", res.GetLines())
+	if res.OK {
+		t.Fatalf("a fresh sim is not production-ready: %v", res.Lines)
 	}
 	expect(t, by, "control-planes", "FAILED", "3 control planes on only 2 Proxmox host(s)")
 	expect(t, by, "endpoint-vip", "FAILED", "is not a Talos VIP on cp-1, cp-2, cp-3")
@@ -100,8 +100,8 @@ func TestGatesAgainstSimAndKube(t *testing.T) {
 	expect(t, by, "flux-path", "FAILED", "no Kustomization flux-system/flux-system")
 	expect(t, by, "backups", "SKIPPED", "manual: confirm every backup")
 	expect(t, by, "staging-drills", "SKIPPED", "manual: the bot was not given the staging audit summary")
-	if res.GetSummary() != "production production readiness: 2 pass, 5 fail, 2 manual" {
-		t.Fatalf("summary = %q", res.GetSummary())
+	if res.Summary != "production production readiness: 2 pass, 5 fail, 2 manual" {
+		t.Fatalf("summary = %q", res.Summary)
 	}
 
 	// Make it ready: a VIP endpoint and a Longhorn volume in every machine
@@ -170,10 +170,10 @@ func TestGatesAgainstSimAndKube(t *testing.T) {
 		}
 		return ts.Unix()
 	}
-	req.Settings.StagingDrills = &lifecyclev1.StagingDrills{Drills: []*lifecyclev1.DrillEvidence{
-		{Drill: lifecyclev1.Drill_DRILL_TALOS_UPGRADE, OperationId: "op-11", EndedUnix: ended("2026-05-01T20:00:00Z")},
-		{Drill: lifecyclev1.Drill_DRILL_KUBERNETES_UPGRADE, OperationId: "op-12", EndedUnix: ended("2026-05-02T20:00:00Z")},
-		{Drill: lifecyclev1.Drill_DRILL_NODE_REPLACEMENT, OperationId: "op-13", EndedUnix: ended("2026-05-03T20:00:00Z")},
+	req.Settings.StagingDrills = &sdk.StagingDrills{Drills: []*sdk.DrillEvidence{
+		{Drill: sdk.DrillTalosUpgrade, OperationID: "op-11", EndedUnix: ended("2026-05-01T20:00:00Z")},
+		{Drill: sdk.DrillKubernetesUpgrade, OperationID: "op-12", EndedUnix: ended("2026-05-02T20:00:00Z")},
+		{Drill: sdk.DrillNodeReplacement, OperationID: "op-13", EndedUnix: ended("2026-05-03T20:00:00Z")},
 	}}
 	res, by = lines(t, ctx, req)
 	expect(t, by, "control-planes", "OK", "3 control planes on 3 hosts")
@@ -183,16 +183,16 @@ func TestGatesAgainstSimAndKube(t *testing.T) {
 	expect(t, by, "longhorn-namespace", "OK", "privileged")
 	expect(t, by, "flux-path", "OK", "Flux reconciles ./clusters/production")
 	expect(t, by, "staging-drills", "FAILED", "no succeeded staging etcd restore in the audit trail")
-	if res.GetOk() {
+	if res.OK {
 		t.Fatal("a missing drill must fail the gates")
 	}
 
 	req.Settings.StagingDrills.Drills = append(req.Settings.StagingDrills.Drills,
-		&lifecyclev1.DrillEvidence{Drill: lifecyclev1.Drill_DRILL_ETCD_RESTORE, OperationId: "op-14", EndedUnix: ended("2026-05-04T20:00:00Z")})
+		&sdk.DrillEvidence{Drill: sdk.DrillEtcdRestore, OperationID: "op-14", EndedUnix: ended("2026-05-04T20:00:00Z")})
 	res, by = lines(t, ctx, req)
 	expect(t, by, "staging-drills", "OK", "etcd restore op-14")
-	if !res.GetOk() || res.GetSummary() != "production production readiness: 8 pass, 0 fail, 1 manual" {
-		t.Fatalf("ready cluster: %s\n%s", res.GetSummary(), strings.Join(res.GetLines(), "\n"))
+	if !res.OK || res.Summary != "production production readiness: 8 pass, 0 fail, 1 manual" {
+		t.Fatalf("ready cluster: %s\n%s", res.Summary, strings.Join(res.Lines, "\n"))
 	}
 
 	// Without a kubeconfig the Kubernetes gates fail, saying why.

@@ -15,7 +15,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/gate"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Name is the plugin's catalogue name.
@@ -31,24 +30,24 @@ type Plugin struct{}
 func New() sdk.Plugin { return &Plugin{} }
 
 // Describe returns the manifest.
-func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: Name, Version: version.Version, Commands: []*sdk.Command{{
 		Name:    Command,
 		Summary: "Run the health gate: Talos versions, cluster health, etcd, Kubernetes nodes, pods, Flux, PodDisruptionBudgets (read-only)",
-		Args:    []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster to check (default: the channel's cluster)"}},
-		Effect:  lifecyclev1.Effect_EFFECT_READ_ONLY,
+		Args:    []*sdk.Arg{{Name: "cluster", Description: "cluster to check (default: the channel's cluster)"}},
+		Effect:  sdk.EffectReadOnly,
 		Example: "/talos health staging",
 	}}}, nil
 }
 
 // Plan lists the probes. It does not contact the cluster.
-func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func (*Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return nil, err
 	}
-	timeout, wait := gate.Timeout(req.GetSettings()), gate.HealthWait(req.GetSettings())
-	plan := &lifecyclev1.OperationPlan{
+	timeout, wait := gate.Timeout(&req.Settings), gate.HealthWait(&req.Settings)
+	plan := &sdk.OperationPlan{
 		Summary: fmt.Sprintf("Health gate of %s: %d probes in parallel over %d nodes, re-run until it passes for up to %s, each run within %s (read-only)",
 			inv.Name, len(gate.Probes()), len(inv.Nodes), wait, timeout),
 		Target: inv.Name,
@@ -56,9 +55,9 @@ func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*life
 	for _, p := range gate.Probes() {
 		// The title alone: "Talos version: Talos version on every node, …"
 		// repeated each probe's definition on every line of the message.
-		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: p.Name, Title: p.Title, Kind: "gate"})
+		plan.Steps = append(plan.Steps, &sdk.Step{ID: p.Name, Title: p.Title, Kind: "gate"})
 	}
-	if len(req.GetCredentials().GetKubeconfig()) == 0 {
+	if len(req.Credentials.Kubeconfig) == 0 {
 		plan.Warnings = append(plan.Warnings, fmt.Sprintf("no kubeconfig for this cluster: the Kubernetes probes (%s) will be %s",
 			strings.Join(gate.KubernetesProbeTitles(), ", "), gate.NotChecked))
 	}
@@ -67,12 +66,12 @@ func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*life
 }
 
 // Run runs the gate and reports each probe as a step and a result line.
-func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func (*Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return err
 	}
-	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
+	clients, err := cluster.Connect(ctx, inv, &req.Credentials)
 	if err != nil {
 		return err
 	}
@@ -86,13 +85,13 @@ func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk
 	// With a kubeconfig configured, an API that does not answer is the
 	// cluster's problem, as it is for talosctl health: the probes fail. Only
 	// without one are they "not checked".
-	opts := gate.OptionsFrom(req.GetSettings())
-	opts.RequireKubernetes = len(req.GetCredentials().GetKubeconfig()) > 0
-	res := gate.Until(ctx, clients, inv, opts, gate.HealthWait(req.GetSettings()))
+	opts := gate.OptionsFrom(&req.Settings)
+	opts.RequireKubernetes = len(req.Credentials.Kubeconfig) > 0
+	res := gate.Until(ctx, clients, inv, opts, gate.HealthWait(&req.Settings))
 	if err := gate.Report(r, "", res); err != nil {
 		return err
 	}
-	out := &lifecyclev1.Result{Ok: res.Passed, Summary: inv.Name + ": " + res.Summary(), Lines: res.Lines()}
+	out := &sdk.Result{OK: res.Passed, Summary: inv.Name + ": " + res.Summary(), Lines: res.Lines()}
 	if !res.Passed {
 		out.Error = strings.Join(res.Reasons, "; ")
 	}

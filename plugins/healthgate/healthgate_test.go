@@ -8,20 +8,20 @@ import (
 
 	"github.com/talosbot/talosbot/bot/render"
 	"github.com/talosbot/talosbot/plugins/cluster/gate"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 	"github.com/talosbot/talosbot/state"
 )
 
-func request(c *sim.Cluster) *lifecyclev1.OperationRequest {
-	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging"}
+func request(c *sim.Cluster) *sdk.OperationRequest {
+	pc := &sdk.Cluster{Name: "staging", Environment: "staging"}
 	for _, n := range c.Nodes() {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role})
+		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role})
 	}
-	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: Command, Cluster: pc,
-		Credentials: &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()},
-		Settings:    &lifecyclev1.Settings{GateTimeoutMs: 5000, HealthTimeoutMs: 8000}}
+	return &sdk.OperationRequest{OperationID: "op-1", Command: Command, Cluster: *pc,
+		Credentials: sdk.Credentials{Talosconfig: c.Talosconfig()},
+		Settings:    sdk.Settings{GateTimeoutMs: 5000, HealthTimeoutMs: 8000}}
 }
 
 func TestDescribeIsReadOnly(t *testing.T) {
@@ -29,9 +29,9 @@ func TestDescribeIsReadOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := m.GetCommands()[0]
-	if m.GetName() != Name || cmd.GetName() != "health" || cmd.GetEffect() != lifecyclev1.Effect_EFFECT_READ_ONLY ||
-		cmd.GetArgs()[0].GetName() != "cluster" || cmd.GetArgs()[0].GetRequired() {
+	cmd := m.Commands[0]
+	if m.Name != Name || cmd.Name != "health" || cmd.Effect != sdk.EffectReadOnly ||
+		cmd.Args[0].Name != "cluster" || cmd.Args[0].Required {
 		t.Fatalf("manifest = %v", m)
 	}
 }
@@ -50,8 +50,8 @@ func TestHealthCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(plan.GetSteps()) != len(gate.Probes()) || len(plan.GetWarnings()) != 1 || len(plan.GetCanonicalInputs()) == 0 ||
-		!strings.Contains(plan.GetWarnings()[0], "Kubernetes nodes, Pods, Flux, PodDisruptionBudgets) will be not checked") {
+	if len(plan.Steps) != len(gate.Probes()) || len(plan.Warnings) != 1 || len(plan.CanonicalInputs) == 0 ||
+		!strings.Contains(plan.Warnings[0], "Kubernetes nodes, Pods, Flux, PodDisruptionBudgets, Storage) will be not checked") {
 		t.Fatalf("plan = %v", plan)
 	}
 
@@ -60,26 +60,26 @@ func TestHealthCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := rec.FinalResult()
-	if !res.GetOk() || !strings.Contains(res.GetSummary(), "not checked: Kubernetes nodes, Pods, Flux, PodDisruptionBudgets") {
+	if !res.OK || !strings.Contains(res.Summary, "not checked: Kubernetes nodes, Pods, Flux, PodDisruptionBudgets") {
 		t.Fatalf("healthy sim: result %v", res)
 	}
-	final := map[string]*lifecyclev1.StepEvent{}
+	final := map[string]*sdk.StepEvent{}
 	for _, s := range rec.Steps() {
-		final[s.GetStepId()] = s
+		final[s.StepID] = s
 	}
 	for _, p := range gate.Probes() {
-		want := lifecyclev1.StepStatus_STEP_STATUS_OK
+		want := sdk.StepOK
 		if p.Kubernetes {
-			want = lifecyclev1.StepStatus_STEP_STATUS_SKIPPED // no kubeconfig: said, never silent
-			if !strings.HasPrefix(final[p.Name].GetDetail(), "not checked: ") {
-				t.Errorf("step %s detail %q, want \"not checked: …\"", p.Name, final[p.Name].GetDetail())
+			want = sdk.StepSkipped // no kubeconfig: said, never silent
+			if !strings.HasPrefix(final[p.Name].Detail, "not checked: ") {
+				t.Errorf("step %s detail %q, want \"not checked: …\"", p.Name, final[p.Name].Detail)
 			}
 		}
-		if final[p.Name].GetStatus() != want {
-			t.Errorf("step %s = %s, want %s", p.Name, final[p.Name].GetStatus(), want)
+		if final[p.Name].Status != want {
+			t.Errorf("step %s = %s, want %s", p.Name, final[p.Name].Status, want)
 		}
 	}
-	lines := strings.Join(res.GetLines(), "\n")
+	lines := strings.Join(res.Lines, "\n")
 	if !strings.Contains(lines, "❔ Kubernetes nodes: not checked: no Kubernetes API") || strings.Contains(lines, "✅ Flux") {
 		t.Fatalf("lines must say the Kubernetes probes were not checked:\n%s", lines)
 	}
@@ -92,7 +92,7 @@ func TestHealthCommand(t *testing.T) {
 	}
 	var logged string
 	for _, l := range rec.Logs() {
-		logged += l.GetMessage() + "\n"
+		logged += l.Message + "\n"
 	}
 	if !strings.Contains(logged, "waiting for etcd to be healthy: OK") {
 		t.Fatalf("the check lines must be in the operation's log:\n%s", logged)
@@ -122,7 +122,7 @@ func TestHealthCommand(t *testing.T) {
 	rec, _ = sdktest.Run(ctx, New(), req, nil)
 	res = rec.FinalResult()
 	// A failing gate is re-run for settings.health_timeout_ms, then reported.
-	if res.GetOk() || !strings.Contains(res.GetError(), "unreachable: worker-1") || !strings.Contains(res.GetSummary(), "unreachable: worker-1") {
+	if res.OK || !strings.Contains(res.Error, "unreachable: worker-1") || !strings.Contains(res.Summary, "unreachable: worker-1") {
 		t.Fatalf("unreachable worker: result %v", res)
 	}
 }
@@ -130,19 +130,18 @@ func TestHealthCommand(t *testing.T) {
 // rendered is the operation's chat message as bot/render renders it from
 // the plan's steps and the statuses the plugin reported (the engine stores
 // a SKIPPED step as "skipped").
-func rendered(plan *lifecyclev1.OperationPlan, rec *sdktest.Recorder) string {
-	status := map[string]*lifecyclev1.StepEvent{}
+func rendered(plan *sdk.OperationPlan, rec *sdktest.Recorder) string {
+	status := map[string]*sdk.StepEvent{}
 	for _, s := range rec.Steps() {
-		status[s.GetStepId()] = s
+		status[s.StepID] = s
 	}
-	names := map[lifecyclev1.StepStatus]string{lifecyclev1.StepStatus_STEP_STATUS_OK: "ok", lifecyclev1.StepStatus_STEP_STATUS_FAILED: "failed",
-		lifecyclev1.StepStatus_STEP_STATUS_SKIPPED: "skipped", lifecyclev1.StepStatus_STEP_STATUS_RUNNING: "running"}
+	names := map[sdk.StepStatus]string{sdk.StepOK: "ok", sdk.StepFailed: "failed", sdk.StepSkipped: "skipped", sdk.StepRunning: "running"}
 	op := &state.Operation{ID: "op-1", Command: Command, Cluster: "staging", State: state.StateSucceeded}
-	for _, s := range plan.GetSteps() {
-		ev := status[s.GetId()]
-		op.Steps = append(op.Steps, state.Step{ID: s.GetId(), Title: s.GetTitle(), Status: names[ev.GetStatus()], Detail: ev.GetDetail()})
+	for _, s := range plan.Steps {
+		ev := status[s.ID]
+		op.Steps = append(op.Steps, state.Step{ID: s.ID, Title: s.Title, Status: names[ev.Status], Detail: ev.Detail})
 	}
 	res := rec.FinalResult()
-	op.Result = res.GetSummary() + "\n" + strings.Join(res.GetLines(), "\n")
+	op.Result = res.Summary + "\n" + strings.Join(res.Lines, "\n")
 	return render.RenderOperation(op, nil, time.Now()).Text
 }

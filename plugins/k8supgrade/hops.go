@@ -27,7 +27,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/k8s/preflight"
 	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/versions"
 )
 
 // hopSpec is one hop of a path: its target, the path's final target, its place, and the
@@ -73,7 +73,7 @@ type kubePath struct {
 	spelled string
 	// refusal refuses the whole path before any hop was assessed (nil otherwise; a hop's
 	// own refusal is in its assessment).
-	refusal *lifecyclev1.Refusal
+	refusal *sdk.Refusal
 }
 
 func (p *kubePath) multi() bool { return len(p.hops) > 1 }
@@ -91,14 +91,14 @@ func (p *kubePath) spelledOr() string {
 }
 
 // refused is the first refusal of the path, if any.
-func (p *kubePath) refused() *lifecyclev1.Refusal {
+func (p *kubePath) refused() *sdk.Refusal {
 	if p.refusal != nil {
 		return p.refusal
 	}
 	for _, h := range p.hops {
 		if h.refusal != nil {
 			if p.multi() {
-				return refuse(h.refusal.GetRule(), strings.TrimSuffix(h.hop.title(), ": ")+" (path "+p.spelledOr()+"): "+h.refusal.GetReason(), h.refusal.GetFix())
+				return refuse(h.refusal.Rule, strings.TrimSuffix(h.hop.title(), ": ")+" (path "+p.spelledOr()+"): "+h.refusal.Reason, h.refusal.Fix)
 			}
 			return h.refusal
 		}
@@ -111,7 +111,7 @@ func (p *kubePath) refused() *lifecyclev1.Refusal {
 // of releases.PlanKubernetes, refused when the running Talos does not support one of them
 // (naming the Talos upgrade to do first) or when no release of a minor in between is known.
 // Each later hop is assessed from the versions the hops before it leave.
-func assessPath(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req *lifecyclev1.OperationRequest, target string, table preflight.Table) (*kubePath, error) {
+func assessPath(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req *sdk.OperationRequest, target string, table preflight.Table) (*kubePath, error) {
 	out := &kubePath{target: target}
 	if out.refusal = knownTarget(req, target); out.refusal != nil {
 		return out, nil
@@ -166,8 +166,8 @@ func assessPath(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, 
 // (releases.kubernetes, as the bot's release data carries it; none without
 // that data), before the cluster is read: a version that does not exist
 // would otherwise be rolled to. releases.CheckTarget is the rule's one place.
-func knownTarget(req *lifecyclev1.OperationRequest, target string) *lifecyclev1.Refusal {
-	n := releases.NotesOrConfigured(req.GetSettings().GetExtra(), req.GetSettings().GetKnownTalosReleases())
+func knownTarget(req *sdk.OperationRequest, target string) *sdk.Refusal {
+	n := releases.NotesOrConfigured(req.Settings.Extra, req.Settings.KnownTalosReleases)
 	v, err := releases.Parse(target)
 	if err != nil {
 		// A pre-release or build ("1.36.0-rc.1") is not a release.
@@ -184,11 +184,11 @@ func knownTarget(req *lifecyclev1.OperationRequest, target string) *lifecyclev1.
 // kubeStops are the hops' targets ("v1.35.2", …, target): target alone unless it is two or
 // more minors above the lowest running component (a downgrade or a bad target is then the
 // one-hop assessment's to refuse). A *releases.Refusal refuses the path.
-func kubeStops(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req *lifecyclev1.OperationRequest, v *k8s.Versions, target string) ([]string, error) {
+func kubeStops(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req *sdk.OperationRequest, v *k8s.Versions, target string) ([]string, error) {
 	lo := v.Lowest()
 	from, err1 := releases.Parse(lo.Version)
 	to, err2 := releases.Parse(target)
-	if err1 != nil || err2 != nil || len(v.Observed) == 0 || to.Major != from.Major || to.Minor <= from.Minor+1 ||
+	if err1 != nil || err2 != nil || len(v.Observed) == 0 || to.Major != from.Major || !versions.SkipsMinor(from, to) ||
 		downgrade(v, target) {
 		return []string{target}, nil
 	}
@@ -209,7 +209,7 @@ func kubeStops(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, r
 			oldest = tv
 		}
 	}
-	knownTalos, knownKube := releases.Known(req.GetSettings().GetExtra(), req.GetSettings().GetKnownTalosReleases())
+	knownTalos, knownKube := releases.Known(req.Settings.Extra, req.Settings.KnownTalosReleases)
 	p, err := releases.PlanKubernetes(compat.Machinery{}, releases.KubeRequest{Talos: oldest, Running: from, Target: to, Known: knownKube, KnownTalos: knownTalos})
 	if err != nil {
 		return nil, err
@@ -227,10 +227,10 @@ func downgrade(v *k8s.Versions, target string) bool {
 }
 
 // plan is the operation plan of the path: every hop's steps, preconditions and warnings.
-func (p *kubePath) plan() *lifecyclev1.OperationPlan {
+func (p *kubePath) plan() *sdk.OperationPlan {
 	if !p.multi() {
 		if p.refusal != nil {
-			return &lifecyclev1.OperationPlan{Target: p.target, Refusal: p.refusal}
+			return &sdk.OperationPlan{Target: p.target, Refusal: p.refusal}
 		}
 		return p.hops[0].plan()
 	}
@@ -239,7 +239,7 @@ func (p *kubePath) plan() *lifecyclev1.OperationPlan {
 	if first.dryRun {
 		mode = " (dry run: nothing will be changed)"
 	}
-	out := &lifecyclev1.OperationPlan{Target: p.planTarget(), Refusal: p.refused(),
+	out := &sdk.OperationPlan{Target: p.planTarget(), Refusal: p.refused(),
 		Summary: fmt.Sprintf("Kubernetes upgrade of %s to %s in %d hops, %s%s: one minor at a time, each hop a full upgrade in talosctl upgrade-k8s's order "+
 			"(snapshot, gate, pre-pull, static pods, kube-proxy, kubelets, gate) with its own pre-flight checks, under this one approval",
 			first.cluster, p.target, len(p.hops), p.spelled, mode)}
@@ -258,7 +258,7 @@ func (p *kubePath) plan() *lifecyclev1.OperationPlan {
 	}
 	out.Steps = append(out.Steps, driftStep(p.target))
 	if out.Refusal == nil {
-		out.Preconditions = append(out.Preconditions, &lifecyclev1.Precondition{Name: "upgrade path", Ok: true, Rule: "R20",
+		out.Preconditions = append(out.Preconditions, &sdk.Precondition{Name: "upgrade path", OK: true, Rule: "R20",
 			Detail: "one minor at a time, the newest configured patch of each minor in between: " + p.spelled})
 		for _, h := range p.hops {
 			out.Preconditions = append(out.Preconditions, h.preconditions()...)

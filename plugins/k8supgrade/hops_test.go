@@ -11,7 +11,6 @@ import (
 	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/internal/testenv"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
@@ -38,7 +37,7 @@ func startEnvAt(t *testing.T, kube *testenv.Kube, talos, kubernetes string) *env
 }
 
 // withReleases adds the bot's release data to a request.
-func withReleases(req *lifecyclev1.OperationRequest, kube string) *lifecyclev1.OperationRequest {
+func withReleases(req *sdk.OperationRequest, kube string) *sdk.OperationRequest {
 	l := &releases.List{Versions: releases.ParseAll([]string{"v1.12.6", "v1.13.9"})}
 	req.Settings.Extra = releases.NotesOf(l, strings.Split(kube, ","), time.Now())
 	return req
@@ -48,32 +47,32 @@ func withReleases(req *lifecyclev1.OperationRequest, kube string) *lifecyclev1.O
 type onStep struct {
 	*sdktest.Recorder
 	step   string
-	status lifecyclev1.StepStatus
+	status sdk.StepStatus
 	do     func()
 	done   bool
 }
 
-func (o *onStep) Step(ev *lifecyclev1.StepEvent) error {
+func (o *onStep) Step(ev *sdk.StepEvent) error {
 	err := o.Recorder.Step(ev)
-	if !o.done && ev.GetStepId() == o.step && ev.GetStatus() == o.status {
+	if !o.done && ev.StepID == o.step && ev.Status == o.status {
 		o.done = true
 		o.do()
 	}
 	return err
 }
 
-func stepIDs(steps []*lifecyclev1.Step) map[string]*lifecyclev1.Step {
-	out := map[string]*lifecyclev1.Step{}
+func stepIDs(steps []*sdk.Step) map[string]*sdk.Step {
+	out := map[string]*sdk.Step{}
 	for _, s := range steps {
-		out[s.GetId()] = s
+		out[s.ID] = s
 	}
 	return out
 }
 
-func preconditionText(p *lifecyclev1.OperationPlan) string {
+func preconditionText(p *sdk.OperationPlan) string {
 	var out []string
-	for _, c := range p.GetPreconditions() {
-		out = append(out, c.GetName()+": "+c.GetDetail())
+	for _, c := range p.Preconditions {
+		out = append(out, c.Name+": "+c.Detail)
 	}
 	return strings.Join(out, "\n")
 }
@@ -101,24 +100,24 @@ func TestKubernetesMultiHop(t *testing.T) {
 		ctx := ctxFor(t, 2*time.Minute)
 		req := withReleases(e.request(target), kubeReleases)
 		plan, err := New().Plan(ctx, req)
-		if err != nil || plan.GetRefusal() != nil {
+		if err != nil || plan.Refusal != nil {
 			t.Fatalf("plan %v, %v", plan, err)
 		}
 		// R6 compares this target with staging's: the stops, the newest 1.35 patch first.
-		if plan.GetTarget() != "v1.35.2 → v1.36.3" || !strings.Contains(plan.GetSummary(), "v1.34.1 → v1.35.2 → v1.36.3") {
-			t.Fatalf("target %q summary %q", plan.GetTarget(), plan.GetSummary())
+		if plan.Target != "v1.35.2 → v1.36.3" || !strings.Contains(plan.Summary, "v1.34.1 → v1.35.2 → v1.36.3") {
+			t.Fatalf("target %q summary %q", plan.Target, plan.Summary)
 		}
-		ids := stepIDs(plan.GetSteps())
+		ids := stepIDs(plan.Steps)
 		for _, id := range []string{"v1.35.2/kube-apiserver/cp-1", "v1.35.2/kubelet/worker-1", "v1.35.2/gate-after/kube-nodes", "kube-apiserver/cp-1", "kubelet/worker-1", stepDriftNote} {
 			if ids[id] == nil {
 				t.Errorf("no step %s in the plan", id)
 			}
 		}
-		if s := ids["v1.35.2/kubelet/worker-1"]; s != nil && !strings.Contains(s.GetTitle(), "hop 1/2 → v1.35.2: kubelet on worker-1 v1.34.1 → v1.35.2") {
-			t.Errorf("hop 1 title %q", s.GetTitle())
+		if s := ids["v1.35.2/kubelet/worker-1"]; s != nil && !strings.Contains(s.Title, "hop 1/2 → v1.35.2: kubelet on worker-1 v1.34.1 → v1.35.2") {
+			t.Errorf("hop 1 title %q", s.Title)
 		}
-		if s := ids["kubelet/worker-1"]; s != nil && !strings.Contains(s.GetTitle(), "hop 2/2 → v1.36.3: kubelet on worker-1 v1.35.2 → v1.36.3") {
-			t.Errorf("hop 2 title %q", s.GetTitle())
+		if s := ids["kubelet/worker-1"]; s != nil && !strings.Contains(s.Title, "hop 2/2 → v1.36.3: kubelet on worker-1 v1.35.2 → v1.36.3") {
+			t.Errorf("hop 2 title %q", s.Title)
 		}
 		pre := preconditionText(plan)
 		for _, want := range []string{"hop 1/2 → v1.35.2: pre-flight checks (talosctl upgrade-k8s): v1.34.1 → v1.35.2",
@@ -129,12 +128,12 @@ func TestKubernetesMultiHop(t *testing.T) {
 			}
 		}
 		again, _ := New().Plan(ctx, req)
-		if string(again.GetCanonicalInputs()) != string(plan.GetCanonicalInputs()) {
+		if string(again.CanonicalInputs) != string(plan.CanonicalInputs) {
 			t.Fatal("re-planning an unchanged cluster changed the digest")
 		}
 		other, _ := New().Plan(ctx, withReleases(e.request(target), "1.35.1,1.36.3"))
-		if other.GetTarget() != "v1.35.1 → v1.36.3" || string(other.GetCanonicalInputs()) == string(plan.GetCanonicalInputs()) {
-			t.Fatalf("another path (%q) must have another digest", other.GetTarget())
+		if other.Target != "v1.35.1 → v1.36.3" || string(other.CanonicalInputs) == string(plan.CanonicalInputs) {
+			t.Fatalf("another path (%q) must have another digest", other.Target)
 		}
 	})
 
@@ -158,7 +157,7 @@ func TestKubernetesMultiHop(t *testing.T) {
 
 		// Run 1: cp-2's kubelet turns unhealthy once hop 1's last kubelet is done, so the
 		// health gate between the hops fails: hop 2 never starts.
-		rec := &onStep{Recorder: sdktest.NewRecorder(nil), step: "v1.35.2/kubelet/worker-1", status: lifecyclev1.StepStatus_STEP_STATUS_OK, do: func() {
+		rec := &onStep{Recorder: sdktest.NewRecorder(nil), step: "v1.35.2/kubelet/worker-1", status: sdk.StepOK, do: func() {
 			if err := e.c.Inject(ctx, "cp-2", sim.Fault{UnhealthyService: "kubelet"}); err != nil {
 				t.Error(err)
 			}
@@ -166,16 +165,16 @@ func TestKubernetesMultiHop(t *testing.T) {
 		_ = New().Run(ctx, req, rec)
 		_ = rec.Finish(nil)
 		res := rec.FinalResult()
-		lines := strings.Join(res.GetLines(), "\n")
-		if res.GetOk() || !strings.Contains(res.GetSummary(), "hop 1/2 → v1.35.2: the health gate after the upgrade") ||
+		lines := strings.Join(res.Lines, "\n")
+		if res.OK || !strings.Contains(res.Summary, "hop 1/2 → v1.35.2: the health gate after the upgrade") ||
 			!strings.Contains(lines, "stopped in hop 1/2 (→ v1.35.2)") || !strings.Contains(lines, "v1.34.1 → v1.35.2 → v1.36.3") {
 			t.Fatalf("run 1: %v\n%s", res, lines)
 		}
 		everyComponentAt(t, e, "v1.35.2")
 		hop1 := delta(e.applies(), before)
 		for _, s := range rec.Steps() {
-			if !strings.HasPrefix(s.GetStepId(), "v1.35.2/") && s.GetStepId() != "" {
-				t.Fatalf("run 1 reported %s of hop 2", s.GetStepId())
+			if !strings.HasPrefix(s.StepID, "v1.35.2/") && s.StepID != "" {
+				t.Fatalf("run 1 reported %s of hop 2", s.StepID)
 			}
 		}
 		if hop1["worker-1"] != 1 || hop1["cp-1"] < 4 {
@@ -187,7 +186,7 @@ func TestKubernetesMultiHop(t *testing.T) {
 
 		// The resumed operation plans the hop that is left, with the last hop's step ids.
 		plan, err := New().Plan(ctx, req)
-		if err != nil || plan.GetRefusal() != nil || plan.GetTarget() != target || stepIDs(plan.GetSteps())["kubelet/worker-1"] == nil {
+		if err != nil || plan.Refusal != nil || plan.Target != target || stepIDs(plan.Steps)["kubelet/worker-1"] == nil {
 			t.Fatalf("plan after hop 1: %v %v", plan, err)
 		}
 
@@ -203,11 +202,11 @@ func TestKubernetesMultiHop(t *testing.T) {
 		// Run 3: the resume finishes hop 2 and runs nothing of hop 1 again.
 		done, err := sdktest.Run(ctx, New(), req, nil)
 		res = done.FinalResult()
-		if err != nil || !res.GetOk() || !strings.Contains(res.GetSummary(), "v1.36.3") {
-			t.Fatalf("resumed run: %v %v\n%s", res, err, strings.Join(res.GetLines(), "\n"))
+		if err != nil || !res.OK || !strings.Contains(res.Summary, "v1.36.3") {
+			t.Fatalf("resumed run: %v %v\n%s", res, err, strings.Join(res.Lines, "\n"))
 		}
 		steps := finalSteps(done)
-		if s := steps["kube-apiserver/cp-1"]; s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_SKIPPED {
+		if s := steps["kube-apiserver/cp-1"]; s.Status != sdk.StepSkipped {
 			t.Fatalf("kube-apiserver on cp-1 after the resume: %v, want skipped", s)
 		}
 		for id := range steps {
@@ -231,7 +230,7 @@ func TestPauseBetweenSteps(t *testing.T) {
 	mark := filepath.Join(t.TempDir(), "pause")
 	req.Settings.Extra[sdk.ExtraPauseMark] = mark
 	before := e.applies()
-	rec := &onStep{Recorder: sdktest.NewRecorder(nil), step: "kube-apiserver/cp-1", status: lifecyclev1.StepStatus_STEP_STATUS_OK, do: func() {
+	rec := &onStep{Recorder: sdktest.NewRecorder(nil), step: "kube-apiserver/cp-1", status: sdk.StepOK, do: func() {
 		if err := os.WriteFile(mark, nil, 0o600); err != nil {
 			t.Error(err)
 		}
@@ -241,7 +240,7 @@ func TestPauseBetweenSteps(t *testing.T) {
 	}
 	_ = rec.Finish(nil)
 	res := rec.FinalResult()
-	if res.GetOk() || res.GetSummary() != sdk.PausedSummary || !strings.Contains(strings.Join(res.GetLines(), "\n"), "paused before kube-apiserver on cp-2") {
+	if res.OK || res.Summary != sdk.PausedSummary || !strings.Contains(strings.Join(res.Lines, "\n"), "paused before kube-apiserver on cp-2") {
 		t.Fatalf("paused run: %v", res)
 	}
 	wantCounts(t, "paused", delta(e.applies(), before), map[string]int{"cp-1": 1, "cp-2": 0, "cp-3": 0, "worker-1": 0})
@@ -250,10 +249,10 @@ func TestPauseBetweenSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	done, err := sdktest.Run(ctx, New(), req, nil)
-	if res := done.FinalResult(); err != nil || !res.GetOk() {
+	if res := done.FinalResult(); err != nil || !res.OK {
 		t.Fatalf("run after the pause: %v %v", res, err)
 	}
-	if s := finalSteps(done)["kube-apiserver/cp-1"]; s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_SKIPPED {
+	if s := finalSteps(done)["kube-apiserver/cp-1"]; s.Status != sdk.StepSkipped {
 		t.Fatalf("kube-apiserver on cp-1 after the pause: %v, want skipped", s)
 	}
 	everyComponentAt(t, e, target)

@@ -33,7 +33,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/k8s/preflight"
 	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Name is the plugin's catalogue name.
@@ -65,20 +64,20 @@ func (p *Plugin) table() preflight.Table {
 func New() sdk.Plugin { return &Plugin{} }
 
 // Describe returns the manifest.
-func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: Name, Version: version.Version, Commands: []*sdk.Command{{
 		Name: Command,
 		Summary: "Upgrade Kubernetes (not Talos) in talosctl upgrade-k8s's order: pre-flight checks, etcd snapshot, gate, " +
 			"pre-pull, kube-apiserver on every control plane, then controller-manager, scheduler, kube-proxy, kubelets, gate; " +
 			"two or more minors go one minor at a time under one approval. --dry-run shows the plan and changes nothing",
-		Args: []*lifecyclev1.Arg{
+		Args: []*sdk.Arg{
 			{Name: "version", Description: "target Kubernetes version, e.g. v1.36.3 (the leading v is optional)", Required: true},
 			{Name: "cluster", Description: "cluster to upgrade (default: the channel's cluster)"},
 			{Name: sdk.ArgDryRun, Description: "only report the plan; change nothing", Flag: true, Boolean: true},
 		},
-		Effect:        lifecyclev1.Effect_EFFECT_DISRUPTIVE,
+		Effect:        sdk.EffectDisruptive,
 		NeedsSnapshot: true,
-		Drill:         lifecyclev1.Drill_DRILL_KUBERNETES_UPGRADE,
+		Drill:         sdk.DrillKubernetesUpgrade,
 		Example:       "/talos upgrade k8s v1.36.3 staging --dry-run",
 
 		PausesBetweenNodes: true, // checks sdk.PauseRequested before each node
@@ -86,12 +85,12 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 }
 
 // parse validates the request and normalises the target version.
-func parse(req *lifecyclev1.OperationRequest) (cluster.Inventory, string, error) {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func parse(req *sdk.OperationRequest) (cluster.Inventory, string, error) {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return cluster.Inventory{}, "", err
 	}
-	raw := req.GetArgs()["version"]
+	raw := req.Args["version"]
 	if raw == "" {
 		return cluster.Inventory{}, "", errors.New("no target version: use /talos upgrade k8s <version>, e.g. v1.36.3")
 	}
@@ -103,24 +102,24 @@ func parse(req *lifecyclev1.OperationRequest) (cluster.Inventory, string, error)
 }
 
 // Plan reads the cluster (read-only) and returns the steps, or a refusal.
-func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
 	inv, target, err := parse(req)
 	if err != nil {
 		return nil, err
 	}
-	if len(req.GetCredentials().GetKubeconfig()) == 0 {
-		return &lifecyclev1.OperationPlan{Target: target, Refusal: refuse("R20",
+	if len(req.Credentials.Kubeconfig) == 0 {
+		return &sdk.OperationPlan{Target: target, Refusal: refuse("R20",
 			"no kubeconfig for "+inv.Name+": the running Kubernetes versions cannot be read, so the version rules cannot be checked",
 			"configure the cluster's kubeconfig (Terraform output or file)")}, nil
 	}
-	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the Kubernetes upgrade", cluster.GateMethods, cluster.SnapshotMethods, cluster.K8sUpgradeMethods); err != nil {
+	if err := cluster.CheckRole(req.Credentials.Talosconfig, "the Kubernetes upgrade", cluster.GateMethods, cluster.SnapshotMethods, cluster.K8sUpgradeMethods); err != nil {
 		plan, perr := sdk.RefusalPlan(err)
 		if plan != nil {
 			plan.Target = target
 		}
 		return plan, perr
 	}
-	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
+	clients, err := cluster.Connect(ctx, inv, &req.Credentials)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +137,7 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 type run struct {
 	r       sdk.Reporter
 	c       *cluster.Clients
-	req     *lifecyclev1.OperationRequest
+	req     *sdk.OperationRequest
 	table   preflight.Table
 	path    *kubePath
 	a       *assessment // the hop under way
@@ -150,7 +149,7 @@ type run struct {
 }
 
 // end sends the run's one Result.
-func (ru *run) end(res *lifecyclev1.Result) error {
+func (ru *run) end(res *sdk.Result) error {
 	ru.ended = true
 	return ru.r.Result(res)
 }
@@ -166,16 +165,16 @@ func (ru *run) paused(node string, err *error) bool {
 }
 
 // Run executes the upgrade (or, with --dry-run, reports the plan).
-func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
+func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
 	inv, target, err := parse(req)
 	if err != nil {
 		return err
 	}
-	if len(req.GetCredentials().GetKubeconfig()) == 0 {
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Refusal: refuse("R20",
+	if len(req.Credentials.Kubeconfig) == 0 {
+		return r.Result(&sdk.Result{OK: false, Summary: "refused", Refusal: refuse("R20",
 			"no kubeconfig for "+inv.Name, "configure the cluster's kubeconfig (Terraform output or file)")})
 	}
-	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
+	clients, err := cluster.Connect(ctx, inv, &req.Credentials)
 	if err != nil {
 		return err
 	}
@@ -188,11 +187,11 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		return err
 	}
 	if ref := kp.refused(); ref != nil {
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "Kubernetes upgrade to " + target + " refused", Refusal: ref})
+		return r.Result(&sdk.Result{OK: false, Summary: "Kubernetes upgrade to " + target + " refused", Refusal: ref})
 	}
 	if kp.hops[0].dryRun {
-		for _, s := range kp.plan().GetSteps() {
-			if err := r.StepSkipped(s.GetId(), "dry run"); err != nil {
+		for _, s := range kp.plan().Steps {
+			if err := r.StepSkipped(s.ID, "dry run"); err != nil {
 				return err
 			}
 		}
@@ -200,12 +199,12 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		if kp.multi() {
 			how = " by the path " + kp.spelled
 		}
-		return r.Result(&lifecyclev1.Result{Ok: true, Lines: kp.dryRunLines(),
+		return r.Result(&sdk.Result{OK: true, Lines: kp.dryRunLines(),
 			Summary: fmt.Sprintf("dry run: %s can go from %s to %s%s; nothing was changed", inv.Name, kp.hops[0].versions.Lowest().Version, target, how)})
 	}
 
 	timeout := DefaultNodeTimeout
-	if ms := req.GetSettings().GetNodeTimeoutMs(); ms > 0 {
+	if ms := req.Settings.NodeTimeoutMs; ms > 0 {
 		timeout = time.Duration(ms) * time.Millisecond
 	}
 	ru := &run{r: r, c: clients, req: req, table: p.table(), path: kp, timeout: timeout}
@@ -221,7 +220,7 @@ func (ru *run) stop(ctx context.Context, where string, err error) error {
 	lines := append(ru.lines, "❌ "+where+": "+err.Error(),
 		"⏸️ the remaining steps were not run; fix the cause and run the same command again (or /talos resume): steps already at "+ru.a.target+" are skipped")
 	lines = append(lines, ru.reached()...)
-	return ru.end(&lifecyclev1.Result{Ok: false, Lines: lines, Error: err.Error(),
+	return ru.end(&sdk.Result{OK: false, Lines: lines, Error: err.Error(),
 		Summary: fmt.Sprintf("Kubernetes upgrade of %s to %s stopped at %s", ru.a.cluster, ru.path.target, where)})
 }
 
@@ -245,12 +244,12 @@ func (ru *run) reached() []string {
 // execute runs the path hop by hop. The first hop is the one assessed at the start; each
 // later hop is assessed again when it starts, from what runs then (its Talos support and
 // pre-flight checks included). A failure stops at that hop: no later hop starts.
-func (ru *run) execute(ctx context.Context, req *lifecyclev1.OperationRequest, now func() time.Time) error {
+func (ru *run) execute(ctx context.Context, req *sdk.OperationRequest, now func() time.Time) error {
 	first, r := ru.path.hops[0], ru.r
 
 	// R5: with plan_before_upgrade, no upgrade on top of a Terraform
 	// migration (the same guard as the Talos upgrade's).
-	if ref := planguard.BeforeUpgrade(ctx, first.cluster, req.GetSettings(), r); ref != nil {
+	if ref := planguard.BeforeUpgrade(ctx, first.cluster, &req.Settings, r); ref != nil {
 		return r.Result(sdk.RefusedResult(ref, "Kubernetes upgrade of "+first.cluster+" refused: the Terraform plan guard stopped it; nothing was changed"))
 	}
 	for i, h := range ru.path.hops {
@@ -265,9 +264,9 @@ func (ru *run) execute(ctx context.Context, req *lifecyclev1.OperationRequest, n
 				return ru.stop(ctx, "the checks before the hop (nothing of it was changed)", err)
 			}
 			if live.refusal != nil {
-				res := sdk.RefusedResult(sdk.Refuse(live.refusal.GetRule(), live.refusal.GetReason(), live.refusal.GetFix()),
+				res := sdk.RefusedResult(sdk.Refuse(live.refusal.Rule, live.refusal.Reason, live.refusal.Fix),
 					fmt.Sprintf("Kubernetes upgrade of %s stopped before hop %d/%d (→ %s): its checks refused it; nothing of it was changed", h.cluster, h.hop.hop, h.hop.hops, h.target))
-				res.Lines = append(append(ru.lines, "❌ "+live.refusal.GetReason()+" — "+live.refusal.GetFix()), ru.reached()...)
+				res.Lines = append(append(ru.lines, "❌ "+live.refusal.Reason+" — "+live.refusal.Fix), ru.reached()...)
 				return ru.end(res)
 			}
 			h = live
@@ -281,7 +280,7 @@ func (ru *run) execute(ctx context.Context, req *lifecyclev1.OperationRequest, n
 }
 
 // hop runs one hop: snapshot, gate, pre-pull, static pods, kube-proxy, kubelets, gate.
-func (ru *run) hop(ctx context.Context, req *lifecyclev1.OperationRequest, now func() time.Time) error {
+func (ru *run) hop(ctx context.Context, req *sdk.OperationRequest, now func() time.Time) error {
 	a, r := ru.a, ru.r
 	inv, px := a.inv, a.hop.prefix
 
@@ -298,7 +297,7 @@ func (ru *run) hop(ctx context.Context, req *lifecyclev1.OperationRequest, now f
 	}
 	ru.lines = append(ru.lines, "✅ "+a.hop.title()+"etcd snapshot "+snap.ID+" ("+snap.Path+")")
 
-	gopts := gate.OptionsFrom(req.GetSettings())
+	gopts := gate.OptionsFrom(&req.Settings)
 	gopts.RequireKubernetes = true
 	verdict := gate.Run(ctx, ru.c, inv, gopts)
 	if err := gate.Report(r, px+gateBefore, verdict); err != nil {
@@ -347,7 +346,7 @@ func (ru *run) hop(ctx context.Context, req *lifecyclev1.OperationRequest, now f
 		return ru.stop(ctx, "the bootstrap manifest sync", err)
 	}
 
-	verdict = gate.Until(ctx, ru.c, inv, gopts, gate.AfterWait(req.GetSettings()))
+	verdict = gate.Until(ctx, ru.c, inv, gopts, gate.AfterWait(&req.Settings))
 	if err := gate.Report(r, px+gateAfter, verdict); err != nil {
 		return err
 	}
@@ -361,11 +360,11 @@ func (ru *run) hop(ctx context.Context, req *lifecyclev1.OperationRequest, now f
 }
 
 // finish ends a run whose every hop passed: the Terraform note and the result.
-func (ru *run) finish(req *lifecyclev1.OperationRequest) error {
+func (ru *run) finish(req *sdk.OperationRequest) error {
 	a, r := ru.a, ru.r
 
 	note := fmt.Sprintf("talos_kubernetes_version = %q", a.target)
-	if decl := req.GetCluster().GetDeclared()["talos_kubernetes_version"]; decl != "" && !sameVersion(decl, a.target) {
+	if decl := req.Cluster.Declared["talos_kubernetes_version"]; decl != "" && !sameVersion(decl, a.target) {
 		note += fmt.Sprintf(" (Terraform declares %q: update it, or the next apply reports drift)", decl)
 	}
 	if err := r.StepOK(stepDriftNote, note); err != nil {
@@ -384,12 +383,12 @@ func (ru *run) finish(req *lifecyclev1.OperationRequest) error {
 	}
 	// The gate after the upgrade passed: Terraform's variable may follow
 	// (R18). It is written with a leading v.
-	return ru.end(&lifecyclev1.Result{Ok: true, Summary: summary, Lines: lines,
+	return ru.end(&sdk.Result{OK: true, Summary: summary, Lines: lines,
 		Declared: map[string]string{"talos_kubernetes_version": "v" + strings.TrimPrefix(a.target, "v")}})
 }
 
-func (ru *run) step(id, node, from, detail string, st lifecyclev1.StepStatus) error {
-	return ru.r.Step(&lifecyclev1.StepEvent{StepId: id, Status: st, Detail: detail, Node: node, FromVersion: from, ToVersion: ru.a.target})
+func (ru *run) step(id, node, from, detail string, st sdk.StepStatus) error {
+	return ru.r.Step(&sdk.StepEvent{StepID: id, Status: st, Detail: detail, Node: node, FromVersion: from, ToVersion: ru.a.target})
 }
 
 // talosPullTimeout is how long Talos retries a registry it cannot reach before its pull fails
@@ -484,7 +483,7 @@ func dedupeNames(names []string) []string {
 func (ru *run) staticPod(ctx context.Context, comp string, cp cluster.Node) error {
 	id, target := ru.a.hop.prefix+stepStaticPod(comp, cp.Name), ru.a.target
 	fail := func(from string, err error) error {
-		_ = ru.step(id, cp.Name, from, err.Error(), lifecyclev1.StepStatus_STEP_STATUS_FAILED)
+		_ = ru.step(id, cp.Name, from, err.Error(), sdk.StepFailed)
 		return err
 	}
 	cfg, err := k8s.ReadMachineConfig(ctx, ru.c, cp)
@@ -499,7 +498,7 @@ func (ru *run) staticPod(ctx context.Context, comp string, cp cluster.Node) erro
 	}
 	applied := false
 	if !k8s.SameImage(cur, want) {
-		_ = ru.step(id, cp.Name, from, "applying "+want+" (NO_REBOOT)", lifecyclev1.StepStatus_STEP_STATUS_RUNNING)
+		_ = ru.step(id, cp.Name, from, "applying "+want+" (NO_REBOOT)", sdk.StepRunning)
 		data, err := k8s.SetImage(cfg, comp, want)
 		if err == nil {
 			err = k8s.ApplyNoReboot(ctx, ru.c, cp, data)
@@ -515,10 +514,10 @@ func (ru *run) staticPod(ctx context.Context, comp string, cp cluster.Node) erro
 	if !applied {
 		ru.skipped++
 		ru.lines = append(ru.lines, "⏭️ "+comp+" on "+cp.Name+" already at "+target)
-		return ru.step(id, cp.Name, from, "already at "+target+"; Ready", lifecyclev1.StepStatus_STEP_STATUS_SKIPPED)
+		return ru.step(id, cp.Name, from, "already at "+target+"; Ready", sdk.StepSkipped)
 	}
 	ru.lines = append(ru.lines, fmt.Sprintf("✅ %s on %s %s → %s, Ready", comp, cp.Name, from, target))
-	return ru.step(id, cp.Name, from, "Ready at "+want+" (StaticPodStatus)", lifecyclev1.StepStatus_STEP_STATUS_OK)
+	return ru.step(id, cp.Name, from, "Ready at "+want+" (StaticPodStatus)", sdk.StepOK)
 }
 
 // kubeProxy sets cluster.proxy.image on every control plane (where kube-proxy is enabled)
@@ -580,7 +579,7 @@ func (ru *run) kubeProxy(ctx context.Context) error {
 func (ru *run) kubelet(ctx context.Context, n cluster.Node) error {
 	id, target := ru.a.hop.prefix+stepKubelet+n.Name, ru.a.target
 	fail := func(from string, err error) error {
-		_ = ru.step(id, n.Name, from, err.Error(), lifecyclev1.StepStatus_STEP_STATUS_FAILED)
+		_ = ru.step(id, n.Name, from, err.Error(), sdk.StepFailed)
 		return err
 	}
 	ks, err := k8s.KubeletSpecOf(ctx, ru.c, n)
@@ -599,7 +598,7 @@ func (ru *run) kubelet(ctx context.Context, n cluster.Node) error {
 	}
 	applied := false
 	if !k8s.SameImage(ks.Image, want) {
-		_ = ru.step(id, n.Name, from, "applying "+want+" (NO_REBOOT)", lifecyclev1.StepStatus_STEP_STATUS_RUNNING)
+		_ = ru.step(id, n.Name, from, "applying "+want+" (NO_REBOOT)", sdk.StepRunning)
 		data, err := k8s.SetImage(cfg, k8s.ComponentKubelet, want)
 		if err == nil {
 			err = k8s.ApplyNoReboot(ctx, ru.c, n, data)
@@ -615,10 +614,10 @@ func (ru *run) kubelet(ctx context.Context, n cluster.Node) error {
 	if !applied {
 		ru.skipped++
 		ru.lines = append(ru.lines, "⏭️ kubelet on "+n.Name+" already at "+target)
-		return ru.step(id, n.Name, from, "already at "+target, lifecyclev1.StepStatus_STEP_STATUS_SKIPPED)
+		return ru.step(id, n.Name, from, "already at "+target, sdk.StepSkipped)
 	}
 	ru.lines = append(ru.lines, fmt.Sprintf("✅ kubelet on %s %s → %s (%s), Node Ready", n.Name, from, target, want))
-	return ru.step(id, n.Name, from, "Node Ready, kubelet "+target+" ("+want+")", lifecyclev1.StepStatus_STEP_STATUS_OK)
+	return ru.step(id, n.Name, from, "Node Ready, kubelet "+target+" ("+want+")", sdk.StepOK)
 }
 
 // imageTag is the tag of an image reference, for step details.

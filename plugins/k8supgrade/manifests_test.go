@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
 
@@ -46,13 +46,13 @@ func TestManifestSync(t *testing.T) {
 	}
 
 	plan, err := New().Plan(ctx, e.request(target, "dry-run", "true"))
-	if err != nil || plan.GetRefusal() != nil {
+	if err != nil || plan.Refusal != nil {
 		t.Fatalf("plan: %v %v", plan, err)
 	}
 	var title string
-	for _, s := range plan.GetSteps() {
-		if s.GetId() == stepManifests {
-			title = s.GetTitle()
+	for _, s := range plan.Steps {
+		if s.ID == stepManifests {
+			title = s.Title
 		}
 	}
 	if !strings.Contains(title, "configured Deployment/kube-system/coredns") || !strings.Contains(title, "configured DaemonSet/kube-system/kube-flannel") {
@@ -61,10 +61,10 @@ func TestManifestSync(t *testing.T) {
 
 	rec, err := sdktest.Run(ctx, New(), e.request(target, "dry-run", "true"), nil)
 	res := rec.FinalResult()
-	if err != nil || !res.GetOk() {
+	if err != nil || !res.OK {
 		t.Fatalf("dry run: %v %v", res, err)
 	}
-	text := strings.Join(res.GetLines(), "\n")
+	text := strings.Join(res.Lines, "\n")
 	t.Logf("dry run:\n%s", text)
 	for _, w := range []string{
 		"🔜 bootstrap manifests (server-side dry run): ",
@@ -81,22 +81,22 @@ func TestManifestSync(t *testing.T) {
 		t.Fatalf("the dry run changed the add-ons (%s) or pruned (stale object there: %v)", got, staleExists())
 	}
 
-	stepStatus := func(rec *sdktest.Recorder) (lifecyclev1.StepStatus, string) {
-		var st lifecyclev1.StepStatus
+	stepStatus := func(rec *sdktest.Recorder) (sdk.StepStatus, string) {
+		var st sdk.StepStatus
 		var detail string
 		for _, ev := range rec.Steps() {
-			if ev.GetStepId() == stepManifests {
-				st, detail = ev.GetStatus(), ev.GetDetail()
+			if ev.StepID == stepManifests {
+				st, detail = ev.Status, ev.Detail
 			}
 		}
 		return st, detail
 	}
 
 	rec, err = sdktest.Run(ctx, New(), e.request(target), nil)
-	if res := rec.FinalResult(); err != nil || !res.GetOk() {
-		t.Fatalf("run: %v %v\n%s", res, err, strings.Join(res.GetLines(), "\n"))
+	if res := rec.FinalResult(); err != nil || !res.OK {
+		t.Fatalf("run: %v %v\n%s", res, err, strings.Join(res.Lines, "\n"))
 	}
-	if st, detail := stepStatus(rec); st != lifecyclev1.StepStatus_STEP_STATUS_OK || !strings.Contains(detail, "configured Deployment/kube-system/coredns") {
+	if st, detail := stepStatus(rec); st != sdk.StepOK || !strings.Contains(detail, "configured Deployment/kube-system/coredns") {
 		t.Fatalf("step %s: %v %q", stepManifests, st, detail)
 	}
 	if got := addonImages(t, e); got != newAddons {
@@ -112,10 +112,10 @@ func TestManifestSync(t *testing.T) {
 	}
 
 	rec, err = sdktest.Run(ctx, New(), e.request(target), nil)
-	if res := rec.FinalResult(); err != nil || !res.GetOk() {
+	if res := rec.FinalResult(); err != nil || !res.OK {
 		t.Fatalf("second run: %v %v", res, err)
 	}
-	if st, detail := stepStatus(rec); st != lifecyclev1.StepStatus_STEP_STATUS_SKIPPED || !strings.Contains(detail, "already in sync") {
+	if st, detail := stepStatus(rec); st != sdk.StepSkipped || !strings.Contains(detail, "already in sync") {
 		t.Fatalf("second run, step %s: %v %q", stepManifests, st, detail)
 	}
 
@@ -130,10 +130,10 @@ func TestManifestSync(t *testing.T) {
 	}
 	rec, err = sdktest.Run(ctx, New(), e.request(target), nil)
 	res = rec.FinalResult()
-	if err != nil || res.GetOk() || !strings.Contains(res.GetError(), `ConfigMap/kube-system/kube-flannel-cfg: the live object belongs to inventory "gitops-cni"`) {
-		t.Fatalf("foreign inventory: ok=%v %q %v", res.GetOk(), res.GetError(), err)
+	if err != nil || res.OK || !strings.Contains(res.Error, `ConfigMap/kube-system/kube-flannel-cfg: the live object belongs to inventory "gitops-cni"`) {
+		t.Fatalf("foreign inventory: ok=%v %q %v", res.OK, res.Error, err)
 	}
-	if st, _ := stepStatus(rec); st != lifecyclev1.StepStatus_STEP_STATUS_FAILED {
+	if st, _ := stepStatus(rec); st != sdk.StepFailed {
 		t.Fatalf("foreign inventory: step %s %v", stepManifests, st)
 	}
 }

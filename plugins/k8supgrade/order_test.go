@@ -25,7 +25,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s/preflight"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
@@ -38,11 +38,11 @@ func patchNode(t testing.TB, e *env, name string, patch func(*v1alpha1.Config)) 
 	t.Helper()
 	ctx := ctxFor(t, 2*time.Minute)
 	req := e.request(target)
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := cluster.Connect(ctx, inv, req.GetCredentials())
+	c, err := cluster.Connect(ctx, inv, &req.Credentials)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,16 +130,16 @@ func TestPreflightRefusesAtPlanTime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := plan.GetRefusal()
-		text := r.GetReason() + " — " + r.GetFix()
+		r := plan.Refusal
+		text := r.Reason + " — " + r.Fix
 		for _, w := range []string{"kube-apiserver on cp-1 (" + e.c.Nodes()[0].IP + ") uses flag --audit-log-maxbackup, removed in Kubernetes 1.36",
 			"remove it from cluster.apiServer.extraArgs on cp-1"} {
-			if r.GetRule() != "R20" || !strings.Contains(text, w) {
-				t.Fatalf("refusal %s %q lacks %q", r.GetRule(), text, w)
+			if r.Rule != "R20" || !strings.Contains(text, w) {
+				t.Fatalf("refusal %s %q lacks %q", r.Rule, text, w)
 			}
 		}
 		rec, _ := sdktest.Run(ctx, p, e.request(target), nil)
-		if res := rec.FinalResult(); res.GetOk() || res.GetRefusal().GetRule() != "R20" {
+		if res := rec.FinalResult(); res.OK || res.Refusal.Rule != "R20" {
 			t.Fatalf("run result = %v, want the R20 refusal", res)
 		}
 		wantCounts(t, "after the refusal", delta(e.applies(), before), map[string]int{"cp-1": 0, "cp-2": 0, "cp-3": 0, "worker-1": 0})
@@ -147,15 +147,15 @@ func TestPreflightRefusesAtPlanTime(t *testing.T) {
 		// Without the flag the same plan passes, and says the checks ran.
 		patchNode(t, e, "cp-1", func(c *v1alpha1.Config) { c.ClusterConfig.APIServerConfig.ExtraArgsConfig = nil })
 		plan, err = p.Plan(ctx, e.request(target))
-		if err != nil || plan.GetRefusal() != nil {
+		if err != nil || plan.Refusal != nil {
 			t.Fatalf("plan without the flag: %v %v", plan, err)
 		}
 		found := false
-		for _, pc := range plan.GetPreconditions() {
-			found = found || (pc.GetOk() && strings.Contains(pc.GetName(), "pre-flight") && strings.Contains(pc.GetDetail(), "no objects of workloads.v1alpha1.scheduling.k8s.io"))
+		for _, pc := range plan.Preconditions {
+			found = found || (pc.OK && strings.Contains(pc.Name, "pre-flight") && strings.Contains(pc.Detail, "no objects of workloads.v1alpha1.scheduling.k8s.io"))
 		}
 		if !found {
-			t.Fatalf("no passed pre-flight precondition: %v", plan.GetPreconditions())
+			t.Fatalf("no passed pre-flight precondition: %v", plan.Preconditions)
 		}
 	})
 
@@ -167,8 +167,8 @@ func TestPreflightRefusesAtPlanTime(t *testing.T) {
 		}
 		rec, _ := sdktest.Run(ctx, New(), e.request(target), nil)
 		res := rec.FinalResult()
-		if res.GetOk() || !strings.Contains(res.GetSummary(), "stopped at the pre-pull (nothing was changed)") ||
-			!strings.Contains(res.GetError(), "pull ghcr.io/siderolabs/kubelet:v1.36.3 on worker-1") {
+		if res.OK || !strings.Contains(res.Summary, "stopped at the pre-pull (nothing was changed)") ||
+			!strings.Contains(res.Error, "pull ghcr.io/siderolabs/kubelet:v1.36.3 on worker-1") {
 			t.Fatalf("want a stop at the pre-pull naming worker-1's kubelet image, got %v", res)
 		}
 		// worker-1 pulls last: every control plane pulled, and still nothing was applied.
@@ -264,12 +264,12 @@ func TestOrderSeenByKubernetes(t *testing.T) {
 	ctx := ctxFor(t, 4*time.Minute)
 	req := e.request(target)
 	plan, err := New().Plan(ctx, req)
-	if err != nil || plan.GetRefusal() != nil {
+	if err != nil || plan.Refusal != nil {
 		t.Fatalf("plan %v %v", plan, err)
 	}
 	titles := ""
-	for _, s := range plan.GetSteps() {
-		titles += s.GetTitle() + "\n"
+	for _, s := range plan.Steps {
+		titles += s.Title + "\n"
 	}
 	if !strings.Contains(titles, "kubelet on worker-1 v1.35.2 → v1.36.3 (ghcr.io/siderolabs/kubelet:v1.36.3-fat)") ||
 		!strings.Contains(titles, "kubelet on cp-2 v1.35.2 → v1.36.3 (ghcr.io/siderolabs/kubelet:v1.36.3)") {
@@ -282,8 +282,8 @@ func TestOrderSeenByKubernetes(t *testing.T) {
 		pullsBefore[n.Name] = e.c.Calls(n.Name, "ImagePull")
 	}
 	rec, err := sdktest.Run(ctx, New(), req, nil)
-	if res := rec.FinalResult(); err != nil || !res.GetOk() {
-		t.Fatalf("run: %v %v\n%s", res, err, strings.Join(res.GetLines(), "\n"))
+	if res := rec.FinalResult(); err != nil || !res.OK {
+		t.Fatalf("run: %v %v\n%s", res, err, strings.Join(res.Lines, "\n"))
 	}
 	assertOrder(t, rec)
 
@@ -316,7 +316,7 @@ func TestOrderSeenByKubernetes(t *testing.T) {
 	steps := finalSteps(rec)
 	for name, img := range map[string]string{"cp-1": "ghcr.io/siderolabs/kubelet:v1.36.3-fat", "worker-1": "ghcr.io/siderolabs/kubelet:v1.36.3-fat",
 		"cp-2": "ghcr.io/siderolabs/kubelet:v1.36.3"} {
-		if d := steps[stepKubelet+name].GetDetail(); !strings.Contains(d, "("+img+")") {
+		if d := steps[stepKubelet+name].Detail; !strings.Contains(d, "("+img+")") {
 			t.Fatalf("kubelet/%s: %q, want %s", name, d, img)
 		}
 		n, _ := inventoryNode(e, name)
@@ -324,13 +324,13 @@ func TestOrderSeenByKubernetes(t *testing.T) {
 			t.Fatalf("%s runs kubelet image %s, want %s", name, spec, img)
 		}
 	}
-	if s := steps[stepPrePull]; s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_OK || !strings.Contains(s.GetDetail(), "13 image pull(s) done") {
+	if s := steps[stepPrePull]; s.Status != sdk.StepOK || !strings.Contains(s.Detail, "13 image pull(s) done") {
 		t.Fatalf("pre-pull step = %v", s)
 	}
 }
 
 func inventoryNode(e *env, name string) (cluster.Node, bool) {
-	inv, err := cluster.InventoryFrom(e.request(target).GetCluster())
+	inv, err := cluster.InventoryFrom(&e.request(target).Cluster)
 	if err != nil {
 		return cluster.Node{}, false
 	}
@@ -342,8 +342,8 @@ func kubeletSpecImage(t *testing.T, e *env, n cluster.Node) string {
 	t.Helper()
 	ctx := ctxFor(t, time.Minute)
 	req := e.request(target)
-	inv, _ := cluster.InventoryFrom(req.GetCluster())
-	c, err := cluster.Connect(ctx, inv, req.GetCredentials())
+	inv, _ := cluster.InventoryFrom(&req.Cluster)
+	c, err := cluster.Connect(ctx, inv, &req.Credentials)
 	if err != nil {
 		t.Fatal(err)
 	}

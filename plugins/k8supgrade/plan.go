@@ -14,7 +14,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/k8s/preflight"
 	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Step ids and prefixes of the plan. A static pod step is "<component>/<node>", e.g.
@@ -52,7 +51,7 @@ type assessment struct {
 	ids *identity.Map
 	// pre is what the pre-flight checks read and found (nil when a rule refused first).
 	pre      *preflightResult
-	refusal  *lifecyclev1.Refusal
+	refusal  *sdk.Refusal
 	warnings []string
 	// snapshotDir is settings.snapshot_dir ("" refuses a real run, R12).
 	snapshotDir string
@@ -66,8 +65,8 @@ type assessment struct {
 }
 
 // refuse is sdk.Refusal in protocol form, for the assessment's refusal.
-func refuse(rule, reason, fix string) *lifecyclev1.Refusal {
-	return sdk.Refuse(rule, reason, fix).Proto()
+func refuse(rule, reason, fix string) *sdk.Refusal {
+	return sdk.Refuse(rule, reason, fix)
 }
 
 // assess reads the cluster and applies rules R20 and R21. A nil error with a refusal means
@@ -75,11 +74,11 @@ func refuse(rule, reason, fix string) *lifecyclev1.Refusal {
 //
 // h is the hop (one minor: single(target)); ids and v, when set, are the names resolved
 // and the versions read (or, for a later hop of the plan, assumed) already.
-func assess(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req *lifecyclev1.OperationRequest, h hopSpec,
+func assess(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req *sdk.OperationRequest, h hopSpec,
 	ids *identity.Map, v *k8s.Versions, table preflight.Table) (*assessment, error) {
 	target := h.target
-	a := &assessment{cluster: inv.Name, target: target, inv: inv, dryRun: req.GetArgs()[sdk.ArgDryRun] == "true",
-		snapshotDir: req.GetSettings().GetSnapshotDir(), planGuard: planguard.Wanted(req.GetSettings()), hop: h}
+	a := &assessment{cluster: inv.Name, target: target, inv: inv, dryRun: req.Args[sdk.ArgDryRun] == "true",
+		snapshotDir: req.Settings.SnapshotDir, planGuard: planguard.Wanted(&req.Settings), hop: h}
 	// Names are resolved, never assumed: a mirror pod and a Node are found by the Node name
 	// the node's kubelet registered, which need not be its inventory name.
 	a.ids = ids
@@ -89,7 +88,7 @@ func assess(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req 
 	if err := a.ids.Require(identity.Talos | identity.Kubernetes); err != nil {
 		a.versions = &k8s.Versions{StaticPods: map[string]map[string]string{}, Kubelets: map[string]string{}}
 		re, _ := sdk.AsRefusal(err)
-		a.refusal = re.Proto()
+		a.refusal = re
 		return a, nil
 	}
 	if v == nil {
@@ -135,7 +134,7 @@ func assess(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req 
 	}
 	if err := cluster.CheckSnapshotDir(a.snapshotDir, "the Kubernetes upgrade (a --dry-run works without it)"); err != nil && !a.dryRun {
 		re, _ := sdk.AsRefusal(err)
-		a.refusal = re.Proto()
+		a.refusal = re
 		return a, nil
 	}
 	a.planManifests(ctx, c)
@@ -180,9 +179,9 @@ func (a *assessment) kubeletOrder() []cluster.Node {
 }
 
 // plan renders the assessment as the operation plan (which is also the dry run).
-func (a *assessment) plan() *lifecyclev1.OperationPlan {
+func (a *assessment) plan() *sdk.OperationPlan {
 	lo := a.versions.Lowest()
-	p := &lifecyclev1.OperationPlan{Target: a.target, Refusal: a.refusal, Warnings: a.warnings}
+	p := &sdk.OperationPlan{Target: a.target, Refusal: a.refusal, Warnings: a.warnings}
 	mode := ""
 	if a.dryRun {
 		mode = " (dry run: nothing will be changed)"
@@ -203,23 +202,23 @@ func (a *assessment) plan() *lifecyclev1.OperationPlan {
 }
 
 // driftStep is the last step of the operation: the Terraform variable to set.
-func driftStep(target string) *lifecyclev1.Step {
-	return &lifecyclev1.Step{Id: stepDriftNote, Title: fmt.Sprintf("Terraform: talos_kubernetes_version = %q", target), Kind: "note"}
+func driftStep(target string) *sdk.Step {
+	return &sdk.Step{ID: stepDriftNote, Title: fmt.Sprintf("Terraform: talos_kubernetes_version = %q", target), Kind: "note"}
 }
 
 // steps are the hop's steps, in talosctl upgrade-k8s's order: snapshot, gate, pre-pull, the
 // static pods component by component, kube-proxy, the kubelets, gate. A hop before the last
 // has its ids prefixed with its version (hops.go).
-func (a *assessment) steps() []*lifecyclev1.Step {
+func (a *assessment) steps() []*sdk.Step {
 	px, tp := a.hop.prefix, a.hop.title()
-	var out []*lifecyclev1.Step
+	var out []*sdk.Step
 	for _, s := range etcd.SnapshotSteps() {
-		out = append(out, &lifecyclev1.Step{Id: px + s[0], Title: tp + "etcd snapshot: " + s[1], Kind: "snapshot"})
+		out = append(out, &sdk.Step{ID: px + s[0], Title: tp + "etcd snapshot: " + s[1], Kind: "snapshot"})
 	}
 	for _, pr := range gate.Probes() {
-		out = append(out, &lifecyclev1.Step{Id: px + gateBefore + pr.Name, Title: tp + "gate before: " + pr.Title, Kind: "gate"})
+		out = append(out, &sdk.Step{ID: px + gateBefore + pr.Name, Title: tp + "gate before: " + pr.Title, Kind: "gate"})
 	}
-	out = append(out, &lifecyclev1.Step{Id: px + stepPrePull, Kind: "prepare",
+	out = append(out, &sdk.Step{ID: px + stepPrePull, Kind: "prepare",
 		Title: tp + "pre-pull the " + a.target + " images: control-plane images on every control plane, the kubelet image on every node (nothing changes if a pull fails)"})
 	for _, comp := range k8s.StaticPodComponents() {
 		for _, cp := range a.inv.ControlPlanes() {
@@ -228,11 +227,11 @@ func (a *assessment) steps() []*lifecyclev1.Step {
 			if a.staticPodDone(cp.Name, comp) {
 				title = comp + " on " + cp.Name + " already at " + orUnknown(from) + " (skip)"
 			}
-			out = append(out, &lifecyclev1.Step{Id: px + stepStaticPod(comp, cp.Name), Title: tp + title, Node: cp.Name,
+			out = append(out, &sdk.Step{ID: px + stepStaticPod(comp, cp.Name), Title: tp + title, Node: cp.Name,
 				FromVersion: from, ToVersion: a.target, Kind: "upgrade"})
 		}
 	}
-	out = append(out, &lifecyclev1.Step{Id: px + stepKubeProxy, Title: tp + "kube-proxy image → " + a.target + " (machine config and DaemonSet, where used)",
+	out = append(out, &sdk.Step{ID: px + stepKubeProxy, Title: tp + "kube-proxy image → " + a.target + " (machine config and DaemonSet, where used)",
 		ToVersion: a.target, Kind: "upgrade"})
 	for _, n := range a.kubeletOrder() {
 		from := a.versions.Kubelets[n.Name]
@@ -240,31 +239,31 @@ func (a *assessment) steps() []*lifecyclev1.Step {
 		if a.kubeletDone(n.Name) {
 			title = "kubelet on " + n.Name + " already at " + orUnknown(from) + " (skip)"
 		}
-		out = append(out, &lifecyclev1.Step{Id: px + stepKubelet + n.Name, Title: tp + title, Node: n.Name,
+		out = append(out, &sdk.Step{ID: px + stepKubelet + n.Name, Title: tp + title, Node: n.Name,
 			FromVersion: from, ToVersion: a.target, Kind: "upgrade"})
 	}
-	out = append(out, &lifecyclev1.Step{Id: px + stepManifests, Title: tp + a.manifestsTitle(), Kind: "upgrade"})
+	out = append(out, &sdk.Step{ID: px + stepManifests, Title: tp + a.manifestsTitle(), Kind: "upgrade"})
 	for _, pr := range gate.Probes() {
-		out = append(out, &lifecyclev1.Step{Id: px + gateAfter + pr.Name, Title: tp + "gate after: " + pr.Title, Kind: "gate"})
+		out = append(out, &sdk.Step{ID: px + gateAfter + pr.Name, Title: tp + "gate after: " + pr.Title, Kind: "gate"})
 	}
 	return out
 }
 
 // preconditions are what the hop's checks found: its version step, Talos support on every
 // node and its pre-flight checks.
-func (a *assessment) preconditions() []*lifecyclev1.Precondition {
+func (a *assessment) preconditions() []*sdk.Precondition {
 	lo, tp := a.versions.Lowest(), a.hop.title()
-	var pre []*lifecyclev1.Precondition
-	pre = append(pre, &lifecyclev1.Precondition{Name: tp + "version step", Ok: true, Rule: "R20",
+	var pre []*sdk.Precondition
+	pre = append(pre, &sdk.Precondition{Name: tp + "version step", OK: true, Rule: "R20",
 		Detail: fmt.Sprintf("%s → %s (lowest running: %s)", lo.Version, a.target, lo.Where)})
 	if a.hop.hop == 1 {
-		pre = append(pre, &lifecyclev1.Precondition{Name: "not a downgrade", Ok: true, Rule: "R21",
+		pre = append(pre, &sdk.Precondition{Name: "not a downgrade", OK: true, Rule: "R21",
 			Detail: "highest running: " + a.versions.Highest().Version + " (" + a.versions.Highest().Where + ")"})
 	}
 	for _, t := range a.talos {
-		pre = append(pre, &lifecyclev1.Precondition{Name: tp + "Talos supports " + a.target + " on " + t.Node, Ok: true, Rule: "R20", Detail: "Talos " + t.Talos})
+		pre = append(pre, &sdk.Precondition{Name: tp + "Talos supports " + a.target + " on " + t.Node, OK: true, Rule: "R20", Detail: "Talos " + t.Talos})
 	}
-	pre = append(pre, &lifecyclev1.Precondition{Name: tp + "pre-flight checks (talosctl upgrade-k8s)", Ok: true, Rule: "R20",
+	pre = append(pre, &sdk.Precondition{Name: tp + "pre-flight checks (talosctl upgrade-k8s)", OK: true, Rule: "R20",
 		Detail: a.pre.detail(len(a.inv.Nodes), lo.Version, a.target)})
 	return pre
 }
@@ -295,7 +294,7 @@ func (a *assessment) canonical() []byte {
 		c.Sub("talos", i).Str("node", t.Node).Str("version", t.Talos)
 	}
 	if a.refusal != nil {
-		c.Str("refusal.rule", a.refusal.GetRule()).Str("refusal.reason", a.refusal.GetReason())
+		c.Str("refusal.rule", a.refusal.Rule).Str("refusal.reason", a.refusal.Reason)
 	}
 	return c.Bytes()
 }

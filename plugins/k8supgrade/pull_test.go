@@ -27,8 +27,8 @@ func TestPrePullStalledRegistryStops(t *testing.T) {
 
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetSummary(), "stopped at the pre-pull (nothing was changed)") ||
-		!strings.Contains(res.GetError(), "on worker-1 did not finish within 2s") || !strings.Contains(res.GetError(), "check that the node reaches the registry") {
+	if res.OK || !strings.Contains(res.Summary, "stopped at the pre-pull (nothing was changed)") ||
+		!strings.Contains(res.Error, "on worker-1 did not finish within 2s") || !strings.Contains(res.Error, "check that the node reaches the registry") {
 		t.Fatalf("want a stop at the pre-pull naming worker-1's stalled pull, got %v", res)
 	}
 	wantCounts(t, "after a stalled pull", e.applies(), map[string]int{"cp-1": 0, "cp-2": 0, "cp-3": 0, "worker-1": 0})

@@ -130,8 +130,8 @@ func configs(t *testing.T, e *env) map[string]map[string]any {
 	t.Helper()
 	ctx := ctxFor(t, time.Minute)
 	req := e.request(target)
-	inv, _ := cluster.InventoryFrom(req.GetCluster())
-	c, err := cluster.Connect(ctx, inv, req.GetCredentials())
+	inv, _ := cluster.InventoryFrom(&req.Cluster)
+	c, err := cluster.Connect(ctx, inv, &req.Credentials)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,8 +277,8 @@ func TestSideBySideWithTalosctl(t *testing.T) {
 		order := watchOrder(t, e.kube.Client, target, nodeByNodeName(e))
 		ctx := ctxFor(t, 5*time.Minute)
 		rec, err := sdktest.Run(ctx, New(), e.request(target), nil)
-		if res := rec.FinalResult(); err != nil || !res.GetOk() {
-			t.Fatalf("/talos upgrade k8s: %v %v\n%s", res, err, strings.Join(res.GetLines(), "\n"))
+		if res := rec.FinalResult(); err != nil || !res.OK {
+			t.Fatalf("/talos upgrade k8s: %v %v\n%s", res, err, strings.Join(res.Lines, "\n"))
 		}
 		ours = capture(t, e, before, order)
 	})

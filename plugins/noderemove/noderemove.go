@@ -32,7 +32,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Name is the plugin's catalogue name.
@@ -48,17 +47,17 @@ type Plugin struct{}
 func New() sdk.Plugin { return &Plugin{} }
 
 // Describe returns the manifest.
-func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: Name, Version: version.Version, Commands: []*sdk.Command{{
 		Name: Command,
 		Summary: "Remove a node while the inventory still has it: gate, graceful reset (drain, leave etcd), " +
 			"wait for the membership change, delete the Kubernetes Node, gate; then remove the inventory entry in Terraform",
-		Args: []*lifecyclev1.Arg{
+		Args: []*sdk.Arg{
 			{Name: "node", Description: "the node to remove (must be in the inventory)", Required: true},
 			{Name: "cluster", Description: "cluster of the node (default: the channel's cluster)"},
 		},
-		Effect:  lifecyclev1.Effect_EFFECT_DISRUPTIVE,
-		Drill:   lifecyclev1.Drill_DRILL_NODE_REPLACEMENT,
+		Effect:  sdk.EffectDisruptive,
+		Drill:   sdk.DrillNodeReplacement,
 		Example: "/talos node remove worker-3 staging",
 	}}}, nil
 }
@@ -79,8 +78,8 @@ func (t *target) kubeNode() string { return t.ids.KubeNode(t.node.Name) }
 // check resolves the node (R8) and applies R9. It changes nothing. resetIssued: a resumed
 // run whose reset was already in flight (resetInFlight): the node is on its way out, so R9,
 // which reads the membership the reset is changing, no longer applies.
-func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Session, resetIssued bool) (*target, error) {
-	name := strings.TrimSpace(req.GetArgs()["node"])
+func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session, resetIssued bool) (*target, error) {
+	name := strings.TrimSpace(req.Args["node"])
 	n, ok := s.Inv.Node(name)
 	if !ok {
 		return nil, &sdk.Refusal{Rule: "R8",
@@ -93,7 +92,7 @@ func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Se
 	// The stopped run's reset may have reached the node before the host recorded its step
 	// (the step's start and the call are a moment apart): Talos's MachineStatus says a reset
 	// runs (stage resetting, the sequence machined runs for it).
-	if !resetIssued && verr == nil && req.GetAttempt() > 1 {
+	if !resetIssued && verr == nil && req.Attempt > 1 {
 		resetIssued = resetting(ctx, s, n)
 	}
 	t.resetIssued = resetIssued
@@ -131,9 +130,9 @@ func resetting(ctx context.Context, s *cluster.Session, n cluster.Node) bool {
 // The resumed run then waits for the node to be gone instead of checking R9 and the gate
 // again on a cluster the reset is changing, and never sends a second reset (soak seed 1000:
 // killed right after the reset, the resume was refused by R9 and left the Node cordoned).
-func resetInFlight(req *lifecyclev1.OperationRequest) bool {
+func resetInFlight(req *sdk.OperationRequest) bool {
 	in := sdk.InterruptedSteps(req)
-	return req.GetAttempt() > 1 && (in["reset"] || in["membership"])
+	return req.Attempt > 1 && (in["reset"] || in["membership"])
 }
 
 func orInventory(name, fallback string) string {
@@ -152,8 +151,8 @@ func followUp(inv cluster.Inventory, n cluster.Node) []string {
 }
 
 // Plan checks the node and quorum; it changes nothing.
-func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the removal", cluster.GateMethods, cluster.RemoveMethods); err != nil {
+func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	if err := cluster.CheckRole(req.Credentials.Talosconfig, "the removal", cluster.GateMethods, cluster.RemoveMethods); err != nil {
 		return sdk.RefusalPlan(err)
 	}
 	s, err := cluster.OpenRequest(ctx, req)
@@ -173,25 +172,28 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 			summary = fmt.Sprintf("%s is already reset and out of the cluster; delete its Kubernetes Node %s, then the Terraform follow-up", t.node.Name, kn)
 		}
 	}
-	plan := &lifecyclev1.OperationPlan{Summary: summary, Target: t.node.Name, Warnings: gate.PlanWarnings(ctx, s.Clients),
+	plan := &sdk.OperationPlan{Summary: summary, Target: t.node.Name, Warnings: gate.PlanWarnings(ctx, s.Clients),
 		CanonicalInputs: sdk.NewCanonical(req).Str("node", t.node.Name).Str("address", t.node.Address).Str("role", t.node.Role).
 			Bool("removed", t.removed).List("members", t.quorum.Members).List("nodes", cluster.Names(inv.Nodes)).Bytes()}
 	for _, pi := range gate.Probes() {
-		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "gate-before/" + pi.Name, Title: "gate before: " + pi.Title, Kind: "gate"})
+		plan.Steps = append(plan.Steps, &sdk.Step{ID: "gate-before/" + pi.Name, Title: "gate before: " + pi.Title, Kind: "gate"})
 	}
 	plan.Steps = append(plan.Steps,
-		&lifecyclev1.Step{Id: "reset", Title: t.node.Name + ": graceful reset (drain, leave etcd)", Node: t.node.Name, Kind: "reset"},
-		&lifecyclev1.Step{Id: "membership", Title: t.node.Name + ": gone from etcd and the Talos API", Node: t.node.Name, Kind: "quorum"},
-		&lifecyclev1.Step{Id: "kube-node", Title: "delete Kubernetes Node " + orInventory(t.kubeNode(), t.node.Name), Node: t.node.Name, Kind: "kubernetes"})
+		&sdk.Step{ID: "reset", Title: t.node.Name + ": graceful reset (drain, leave etcd)", Node: t.node.Name, Kind: "reset"},
+		&sdk.Step{ID: "membership", Title: t.node.Name + ": gone from etcd and the Talos API", Node: t.node.Name, Kind: "quorum"},
+		&sdk.Step{ID: "kube-node", Title: "delete Kubernetes Node " + orInventory(t.kubeNode(), t.node.Name), Node: t.node.Name, Kind: "kubernetes"})
 	for _, pi := range gate.Probes() {
-		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "gate-after/" + pi.Name, Title: "gate after (without " + t.node.Name + "): " + pi.Title, Kind: "gate"})
+		plan.Steps = append(plan.Steps, &sdk.Step{ID: "gate-after/" + pi.Name, Title: "gate after (without " + t.node.Name + "): " + pi.Title, Kind: "gate"})
 	}
-	plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "terraform", Title: "Terraform follow-up: remove the inventory entry, then apply", Kind: "note"})
+	plan.Steps = append(plan.Steps, &sdk.Step{ID: "terraform", Title: "Terraform follow-up: remove the inventory entry, then apply", Kind: "note"})
+	if err := forecast(ctx, s, t, req, plan); err != nil {
+		return sdk.RefusalPlan(err)
+	}
 	return plan, nil
 }
 
 // Run removes the node.
-func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
+func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return err
@@ -201,13 +203,13 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	t, err := check(ctx, req, s, resetInFlight(req))
 	if err != nil {
 		if re, ok := sdk.AsRefusal(err); ok {
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Proto()})
+			return r.Result(&sdk.Result{OK: false, Summary: "refused", Error: re.Error(), Refusal: re})
 		}
 		return err
 	}
 	n := t.node
 	after := t.ids.Without(n.Name)
-	nodeTO := talos.NodeTimeout(req.GetSettings())
+	nodeTO := talos.NodeTimeout(&req.Settings)
 	fail := func(summary string, err error) error {
 		// Talos's graceful reset drains the node, cordoning its Node: a removal that fails
 		// after it says so, as no later step will uncordon it (soak seed 1156).
@@ -219,7 +221,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 			}
 			cancel()
 		}
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: summary, Error: err.Error(), Lines: lines})
+		return r.Result(&sdk.Result{OK: false, Summary: summary, Error: err.Error(), Lines: lines})
 	}
 
 	gone := func() error {
@@ -235,6 +237,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		_ = r.StepOK("membership", detail)
 		return nil
 	}
+	var storageLines []string // the switchovers and waits before the drain
 	switch {
 	case t.removed:
 		for _, id := range []string{"reset", "membership"} {
@@ -247,7 +250,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		}
 	default:
 		// Gate before (R1), the node to remove being the one drained.
-		gopts := gate.OptionsFor(s, req.GetSettings(), []string{n.Name})
+		gopts := gate.OptionsFor(s, &req.Settings, []string{n.Name})
 		gopts.Identity = t.ids
 		verdict := gate.Run(ctx, s.Clients, inv, gopts)
 		if err := gate.Report(r, "gate-before/", verdict); err != nil {
@@ -258,6 +261,17 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		}
 
 		_ = r.StepStarted("reset", "")
+		lines, err := storageBefore(ctx, s, t, req, r)
+		if err != nil {
+			_ = r.StepFailed("reset", err.Error())
+			res := &sdk.Result{OK: false, Summary: "stopped before the reset: storage cannot tolerate draining " + n.Name + "; the node is still in the cluster",
+				Error: err.Error(), Lines: lines}
+			if re, ok := sdk.AsRefusal(err); ok {
+				res.Refusal = re
+			}
+			return r.Result(res)
+		}
+		storageLines = lines
 		resp, err := s.Talos.MachineClient.Reset(client.WithNode(ctx, n.Address), &machineapi.ResetRequest{Graceful: true, Reboot: false})
 		if err == nil {
 			_, err = client.FilterMessages(resp, err)
@@ -294,18 +308,19 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 
 	// Gate after (R1), on the cluster as it now is.
-	aopts := gate.OptionsFor(s, req.GetSettings(), []string{})
+	aopts := gate.OptionsFor(s, &req.Settings, []string{})
 	aopts.Identity = after
-	verdict := gate.Until(ctx, s.Clients, after.Inventory(), aopts, gate.AfterWait(req.GetSettings()))
+	verdict := gate.Until(ctx, s.Clients, after.Inventory(), aopts, gate.AfterWait(&req.Settings))
 	if err := gate.Report(r, "gate-after/", verdict); err != nil {
 		return err
 	}
 	lines := followUp(inv, n)
 	_ = r.StepOK("terraform", lines[0])
+	lines = append(lines, storageLines...)
 	if !verdict.Passed {
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: n.Name + " was removed but the closing health gate failed", Error: verdict.Err().Error(), Lines: lines})
+		return r.Result(&sdk.Result{OK: false, Summary: n.Name + " was removed but the closing health gate failed", Error: verdict.Err().Error(), Lines: lines})
 	}
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: fmt.Sprintf("%s removed from %s; now remove it from Terraform", n.Name, inv.Name), Lines: lines})
+	return r.Result(&sdk.Result{OK: true, Summary: fmt.Sprintf("%s removed from %s; now remove it from Terraform", n.Name, inv.Name), Lines: lines})
 }
 
 // waitGone waits until a reset node is out: a control plane no longer in

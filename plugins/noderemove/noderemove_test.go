@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/talosbot/talosbot/internal/testenv"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
@@ -33,17 +33,17 @@ func startSim(t *testing.T, kube *testenv.Kube) *sim.Cluster {
 	return c
 }
 
-func request(c *sim.Cluster, kube *testenv.Kube, node string) *lifecyclev1.OperationRequest {
-	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging"}
+func request(c *sim.Cluster, kube *testenv.Kube, node string) *sdk.OperationRequest {
+	pc := &sdk.Cluster{Name: "staging", Environment: "staging"}
 	for _, n := range c.Nodes() {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host, Platform: n.Platform})
+		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host, Platform: n.Platform})
 	}
-	creds := &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()}
+	creds := &sdk.Credentials{Talosconfig: c.Talosconfig()}
 	if kube != nil {
 		creds.Kubeconfig = kube.Kubeconfig
 	}
-	return &lifecyclev1.OperationRequest{OperationId: "op-rm", Command: Command, Args: map[string]string{"node": node}, Cluster: pc,
-		Credentials: creds, Settings: &lifecyclev1.Settings{NodeTimeoutMs: 20_000, GateTimeoutMs: 8_000}}
+	return &sdk.OperationRequest{OperationID: "op-rm", Command: Command, Args: map[string]string{"node": node}, Cluster: *pc,
+		Credentials: *creds, Settings: sdk.Settings{NodeTimeoutMs: 20_000, GateTimeoutMs: 8_000}}
 }
 
 func members(t *testing.T, c *sim.Cluster) []string {
@@ -99,7 +99,7 @@ func TestRemoveControlPlane(t *testing.T) {
 	req := request(c, kube, "cp-3")
 
 	plan, err := New().Plan(ctx, req)
-	if err != nil || plan.GetRefusal() != nil {
+	if err != nil || plan.Refusal != nil {
 		t.Fatalf("plan: %v %v", err, plan)
 	}
 	if c.Calls("cp-3", "Reset") != 0 {
@@ -107,7 +107,7 @@ func TestRemoveControlPlane(t *testing.T) {
 	}
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
-	if !res.GetOk() {
+	if !res.OK {
 		t.Fatalf("removal failed: %v", res)
 	}
 	if got := members(t, c); !slices.Equal(got, []string{"cp-1", "cp-2"}) {
@@ -116,15 +116,15 @@ func TestRemoveControlPlane(t *testing.T) {
 	if _, err := kube.Client.CoreV1().Nodes().Get(ctx, nodeName(t, c, "cp-3"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("Kubernetes Node of cp-3 still there: %v", err)
 	}
-	if !strings.Contains(strings.Join(res.GetLines(), "\n"), "remove the inventory entry of cp-3") {
-		t.Fatalf("no Terraform follow-up in %v", res.GetLines())
+	if !strings.Contains(strings.Join(res.Lines, "\n"), "remove the inventory entry of cp-3") {
+		t.Fatalf("no Terraform follow-up in %v", res.Lines)
 	}
 
 	// Again, with the inventory still listing cp-3: nothing to do but the
 	// follow-up, which keeps the drift visible.
 	rec, _ = sdktest.Run(ctx, New(), req, nil)
 	res = rec.FinalResult()
-	if !res.GetOk() || !strings.Contains(strings.Join(res.GetLines(), "\n"), "Drift until then") || c.Calls("cp-3", "Reset") != 1 {
+	if !res.OK || !strings.Contains(strings.Join(res.Lines, "\n"), "Drift until then") || c.Calls("cp-3", "Reset") != 1 {
 		t.Fatalf("second run: %v (resets %d)", res, c.Calls("cp-3", "Reset"))
 	}
 }
@@ -144,11 +144,11 @@ func TestRemovalRefusedWhileAMemberIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := plan.GetRefusal(); r.GetRule() != "R9" || !strings.Contains(r.GetReason(), "1 healthy member(s), fewer than the majority 2 of the current 3") {
+	if r := plan.Refusal; r.Rule != "R9" || !strings.Contains(r.Reason, "1 healthy member(s), fewer than the majority 2 of the current 3") {
 		t.Fatalf("want an R9 refusal, got %v", plan)
 	}
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
-	if res := rec.FinalResult(); res.GetOk() || res.GetRefusal().GetRule() != "R9" {
+	if res := rec.FinalResult(); res.OK || res.Refusal.Rule != "R9" {
 		t.Fatalf("Run: want an R9 refusal, got %v", res)
 	}
 	if c.Calls("cp-1", "Reset") != 0 || len(members(t, c)) != 3 {
@@ -165,7 +165,7 @@ func TestRemovalRefusesTwoMembers(t *testing.T) {
 	}
 	defer c.Close() //nolint:errcheck
 	plan, err := New().Plan(ctx, request(c, nil, "cp-2"))
-	if err != nil || plan.GetRefusal().GetRule() != "R9" || !strings.Contains(plan.GetRefusal().GetReason(), "only two members") {
+	if err != nil || plan.Refusal.Rule != "R9" || !strings.Contains(plan.Refusal.Reason, "only two members") {
 		t.Fatalf("want an R9 refusal for two members, got %v %v", plan, err)
 	}
 }
@@ -176,11 +176,11 @@ func TestRemovalOfUnknownNodeRefused(t *testing.T) {
 	defer cancel()
 	req := request(c, nil, "cp-9")
 	plan, err := New().Plan(ctx, req)
-	if err != nil || plan.GetRefusal().GetRule() != "R8" || !strings.Contains(plan.GetRefusal().GetReason(), `"cp-9" is not in the inventory`) {
+	if err != nil || plan.Refusal.Rule != "R8" || !strings.Contains(plan.Refusal.Reason, `"cp-9" is not in the inventory`) {
 		t.Fatalf("want an R8 refusal, got %v %v", plan, err)
 	}
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
-	if res := rec.FinalResult(); res.GetOk() || res.GetRefusal().GetRule() != "R8" {
+	if res := rec.FinalResult(); res.OK || res.Refusal.Rule != "R8" {
 		t.Fatalf("Run: want an R8 refusal, got %v", res)
 	}
 	for _, n := range c.Nodes() {
@@ -196,7 +196,7 @@ func TestRemoveWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rec, _ := sdktest.Run(ctx, New(), request(c, nil, "worker-1"), nil)
-	if res := rec.FinalResult(); !res.GetOk() {
+	if res := rec.FinalResult(); !res.OK {
 		t.Fatalf("worker removal failed: %v", res)
 	}
 	if len(members(t, c)) != 3 || c.Calls("worker-1", "Reset") != 1 {
@@ -216,7 +216,7 @@ func TestFailingBeforeGateRefusesRemoval(t *testing.T) {
 	}
 	rec, _ := sdktest.Run(ctx, New(), request(c, nil, "cp-3"), nil)
 	res := rec.FinalResult()
-	if res.GetOk() || res.GetRefusal().GetRule() != "R1" || !strings.Contains(res.GetRefusal().GetReason(), "cp-2: kubelet unhealthy") {
+	if res.OK || res.Refusal.Rule != "R1" || !strings.Contains(res.Refusal.Reason, "cp-2: kubelet unhealthy") {
 		t.Fatalf("want an R1 refusal naming cp-2's kubelet, got %v", res)
 	}
 	if c.Calls("cp-3", "Reset") != 0 || len(members(t, c)) != 3 {

@@ -66,7 +66,7 @@ func TestResumeAfterResetDeletesTheNode(t *testing.T) {
 	req := request(c, kube, "cp-3")
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
-	if !res.GetOk() {
+	if !res.OK {
 		t.Fatalf("resumed removal: %v", res)
 	}
 	if c.Calls("cp-3", "Reset") != 1 {
@@ -115,8 +115,8 @@ func TestResumeWithResetInFlightWaitsInsteadOfR9(t *testing.T) {
 	req.Attempt = 2
 	req.Settings.Extra = map[string]string{sdk.ExtraInterruptedSteps: "membership"}
 	plan, err := sdktest.Plan(ctx, New(), req)
-	if err != nil || plan.GetRefusal() != nil {
-		t.Fatalf("the resumed removal's plan under the alarm: %v %v", plan.GetRefusal(), err)
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("the resumed removal's plan under the alarm: %v %v", plan.Refusal, err)
 	}
 	// The alarm is disarmed (the operator's fix); the resumed run finishes the removal.
 	if err := c.Clear(ctx, "cp-1"); err != nil {
@@ -124,7 +124,7 @@ func TestResumeWithResetInFlightWaitsInsteadOfR9(t *testing.T) {
 	}
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
-	if res.GetRefusal() != nil {
+	if res.Refusal != nil {
 		t.Fatalf("the resumed removal was refused: %v", res)
 	}
 	if c.Calls("cp-3", "Reset") != 1 {
@@ -158,11 +158,11 @@ func TestFailureAfterResetNamesTheCordon(t *testing.T) {
 	req.Settings.Extra = map[string]string{sdk.ExtraInterruptedSteps: "reset"}
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || res.GetSummary() != "worker-1 did not leave the cluster" {
+	if res.OK || res.Summary != "worker-1 did not leave the cluster" {
 		t.Fatalf("want the removal failed at the membership step, got %v", res)
 	}
-	if want := "🩺 Kubernetes node " + kn + " (worker-1) is cordoned: the graceful reset's drain cordoned it"; !slices.Contains(res.GetLines(), want) {
-		t.Fatalf("the result does not name the cordon %q: %q", want, res.GetLines())
+	if want := "🩺 Kubernetes node " + kn + " (worker-1) is cordoned: the graceful reset's drain cordoned it"; !slices.Contains(res.Lines, want) {
+		t.Fatalf("the result does not name the cordon %q: %q", want, res.Lines)
 	}
 	if c.Calls("worker-1", "Reset") != 0 {
 		t.Fatal("the resumed run sent a reset")
@@ -210,8 +210,8 @@ func TestResumeSeesTheResetTheStoreMissed(t *testing.T) {
 	req := request(c, kube, "cp-3")
 	req.Attempt = 2
 	plan, err := sdktest.Plan(ctx, New(), req)
-	if err != nil || plan.GetRefusal() != nil {
-		t.Fatalf("the resumed removal's plan while cp-3 resets: %v %v", plan.GetRefusal(), err)
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("the resumed removal's plan while cp-3 resets: %v %v", plan.Refusal, err)
 	}
 	if c.Calls("cp-3", "Reset") != 1 {
 		t.Fatalf("%d resets", c.Calls("cp-3", "Reset"))

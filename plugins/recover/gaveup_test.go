@@ -63,12 +63,12 @@ func TestRecoverMembersThatGaveUpJoining(t *testing.T) {
 
 	loss := map[string]string{"accept-loss": "true"}
 	plan, err := sdktest.Plan(ctx(t), p, f.req(1, loss))
-	if err != nil || plan.GetRefusal() != nil {
-		t.Fatalf("plan: %v %v", err, plan.GetRefusal())
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("plan: %v %v", err, plan.Refusal)
 	}
 	for _, l := range lost {
-		if want := fmt.Sprintf("%s: etcd %s", l, GaveUp); !strings.Contains(plan.GetSummary(), want) {
-			t.Fatalf("plan summary lacks %q:\n%s", want, plan.GetSummary())
+		if want := fmt.Sprintf("%s: etcd %s", l, GaveUp); !strings.Contains(plan.Summary, want) {
+			t.Fatalf("plan summary lacks %q:\n%s", want, plan.Summary)
 		}
 	}
 
@@ -76,8 +76,8 @@ func TestRecoverMembersThatGaveUpJoining(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res := rec.FinalResult(); !res.GetOk() {
-		t.Fatalf("recovery failed: %s: %s\nsteps: %v", res.GetSummary(), res.GetError(), rec.Steps())
+	if res := rec.FinalResult(); !res.OK {
+		t.Fatalf("recovery failed: %s: %s\nsteps: %v", res.Summary, res.Error, rec.Steps())
 	}
 	if _, err := f.c.WaitEtcdHealthy(ctx(t), 3); err != nil {
 		t.Fatal(err)
@@ -103,16 +103,16 @@ func TestRecoverV114WithADedicatedEtcdVolume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res := rec.FinalResult(); !res.GetOk() {
-		t.Fatalf("recovery failed: %s: %s\nsteps: %v", res.GetSummary(), res.GetError(), rec.Steps())
+	if res := rec.FinalResult(); !res.OK {
+		t.Fatalf("recovery failed: %s: %s\nsteps: %v", res.Summary, res.Error, rec.Steps())
 	}
 	if _, err := f.c.WaitEtcdHealthy(ctx(t), 3); err != nil {
 		t.Fatal(err)
 	}
 	var rejoin string
 	for _, s := range rec.Steps() {
-		if s.GetStepId() == StepRejoin && s.GetDetail() != "" {
-			rejoin = s.GetDetail()
+		if s.StepID == StepRejoin && s.Detail != "" {
+			rejoin = s.Detail
 		}
 	}
 	if !strings.Contains(rejoin, "cp-1 (EPHEMERAL,ETCD)") {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // GuideStep is one command of the guide and what to check before the next.
@@ -133,25 +132,25 @@ func (g Guide) Lines() []string {
 	return out
 }
 
-func (p *Plugin) planGuide(req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func (p *Plugin) planGuide(req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return nil, err
 	}
-	return &lifecyclev1.OperationPlan{Summary: "the talosctl commands to recover etcd of " + inv.Name + " (read-only)",
-		Steps:           []*lifecyclev1.Step{{Id: "guide", Title: "render the recovery guide", Kind: "note"}},
-		CanonicalInputs: sdk.NewCanonical(req).Str("from", req.GetArgs()["from"]).Bytes()}, nil
+	return &sdk.OperationPlan{Summary: "the talosctl commands to recover etcd of " + inv.Name + " (read-only)",
+		Steps:           []*sdk.Step{{ID: "guide", Title: "render the recovery guide", Kind: "note"}},
+		CanonicalInputs: sdk.NewCanonical(req).Str("from", req.Args["from"]).Bytes()}, nil
 }
 
 // runGuide never needs the cluster: the snapshot comes from the bot's
 // storage, and the evidence, when the API answers, only sharpens the list
 // of members to reset.
-func (p *Plugin) runGuide(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func (p *Plugin) runGuide(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return err
 	}
-	snap, err := OpenSnapshot(ctx, req, inv.Name, req.GetArgs()["from"], false)
+	snap, err := OpenSnapshot(ctx, req, inv.Name, req.Args["from"], false)
 	src, note := GuideSource{Path: "<snapshot file>"}, ""
 	if err != nil {
 		note = "⚠️ no verified snapshot: " + err.Error()
@@ -166,7 +165,7 @@ func (p *Plugin) runGuide(ctx context.Context, req *lifecyclev1.OperationRequest
 	}
 	var view *View
 	if s, err := cluster.OpenRequest(ctx, req); err == nil {
-		v := ReadView(ctx, s.Clients, inv, evidenceTimeout(req.GetSettings()))
+		v := ReadView(ctx, s.Clients, inv, evidenceTimeout(&req.Settings))
 		_ = s.Close()
 		if v.Count(Unreachable) < len(v.Members) {
 			view = &v
@@ -180,5 +179,5 @@ func (p *Plugin) runGuide(ctx context.Context, req *lifecyclev1.OperationRequest
 		lines = append([]string{"no control plane answered: the reset list covers every other control plane"}, lines...)
 	}
 	_ = r.StepOK("guide", fmt.Sprintf("%d commands", len(g.Steps)))
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: "etcd recovery guide for " + inv.Name, Lines: lines})
+	return r.Result(&sdk.Result{OK: true, Summary: "etcd recovery guide for " + inv.Name, Lines: lines})
 }

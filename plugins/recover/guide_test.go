@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/talosbot/talosbot/plugins/cluster"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
 
@@ -37,17 +37,17 @@ func TestGuideRunsAsWrittenWithTalosctl(t *testing.T) {
 	req := f.req(1, nil)
 	req.Command = GuideCommand
 	rec, err := sdktest.Run(ctx(t), f.plugin(time.Hour), req, nil)
-	if err != nil || !rec.FinalResult().GetOk() {
+	if err != nil || !rec.FinalResult().OK {
 		t.Fatalf("guide: %v %v", err, rec.FinalResult())
 	}
-	t.Logf("guide:\n%s", strings.Join(rec.FinalResult().GetLines(), "\n"))
+	t.Logf("guide:\n%s", strings.Join(rec.FinalResult().Lines, "\n"))
 	var cmds []string
-	for _, l := range rec.FinalResult().GetLines() {
+	for _, l := range rec.FinalResult().Lines {
 		if m := guideCmd.FindStringSubmatch(l); m != nil {
 			cmds = append(cmds, m[1])
 		}
 	}
-	text := strings.Join(rec.FinalResult().GetLines(), "\n")
+	text := strings.Join(rec.FinalResult().Lines, "\n")
 	if len(cmds) < 8 || strings.Contains(text, "BEGIN") || strings.Contains(strings.ToLower(text), "talosconfig=") || strings.Contains(text, "--talosconfig") {
 		t.Fatalf("guide:\n%s", text)
 	}
@@ -137,7 +137,7 @@ func TestGuideRunsAsWrittenWithTalosctl(t *testing.T) {
 // the first control plane restores, every other one is listed for the
 // EPHEMERAL reset with the condition to check first.
 func TestGuideWithoutAnyAnswer(t *testing.T) {
-	inv, err := cluster.InventoryFrom(&lifecyclev1.Cluster{Name: "production", Nodes: []*lifecyclev1.Node{
+	inv, err := cluster.InventoryFrom(&sdk.Cluster{Name: "production", Nodes: []*sdk.Node{
 		{Name: "cp-1", Address: "10.0.0.1", Role: "controlplane"}, {Name: "cp-2", Address: "10.0.0.2", Role: "controlplane"},
 		{Name: "cp-3", Address: "10.0.0.3", Role: "controlplane"}, {Name: "w-1", Address: "10.0.0.9", Role: "worker"}}})
 	if err != nil {

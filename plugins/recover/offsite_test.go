@@ -9,7 +9,7 @@ import (
 
 	"github.com/talosbot/talosbot/internal/offsite"
 	"github.com/talosbot/talosbot/internal/offsite/s3test"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
 
@@ -36,13 +36,13 @@ func TestGuideFromAnOffsiteOnlySnapshotDownloadsItFirst(t *testing.T) {
 
 	req := f.req(1, nil)
 	req.Command = GuideCommand
-	req.Settings.Backups.Offsite = &lifecyclev1.Offsite{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Prefix: cfg.Prefix, Region: cfg.Region, Insecure: true}
-	req.Credentials.OffsiteAccessKeyId, req.Credentials.OffsiteSecretAccessKey = []byte(cfg.AccessKeyID), []byte(cfg.SecretAccessKey)
+	req.Settings.Backups.Offsite = &sdk.Offsite{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Prefix: cfg.Prefix, Region: cfg.Region, Insecure: true}
+	req.Credentials.OffsiteAccessKeyID, req.Credentials.OffsiteSecretAccessKey = []byte(cfg.AccessKeyID), []byte(cfg.SecretAccessKey)
 	rec, err := sdktest.Run(ctx(t), f.plugin(time.Hour), req, nil)
-	if err != nil || !rec.FinalResult().GetOk() {
+	if err != nil || !rec.FinalResult().OK {
 		t.Fatalf("guide: %v %v", err, rec.FinalResult())
 	}
-	text := strings.Join(rec.FinalResult().GetLines(), "\n")
+	text := strings.Join(rec.FinalResult().Lines, "\n")
 	for _, w := range []string{
 		"off-site verified s3://snaps/" + key + " (downloaded, sha256 checked)",
 		"1. `aws s3 cp --endpoint-url http://" + endpoint + " s3://snaps/" + key + " " + name + "`",

@@ -29,7 +29,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Name is the plugin's catalogue name.
@@ -72,30 +71,30 @@ func New() sdk.Plugin { return &Plugin{now: time.Now} }
 func WithClock(now func() time.Time) *Plugin { return &Plugin{now: now} }
 
 // Describe returns the manifest.
-func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: Name, Version: version.Version, Commands: []*sdk.Command{{
 		Name: Command,
 		Summary: "etcd disaster recovery when quorum is lost: restore a verified snapshot on one control plane " +
 			"(EtcdRecover, Bootstrap with recover_etcd), reset the stale members' EPHEMERAL so they rejoin, then the health gate",
-		Args: []*lifecyclev1.Arg{
+		Args: []*sdk.Arg{
 			{Name: "cluster", Description: "the cluster that lost etcd quorum", Required: true},
 			{Name: "from", Flag: true, Description: "snapshot id or file name (default: the newest)"},
 			{Name: "accept-age", Flag: true, Boolean: true, Description: "restore a snapshot older than --max-age (the data written since is lost)"},
 			{Name: "max-age", Flag: true, DefaultValue: DefaultMaxAge.String(), Description: "the oldest snapshot restored without --accept-age"},
 			{Name: "accept-loss", Flag: true, Boolean: true, Description: "restore although a control plane that answers still holds etcd data newer than the snapshot (its newer data is wiped)"},
 		},
-		Effect:        lifecyclev1.Effect_EFFECT_DISRUPTIVE,
+		Effect:        sdk.EffectDisruptive,
 		ReadsSnapshot: true,
 		MinApprovals:  MinApprovals,
 		Example:       "/talos recover production --from production/20260101T020000Z-cp-1",
 	}, {
 		Name:    GuideCommand,
 		Summary: "The talosctl commands of an etcd disaster recovery for this cluster and snapshot, in order, with what to check before each next one (read-only; works when no node answers)",
-		Args: []*lifecyclev1.Arg{
+		Args: []*sdk.Arg{
 			{Name: "cluster", Description: "the cluster to recover", Required: true},
 			{Name: "from", Flag: true, Description: "snapshot id or file name (default: the newest)"},
 		},
-		Effect:        lifecyclev1.Effect_EFFECT_READ_ONLY,
+		Effect:        sdk.EffectReadOnly,
 		ReadsSnapshot: true,
 		Example:       "/talos recover --guide production",
 	}}}, nil
@@ -103,7 +102,10 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 
 // evidenceTimeout bounds the reading of every control plane's etcd service:
 // an unreachable node answers only at the deadline.
-func evidenceTimeout(s *lifecyclev1.Settings) time.Duration {
+func evidenceTimeout(s *sdk.Settings) time.Duration {
+	if s == nil {
+		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
 	return min(talos.NodeTimeout(s), 10*time.Second)
 }
 
@@ -123,16 +125,16 @@ type checked struct {
 // check reads the evidence and the snapshot and applies every refusal. On
 // a resumed run (attempt > 1) a healthy quorum is the earlier attempt's
 // restore, not a reason to refuse.
-func (p *Plugin) check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Session) (*checked, error) {
-	maxAge, err := time.ParseDuration(req.GetArgs()["max-age"])
-	if req.GetArgs()["max-age"] == "" {
+func (p *Plugin) check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session) (*checked, error) {
+	maxAge, err := time.ParseDuration(req.Args["max-age"])
+	if req.Args["max-age"] == "" {
 		maxAge, err = DefaultMaxAge, nil
 	}
 	if err != nil || maxAge <= 0 {
-		return nil, &sdk.Refusal{Reason: fmt.Sprintf("--max-age %q is not a positive duration", req.GetArgs()["max-age"]), Fix: "for example --max-age 24h"}
+		return nil, &sdk.Refusal{Reason: fmt.Sprintf("--max-age %q is not a positive duration", req.Args["max-age"]), Fix: "for example --max-age 24h"}
 	}
-	c := &checked{maxAge: maxAge, view: ReadView(ctx, s.Clients, s.Inv, evidenceTimeout(req.GetSettings()))}
-	resumed := req.GetAttempt() > 1
+	c := &checked{maxAge: maxAge, view: ReadView(ctx, s.Clients, s.Inv, evidenceTimeout(&req.Settings))}
+	resumed := req.Attempt > 1
 	// On a resumed run after the restore (a member is healthy or joined) an
 	// unreachable control plane is most likely the rejoin reset rebooting
 	// it: the members step waits for it instead of refusing.
@@ -167,11 +169,11 @@ func (p *Plugin) check(ctx context.Context, req *lifecyclev1.OperationRequest, s
 	if c.recovery, c.done, err = c.view.RecoveryNode(); err != nil {
 		return nil, &sdk.Refusal{Rule: "R16", Reason: err.Error(), Fix: "see the reason; /talos recover --guide " + s.Inv.Name + " shows every step"}
 	}
-	if c.snap, err = OpenSnapshot(ctx, req, s.Inv.Name, req.GetArgs()["from"], true); err != nil {
+	if c.snap, err = OpenSnapshot(ctx, req, s.Inv.Name, req.Args["from"], true); err != nil {
 		return nil, err
 	}
 	c.age = p.now().Sub(c.snap.At)
-	if c.age > maxAge && req.GetArgs()["accept-age"] != "true" && !c.done {
+	if c.age > maxAge && req.Args["accept-age"] != "true" && !c.done {
 		c.snap.Close()
 		return nil, &sdk.Refusal{Rule: "R12", Reason: fmt.Sprintf("snapshot %s is %s old, older than --max-age %s: everything written since would be lost",
 			c.snap.ID, c.age.Round(time.Minute), maxAge), Fix: "restore a newer snapshot with --from (/talos snapshots " + s.Inv.Name + "), or add --accept-age to restore this one anyway"}
@@ -179,7 +181,7 @@ func (p *Plugin) check(ctx context.Context, req *lifecyclev1.OperationRequest, s
 	// On a resumed run after the restore a stale member not reset yet still
 	// holds its newer data: read again, it names what the recovery loses.
 	c.survivors = readSurvivors(ctx, s, c.view, c.snap.work, c.snap.Revision)
-	if c.done || req.GetArgs()["accept-loss"] == "true" {
+	if c.done || req.Args["accept-loss"] == "true" {
 		return c, nil
 	}
 	var reasons, fixes []string
@@ -241,10 +243,10 @@ func (c *checked) stale() []string {
 	return out
 }
 
-func lastDrill(req *lifecyclev1.OperationRequest, snap *Snap) string {
-	d := strings.Fields(req.GetSettings().GetBackups().GetLastDrill()) // "<op-id> <state> <time>"
+func lastDrill(req *sdk.OperationRequest, snap *Snap) string {
+	d := strings.Fields(req.Settings.Backups.GetLastDrill()) // "<op-id> <state> <time>"
 	if len(d) < 3 {
-		return "none recorded: run /talos restore-drill " + req.GetCluster().GetName() + " --snapshot " + snap.ID + " when you can"
+		return "none recorded: run /talos restore-drill " + req.Cluster.Name + " --snapshot " + snap.ID + " when you can"
 	}
 	at, _ := time.Parse(time.RFC3339, d[2])
 	rel := "before this snapshot was taken (it drilled an older one)"
@@ -255,11 +257,11 @@ func lastDrill(req *lifecyclev1.OperationRequest, snap *Snap) string {
 }
 
 // Plan shows the evidence, the snapshot, the node and the steps; it changes nothing.
-func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetCommand() == GuideCommand {
+func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	if req.Command == GuideCommand {
 		return p.planGuide(req)
 	}
-	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the etcd recovery", cluster.RecoverMethods); err != nil {
+	if err := cluster.CheckRole(req.Credentials.Talosconfig, "the etcd recovery", cluster.RecoverMethods); err != nil {
 		return sdk.RefusalPlan(err)
 	}
 	s, err := cluster.OpenRequest(ctx, req)
@@ -282,13 +284,13 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 		summary += fmt.Sprintf(". Lost by this recovery (in %s's newer data): %s", strings.Join(from, ", "), l.Words())
 	}
 	summary += fmt.Sprintf(". Snapshot: sha256 %s, %d keys, off-site %s, last restore drill %s", short(c.snap.SHA256), c.snap.TotalKeys, c.snap.Offsite, lastDrill(req, c.snap))
-	plan := &lifecyclev1.OperationPlan{Summary: summary,
+	plan := &sdk.OperationPlan{Summary: summary,
 		CanonicalInputs: sdk.NewCanonical(req).Str("snapshot", c.snap.ID).Str("sha256", c.snap.SHA256).Int("revision", c.snap.Revision).
-			Str("node", c.recovery.Node).Map("evidence", c.view.Canonical()).Bool("accept-age", req.GetArgs()["accept-age"] == "true").
-			Bool("accept-loss", req.GetArgs()["accept-loss"] == "true").
+			Str("node", c.recovery.Node).Map("evidence", c.view.Canonical()).Bool("accept-age", req.Args["accept-age"] == "true").
+			Bool("accept-loss", req.Args["accept-loss"] == "true").
 			Duration("max-age", c.maxAge).Bytes()}
 	add := func(id, title, node, kind string) {
-		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: id, Title: title, Node: node, Kind: kind})
+		plan.Steps = append(plan.Steps, &sdk.Step{ID: id, Title: title, Node: node, Kind: kind})
 	}
 	add(StepConfirm, "confirm quorum is lost: no majority of healthy etcd members", "", "quorum")
 	add(StepIsolate, fmt.Sprintf("no competing cluster: %s restores; stale member(s) %s have no leader and are never accepted by the new cluster", c.recovery.Node, orNone(stale)), "", "quorum")
@@ -322,8 +324,8 @@ func short(s string) string {
 // while no member is healthy, on the node RecoveryNode picks (the same on
 // every attempt), and a bootstrap that answers AlreadyExists on a resumed
 // run is the earlier attempt's.
-func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
-	if req.GetCommand() == GuideCommand {
+func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	if req.Command == GuideCommand {
 		return p.runGuide(ctx, req, r)
 	}
 	start := p.now()
@@ -332,7 +334,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		return err
 	}
 	defer s.Close() //nolint:errcheck
-	resumed := req.GetAttempt() > 1
+	resumed := req.Attempt > 1
 	c, err := p.check(ctx, req, s)
 	if err != nil {
 		if re, ok := sdk.AsRefusal(err); ok {
@@ -345,7 +347,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	n := c.recovery
 	fail := func(step, summary string, err error) error {
 		_ = r.StepFailed(step, err.Error())
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: summary, Error: err.Error()})
+		return r.Result(&sdk.Result{OK: false, Summary: summary, Error: err.Error()})
 	}
 	_ = r.Log("info", StepConfirm, "etcd before the recovery: "+strings.Join(c.view.Lines(), "; "))
 	if c.done {
@@ -361,7 +363,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		// attempt's record names the node it restored on.
 		where = "etcd snapshot restored by an earlier attempt (now with a leader: " + strings.Join(append(c.view.Names(Healthy), c.view.Names(Joined)...), ", ") + ")"
 	}
-	_ = r.Artifact(&lifecyclev1.Artifact{Id: c.snap.ID, Name: where, Sha256: c.snap.SHA256, Size: c.snap.Size, Location: c.snap.Stored, Revision: c.snap.Revision})
+	_ = r.Artifact(&sdk.Artifact{ID: c.snap.ID, Name: where, Sha256: c.snap.SHA256, Size: c.snap.Size, Location: c.snap.Stored, Revision: c.snap.Revision})
 
 	nctx := client.WithNode(ctx, n.Address)
 	if c.done {
@@ -393,7 +395,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 
 	// etcd from the restore, then the Kubernetes API on it.
 	_ = r.StepStarted(StepEtcd, "")
-	nodeTO := talos.NodeTimeout(req.GetSettings())
+	nodeTO := talos.NodeTimeout(&req.Settings)
 	if err := waitEtcd(ctx, s, n, nodeTO); err != nil {
 		return fail(StepEtcd, "etcd on "+n.Node+" did not come up from the snapshot", err)
 	}
@@ -412,7 +414,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	// restored cluster (Joined; its health check may not have run yet, or it
 	// is a learner) and is never reset, and a Running member whose
 	// EtcdStatus did not answer is not reset on that evidence.
-	now := ReadView(ctx, s.Clients, s.Inv, evidenceTimeout(req.GetSettings()))
+	now := ReadView(ctx, s.Clients, s.Inv, evidenceTimeout(&req.Settings))
 	var reset []string
 	for _, m := range now.Members {
 		// A member that gave up joining has an empty data dir but no join
@@ -449,7 +451,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	// Members are matched to control planes by peer URL: the restore gave
 	// every member a new id, so names are resolved now, not before.
 	ids := identity.Resolve(ctx, s.Clients, s.Inv, identity.Options{})
-	q, err := etcd.WaitQuorum(ctx, s.Clients, ids, gate.Timeout(req.GetSettings()), func(q etcd.Quorum) error {
+	q, err := etcd.WaitQuorum(ctx, s.Clients, ids, gate.Timeout(&req.Settings), func(q etcd.Quorum) error {
 		if err := q.CheckRestored(); err != nil {
 			return err
 		}
@@ -463,7 +465,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 	_ = r.StepOK(StepMembers, q.Summary())
 
-	verdict := gate.Until(ctx, s.Clients, s.Inv, gate.OptionsFor(s, req.GetSettings(), []string{}), gate.Timeout(req.GetSettings()))
+	verdict := gate.Until(ctx, s.Clients, s.Inv, gate.OptionsFor(s, &req.Settings, []string{}), gate.Timeout(&req.Settings))
 	if err := gate.Report(r, "gate/", verdict); err != nil {
 		return err
 	}
@@ -491,9 +493,9 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		}
 	}
 	if !verdict.Passed {
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "etcd was restored but the closing health gate failed", Error: verdict.Err().Error(), Lines: lines})
+		return r.Result(&sdk.Result{OK: false, Summary: "etcd was restored but the closing health gate failed", Error: verdict.Err().Error(), Lines: lines})
 	}
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: fmt.Sprintf("%s recovered from %s (revision %d) on %s", s.Inv.Name, c.snap.ID, c.snap.Revision, on), Lines: lines})
+	return r.Result(&sdk.Result{OK: true, Summary: fmt.Sprintf("%s recovered from %s (revision %d) on %s", s.Inv.Name, c.snap.ID, c.snap.Revision, on), Lines: lines})
 }
 
 func waitEtcd(ctx context.Context, s *cluster.Session, n Member, within time.Duration) error {

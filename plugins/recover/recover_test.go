@@ -21,7 +21,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
@@ -63,7 +62,7 @@ func setupSim(t *testing.T, recipients []string, opts sim.Options) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := cluster.Connect(ctx, inv, &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()})
+	cl, err := cluster.Connect(ctx, inv, &sdk.Credentials{Talosconfig: c.Talosconfig()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,22 +104,22 @@ func has(t *testing.T, c *sim.Cluster, k string) bool {
 	return len(r.Kvs) > 0
 }
 
-func (f *fixture) target() *lifecyclev1.Cluster {
-	pc := &lifecyclev1.Cluster{Name: "production", Environment: "production"}
+func (f *fixture) target() *sdk.Cluster {
+	pc := &sdk.Cluster{Name: "production", Environment: "production"}
 	for _, n := range f.c.Nodes() {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role})
+		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role})
 	}
 	return pc
 }
 
-func (f *fixture) req(attempt int32, args map[string]string) *lifecyclev1.OperationRequest {
+func (f *fixture) req(attempt int32, args map[string]string) *sdk.OperationRequest {
 	if args == nil {
 		args = map[string]string{}
 	}
-	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: Command, Cluster: f.target(), Args: args, Attempt: attempt,
-		Credentials: &lifecyclev1.Credentials{Talosconfig: f.c.Talosconfig()},
-		Settings: &lifecyclev1.Settings{SnapshotDir: f.dir, NodeTimeoutMs: 90_000, GateTimeoutMs: 120_000,
-			Backups: &lifecyclev1.Backups{LastDrill: "op-7 succeeded " + f.now.Add(time.Minute).UTC().Format(time.RFC3339)}}}
+	return &sdk.OperationRequest{OperationID: "op-1", Command: Command, Cluster: *f.target(), Args: args, Attempt: attempt,
+		Credentials: sdk.Credentials{Talosconfig: f.c.Talosconfig()},
+		Settings: sdk.Settings{SnapshotDir: f.dir, NodeTimeoutMs: 90_000, GateTimeoutMs: 120_000,
+			Backups: &sdk.Backups{LastDrill: "op-7 succeeded " + f.now.Add(time.Minute).UTC().Format(time.RFC3339)}}}
 }
 
 func (f *fixture) plugin(after time.Duration) *Plugin {
@@ -133,17 +132,17 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-func refusal(t *testing.T, p *Plugin, req *lifecyclev1.OperationRequest, want ...string) {
+func refusal(t *testing.T, p *Plugin, req *sdk.OperationRequest, want ...string) {
 	t.Helper()
 	plan, err := sdktest.Plan(ctx(t), p, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := plan.GetRefusal()
+	r := plan.Refusal
 	if r == nil {
-		t.Fatalf("not refused: %s", plan.GetSummary())
+		t.Fatalf("not refused: %s", plan.Summary)
 	}
-	text := r.GetReason() + " | " + r.GetFix()
+	text := r.Reason + " | " + r.Fix
 	for _, w := range want {
 		if !strings.Contains(text, w) {
 			t.Fatalf("refusal %q lacks %q", text, w)
@@ -214,12 +213,12 @@ func TestRecoverRefusalsThenRestore(t *testing.T) {
 	loss := map[string]string{"accept-loss": "true"}
 
 	plan, err := sdktest.Plan(ctx(t), p, f.req(1, loss))
-	if err != nil || plan.GetRefusal() != nil {
-		t.Fatalf("plan: %v %v", err, plan.GetRefusal())
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("plan: %v %v", err, plan.Refusal)
 	}
-	for _, w := range []string{f.snap.ID, "on cp-2", fmt.Sprintf("cp-1 at revision %d (snapshot %d)", survivorRev(t, plan.GetSummary()), snapRev), "cp-1: etcd stale", "cp-2: etcd waiting", "cp-3: etcd waiting", "last restore drill op-7 succeeded", "after this snapshot was taken", "off-site not configured"} {
-		if !strings.Contains(plan.GetSummary(), w) {
-			t.Fatalf("plan summary lacks %q:\n%s", w, plan.GetSummary())
+	for _, w := range []string{f.snap.ID, "on cp-2", fmt.Sprintf("cp-1 at revision %d (snapshot %d)", survivorRev(t, plan.Summary), snapRev), "cp-1: etcd stale", "cp-2: etcd waiting", "cp-3: etcd waiting", "last restore drill op-7 succeeded", "after this snapshot was taken", "off-site not configured"} {
+		if !strings.Contains(plan.Summary, w) {
+			t.Fatalf("plan summary lacks %q:\n%s", w, plan.Summary)
 		}
 	}
 
@@ -228,8 +227,8 @@ func TestRecoverRefusalsThenRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := rec.FinalResult()
-	if !res.GetOk() {
-		t.Fatalf("recovery failed: %s: %s\nsteps: %v", res.GetSummary(), res.GetError(), rec.Steps())
+	if !res.OK {
+		t.Fatalf("recovery failed: %s: %s\nsteps: %v", res.Summary, res.Error, rec.Steps())
 	}
 	if _, err := f.c.WaitEtcdHealthy(ctx(t), 3); err != nil {
 		t.Fatal(err)
@@ -237,13 +236,13 @@ func TestRecoverRefusalsThenRestore(t *testing.T) {
 	if !has(t, f.c, "/talosbot/before") || has(t, f.c, "/talosbot/after") {
 		t.Fatal("want the key from before the snapshot and not the one after")
 	}
-	joined := strings.Join(res.GetLines(), "\n")
+	joined := strings.Join(res.Lines, "\n")
 	for _, w := range []string{"revision", "on cp-2", "lost: everything written after", "took", "cp-1 held revision"} {
 		if !strings.Contains(joined, w) {
 			t.Fatalf("report lacks %q:\n%s", w, joined)
 		}
 	}
-	if a := rec.Artifacts(); len(a) != 1 || a[0].GetId() != f.snap.ID || a[0].GetRevision() == 0 {
+	if a := rec.Artifacts(); len(a) != 1 || a[0].ID != f.snap.ID || a[0].Revision == 0 {
 		t.Fatalf("artifact = %v", a)
 	}
 	want := map[string]int{"cp-2": 1}
@@ -256,7 +255,7 @@ func TestRecoverRefusalsThenRestore(t *testing.T) {
 
 	// Resumed after the last step: nothing is uploaded or bootstrapped again.
 	rec, err = sdktest.Run(ctx(t), p, f.req(2, loss), nil)
-	if err != nil || !rec.FinalResult().GetOk() {
+	if err != nil || !rec.FinalResult().OK {
 		t.Fatalf("resume: %v %v", err, rec.FinalResult())
 	}
 	if got := f.calls(mEtcdRecover); !equal(got, want) {
@@ -306,8 +305,8 @@ func TestRecoverResumeAfterUploadAndAfterBootstrap(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res := rec.FinalResult(); !res.GetOk() {
-				t.Fatalf("resume failed: %s: %s\nsteps: %v", res.GetSummary(), res.GetError(), rec.Steps())
+			if res := rec.FinalResult(); !res.OK {
+				t.Fatalf("resume failed: %s: %s\nsteps: %v", res.Summary, res.Error, rec.Steps())
 			}
 			if got := f.calls(mEtcdRecover); len(got) != 1 || got["cp-2"] == 0 {
 				t.Fatalf("EtcdRecover calls %v: want only cp-2", got)
@@ -387,7 +386,7 @@ func TestRecoverResumeAfterRejoinAndAfterMembers(t *testing.T) {
 			cancel()
 			reached := false
 			for _, st := range rec.Steps() {
-				reached = reached || st.GetStepId() == stage && st.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_OK
+				reached = reached || st.StepID == stage && st.Status == sdk.StepOK
 			}
 			if !reached {
 				t.Fatalf("attempt 1 never finished %s: %v", stage, rec.Steps())
@@ -408,13 +407,13 @@ func TestRecoverResumeAfterRejoinAndAfterMembers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res := rec2.FinalResult(); !res.GetOk() {
-				t.Fatalf("resume failed: %s: %s\nsteps: %v", res.GetSummary(), res.GetError(), rec2.Steps())
+			if res := rec2.FinalResult(); !res.OK {
+				t.Fatalf("resume failed: %s: %s\nsteps: %v", res.Summary, res.Error, rec2.Steps())
 			}
 			check("after the resume")
 			for _, st := range rec2.Steps() {
-				if (st.GetStepId() == StepUpload || st.GetStepId() == StepBootstrap) && st.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_SKIPPED {
-					t.Fatalf("resumed %s is %s, want skipped", st.GetStepId(), st.GetStatus())
+				if (st.StepID == StepUpload || st.StepID == StepBootstrap) && st.Status != sdk.StepSkipped {
+					t.Fatalf("resumed %s is %s, want skipped", st.StepID, st.Status)
 				}
 			}
 			if _, err := f.c.WaitEtcdHealthy(ctx(t), 3); err != nil {
@@ -482,11 +481,11 @@ func TestRecoverEncryptedSnapshot(t *testing.T) {
 	req := f.req(1, map[string]string{"accept-loss": "true"})
 	req.Credentials.AgeIdentity = []byte(id.String())
 	plan, err := sdktest.Plan(ctx(t), p, req)
-	if err != nil || plan.GetRefusal() != nil {
-		t.Fatalf("plan: %v %v", err, plan.GetRefusal())
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("plan: %v %v", err, plan.Refusal)
 	}
-	if !strings.Contains(plan.GetSummary(), "revision ") || strings.Contains(plan.GetSummary(), "revision 0") {
-		t.Fatalf("no revision from the decrypted snapshot: %s", plan.GetSummary())
+	if !strings.Contains(plan.Summary, "revision ") || strings.Contains(plan.Summary, "revision 0") {
+		t.Fatalf("no revision from the decrypted snapshot: %s", plan.Summary)
 	}
 	left, _ := filepath.Glob(filepath.Join(f.dir, "production", ".recover-*"))
 	if len(left) != 0 {
@@ -498,7 +497,7 @@ func TestRecoverEncryptedSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := strings.Join(rec.FinalResult().GetLines(), "\n")
+	text := strings.Join(rec.FinalResult().Lines, "\n")
 	if !strings.Contains(text, "age -d -i <your age identity file> -o db.snapshot "+f.snap.Path) || !strings.Contains(text, "bootstrap --recover-from=db.snapshot") || strings.Contains(text, "AGE-SECRET-KEY") {
 		t.Fatalf("guide:\n%s", text)
 	}
@@ -532,15 +531,15 @@ func TestRecoverFromSurvivorKeepsNewerData(t *testing.T) {
 	}
 	args := map[string]string{"from": base + ".db"}
 	plan, err := sdktest.Plan(ctx(t), p, f.req(1, args))
-	if err != nil || plan.GetRefusal() != nil {
-		t.Fatalf("plan: %v %v", err, plan.GetRefusal())
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("plan: %v %v", err, plan.Refusal)
 	}
 	rec, err := sdktest.Run(ctx(t), p, f.req(1, args), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res := rec.FinalResult(); !res.GetOk() {
-		t.Fatalf("recovery failed: %s: %s\nsteps: %v", res.GetSummary(), res.GetError(), rec.Steps())
+	if res := rec.FinalResult(); !res.OK {
+		t.Fatalf("recovery failed: %s: %s\nsteps: %v", res.Summary, res.Error, rec.Steps())
 	}
 	if _, err := f.c.WaitEtcdHealthy(ctx(t), 3); err != nil {
 		t.Fatal(err)
@@ -641,16 +640,16 @@ func TestRecoverDoesNotResetJoinedMember(t *testing.T) {
 	if hookErr != nil {
 		t.Fatal(hookErr)
 	}
-	if res := rec.FinalResult(); !res.GetOk() {
-		t.Fatalf("recovery failed: %s: %s\nsteps: %v", res.GetSummary(), res.GetError(), rec.Steps())
+	if res := rec.FinalResult(); !res.OK {
+		t.Fatalf("recovery failed: %s: %s\nsteps: %v", res.Summary, res.Error, rec.Steps())
 	}
 	if got, want := f.calls(mReset), map[string]int{"cp-1": 1}; !equal(got, want) {
 		t.Fatalf("Reset calls %v, want %v (a joined member was reset)", got, want)
 	}
 	var detail string
 	for _, st := range rec.Steps() {
-		if st.GetStepId() == StepRejoin && st.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_OK {
-			detail = st.GetDetail()
+		if st.StepID == StepRejoin && st.Status == sdk.StepOK {
+			detail = st.Detail
 		}
 	}
 	if !strings.Contains(detail, "not reset: cp-3") {
@@ -705,8 +704,8 @@ func TestRecoverResumeRestoredNotYetHealthy(t *testing.T) {
 	if err := p.Run(ctx(t), f.req(2, map[string]string{"accept-loss": "true"}), rep); err != nil {
 		t.Fatal(err)
 	}
-	if res := rec.FinalResult(); !res.GetOk() {
-		t.Fatalf("resume failed: %s: %s\nsteps: %v", res.GetSummary(), res.GetError(), rec.Steps())
+	if res := rec.FinalResult(); !res.OK {
+		t.Fatalf("resume failed: %s: %s\nsteps: %v", res.Summary, res.Error, rec.Steps())
 	}
 	once := map[string]int{"cp-2": 1}
 	for m, want := range map[string]map[string]int{mEtcdRecover: once, mBootstrap: once, mReset: {"cp-1": 1}} {

@@ -21,7 +21,6 @@ import (
 	"github.com/talosbot/talosbot/internal/seal"
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Snap is the snapshot a recovery restores, opened and verified: Plain is
@@ -85,7 +84,7 @@ func newest(items []retention.Item, match func(string) bool) (retention.Item, bo
 // Without clear (the read-only guide, which never gets the age identity) an
 // encrypted snapshot is only located and its off-site copy checked: the
 // person following the guide decrypts it.
-func OpenSnapshot(ctx context.Context, req *lifecyclev1.OperationRequest, clusterName, want string, clear bool) (_ *Snap, err error) {
+func OpenSnapshot(ctx context.Context, req *sdk.OperationRequest, clusterName, want string, clear bool) (_ *Snap, err error) {
 	opts := etcd.SnapshotOptionsFor(req)
 	notVerified := func(err error, fix string) error {
 		return &sdk.Refusal{Rule: "R12", Reason: "snapshot not verified: " + err.Error(), Fix: fix}
@@ -194,7 +193,7 @@ func OpenSnapshot(ctx context.Context, req *lifecyclev1.OperationRequest, cluste
 		if !clear {
 			return s, nil
 		}
-		key := req.GetCredentials().GetAgeIdentity()
+		key := req.Credentials.AgeIdentity
 		if len(key) == 0 {
 			return nil, notVerified(fmt.Errorf("%s is encrypted and no age identity was given", s.ID), "set snapshots.encryption.identity (file: or env:)")
 		}

@@ -30,7 +30,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Name is the plugin's catalogue name.
@@ -46,12 +45,12 @@ type Plugin struct{}
 func New() sdk.Plugin { return &Plugin{} }
 
 // Describe returns the manifest.
-func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: Name, Version: version.Version, Commands: []*sdk.Command{{
 		Name:    Command,
 		Summary: "Show the running Talos and Kubernetes versions, the latest patch of each minor, the upgrade path to the newest release with Kubernetes support at each hop, and the age of the release data (read-only)",
-		Args:    []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster to report on (default: the channel's cluster)"}},
-		Effect:  lifecyclev1.Effect_EFFECT_READ_ONLY,
+		Args:    []*sdk.Arg{{Name: "cluster", Description: "cluster to report on (default: the channel's cluster)"}},
+		Effect:  sdk.EffectReadOnly,
 		Example: "/talos releases production",
 		// Its Plan reads the running versions, so /talos status prints them
 		// (OperationPlan.status, from StatusLines).
@@ -92,7 +91,7 @@ func newestTarget(n releases.Notes) (releases.Version, bool) {
 // checkSchematics asks Image Factory about the declared schematic of every
 // installer class the inventory uses (R13: the installer is derived from
 // it; R14: its extensions must exist for the target).
-func checkSchematics(ctx context.Context, req *lifecyclev1.OperationRequest, n releases.Notes) []SchematicCheck {
+func checkSchematics(ctx context.Context, req *sdk.OperationRequest, n releases.Notes) []SchematicCheck {
 	target, ok := newestTarget(n)
 	if n.FactoryURL == "" || !ok {
 		return nil
@@ -101,7 +100,7 @@ func checkSchematics(ctx context.Context, req *lifecyclev1.OperationRequest, n r
 	if err != nil {
 		return nil
 	}
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return nil
 	}
@@ -116,7 +115,7 @@ func checkSchematics(ctx context.Context, req *lifecyclev1.OperationRequest, n r
 			continue
 		}
 		seen[class] = true
-		id, src, err := talos.DeclaredSchematicFor(class, req.GetCluster().GetDeclared())
+		id, src, err := talos.DeclaredSchematicFor(class, req.Cluster.Declared)
 		if err != nil {
 			out = append(out, SchematicCheck{Class: class, SchematicReport: factory.SchematicReport{Version: target.Tag(), Err: err}})
 			continue
@@ -126,12 +125,12 @@ func checkSchematics(ctx context.Context, req *lifecyclev1.OperationRequest, n r
 	return out
 }
 
-func observe(ctx context.Context, req *lifecyclev1.OperationRequest) (Observed, error) {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func observe(ctx context.Context, req *sdk.OperationRequest) (Observed, error) {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return Observed{}, err
 	}
-	s, err := cluster.Open(ctx, inv, req.GetCredentials())
+	s, err := cluster.Open(ctx, inv, &req.Credentials)
 	if err != nil {
 		return Observed{}, err
 	}
@@ -211,18 +210,18 @@ func versionsOf(talosByNode, unread map[string]string, kubelets []string, kubeNo
 }
 
 // notes are the release data from the bot, or the configured list.
-func notes(req *lifecyclev1.OperationRequest) releases.Notes {
-	if n, ok := releases.ReadNotes(req.GetSettings().GetExtra()); ok {
+func notes(req *sdk.OperationRequest) releases.Notes {
+	if n, ok := releases.ReadNotes(req.Settings.Extra); ok {
 		return n
 	}
-	known := releases.ParseAll(req.GetSettings().GetKnownTalosReleases())
+	known := releases.ParseAll(req.Settings.KnownTalosReleases)
 	return releases.Notes{Versions: known, Targets: known, Origin: "releases.talos"}
 }
 
 // Plan reads the cluster and returns the inspection in its canonical
 // inputs; it changes nothing.
-func (*Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	name := req.GetCluster().GetName()
+func (*Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	name := req.Cluster.Name
 	o, err := observe(ctx, req)
 	if err != nil {
 		return nil, err
@@ -233,10 +232,10 @@ func (*Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*li
 	if err != nil {
 		return nil, err
 	}
-	plan := &lifecyclev1.OperationPlan{
+	plan := &sdk.OperationPlan{
 		Summary:         fmt.Sprintf("Releases for %s: it runs Talos %s (read-only)", name, o.Talos.Tag()),
 		Target:          name,
-		Steps:           []*lifecyclev1.Step{{Id: "report", Title: "running versions, known releases, upgrade path", Kind: "verify"}},
+		Steps:           []*sdk.Step{{ID: "report", Title: "running versions, known releases, upgrade path", Kind: "verify"}},
 		CanonicalInputs: sdk.NewCanonical(req).Str(releases.InspectionKey, string(raw)).Bytes(),
 		Status:          StatusLines(o),
 	}
@@ -247,22 +246,22 @@ func (*Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*li
 }
 
 // Run reads the cluster and reports.
-func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
+func (*Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
 	if err := r.StepStarted("report", ""); err != nil {
 		return err
 	}
 	o, err := observe(ctx, req)
 	if err != nil {
 		_ = r.StepFailed("report", err.Error())
-		return r.Result(&lifecyclev1.Result{Summary: "cannot read the cluster", Error: err.Error()})
+		return r.Result(&sdk.Result{Summary: "cannot read the cluster", Error: err.Error()})
 	}
 	n := notes(req)
 	o.Schematics = checkSchematics(ctx, req, n)
-	rep := Report(compat.Machinery{}, req.GetCluster().GetName(), o, n)
+	rep := Report(compat.Machinery{}, req.Cluster.Name, o, n)
 	if err := r.StepOK("report", rep.Summary); err != nil {
 		return err
 	}
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: rep.Summary, Lines: rep.Lines, SuggestedActions: rep.Actions})
+	return r.Result(&sdk.Result{OK: true, Summary: rep.Summary, Lines: rep.Lines, SuggestedActions: rep.Actions})
 }
 
 // StatusLines are the running versions for /talos status: the Talos
@@ -309,7 +308,7 @@ func orUnknown(s string) string {
 type Reported struct {
 	Summary string
 	Lines   []string
-	Actions []*lifecyclev1.SuggestedAction
+	Actions []*sdk.SuggestedAction
 }
 
 // Report is the pure part of Run.
@@ -370,7 +369,7 @@ func Report(m releases.Matrix, clusterName string, o Observed, n releases.Notes)
 			add("newest: %s", newest.Tag())
 			out.Lines = append(out.Lines, p.Lines()...)
 			out.Summary = fmt.Sprintf("%s runs Talos %s; newest %s, %d hop%s away", clusterName, o.Talos.Tag(), newest.Tag(), len(p.Hops), map[bool]string{true: "", false: "s"}[len(p.Hops) == 1])
-			out.Actions = append(out.Actions, &lifecyclev1.SuggestedAction{Label: "upgrade talos " + newest.Tag(), Command: fmt.Sprintf("/talos upgrade talos %s %s", newest.Tag(), clusterName)})
+			out.Actions = append(out.Actions, &sdk.SuggestedAction{Label: "upgrade talos " + newest.Tag(), Command: fmt.Sprintf("/talos upgrade talos %s %s", newest.Tag(), clusterName)})
 		}
 	}
 	// The breaking changes between the running and the newest version

@@ -13,7 +13,7 @@ import (
 	"github.com/talosbot/talosbot/internal/releases/compat"
 	"github.com/talosbot/talosbot/internal/testenv"
 	"github.com/talosbot/talosbot/plugins/releaseinfo"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 	"github.com/talosbot/talosbot/state"
@@ -44,14 +44,14 @@ func notes(t *testing.T, kubernetes ...string) (map[string]string, *factoryfake.
 	return releases.NotesOf(l, kubernetes, now.Add(2*time.Hour)), f
 }
 
-func request(c *sim.Cluster, kubeconfig []byte, extra, declared map[string]string) *lifecyclev1.OperationRequest {
-	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging", Declared: declared}
+func request(c *sim.Cluster, kubeconfig []byte, extra, declared map[string]string) *sdk.OperationRequest {
+	pc := &sdk.Cluster{Name: "staging", Environment: "staging", Declared: declared}
 	for _, n := range c.Nodes() {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host})
+		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host})
 	}
-	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: releaseinfo.Command, Cluster: pc,
-		Credentials: &lifecyclev1.Credentials{Talosconfig: c.Talosconfig(), Kubeconfig: kubeconfig},
-		Settings:    &lifecyclev1.Settings{Extra: extra}}
+	return &sdk.OperationRequest{OperationID: "op-1", Command: releaseinfo.Command, Cluster: *pc,
+		Credentials: sdk.Credentials{Talosconfig: c.Talosconfig(), Kubeconfig: kubeconfig},
+		Settings:    sdk.Settings{Extra: extra}}
 }
 
 func TestReleasesOnASimCluster(t *testing.T) {
@@ -79,7 +79,7 @@ func TestReleasesOnASimCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := releases.InspectionFromPlan(plan.GetCanonicalInputs())
+	in, err := releases.InspectionFromPlan(plan.CanonicalInputs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestReleasesOnASimCluster(t *testing.T) {
 		t.Errorf("inspection %+v", in)
 	}
 	// The Plan is also /talos status's versions line (Command.status_label).
-	if got := strings.Join(plan.GetStatus(), " · "); got != "Talos v1.11.3 (2 nodes) · Kubernetes v1.33.4" {
+	if got := strings.Join(plan.Status, " · "); got != "Talos v1.11.3 (2 nodes) · Kubernetes v1.33.4" {
 		t.Errorf("status lines = %q", got)
 	}
 
@@ -96,7 +96,7 @@ func TestReleasesOnASimCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := rec.FinalResult()
-	all := strings.Join(res.GetLines(), "\n")
+	all := strings.Join(res.Lines, "\n")
 	for _, want := range []string{
 		"running: Talos v1.11.3 (v1.11.3 on ",
 		"running: Kubernetes 1.33.4; Talos v1.11 supports Kubernetes 1.29–1.34",
@@ -114,7 +114,7 @@ func TestReleasesOnASimCluster(t *testing.T) {
 			t.Errorf("lines lack %q:\n%s", want, all)
 		}
 	}
-	if !res.GetOk() || len(res.GetSuggestedActions()) != 1 || res.GetSuggestedActions()[0].GetCommand() != "/talos upgrade talos v1.13.9 staging" {
+	if !res.OK || len(res.SuggestedActions) != 1 || res.SuggestedActions[0].Command != "/talos upgrade talos v1.13.9 staging" {
 		t.Errorf("result %v", res)
 	}
 
@@ -125,7 +125,7 @@ func TestReleasesOnASimCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if all := strings.Join(rec.FinalResult().GetLines(), "\n"); !strings.Contains(all, "siderolabs/iscsi-tools not built for v1.13.9 (R14") {
+	if all := strings.Join(rec.FinalResult().Lines, "\n"); !strings.Contains(all, "siderolabs/iscsi-tools not built for v1.13.9 (R14") {
 		t.Errorf("missing extension not reported:\n%s", all)
 	}
 	req.Cluster.Declared["schematic_id"] = strings.Repeat("0", 64)
@@ -133,7 +133,7 @@ func TestReleasesOnASimCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if all := strings.Join(rec.FinalResult().GetLines(), "\n"); !strings.Contains(all, "Image Factory does not know schematic 000000000000… (schematic_id): the installer for v1.13.9 cannot be pulled (R13)") {
+	if all := strings.Join(rec.FinalResult().Lines, "\n"); !strings.Contains(all, "Image Factory does not know schematic 000000000000… (schematic_id): the installer for v1.13.9 cannot be pulled (R13)") {
 		t.Errorf("unknown schematic not reported:\n%s", all)
 	}
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Name is the plugin's catalogue name.
@@ -44,15 +43,15 @@ type Plugin struct {
 func New() sdk.Plugin { return &Plugin{active: map[string]string{}} }
 
 // Describe returns the manifest.
-func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: Name, Version: version.Version, Commands: []*sdk.Command{{
 		Name:    Command,
 		Summary: "Boot one node back into its previous Talos version (A/B), tracked until it is back; one control plane at a time",
-		Args: []*lifecyclev1.Arg{
+		Args: []*sdk.Arg{
 			{Name: "node", Description: "the one node to roll back", Required: true},
 			{Name: "cluster", Description: "cluster of the node (default: the channel's cluster)"},
 		},
-		Effect:  lifecyclev1.Effect_EFFECT_DISRUPTIVE,
+		Effect:  sdk.EffectDisruptive,
 		Example: "/talos rollback cp-2 staging",
 	}}}, nil
 }
@@ -65,8 +64,8 @@ type target struct {
 }
 
 // check resolves the node and applies R19. It reads and changes nothing.
-func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Session) (*target, error) {
-	arg := strings.TrimSpace(req.GetArgs()["node"])
+func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session) (*target, error) {
+	arg := strings.TrimSpace(req.Args["node"])
 	if arg == "" || strings.ContainsAny(arg, ", ") {
 		return nil, &sdk.Refusal{Rule: "R19", Reason: fmt.Sprintf("rollback takes exactly one node, got %s", sdk.Quote(arg)),
 			Fix: "roll back one node, check it, then the next: /talos rollback <node>"}
@@ -118,8 +117,8 @@ func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Se
 }
 
 // Plan reads the node and the quorum; it changes nothing.
-func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the rollback", cluster.GateMethods, cluster.RollbackMethods); err != nil {
+func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	if err := cluster.CheckRole(req.Credentials.Talosconfig, "the rollback", cluster.GateMethods, cluster.RollbackMethods); err != nil {
 		return sdk.RefusalPlan(err)
 	}
 	s, err := cluster.OpenRequest(ctx, req)
@@ -132,23 +131,26 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	if err != nil {
 		return sdk.RefusalPlan(err)
 	}
-	plan := &lifecyclev1.OperationPlan{
+	plan := &sdk.OperationPlan{
 		Summary:  fmt.Sprintf("Roll %s of %s back from %s to its previous Talos version", t.node.Name, inv.Name, t.version),
 		Target:   t.node.Name,
 		Warnings: append([]string{"do not bump talos_version in Terraform until the failure is understood (R19)"}, gate.PlanWarnings(ctx, s.Clients)...),
 		CanonicalInputs: sdk.NewCanonical(req).Str("node", t.node.Name).Str("address", t.node.Address).Str("role", t.node.Role).
-			Str("from", t.version).Int("node_timeout_ms", req.GetSettings().GetNodeTimeoutMs()).Bytes(),
+			Str("from", t.version).Int("node_timeout_ms", req.Settings.NodeTimeoutMs).Bytes(),
 	}
 	for _, pi := range gate.Probes() {
-		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "gate-before/" + pi.Name, Title: "gate before: " + pi.Title, Kind: "gate"})
+		plan.Steps = append(plan.Steps, &sdk.Step{ID: "gate-before/" + pi.Name, Title: "gate before: " + pi.Title, Kind: "gate"})
 	}
-	plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "rollback", Title: fmt.Sprintf("%s: %s → previous version", t.node.Name, t.version),
+	plan.Steps = append(plan.Steps, &sdk.Step{ID: "rollback", Title: fmt.Sprintf("%s: %s → previous version", t.node.Name, t.version),
 		Node: t.node.Name, FromVersion: t.version, Kind: "rollback"})
 	if t.node.IsControlPlane() {
-		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "quorum-after", Title: "etcd quorum after", Node: t.node.Name, Kind: "quorum"})
+		plan.Steps = append(plan.Steps, &sdk.Step{ID: "quorum-after", Title: "etcd quorum after", Node: t.node.Name, Kind: "quorum"})
 	}
 	for _, pi := range gate.Probes() {
-		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: "gate-after/" + pi.Name, Title: "gate after: " + pi.Title, Kind: "gate"})
+		plan.Steps = append(plan.Steps, &sdk.Step{ID: "gate-after/" + pi.Name, Title: "gate after: " + pi.Title, Kind: "gate"})
+	}
+	if err := forecast(ctx, s, t, req, plan); err != nil {
+		return sdk.RefusalPlan(err)
 	}
 	return plan, nil
 }
@@ -173,7 +175,7 @@ func (p *Plugin) claim(clusterName, node string) (func(), error) {
 }
 
 // Run rolls the node back and tracks it.
-func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
+func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return err
@@ -182,7 +184,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	defer s.Close() //nolint:errcheck
 	refuse := func(err error) error {
 		re, _ := sdk.AsRefusal(err)
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Proto()})
+		return r.Result(&sdk.Result{OK: false, Summary: "refused", Error: err.Error(), Refusal: re})
 	}
 	t, err := check(ctx, req, s)
 	if err != nil {
@@ -202,7 +204,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	// Gate before (R1). The node itself may be what is wrong (workloads
 	// failing after an upgrade), so only the rest of the cluster must pass:
 	// failures that name nothing but this node are tolerated.
-	gopts := gate.OptionsFor(s, req.GetSettings(), []string{t.node.Name})
+	gopts := gate.OptionsFor(s, &req.Settings, []string{t.node.Name})
 	gopts.Identity = t.ids
 	verdict := gate.Run(ctx, s.Clients, inv, gopts)
 	if err := gate.Report(r, "gate-before/", verdict); err != nil {
@@ -213,13 +215,31 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		return refuse(err)
 	}
 
-	ev := func(st lifecyclev1.StepStatus, detail, to string) {
-		_ = r.Step(&lifecyclev1.StepEvent{StepId: "rollback", Status: st, Detail: detail, Node: t.node.Name, FromVersion: t.version, ToVersion: to})
+	ev := func(st sdk.StepStatus, detail, to string) {
+		_ = r.Step(&sdk.StepEvent{StepID: "rollback", Status: st, Detail: detail, Node: t.node.Name, FromVersion: t.version, ToVersion: to})
 	}
-	ev(lifecyclev1.StepStatus_STEP_STATUS_RUNNING, "", "")
+	ev(sdk.StepRunning, "", "")
 	failRes := func(err error) error {
-		ev(lifecyclev1.StepStatus_STEP_STATUS_FAILED, err.Error(), "")
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "rollback of " + t.node.Name + " failed", Error: err.Error()})
+		ev(sdk.StepFailed, err.Error(), "")
+		return r.Result(&sdk.Result{OK: false, Summary: "rollback of " + t.node.Name + " failed", Error: err.Error()})
+	}
+	// Storage first (storage.go): primaries off the node, last replicas
+	// elsewhere; the volumes with a replica here are waited for afterwards.
+	var storageLines, affected []string
+	w, kn := waiter(s, t, req, r)
+	if w != nil {
+		if storageLines, err = w.Before(ctx, kn); err == nil {
+			affected, err = w.Affected(ctx, kn)
+		}
+		if err != nil {
+			ev(sdk.StepFailed, err.Error(), "")
+			res := &sdk.Result{OK: false, Summary: "stopped before the rollback: storage cannot tolerate " + t.node.Name + " going down; nothing was rebooted",
+				Error: err.Error(), Lines: storageLines}
+			if re, ok := sdk.AsRefusal(err); ok {
+				res.Refusal = re
+			}
+			return r.Result(res)
+		}
 	}
 	bootID, err := talos.BootID(ctx, s, t.node)
 	if err != nil {
@@ -228,7 +248,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	if err := talos.StartRollback(ctx, s, t.node); err != nil {
 		return failRes(err)
 	}
-	res, err := talos.TrackReboot(ctx, s, t.node, talos.TrackOptions{Timeout: talos.NodeTimeout(req.GetSettings()), OldBootID: bootID,
+	res, err := talos.TrackReboot(ctx, s, t.node, talos.TrackOptions{Timeout: talos.NodeTimeout(&req.Settings), OldBootID: bootID,
 		Log: func(msg string) { _ = r.Log("info", "rollback", msg) }})
 	if err != nil {
 		return failRes(err)
@@ -236,32 +256,39 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	if err := wentBack(t.version, res.Version); err != nil {
 		return failRes(fmt.Errorf("%s: %w", t.node.Name, err))
 	}
-	ev(lifecyclev1.StepStatus_STEP_STATUS_OK, fmt.Sprintf("%s → %s: boot id changed, running and ready", t.version, res.Version), res.Version)
-	lines := []string{fmt.Sprintf("↩️ %s rolled back %s → %s", t.node.Name, t.version, res.Version)}
+	ev(sdk.StepOK, fmt.Sprintf("%s → %s: boot id changed, running and ready", t.version, res.Version), res.Version)
+	lines := append(storageLines, fmt.Sprintf("↩️ %s rolled back %s → %s", t.node.Name, t.version, res.Version))
 	// The node is back on its old version: not every node runs the newer
 	// one, so a talos_version bump made for it must be reverted (R19).
 	invalidated := []string{talos.DeclaredVersion}
 
 	if t.node.IsControlPlane() {
 		_ = r.StepStarted("quorum-after", "")
-		q, err := etcd.WaitQuorum(ctx, s.Clients, t.ids, gate.Timeout(req.GetSettings()), etcd.Quorum.CheckRestored)
+		q, err := etcd.WaitQuorum(ctx, s.Clients, t.ids, gate.Timeout(&req.Settings), etcd.Quorum.CheckRestored)
 		if err != nil {
 			_ = r.StepFailed("quorum-after", err.Error())
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: t.node.Name + " is back on " + res.Version + " but etcd is not healthy", Error: err.Error(), Lines: lines, Invalidated: invalidated})
+			return r.Result(&sdk.Result{OK: false, Summary: t.node.Name + " is back on " + res.Version + " but etcd is not healthy", Error: err.Error(), Lines: lines, Invalidated: invalidated})
 		}
 		_ = r.StepOK("quorum-after", q.Summary())
 	}
-	aopts := gate.OptionsFor(s, req.GetSettings(), []string{})
+	if w != nil {
+		after, err := w.After(ctx, kn, affected)
+		if err != nil {
+			return r.Result(&sdk.Result{OK: false, Summary: t.node.Name + " is back on " + res.Version + " but Longhorn is not healthy again", Error: err.Error(), Lines: lines, Invalidated: invalidated})
+		}
+		lines = append(lines, after...)
+	}
+	aopts := gate.OptionsFor(s, &req.Settings, []string{})
 	aopts.Identity = t.ids
-	verdict = gate.Until(ctx, s.Clients, inv, aopts, gate.AfterWait(req.GetSettings()))
+	verdict = gate.Until(ctx, s.Clients, inv, aopts, gate.AfterWait(&req.Settings))
 	if err := gate.Report(r, "gate-after/", verdict); err != nil {
 		return err
 	}
 	lines = append(lines, "📝 Terraform: do not bump talos_version until the failure is understood; if you already did, revert it before the next apply (R19).")
 	if !verdict.Passed {
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: t.node.Name + " rolled back but the closing health gate failed", Error: verdict.Err().Error(), Lines: lines, Invalidated: invalidated})
+		return r.Result(&sdk.Result{OK: false, Summary: t.node.Name + " rolled back but the closing health gate failed", Error: verdict.Err().Error(), Lines: lines, Invalidated: invalidated})
 	}
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: fmt.Sprintf("%s rolled back to %s", t.node.Name, res.Version), Lines: lines, Invalidated: invalidated})
+	return r.Result(&sdk.Result{OK: true, Summary: fmt.Sprintf("%s rolled back to %s", t.node.Name, res.Version), Lines: lines, Invalidated: invalidated})
 }
 
 // wentBack verifies the rollback: the node now runs an older version.

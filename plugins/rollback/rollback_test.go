@@ -14,7 +14,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/gate"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 	"github.com/talosbot/talosbot/state"
@@ -38,11 +38,11 @@ func startSim(t *testing.T, cps, workers int) *sim.Cluster {
 // until it is back: the state a rollback starts from.
 func upgradeNode(ctx context.Context, t *testing.T, c *sim.Cluster, name, from, to string) {
 	t.Helper()
-	inv, err := cluster.InventoryFrom(request(t, c, Command, nil).GetCluster())
+	inv, err := cluster.InventoryFrom(&request(t, c, Command, nil).Cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := cluster.Open(ctx, inv, &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()})
+	s, err := cluster.Open(ctx, inv, &sdk.Credentials{Talosconfig: c.Talosconfig()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,14 +85,14 @@ func upgradeNode(ctx context.Context, t *testing.T, c *sim.Cluster, name, from, 
 	}
 }
 
-func request(t *testing.T, c *sim.Cluster, command string, args map[string]string) *lifecyclev1.OperationRequest {
-	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging", Declared: map[string]string{talos.DeclaredSchematic: sim.DefaultSchematic}}
+func request(t *testing.T, c *sim.Cluster, command string, args map[string]string) *sdk.OperationRequest {
+	pc := &sdk.Cluster{Name: "staging", Environment: "staging", Declared: map[string]string{talos.DeclaredSchematic: sim.DefaultSchematic}}
 	for _, n := range c.Nodes() {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host, Platform: n.Platform})
+		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host, Platform: n.Platform})
 	}
-	return &lifecyclev1.OperationRequest{OperationId: "op", Command: command, Args: args, Cluster: pc,
-		Credentials: &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()},
-		Settings: &lifecyclev1.Settings{SnapshotDir: t.TempDir(), NodeTimeoutMs: 20_000, GateTimeoutMs: 8_000,
+	return &sdk.OperationRequest{OperationID: "op", Command: command, Args: args, Cluster: *pc,
+		Credentials: sdk.Credentials{Talosconfig: c.Talosconfig()},
+		Settings: sdk.Settings{SnapshotDir: t.TempDir(), NodeTimeoutMs: 20_000, GateTimeoutMs: 8_000,
 			KnownTalosReleases: []string{"v1.13.9"}}}
 }
 
@@ -108,12 +108,12 @@ func TestRollbackAfterUpgrade(t *testing.T) {
 	}
 	req := request(t, c, Command, map[string]string{"node": "worker-1"})
 	plan, err := New().Plan(ctx, req)
-	if err != nil || plan.GetRefusal() != nil {
+	if err != nil || plan.Refusal != nil {
 		t.Fatalf("plan: %v %v", err, plan)
 	}
 	// No kubeconfig: the approval card says the gate's Kubernetes probes
 	// will not be checked.
-	raw, err := protojson.Marshal(plan)
+	raw, err := protojson.Marshal(sdk.PlanToWire(plan))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,24 +124,24 @@ func TestRollbackAfterUpgrade(t *testing.T) {
 	if !strings.Contains(card, "⚠️ warning: health gate: no kubeconfig for this cluster") {
 		t.Fatalf("approval card must warn that there is no kubeconfig:\n%s", card)
 	}
-	if d := render.Details(op); !strings.Contains(d, "health gate: no kubeconfig for this cluster, so its Kubernetes probes (Kubernetes nodes, Pods, Flux, PodDisruptionBudgets) are not checked") {
+	if d := render.Details(op); !strings.Contains(d, "health gate: no kubeconfig for this cluster, so its Kubernetes probes (Kubernetes nodes, Pods, Flux, PodDisruptionBudgets, Storage) are not checked") {
 		t.Fatalf("the card's Details must say which Kubernetes probes are not checked:\n%s", d)
 	}
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
-	if !res.GetOk() || !strings.Contains(res.GetSummary(), "worker-1 rolled back to v1.12.6") {
+	if !res.OK || !strings.Contains(res.Summary, "worker-1 rolled back to v1.12.6") {
 		t.Fatalf("rollback: %v", res)
 	}
 	if c.NodeVersion("worker-1") != "v1.12.6" || c.Calls("worker-1", "Rollback") != 1 || c.Calls("worker-2", "Rollback") != 0 {
 		t.Fatalf("worker-1 %s, rollback calls %d", c.NodeVersion("worker-1"), c.Calls("worker-1", "Rollback"))
 	}
-	var ev *lifecyclev1.StepEvent
+	var ev *sdk.StepEvent
 	for _, s := range rec.Steps() {
-		if s.GetStepId() == "rollback" && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_OK {
+		if s.StepID == "rollback" && s.Status == sdk.StepOK {
 			ev = s
 		}
 	}
-	if ev == nil || ev.GetFromVersion() != "v1.13.9" || ev.GetToVersion() != "v1.12.6" || ev.GetNode() != "worker-1" {
+	if ev == nil || ev.FromVersion != "v1.13.9" || ev.ToVersion != "v1.12.6" || ev.Node != "worker-1" {
 		t.Fatalf("rollback step event %v", ev)
 	}
 }
@@ -157,11 +157,11 @@ func TestRollbackRefusesWhileAnotherControlPlaneIsDown(t *testing.T) {
 	}
 	req := request(t, c, Command, map[string]string{"node": "cp-1"})
 	plan, err := New().Plan(ctx, req)
-	if err != nil || plan.GetRefusal().GetRule() != "R19" || !strings.Contains(plan.GetRefusal().GetReason(), "cp-2") {
+	if err != nil || plan.Refusal.Rule != "R19" || !strings.Contains(plan.Refusal.Reason, "cp-2") {
 		t.Fatalf("want an R19 refusal naming cp-2, got %v %v", plan, err)
 	}
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
-	if res := rec.FinalResult(); res.GetRefusal().GetRule() != "R19" {
+	if res := rec.FinalResult(); res.Refusal.Rule != "R19" {
 		t.Fatalf("Run: %v", res)
 	}
 	if c.Calls("cp-1", "Rollback") != 0 {
@@ -174,7 +174,7 @@ func TestRollbackTakesOneNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	plan, err := New().Plan(ctx, request(t, c, Command, map[string]string{"node": "cp-1,worker-1"}))
-	if err != nil || plan.GetRefusal().GetRule() != "R19" || !strings.Contains(plan.GetRefusal().GetReason(), "exactly one node") {
+	if err != nil || plan.Refusal.Rule != "R19" || !strings.Contains(plan.Refusal.Reason, "exactly one node") {
 		t.Fatalf("want an R19 refusal, got %v %v", plan, err)
 	}
 }
@@ -216,7 +216,7 @@ func TestFailingBeforeGateRefusesRollback(t *testing.T) {
 	req := request(t, c, Command, map[string]string{"node": "worker-1"})
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || res.GetRefusal().GetRule() != "R1" || !strings.Contains(res.GetRefusal().GetReason(), "cp-1: kubelet unhealthy") {
+	if res.OK || res.Refusal.Rule != "R1" || !strings.Contains(res.Refusal.Reason, "cp-1: kubelet unhealthy") {
 		t.Fatalf("want an R1 refusal naming cp-1's kubelet, got %v", res)
 	}
 	if c.Calls("worker-1", "Rollback") != 0 {
@@ -232,7 +232,7 @@ func TestRollbackRefusesTwoMemberEtcd(t *testing.T) {
 	defer cancel()
 	req := request(t, c, Command, map[string]string{"node": "cp-1"})
 	plan, err := New().Plan(ctx, req)
-	if err != nil || plan.GetRefusal().GetRule() != "R16" || !strings.Contains(plan.GetRefusal().GetReason(), "1 of 2 members would remain") {
+	if err != nil || plan.Refusal.Rule != "R16" || !strings.Contains(plan.Refusal.Reason, "1 of 2 members would remain") {
 		t.Fatalf("want an R16 refusal, got %v %v", plan, err)
 	}
 	if c.Calls("cp-1", "Rollback") != 0 {

@@ -6,11 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
-// Canonical builds OperationPlan.canonical_inputs, the bytes the host hashes
+// Canonical builds OperationPlan.CanonicalInputs, the bytes the host hashes
 // into the plan digest that approvals are bound to. Everything that would
 // change what Run does must go in: if it changes between the approval and
 // the run, the digest changes and the approvals are voided.
@@ -21,7 +19,7 @@ import (
 // always give the same bytes:
 //
 //	c := sdk.NewCanonical(req)
-//	c.Str("target", target).Int("node_timeout_ms", st.GetNodeTimeoutMs())
+//	c.Str("target", target).Int("node_timeout_ms", req.Settings.NodeTimeoutMs)
 //	for i, n := range nodes {
 //		c.Sub("node", i).Str("name", n.Name).Str("role", n.Role)
 //	}
@@ -33,8 +31,11 @@ type Canonical struct {
 
 // NewCanonical starts the inputs with the request's command and cluster
 // name, so two commands or two clusters never share a digest. req may be nil.
-func NewCanonical(req *lifecyclev1.OperationRequest) *Canonical {
-	return CanonicalFor(req.GetCommand(), req.GetCluster().GetName())
+func NewCanonical(req *OperationRequest) *Canonical {
+	if req == nil {
+		return CanonicalFor("", "")
+	}
+	return CanonicalFor(req.Command, req.Cluster.Name)
 }
 
 // CanonicalFor is NewCanonical where only the command and cluster names are

@@ -6,11 +6,10 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 func TestCanonicalIsDeterministicAndUnambiguous(t *testing.T) {
-	req := &lifecyclev1.OperationRequest{Command: "upgrade talos", Cluster: &lifecyclev1.Cluster{Name: "staging"}}
+	req := &sdk.OperationRequest{Command: "upgrade talos", Cluster: sdk.Cluster{Name: "staging"}}
 	build := func(m map[string]string, set []string) []byte {
 		c := sdk.NewCanonical(req).Str("target", "v1.13.9").Int("timeout_ms", 600000).Bool("dry-run", false).
 			Duration("gate", 5*time.Minute).Map("declared", m).Set("members", set)

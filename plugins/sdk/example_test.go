@@ -4,27 +4,26 @@ import (
 	"context"
 
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // health is a minimal read-only plugin.
 type health struct{}
 
-func (health) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: "health", Version: "1.0.0", Commands: []*lifecyclev1.Command{{
-		Name: "health", Summary: "Run the health gate", Effect: lifecyclev1.Effect_EFFECT_READ_ONLY,
+func (health) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: "health", Version: "1.0.0", Commands: []*sdk.Command{{
+		Name: "health", Summary: "Run the health gate", Effect: sdk.EffectReadOnly,
 	}}}, nil
 }
 
-func (health) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	return &lifecyclev1.OperationPlan{
-		Summary:         "health gate on " + req.GetCluster().GetName(),
-		Steps:           []*lifecyclev1.Step{{Id: "gate", Title: "Health gate", Kind: "gate"}},
+func (health) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	return &sdk.OperationPlan{
+		Summary:         "health gate on " + req.Cluster.Name,
+		Steps:           []*sdk.Step{{ID: "gate", Title: "Health gate", Kind: "gate"}},
 		CanonicalInputs: sdk.NewCanonical(req).Bytes(), // command and cluster are all it depends on
 	}, nil
 }
 
-func (health) Run(ctx context.Context, _ *lifecyclev1.OperationRequest, r sdk.Reporter) error {
+func (health) Run(ctx context.Context, _ *sdk.OperationRequest, r sdk.Reporter) error {
 	if err := r.StepStarted("gate", ""); err != nil {
 		return err
 	}

@@ -5,13 +5,6 @@ package sdk
 // serve binary links this package (it links no cluster library), so the host
 // and every plugin can import it.
 const (
-	// ExtraGitFollowup is the Settings.Extra key under which the host
-	// (bot/gitbump) reports the Terraform changes it prepared as Git
-	// branches and whether each was merged yet, one line per change; the
-	// drift report and the plan guard (plugins/cluster.FollowupLines) print
-	// them.
-	ExtraGitFollowup = "git_followup"
-
 	// ArgDryRun is the boolean flag a plugin declares (in its manifest's
 	// args) for "only report the plan; change nothing". The engine reads it
 	// from a finished operation's args: a dry run proves nothing for the

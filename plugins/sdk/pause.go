@@ -2,8 +2,6 @@ package sdk
 
 import (
 	"os"
-
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Pause between nodes (docs/ENDINGS.md). The host cannot reach a running
@@ -20,8 +18,11 @@ const (
 )
 
 // PauseRequested reports whether the host asked this run to pause.
-func PauseRequested(req *lifecyclev1.OperationRequest) bool {
-	p := req.GetSettings().GetExtra()[ExtraPauseMark]
+func PauseRequested(req *OperationRequest) bool {
+	if req == nil {
+		return false
+	}
+	p := req.Settings.Extra[ExtraPauseMark]
 	if p == "" {
 		return false
 	}
@@ -30,6 +31,6 @@ func PauseRequested(req *lifecyclev1.OperationRequest) bool {
 }
 
 // PausedResult ends a run that paused before node (nothing of it touched).
-func PausedResult(node string, lines []string) *lifecyclev1.Result {
-	return &lifecyclev1.Result{Ok: false, Summary: PausedSummary, Lines: append(append([]string(nil), lines...), "⏸️ paused before "+node+"; it and later nodes were not touched")}
+func PausedResult(node string, lines []string) *Result {
+	return &Result{OK: false, Summary: PausedSummary, Lines: append(append([]string(nil), lines...), "⏸️ paused before "+node+"; it and later nodes were not touched")}
 }

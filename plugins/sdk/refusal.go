@@ -5,16 +5,15 @@ import (
 	"fmt"
 	"strconv"
 	"unicode/utf8"
-
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Refusal is the one refusal type of the plugin side: the runbook rule that
 // forbids an operation, why, and how to proceed. It is an error, so the
 // functions that check a rule return it and callers pass it up unchanged;
-// Plan turns it into OperationPlan.refusal (RefusalPlan) and Run into a
-// refused Result (RefusedResult). It lives here rather than in
-// plugins/cluster so a plugin can refuse without linking client-go.
+// Plan turns it into OperationPlan.Refusal (RefusalPlan) and Run into a
+// refused Result (RefusedResult); it is also the wire Refusal's Go type.
+// It lives here rather than in plugins/cluster so a plugin can refuse
+// without linking client-go.
 type Refusal struct {
 	// Rule names the runbook rule, e.g. "R1" (docs/RUNBOOK.md).
 	Rule string
@@ -33,11 +32,6 @@ func (r *Refusal) Error() string {
 	return fmt.Sprintf("%s: %s; %s", r.Rule, r.Reason, r.Fix)
 }
 
-// Proto is the protocol form.
-func (r *Refusal) Proto() *lifecyclev1.Refusal {
-	return &lifecyclev1.Refusal{Rule: r.Rule, Reason: r.Reason, Fix: r.Fix}
-}
-
 // AsRefusal returns the *Refusal in err's chain, if any.
 func AsRefusal(err error) (*Refusal, bool) {
 	var r *Refusal
@@ -51,9 +45,9 @@ func AsRefusal(err error) (*Refusal, bool) {
 //	if err := checkRule(...); err != nil {
 //		return sdk.RefusalPlan(err)
 //	}
-func RefusalPlan(err error) (*lifecyclev1.OperationPlan, error) {
+func RefusalPlan(err error) (*OperationPlan, error) {
 	if r, ok := AsRefusal(err); ok {
-		return &lifecyclev1.OperationPlan{Refusal: r.Proto(), Summary: "refused: " + r.Reason}, nil
+		return &OperationPlan{Refusal: r, Summary: "refused: " + r.Reason}, nil
 	}
 	return nil, err
 }
@@ -61,7 +55,7 @@ func RefusalPlan(err error) (*lifecyclev1.OperationPlan, error) {
 // RefusedResult is the final Result of a run that a rule stopped (the host
 // re-checks rules at run time), or nil when err holds no *Refusal. summary
 // defaults to "refused".
-func RefusedResult(err error, summary string) *lifecyclev1.Result {
+func RefusedResult(err error, summary string) *Result {
 	r, ok := AsRefusal(err)
 	if !ok {
 		return nil
@@ -69,7 +63,7 @@ func RefusedResult(err error, summary string) *lifecyclev1.Result {
 	if summary == "" {
 		summary = "refused"
 	}
-	return &lifecyclev1.Result{Ok: false, Summary: summary, Error: err.Error(), Refusal: r.Proto()}
+	return &Result{OK: false, Summary: summary, Error: err.Error(), Refusal: r}
 }
 
 // QuoteRunes is how much of a value Quote shows: the bot's own echoes

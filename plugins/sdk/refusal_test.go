@@ -12,11 +12,11 @@ import (
 func TestRefusalThroughWrappedErrors(t *testing.T) {
 	err := fmt.Errorf("checking gate: %w", sdk.Refuse("R1", "the health gate failed", "fix the cluster, then retry"))
 	plan, perr := sdk.RefusalPlan(err)
-	if perr != nil || plan.GetRefusal().GetRule() != "R1" || plan.GetRefusal().GetFix() != "fix the cluster, then retry" {
+	if perr != nil || plan.Refusal.Rule != "R1" || plan.Refusal.Fix != "fix the cluster, then retry" {
 		t.Fatalf("RefusalPlan(wrapped refusal) = %v, %v; want a refused plan naming R1 with its fix", plan, perr)
 	}
 	res := sdk.RefusedResult(err, "")
-	if res == nil || res.GetOk() || res.GetSummary() != "refused" || res.GetRefusal().GetReason() != "the health gate failed" {
+	if res == nil || res.OK || res.Summary != "refused" || res.Refusal.Reason != "the health gate failed" {
 		t.Fatalf("RefusedResult = %v; want ok=false, summary refused, the reason", res)
 	}
 

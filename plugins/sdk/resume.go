@@ -1,10 +1,6 @@
 package sdk
 
-import (
-	"strings"
-
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
-)
+import "strings"
 
 // Steps in flight when a run stopped. A resumed run (attempt > 1) plans from
 // what the cluster shows now, and that cannot tell a node whose upgrade never
@@ -19,9 +15,9 @@ const ExtraInterruptedSteps = "interrupted_steps"
 
 // InterruptedSteps are the ids of the steps that were in flight when an
 // earlier attempt of this operation stopped (none on a first run).
-func InterruptedSteps(req *lifecyclev1.OperationRequest) map[string]bool {
+func InterruptedSteps(req *OperationRequest) map[string]bool {
 	out := map[string]bool{}
-	for id := range strings.SplitSeq(req.GetSettings().GetExtra()[ExtraInterruptedSteps], "\n") {
+	for id := range strings.SplitSeq(req.Settings.Extra[ExtraInterruptedSteps], "\n") {
 		if id != "" {
 			out[id] = true
 		}

@@ -25,17 +25,22 @@
 // req.Command itself (a plugin with several commands still switches on it).
 //
 // Run reports through a Reporter. The last event of every run is a Result:
-// if Run returns without sending one, Serve sends Result{Ok:false,
-// Error: err.Error()} for a non-nil error and Result{Ok:true} otherwise.
+// if Run returns without sending one, Serve sends Result{OK: false,
+// Error: err.Error()} for a non-nil error and Result{OK: true} otherwise.
 // The reporter keeps the first error any report returned (a broken stream,
 // a malformed event): when Run returns nil after a report failed, the run
 // fails with that error, so a plugin may ignore report errors safely.
+//
+// Types: a plugin works on the Go types of this package (Manifest,
+// OperationRequest, OperationPlan, Result, StepEvent, ...), which mirror the
+// wire messages; Serve's gRPC adapter converts them, so protobuf never
+// appears in plugin code.
 //
 // Secrets: OperationRequest carries credentials. The SDK never logs requests;
 // plugins must never write credentials to logs, errors, events or files that
 // outlive the run. Anything a plugin writes to stderr ends up in the host log.
 //
-// Helpers: NewCanonical builds OperationPlan.canonical_inputs (the bytes of
+// Helpers: NewCanonical builds OperationPlan.CanonicalInputs (the bytes of
 // the plan digest) deterministically; Refuse/Refusal is the refusal type,
 // turned into a refused plan by RefusalPlan and into a refused Result by
 // RefusedResult. docs/PLUGINS.md is the author's guide.
@@ -60,7 +65,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/talosbot/talosbot/plugins/sdk/internal/report"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
@@ -73,30 +77,12 @@ const ProtocolVersion = 1
 // Plugin is implemented by every lifecycle plugin.
 type Plugin interface {
 	// Describe returns the manifest: the commands this plugin serves.
-	Describe(ctx context.Context) (*lifecyclev1.Manifest, error)
-	// Plan computes what Run would do, without side effects.
-	Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error)
+	Describe(ctx context.Context) (*Manifest, error)
+	// Plan computes what Run would do, without side effects. req is never nil.
+	Plan(ctx context.Context, req *OperationRequest) (*OperationPlan, error)
 	// Run executes the operation, reporting progress through r. ctx is
 	// cancelled when the host cancels the run or its timeout expires.
-	Run(ctx context.Context, req *lifecyclev1.OperationRequest, r Reporter) error
-}
-
-// Reporter sends progress events to the host. It is safe for concurrent use
-// and stamps every event with the current time. Every method fails once the
-// Result has been sent, once Run has returned, or when the host has gone.
-type Reporter interface {
-	StepStarted(id, detail string) error
-	StepOK(id, detail string) error
-	StepFailed(id, detail string) error
-	StepSkipped(id, detail string) error
-	// Step is the full form, with node and from/to versions.
-	Step(ev *lifecyclev1.StepEvent) error
-	// Log sends a log line; level is "debug", "info", "warn" or "error"
-	// (empty means "info"); stepID may be empty.
-	Log(level, stepID, msg string) error
-	Artifact(a *lifecyclev1.Artifact) error
-	// Result sends the final result; it must be the last event.
-	Result(r *lifecyclev1.Result) error
+	Run(ctx context.Context, req *OperationRequest, r Reporter) error
 }
 
 // HandshakeConfig is the go-plugin handshake shared by host and plugins. It is
@@ -138,7 +124,9 @@ func (g *grpcPlugin) GRPCClient(context.Context, *plugin.GRPCBroker, *grpc.Clien
 	return nil, errors.New("sdk: the plugin side cannot dispense a client; use plugins/host")
 }
 
-// server adapts a Plugin to the generated gRPC service.
+// server adapts a Plugin to the generated gRPC service: it converts the wire
+// messages to the author's Go types and back (convert.go), so a plugin never
+// sees protobuf.
 type server struct {
 	lifecyclev1.UnimplementedLifecycleServer
 	impl   Plugin
@@ -176,12 +164,15 @@ func plainError(err error) error {
 
 func (s *server) Describe(ctx context.Context, _ *lifecyclev1.DescribeRequest) (m *lifecyclev1.Manifest, err error) {
 	defer s.recovered("Describe", &err)
-	m, err = s.impl.Describe(ctx)
+	gm, err := s.impl.Describe(ctx)
 	err = plainError(err)
-	if err == nil && m == nil {
+	if err == nil && gm == nil {
 		err = status.Error(codes.Internal, "plugin returned no manifest and no error")
 	}
-	return m, err
+	if err != nil {
+		return nil, err
+	}
+	return ManifestToWire(gm), nil
 }
 
 // served returns the manifest's command names, asking Describe once.
@@ -200,11 +191,16 @@ func (s *server) served(ctx context.Context) (_ []string, err error) {
 	return s.commands, nil
 }
 
-// CommandNames lists the manifest's command names.
-func CommandNames(m *lifecyclev1.Manifest) []string {
+// CommandNames lists the manifest's command names; m may be nil.
+func CommandNames(m *Manifest) []string {
 	names := []string{}
-	for _, c := range m.GetCommands() {
-		names = append(names, c.GetName())
+	if m == nil {
+		return names
+	}
+	for _, c := range m.Commands {
+		if c != nil {
+			names = append(names, c.Name)
+		}
 	}
 	return names
 }
@@ -234,12 +230,15 @@ func (s *server) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (p
 		return nil, err
 	}
 	defer s.recovered("Plan", &err)
-	p, err = s.impl.Plan(ctx, req)
+	gp, err := s.impl.Plan(ctx, RequestFromWire(req))
 	err = plainError(err)
-	if err == nil && p == nil {
+	if err == nil && gp == nil {
 		err = status.Error(codes.Internal, "plugin returned no plan and no error")
 	}
-	return p, err
+	if err != nil {
+		return nil, err
+	}
+	return PlanToWire(gp), nil
 }
 
 func (s *server) Run(req *lifecyclev1.OperationRequest, stream grpc.ServerStreamingServer[lifecyclev1.Progress]) error {
@@ -247,8 +246,8 @@ func (s *server) Run(req *lifecyclev1.OperationRequest, stream grpc.ServerStream
 	if err := s.check(ctx, req.GetCommand()); err != nil {
 		return err
 	}
-	rep := report.New(stream.Send, s.now)
-	runErr := s.run(ctx, req, rep)
+	rep := NewEventReporter(func(e *Event) error { return stream.Send(EventToWire(e)) }, s.now)
+	runErr := s.run(ctx, RequestFromWire(req), rep)
 	if ctx.Err() != nil {
 		// The host cancelled or went away: nobody can read a Result any more.
 		rep.Close()
@@ -260,7 +259,7 @@ func (s *server) Run(req *lifecyclev1.OperationRequest, stream grpc.ServerStream
 	return nil
 }
 
-func (s *server) run(ctx context.Context, req *lifecyclev1.OperationRequest, rep *report.Reporter) (err error) {
+func (s *server) run(ctx context.Context, req *OperationRequest, rep Reporter) (err error) {
 	defer s.recovered("Run", &err)
 	return s.impl.Run(ctx, req, rep)
 }

@@ -22,22 +22,22 @@ import (
 
 // fakePlugin lets each test choose what Run does.
 type fakePlugin struct {
-	run  func(ctx context.Context, req *lifecyclev1.OperationRequest, r Reporter) error
-	plan func(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error)
+	run  func(ctx context.Context, req *OperationRequest, r Reporter) error
+	plan func(ctx context.Context, req *OperationRequest) (*OperationPlan, error)
 }
 
-func (f *fakePlugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: "fake", Commands: []*lifecyclev1.Command{{Name: "x"}}}, nil
+func (f *fakePlugin) Describe(context.Context) (*Manifest, error) {
+	return &Manifest{Name: "fake", Commands: []*Command{{Name: "x"}}}, nil
 }
 
-func (f *fakePlugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+func (f *fakePlugin) Plan(ctx context.Context, req *OperationRequest) (*OperationPlan, error) {
 	if f.plan == nil {
-		return &lifecyclev1.OperationPlan{}, nil
+		return &OperationPlan{}, nil
 	}
 	return f.plan(ctx, req)
 }
 
-func (f *fakePlugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r Reporter) error {
+func (f *fakePlugin) Run(ctx context.Context, req *OperationRequest, r Reporter) error {
 	return f.run(ctx, req, r)
 }
 
@@ -92,20 +92,20 @@ func collect(t *testing.T, c lifecyclev1.LifecycleClient) []*lifecyclev1.Progres
 func TestRunFinalResult(t *testing.T) {
 	cases := []struct {
 		name    string
-		run     func(ctx context.Context, req *lifecyclev1.OperationRequest, r Reporter) error
+		run     func(ctx context.Context, req *OperationRequest, r Reporter) error
 		want    *lifecyclev1.Result
 		nEvents int
 	}{
 		{
 			name: "nil error without result sends ok",
-			run: func(_ context.Context, _ *lifecyclev1.OperationRequest, r Reporter) error {
+			run: func(_ context.Context, _ *OperationRequest, r Reporter) error {
 				return r.StepOK("s1", "")
 			},
 			want: &lifecyclev1.Result{Ok: true}, nEvents: 2,
 		},
 		{
 			name: "error without result sends failure",
-			run: func(_ context.Context, _ *lifecyclev1.OperationRequest, r Reporter) error {
+			run: func(_ context.Context, _ *OperationRequest, r Reporter) error {
 				_ = r.StepFailed("s1", "bad")
 				return errors.New("etcd has no leader")
 			},
@@ -113,15 +113,15 @@ func TestRunFinalResult(t *testing.T) {
 		},
 		{
 			name: "explicit result wins over returned error",
-			run: func(_ context.Context, _ *lifecyclev1.OperationRequest, r Reporter) error {
-				_ = r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused"})
+			run: func(_ context.Context, _ *OperationRequest, r Reporter) error {
+				_ = r.Result(&Result{OK: false, Summary: "refused"})
 				return errors.New("ignored")
 			},
 			want: &lifecyclev1.Result{Ok: false, Summary: "refused"}, nEvents: 1,
 		},
 		{
 			name: "panic becomes a failed result",
-			run: func(context.Context, *lifecyclev1.OperationRequest, Reporter) error {
+			run: func(context.Context, *OperationRequest, Reporter) error {
 				panic("nil map")
 			},
 			want: &lifecyclev1.Result{Ok: false, Error: "plugin panicked in Run: nil map"}, nEvents: 1,
@@ -154,7 +154,7 @@ func TestRunFinalResult(t *testing.T) {
 
 func TestRunCancellationReachesPlugin(t *testing.T) {
 	cancelled := make(chan error, 1)
-	p := &fakePlugin{run: func(ctx context.Context, _ *lifecyclev1.OperationRequest, r Reporter) error {
+	p := &fakePlugin{run: func(ctx context.Context, _ *OperationRequest, r Reporter) error {
 		if err := r.StepStarted("wait", ""); err != nil {
 			return err
 		}
@@ -184,7 +184,7 @@ func TestRunCancellationReachesPlugin(t *testing.T) {
 
 func TestReporterConcurrentAndOrdered(t *testing.T) {
 	const workers, each = 8, 50
-	p := &fakePlugin{run: func(_ context.Context, _ *lifecyclev1.OperationRequest, r Reporter) error {
+	p := &fakePlugin{run: func(_ context.Context, _ *OperationRequest, r Reporter) error {
 		var wg sync.WaitGroup
 		for w := range workers {
 			wg.Go(func() {
@@ -220,12 +220,12 @@ func TestReporterConcurrentAndOrdered(t *testing.T) {
 func TestReporterValidation(t *testing.T) {
 	errs := make(chan error, 8)
 	var leaked Reporter
-	p := &fakePlugin{run: func(_ context.Context, _ *lifecyclev1.OperationRequest, r Reporter) error {
+	p := &fakePlugin{run: func(_ context.Context, _ *OperationRequest, r Reporter) error {
 		errs <- r.StepOK("", "no id")
-		errs <- r.Step(&lifecyclev1.StepEvent{StepId: "x"})
+		errs <- r.Step(&StepEvent{StepID: "x"})
 		errs <- r.Step(nil)
 		errs <- r.Artifact(nil)
-		errs <- r.Result(&lifecyclev1.Result{Ok: true})
+		errs <- r.Result(&Result{OK: true})
 		errs <- r.Log("info", "", "after result")
 		leaked = r
 		return nil
@@ -259,14 +259,14 @@ func TestReporterValidation(t *testing.T) {
 }
 
 func TestPlanErrorsAndPanics(t *testing.T) {
-	c := dial(t, &fakePlugin{plan: func(context.Context, *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+	c := dial(t, &fakePlugin{plan: func(context.Context, *OperationRequest) (*OperationPlan, error) {
 		panic("boom")
 	}})
 	_, err := c.Plan(t.Context(), &lifecyclev1.OperationRequest{Command: "x"})
 	if err == nil || !strings.Contains(err.Error(), "plugin panicked in Plan: boom") {
 		t.Fatalf("err = %v", err)
 	}
-	c = dial(t, &fakePlugin{plan: func(context.Context, *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+	c = dial(t, &fakePlugin{plan: func(context.Context, *OperationRequest) (*OperationPlan, error) {
 		return nil, nil
 	}})
 	if _, err := c.Plan(t.Context(), &lifecyclev1.OperationRequest{Command: "x"}); err == nil || !strings.Contains(err.Error(), "no plan") {
@@ -275,7 +275,7 @@ func TestPlanErrorsAndPanics(t *testing.T) {
 }
 
 func TestPlanErrorCodeIsNotPassedThrough(t *testing.T) {
-	c := dial(t, &fakePlugin{plan: func(context.Context, *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+	c := dial(t, &fakePlugin{plan: func(context.Context, *OperationRequest) (*OperationPlan, error) {
 		return nil, fmt.Errorf("talos: %w", status.Error(codes.Unavailable, "connection refused"))
 	}})
 	_, err := c.Plan(t.Context(), &lifecyclev1.OperationRequest{Command: "x"})
@@ -298,14 +298,14 @@ func TestHandshakeConfigIsFixed(t *testing.T) {
 // (here a malformed step) and returns nil must not end in Ok: the reporter
 // kept the first error and the run fails with it.
 func TestDroppedReportErrorFailsTheRun(t *testing.T) {
-	p := &fakePlugin{run: func(_ context.Context, _ *lifecyclev1.OperationRequest, r Reporter) error {
+	p := &fakePlugin{run: func(_ context.Context, _ *OperationRequest, r Reporter) error {
 		_ = r.StepOK("", "no id")         // dropped
 		_ = r.StepOK("s1", "later, fine") // a later success does not hide it
 		return nil
 	}}
 	events := collect(t, dial(t, p))
 	res := events[len(events)-1].GetResult()
-	if res == nil || res.GetOk() || !strings.Contains(res.GetError(), "reporting progress: step event has no step_id") {
+	if res == nil || res.GetOk() || !strings.Contains(res.GetError(), "reporting progress: step event has no StepID") {
 		t.Fatalf("result = %v, want the first report error", res)
 	}
 }
@@ -315,10 +315,10 @@ func TestDroppedReportErrorFailsTheRun(t *testing.T) {
 func TestUnknownCommandRefusedBySDK(t *testing.T) {
 	called := false
 	p := &fakePlugin{
-		run: func(context.Context, *lifecyclev1.OperationRequest, Reporter) error { called = true; return nil },
-		plan: func(context.Context, *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+		run: func(context.Context, *OperationRequest, Reporter) error { called = true; return nil },
+		plan: func(context.Context, *OperationRequest) (*OperationPlan, error) {
 			called = true
-			return &lifecyclev1.OperationPlan{}, nil
+			return &OperationPlan{}, nil
 		},
 	}
 	c := dial(t, p)

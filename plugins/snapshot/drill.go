@@ -21,7 +21,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // DrillCommand is the restore drill.
@@ -39,40 +38,40 @@ const (
 	StepDrillCompare = "drill-compare"
 )
 
-func drillCommand() *lifecyclev1.Command {
-	return &lifecyclev1.Command{
+func drillCommand() *sdk.Command {
+	return &sdk.Command{
 		Name: DrillCommand,
 		Summary: "Prove a snapshot restores: fetch it (off-site when configured), decrypt, restore it with etcdutl into a " +
 			"throwaway etcd on loopback and compare its /registry counts with the live API (never touches the cluster)",
-		Args: []*lifecyclev1.Arg{
+		Args: []*sdk.Arg{
 			{Name: "cluster", Description: "cluster whose snapshot to drill (default: the channel's cluster)"},
 			{Name: "snapshot", Description: "snapshot id or file name (default: the newest)"},
 			{Name: "tolerance", Flag: true, DefaultValue: strconv.Itoa(DefaultTolerance), Description: "allowed difference per resource, in percent of the live count"},
 		},
 		// WRITE: it reads a backup of every Secret and writes (then deletes)
 		// files, so it is an operator command; the cluster is only read.
-		Effect:        lifecyclev1.Effect_EFFECT_WRITE,
+		Effect:        sdk.EffectWrite,
 		ReadsSnapshot: true,
-		Drill:         lifecyclev1.Drill_DRILL_ETCD_RESTORE,
+		Drill:         sdk.DrillEtcdRestore,
 		Example:       "/talos restore-drill staging",
 	}
 }
 
-func drillSteps() []*lifecyclev1.Step {
-	var out []*lifecyclev1.Step
+func drillSteps() []*sdk.Step {
+	var out []*sdk.Step
 	for _, s := range [][2]string{
 		{StepDrillFetch, "fetch the snapshot and check its sha256"},
 		{StepDrillDecrypt, "decrypt it and check etcd's trailer"},
 		{StepDrillRestore, "restore with etcdutl and start a throwaway etcd on loopback"},
 		{StepDrillCompare, "compare /registry counts with the live API"},
 	} {
-		out = append(out, &lifecyclev1.Step{Id: s[0], Title: s[1], Kind: "drill"})
+		out = append(out, &sdk.Step{ID: s[0], Title: s[1], Kind: "drill"})
 	}
 	return out
 }
 
-func tolerance(req *lifecyclev1.OperationRequest) (float64, error) {
-	v := req.GetArgs()["tolerance"]
+func tolerance(req *sdk.OperationRequest) (float64, error) {
+	v := req.Args["tolerance"]
 	if v == "" {
 		return DefaultTolerance, nil
 	}
@@ -83,13 +82,13 @@ func tolerance(req *lifecyclev1.OperationRequest) (float64, error) {
 	return f, nil
 }
 
-func (p *Plugin) planDrill(req *lifecyclev1.OperationRequest, inv cluster.Inventory) (*lifecyclev1.OperationPlan, error) {
+func (p *Plugin) planDrill(req *sdk.OperationRequest, inv cluster.Inventory) (*sdk.OperationPlan, error) {
 	tol, err := tolerance(req)
 	if err != nil {
-		return &lifecyclev1.OperationPlan{Refusal: &lifecyclev1.Refusal{Reason: err.Error(), Fix: "for example --tolerance 5"}}, nil
+		return &sdk.OperationPlan{Refusal: &sdk.Refusal{Reason: err.Error(), Fix: "for example --tolerance 5"}}, nil
 	}
-	if len(req.GetCredentials().GetKubeconfig()) == 0 {
-		return &lifecyclev1.OperationPlan{Refusal: &lifecyclev1.Refusal{Rule: "R12",
+	if len(req.Credentials.Kubeconfig) == 0 {
+		return &sdk.OperationPlan{Refusal: &sdk.Refusal{Rule: "R12",
 			Reason: "the drill compares the restored etcd with the live Kubernetes API, and this cluster has no kubeconfig",
 			Fix:    "set credentials.kubeconfig (or the Terraform kubeconfig output) for " + inv.Name}}, nil
 	}
@@ -98,24 +97,24 @@ func (p *Plugin) planDrill(req *lifecyclev1.OperationRequest, inv cluster.Invent
 	if opts.Offsite != nil {
 		src = "off-site copies in s3://" + opts.Offsite.Bucket + "/" + opts.Offsite.Prefix + inv.Name
 	}
-	which := req.GetArgs()["snapshot"]
+	which := req.Args["snapshot"]
 	if which == "" {
 		which = "the newest snapshot"
 	}
-	return &lifecyclev1.OperationPlan{
+	return &sdk.OperationPlan{
 		Summary: fmt.Sprintf("restore drill of %s from %s, tolerance %g%% (never touches the cluster)", which, src, tol),
 		Target:  inv.Name, Steps: drillSteps(),
-		CanonicalInputs: sdk.NewCanonical(req).Str("snapshot", req.GetArgs()["snapshot"]).Str("tolerance", strconv.FormatFloat(tol, 'g', -1, 64)).
+		CanonicalInputs: sdk.NewCanonical(req).Str("snapshot", req.Args["snapshot"]).Str("tolerance", strconv.FormatFloat(tol, 'g', -1, 64)).
 			Str("source", fmt.Sprint(src)).Bytes(),
 	}, nil
 }
 
 // runDrill never talks to the cluster's Talos API or etcd: it reads the
 // snapshot from storage and only lists objects from the Kubernetes API.
-func (p *Plugin) runDrill(ctx context.Context, req *lifecyclev1.OperationRequest, inv cluster.Inventory, r sdk.Reporter) error {
+func (p *Plugin) runDrill(ctx context.Context, req *sdk.OperationRequest, inv cluster.Inventory, r sdk.Reporter) error {
 	fail := func(step string, err error) error {
 		_ = r.StepFailed(step, err.Error())
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "restore drill of " + inv.Name + " failed", Error: err.Error()})
+		return r.Result(&sdk.Result{OK: false, Summary: "restore drill of " + inv.Name + " failed", Error: err.Error()})
 	}
 	tol, err := tolerance(req)
 	if err != nil {
@@ -138,7 +137,7 @@ func (p *Plugin) runDrill(ctx context.Context, req *lifecyclev1.OperationRequest
 	defer os.RemoveAll(work)
 
 	// 1. Fetch.
-	chosen, local, source, err := p.fetch(ctx, opts, inv.Name, req.GetArgs()["snapshot"], work)
+	chosen, local, source, err := p.fetch(ctx, opts, inv.Name, req.Args["snapshot"], work)
 	if err != nil {
 		return fail(StepDrillFetch, err)
 	}
@@ -151,7 +150,7 @@ func (p *Plugin) runDrill(ctx context.Context, req *lifecyclev1.OperationRequest
 	// 2. Decrypt (and, either way, check etcd's trailer in one pass).
 	plain := local
 	if strings.HasSuffix(local, seal.Ext) {
-		key := req.GetCredentials().GetAgeIdentity()
+		key := req.Credentials.AgeIdentity
 		if len(key) == 0 {
 			return fail(StepDrillDecrypt, errors.New("the snapshot is encrypted and no age identity was given: set snapshots.encryption.identity (file: or env:)"))
 		}
@@ -199,7 +198,7 @@ func (p *Plugin) runDrill(ctx context.Context, req *lifecyclev1.OperationRequest
 	// 4. Compare with the live API.
 	res := drill.Resources()
 	snapCounts, live := map[string]int64{}, map[string]int64{}
-	_, dyn, err := cluster.NewKubeClients(req.GetCredentials().GetKubeconfig())
+	_, dyn, err := cluster.NewKubeClients(req.Credentials.Kubeconfig)
 	if err != nil {
 		return fail(StepDrillCompare, err)
 	}
@@ -224,12 +223,12 @@ func (p *Plugin) runDrill(ctx context.Context, req *lifecyclev1.OperationRequest
 	}
 	if cmpErr != nil {
 		_ = r.StepFailed(StepDrillCompare, cmpErr.Error())
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "restore drill of " + inv.Name + " failed: the restored data does not match the live cluster",
+		return r.Result(&sdk.Result{OK: false, Summary: "restore drill of " + inv.Name + " failed: the restored data does not match the live cluster",
 			Error: cmpErr.Error(), Lines: lines})
 	}
 	_ = r.StepOK(StepDrillCompare, fmt.Sprintf("%d resource kinds within %g%%", len(findings), tol))
 	lines = append(lines, "🗑️ throwaway etcd stopped and its data deleted")
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: "restore drill of " + inv.Name + " passed: " + chosen.ID + " restores", Lines: lines})
+	return r.Result(&sdk.Result{OK: true, Summary: "restore drill of " + inv.Name + " passed: " + chosen.ID + " restores", Lines: lines})
 }
 
 // fetch picks the snapshot (named, or the newest) and returns a local path

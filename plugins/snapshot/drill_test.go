@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/talosbot/talosbot/internal/testenv"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
@@ -72,14 +72,14 @@ func createWorkload(t *testing.T, kube *testenv.Kube, ns string) {
 	}
 }
 
-func drillRequest(c *sim.Cluster, kube *testenv.Kube, dir string, args map[string]string) *lifecyclev1.OperationRequest {
+func drillRequest(c *sim.Cluster, kube *testenv.Kube, dir string, args map[string]string) *sdk.OperationRequest {
 	req := request(c, dir, 0)
 	req.Command, req.Args = DrillCommand, args
 	req.Credentials.Kubeconfig = kube.Kubeconfig
 	return req
 }
 
-func runOK(t *testing.T, ctx context.Context, p *Plugin, req *lifecyclev1.OperationRequest) *lifecyclev1.Result {
+func runOK(t *testing.T, ctx context.Context, p *Plugin, req *sdk.OperationRequest) *sdk.Result {
 	t.Helper()
 	rec, err := sdktest.Run(ctx, p, req, nil)
 	if err != nil {
@@ -95,7 +95,7 @@ func TestRestoreDrill(t *testing.T) {
 	defer cancel()
 	dir := t.TempDir()
 	p := &Plugin{now: fixedClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
-	if res := runOK(t, ctx, p, request(c, dir, 0)); !res.GetOk() {
+	if res := runOK(t, ctx, p, request(c, dir, 0)); !res.OK {
 		t.Fatalf("snapshot: %v", res)
 	}
 	// A namespace created after the snapshot: churn the tolerance covers,
@@ -108,9 +108,9 @@ func TestRestoreDrill(t *testing.T) {
 		if after := c.Calls("cp-1", "EtcdSnapshot") + c.Calls("cp-1", "EtcdStatus"); after != before {
 			t.Fatalf("the drill called the cluster's etcd API (%d calls before, %d after)", before, after)
 		}
-		text := strings.Join(res.GetLines(), "\n")
-		if !res.GetOk() {
-			t.Fatalf("drill failed: %s\n%s", res.GetError(), text)
+		text := strings.Join(res.Lines, "\n")
+		if !res.OK {
+			t.Fatalf("drill failed: %s\n%s", res.Error, text)
 		}
 		t.Logf("drill report:\n%s", text)
 		for _, want := range []string{"✅ namespaces: ", "✅ secrets: ", "✅ deployments: ", "revision ", "restored in ", "old"} {
@@ -125,8 +125,8 @@ func TestRestoreDrill(t *testing.T) {
 	})
 	t.Run("zero tolerance names the missing namespace", func(t *testing.T) {
 		res := runOK(t, ctx, p, drillRequest(c, kube, dir, map[string]string{"tolerance": "0"}))
-		if res.GetOk() || !strings.Contains(res.GetError(), "namespaces: ") || !strings.Contains(res.GetError(), "1 missing (tolerance 0)") {
-			t.Fatalf("want a failure naming namespaces, got ok=%v %q\n%v", res.GetOk(), res.GetError(), res.GetLines())
+		if res.OK || !strings.Contains(res.Error, "namespaces: ") || !strings.Contains(res.Error, "1 missing (tolerance 0)") {
+			t.Fatalf("want a failure naming namespaces, got ok=%v %q\n%v", res.OK, res.Error, res.Lines)
 		}
 	})
 	t.Run("truncated snapshot fails clearly", func(t *testing.T) {
@@ -141,15 +141,15 @@ func TestRestoreDrill(t *testing.T) {
 		}
 		defer os.Remove(trunc)
 		res := runOK(t, ctx, p, drillRequest(c, kube, dir, nil))
-		if res.GetOk() || !strings.Contains(res.GetError(), "does not restore") && !strings.Contains(res.GetError(), "etcd cannot read the snapshot") {
-			t.Fatalf("truncated snapshot: ok=%v %q", res.GetOk(), res.GetError())
+		if res.OK || !strings.Contains(res.Error, "does not restore") && !strings.Contains(res.Error, "etcd cannot read the snapshot") {
+			t.Fatalf("truncated snapshot: ok=%v %q", res.OK, res.Error)
 		}
 	})
 	t.Run("refuses without kubeconfig", func(t *testing.T) {
 		req := drillRequest(c, kube, dir, nil)
 		req.Credentials.Kubeconfig = nil
 		plan, err := p.Plan(ctx, req)
-		if err != nil || plan.GetRefusal() == nil || !strings.Contains(plan.GetRefusal().GetFix(), "kubeconfig") {
+		if err != nil || plan.Refusal == nil || !strings.Contains(plan.Refusal.Fix, "kubeconfig") {
 			t.Fatalf("plan = %v, %v", plan, err)
 		}
 	})
@@ -169,13 +169,13 @@ func TestRestoreDrillHealthyCluster(t *testing.T) {
 	}
 	dir := t.TempDir()
 	p := &Plugin{now: fixedClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
-	if res := runOK(t, ctx, p, request(c, dir, 0)); !res.GetOk() {
+	if res := runOK(t, ctx, p, request(c, dir, 0)); !res.OK {
 		t.Fatalf("snapshot: %v", res)
 	}
 	res := runOK(t, ctx, p, drillRequest(c, kube, dir, map[string]string{"tolerance": "0"}))
-	text := strings.Join(res.GetLines(), "\n")
-	if !res.GetOk() {
-		t.Fatalf("drill of a healthy cluster failed: %s\n%s", res.GetError(), text)
+	text := strings.Join(res.Lines, "\n")
+	if !res.OK {
+		t.Fatalf("drill of a healthy cluster failed: %s\n%s", res.Error, text)
 	}
 	if !strings.Contains(text, "✅ deployments: 1 in the snapshot, 1 live") {
 		t.Fatalf("report lacks the CoreDNS Deployment:\n%s", text)
@@ -199,7 +199,7 @@ func TestRestoreDrillOffsiteEncrypted(t *testing.T) {
 	req := request(c, dir, 0)
 	withOffsite(req, endpoint, 5)
 	req.Settings.Backups.AgeRecipients = []string{id.Recipient().String()}
-	if res := runOK(t, ctx, p, req); !res.GetOk() {
+	if res := runOK(t, ctx, p, req); !res.OK {
 		t.Fatalf("snapshot: %v", res)
 	}
 	// Remove the local copy: the drill must use the off-site one.
@@ -207,7 +207,7 @@ func TestRestoreDrillOffsiteEncrypted(t *testing.T) {
 	for _, f := range local {
 		_ = os.Remove(f)
 	}
-	drillReq := func(identity []byte) *lifecyclev1.OperationRequest {
+	drillReq := func(identity []byte) *sdk.OperationRequest {
 		r := drillRequest(c, kube, dir, nil)
 		withOffsite(r, endpoint, 5)
 		r.Credentials.AgeIdentity = identity
@@ -215,21 +215,21 @@ func TestRestoreDrillOffsiteEncrypted(t *testing.T) {
 	}
 	t.Run("passes from off-site", func(t *testing.T) {
 		res := runOK(t, ctx, p, drillReq([]byte(id.String()+"\n")))
-		if !res.GetOk() || !strings.Contains(strings.Join(res.GetLines(), "\n"), "s3://snaps/tb/staging/") {
-			t.Fatalf("drill: %v %q %v", res.GetOk(), res.GetError(), res.GetLines())
+		if !res.OK || !strings.Contains(strings.Join(res.Lines, "\n"), "s3://snaps/tb/staging/") {
+			t.Fatalf("drill: %v %q %v", res.OK, res.Error, res.Lines)
 		}
 	})
 	t.Run("wrong identity fails clearly", func(t *testing.T) {
 		other, _ := age.GenerateX25519Identity()
 		res := runOK(t, ctx, p, drillReq([]byte(other.String())))
-		if res.GetOk() || !strings.Contains(res.GetError(), "encrypted to other age recipients") || strings.Contains(res.GetError(), other.String()) {
-			t.Fatalf("wrong identity: %v %q", res.GetOk(), res.GetError())
+		if res.OK || !strings.Contains(res.Error, "encrypted to other age recipients") || strings.Contains(res.Error, other.String()) {
+			t.Fatalf("wrong identity: %v %q", res.OK, res.Error)
 		}
 	})
 	t.Run("no identity fails clearly", func(t *testing.T) {
 		res := runOK(t, ctx, p, drillReq(nil))
-		if res.GetOk() || !strings.Contains(res.GetError(), "snapshots.encryption.identity") {
-			t.Fatalf("no identity: %v %q", res.GetOk(), res.GetError())
+		if res.OK || !strings.Contains(res.Error, "snapshots.encryption.identity") {
+			t.Fatalf("no identity: %v %q", res.OK, res.Error)
 		}
 	})
 }

@@ -16,18 +16,17 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // ListCommand lists a cluster's snapshots.
 const ListCommand = "snapshots"
 
-func listCommand() *lifecyclev1.Command {
-	return &lifecyclev1.Command{
+func listCommand() *sdk.Command {
+	return &sdk.Command{
 		Name:    ListCommand,
 		Summary: "List the local and off-site snapshots: age, size, encryption, the records that keep them, and the last restore drill",
-		Args:    []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster (default: the channel's cluster)"}},
-		Effect:  lifecyclev1.Effect_EFFECT_READ_ONLY,
+		Args:    []*sdk.Arg{{Name: "cluster", Description: "cluster (default: the channel's cluster)"}},
+		Effect:  sdk.EffectReadOnly,
 		// It reads the off-site listing: the host sends the bucket's
 		// credentials (never the age identity to a read-only command).
 		ReadsSnapshot: true,
@@ -35,16 +34,16 @@ func listCommand() *lifecyclev1.Command {
 	}
 }
 
-func planList(inv cluster.Inventory) *lifecyclev1.OperationPlan {
-	return &lifecyclev1.OperationPlan{Summary: "list the snapshots of " + inv.Name + " (read-only)", Target: inv.Name,
-		Steps:           []*lifecyclev1.Step{{Id: "list", Title: "list local and off-site snapshots", Kind: "note"}},
+func planList(inv cluster.Inventory) *sdk.OperationPlan {
+	return &sdk.OperationPlan{Summary: "list the snapshots of " + inv.Name + " (read-only)", Target: inv.Name,
+		Steps:           []*sdk.Step{{ID: "list", Title: "list local and off-site snapshots", Kind: "note"}},
 		CanonicalInputs: sdk.CanonicalFor(ListCommand, inv.Name).Bytes()}
 }
 
-func (p *Plugin) runList(ctx context.Context, req *lifecyclev1.OperationRequest, inv cluster.Inventory, r sdk.Reporter) error {
+func (p *Plugin) runList(ctx context.Context, req *sdk.OperationRequest, inv cluster.Inventory, r sdk.Reporter) error {
 	opts := etcd.SnapshotOptionsFor(req)
 	now := p.clock()()
-	by := req.GetSettings().GetBackups().GetProtectedBy()
+	by := req.Settings.Backups.GetProtectedBy()
 	keep := func(id string) string {
 		if op := by[id]; op != "" {
 			return " · 🔒 kept by record " + op
@@ -88,13 +87,13 @@ func (p *Plugin) runList(ctx context.Context, req *lifecyclev1.OperationRequest,
 			lines = append(lines, fmt.Sprintf("  %s · %s old · %s · %s%s", o.ID, ageOf(now, o.At), humanSize(o.Size), enc(o.Encrypted), keep(o.ID)))
 		}
 	}
-	if d := req.GetSettings().GetBackups().GetLastDrill(); d != "" {
+	if d := req.Settings.Backups.GetLastDrill(); d != "" {
 		lines = append(lines, "🧪 last restore drill: "+d)
 	} else {
 		lines = append(lines, "🧪 last restore drill: none; run /talos restore-drill "+inv.Name)
 	}
 	_ = r.StepOK("list", fmt.Sprintf("%d local", len(items)))
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: "snapshots of " + inv.Name, Lines: lines})
+	return r.Result(&sdk.Result{OK: true, Summary: "snapshots of " + inv.Name, Lines: lines})
 }
 
 func ageOf(now, at time.Time) string {

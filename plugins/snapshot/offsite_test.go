@@ -10,7 +10,7 @@ import (
 
 	"github.com/talosbot/talosbot/internal/offsite"
 	"github.com/talosbot/talosbot/internal/offsite/s3test"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
 
@@ -21,14 +21,14 @@ func startS3(t *testing.T) string {
 	return endpoint
 }
 
-func withOffsite(req *lifecyclev1.OperationRequest, endpoint string, keep int32, protected ...string) {
-	req.Settings.Backups = &lifecyclev1.Backups{
-		Local:              &lifecyclev1.Retention{Keep: 1},
-		OffsiteRetention:   &lifecyclev1.Retention{Keep: keep},
-		Offsite:            &lifecyclev1.Offsite{Endpoint: endpoint, Bucket: "snaps", Prefix: "tb/", Region: "us-east-1", Insecure: true},
+func withOffsite(req *sdk.OperationRequest, endpoint string, keep int32, protected ...string) {
+	req.Settings.Backups = &sdk.Backups{
+		Local:              &sdk.Retention{Keep: 1},
+		OffsiteRetention:   &sdk.Retention{Keep: keep},
+		Offsite:            &sdk.Offsite{Endpoint: endpoint, Bucket: "snaps", Prefix: "tb/", Region: "us-east-1", Insecure: true},
 		ProtectedSnapshots: protected,
 	}
-	req.Credentials.OffsiteAccessKeyId, req.Credentials.OffsiteSecretAccessKey = []byte("key"), []byte("secret")
+	req.Credentials.OffsiteAccessKeyID, req.Credentials.OffsiteSecretAccessKey = []byte("key"), []byte("secret")
 }
 
 func TestOffsiteCopyAndRetention(t *testing.T) {
@@ -47,15 +47,15 @@ func TestOffsiteCopyAndRetention(t *testing.T) {
 			withOffsite(req, endpoint, 1, named)
 		}
 		rec, err := sdktest.Run(ctx, p, req, nil)
-		if err != nil || !rec.FinalResult().GetOk() {
+		if err != nil || !rec.FinalResult().OK {
 			t.Fatalf("run %d: %v %v", i, err, rec.FinalResult())
 		}
 		if i == 0 {
-			named = rec.Artifacts()[0].GetId()
+			named = rec.Artifacts()[0].ID
 		}
-		newest = rec.Artifacts()[0].GetId()
-		if !strings.Contains(strings.Join(rec.FinalResult().GetLines(), "\n"), "☁️ off-site: s3://snaps/tb/staging/") {
-			t.Fatalf("run %d: no off-site line in %v", i, rec.FinalResult().GetLines())
+		newest = rec.Artifacts()[0].ID
+		if !strings.Contains(strings.Join(rec.FinalResult().Lines, "\n"), "☁️ off-site: s3://snaps/tb/staging/") {
+			t.Fatalf("run %d: no off-site line in %v", i, rec.FinalResult().Lines)
 		}
 	}
 	st, err := offsite.New(offsite.Config{Endpoint: endpoint, Bucket: "snaps", Prefix: "tb/", Region: "us-east-1", Insecure: true, AccessKeyID: "k", SecretAccessKey: "s"})
@@ -86,20 +86,20 @@ func TestFailedUploadFailsAndKeepsLocalCopy(t *testing.T) {
 	withOffsite(req, "127.0.0.1:1", 1) // nothing listens there
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "off-site copy failed, so the snapshot is not off-cluster (R12)") ||
-		!strings.Contains(res.GetError(), "run the command again") {
+	if res.OK || !strings.Contains(res.Error, "off-site copy failed, so the snapshot is not off-cluster (R12)") ||
+		!strings.Contains(res.Error, "run the command again") {
 		t.Fatalf("want a failed result that names R12 and the next step, got %v", res)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "staging", "*.db"))
-	if len(files) != 1 || !strings.Contains(res.GetError(), "kept at "+files[0]) {
-		t.Fatalf("local copy %v not kept or not named in %q", files, res.GetError())
+	if len(files) != 1 || !strings.Contains(res.Error, "kept at "+files[0]) {
+		t.Fatalf("local copy %v not kept or not named in %q", files, res.Error)
 	}
 	if _, err := os.Stat(files[0]); err != nil {
 		t.Fatal(err)
 	}
 	var failed bool
 	for _, s := range rec.Steps() {
-		if s.GetStepId() == "snapshot-offsite" && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_FAILED {
+		if s.StepID == "snapshot-offsite" && s.Status == sdk.StepFailed {
 			failed = true
 		}
 	}
@@ -118,20 +118,20 @@ func TestListShowsLocalOffsiteRecordsAndLastDrill(t *testing.T) {
 	req := request(c, dir, 0)
 	withOffsite(req, endpoint, 5)
 	rec, err := sdktest.Run(ctx, p, req, nil)
-	if err != nil || !rec.FinalResult().GetOk() {
+	if err != nil || !rec.FinalResult().OK {
 		t.Fatalf("snapshot: %v %v", err, rec.FinalResult())
 	}
-	id := rec.Artifacts()[0].GetId()
+	id := rec.Artifacts()[0].ID
 	list := request(c, dir, 0)
 	list.Command = ListCommand
 	withOffsite(list, endpoint, 5, id)
 	list.Settings.Backups.ProtectedBy = map[string]string{id: "op-upgrade-7"}
 	list.Settings.Backups.LastDrill = "op-drill-3 succeeded 2026-03-01T11:00:00Z"
 	rec, err = sdktest.Run(ctx, p, list, nil)
-	if err != nil || !rec.FinalResult().GetOk() {
+	if err != nil || !rec.FinalResult().OK {
 		t.Fatalf("list: %v %v", err, rec.FinalResult())
 	}
-	text := strings.Join(rec.FinalResult().GetLines(), "\n")
+	text := strings.Join(rec.FinalResult().Lines, "\n")
 	for _, want := range []string{"💾 local (", "☁️ off-site (s3://snaps/tb/staging/), 1,", id + " · ", "not encrypted · 🔒 kept by record op-upgrade-7",
 		"🧪 last restore drill: op-drill-3 succeeded"} {
 		if !strings.Contains(text, want) {
@@ -149,18 +149,18 @@ func TestNoOffsiteIsSkippedNotDone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rec, _ := sdktest.Run(ctx, New(), request(c, t.TempDir(), 0), nil)
-	if res := rec.FinalResult(); !res.GetOk() {
-		t.Fatalf("snapshot failed: %s %s", res.GetSummary(), res.GetError())
+	if res := rec.FinalResult(); !res.OK {
+		t.Fatalf("snapshot failed: %s %s", res.Summary, res.Error)
 	}
 	var seen bool
 	for _, s := range rec.Steps() {
-		if s.GetStepId() != "snapshot-offsite" || s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_RUNNING {
+		if s.StepID != "snapshot-offsite" || s.Status == sdk.StepRunning {
 			continue
 		}
 		seen = true
-		if s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_SKIPPED || !strings.HasPrefix(s.GetDetail(), "⚠️ ") ||
-			!strings.Contains(s.GetDetail(), "the only copy is on the bot's disk") {
-			t.Errorf("off-site step = %s %q, want SKIPPED with a ⚠️ detail", s.GetStatus(), s.GetDetail())
+		if s.Status != sdk.StepSkipped || !strings.HasPrefix(s.Detail, "⚠️ ") ||
+			!strings.Contains(s.Detail, "the only copy is on the bot's disk") {
+			t.Errorf("off-site step = %s %q, want SKIPPED with a ⚠️ detail", s.Status, s.Detail)
 		}
 	}
 	if !seen {

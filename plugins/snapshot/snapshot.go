@@ -14,7 +14,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Name is the plugin's catalogue name.
@@ -40,15 +39,15 @@ func (p *Plugin) clock() func() time.Time {
 func New() sdk.Plugin { return &Plugin{} }
 
 // Describe returns the manifest.
-func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: Name, Version: version.Version, Commands: []*sdk.Command{{
 		Name: Command,
 		Summary: "Take a verified etcd snapshot and store it off-cluster in snapshot_dir " +
 			"(does not disrupt the cluster, but writes the snapshot and applies retention: operators only)",
-		Args: []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster to snapshot (default: the channel's cluster)"}},
+		Args: []*sdk.Arg{{Name: "cluster", Description: "cluster to snapshot (default: the channel's cluster)"}},
 		// WRITE, not READ_ONLY: the cluster is only read, but the run writes
 		// a file and deletes old ones (retention), so viewers may not run it.
-		Effect: lifecyclev1.Effect_EFFECT_WRITE,
+		Effect: sdk.EffectWrite,
 		// It takes a snapshot: the host sends it the off-site credentials.
 		NeedsSnapshot: true,
 		Example:       "/talos snapshot production",
@@ -56,31 +55,31 @@ func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 }
 
 // Plan lists the steps; it does not contact the cluster.
-func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func (p *Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return nil, err
 	}
-	switch req.GetCommand() {
+	switch req.Command {
 	case DrillCommand:
 		return p.planDrill(req, inv)
 	case ListCommand:
 		return planList(inv), nil
 	}
-	opts := etcd.SnapshotOptionsFrom(req.GetSettings())
+	opts := etcd.SnapshotOptionsFrom(&req.Settings)
 	if err := cluster.CheckSnapshotDir(opts.Dir, "the snapshot"); err != nil {
 		return sdk.RefusalPlan(err)
 	}
-	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the snapshot", cluster.SnapshotMethods); err != nil {
+	if err := cluster.CheckRole(req.Credentials.Talosconfig, "the snapshot", cluster.SnapshotMethods); err != nil {
 		return sdk.RefusalPlan(err)
 	}
-	plan := &lifecyclev1.OperationPlan{
+	plan := &sdk.OperationPlan{
 		Summary: fmt.Sprintf("etcd snapshot of %s into %s/%s, keep %s (read-only: no disruption)",
 			inv.Name, opts.Dir, inv.Name, opts.Retention),
 		Target: inv.Name,
 	}
 	for _, s := range etcd.SnapshotSteps() {
-		plan.Steps = append(plan.Steps, &lifecyclev1.Step{Id: s[0], Title: s[1], Kind: "snapshot"})
+		plan.Steps = append(plan.Steps, &sdk.Step{ID: s[0], Title: s[1], Kind: "snapshot"})
 	}
 	plan.CanonicalInputs = sdk.NewCanonical(req).Str("dir", opts.Dir).Str("retention", opts.Retention.String()).
 		List("controlplanes", cluster.EtcdTargets(inv)).Bytes()
@@ -88,18 +87,18 @@ func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*li
 }
 
 // Run takes the snapshot and reports it as an artifact.
-func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return err
 	}
-	switch req.GetCommand() {
+	switch req.Command {
 	case DrillCommand:
 		return p.runDrill(ctx, req, inv, r)
 	case ListCommand:
 		return p.runList(ctx, req, inv, r)
 	}
-	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
+	clients, err := cluster.Connect(ctx, inv, &req.Credentials)
 	if err != nil {
 		return err
 	}
@@ -116,7 +115,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 	snap, err := etcd.TakeSnapshot(ctx, clients, inv, opts)
 	if snap == nil {
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "etcd snapshot of " + inv.Name + " failed", Error: err.Error()})
+		return r.Result(&sdk.Result{OK: false, Summary: "etcd snapshot of " + inv.Name + " failed", Error: err.Error()})
 	}
 	if aerr := r.Artifact(snap.Artifact()); aerr != nil {
 		return aerr
@@ -140,7 +139,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 			lines = append(lines, "🗑️ off-site retention removed "+rm)
 		}
 	}
-	res := &lifecyclev1.Result{Ok: true, Summary: "etcd snapshot " + snap.ID + " stored and verified", Lines: lines}
+	res := &sdk.Result{OK: true, Summary: "etcd snapshot " + snap.ID + " stored and verified", Lines: lines}
 	if err != nil {
 		// The snapshot is good; only clean-up failed.
 		res.Lines = append(res.Lines, "⚠️ "+err.Error())

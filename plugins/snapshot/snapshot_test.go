@@ -21,7 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/talosbot/talosbot/internal/seal"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
@@ -38,14 +38,14 @@ func startSim(t *testing.T, cps int) *sim.Cluster {
 	return c
 }
 
-func request(c *sim.Cluster, dir string, keep int32) *lifecyclev1.OperationRequest {
-	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging"}
+func request(c *sim.Cluster, dir string, keep int32) *sdk.OperationRequest {
+	pc := &sdk.Cluster{Name: "staging", Environment: "staging"}
 	for _, n := range c.Nodes() {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role})
+		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role})
 	}
-	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: Command, Cluster: pc,
-		Credentials: &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()},
-		Settings:    &lifecyclev1.Settings{SnapshotDir: dir, SnapshotKeep: keep}}
+	return &sdk.OperationRequest{OperationID: "op-1", Command: Command, Cluster: *pc,
+		Credentials: sdk.Credentials{Talosconfig: c.Talosconfig()},
+		Settings:    sdk.Settings{SnapshotDir: dir, SnapshotKeep: keep}}
 }
 
 // fixedClock returns successive times one hour apart.
@@ -75,8 +75,8 @@ func TestSnapshotRestoresKeyWrittenBefore(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	res := rec.FinalResult()
-	if !res.GetOk() {
-		t.Fatalf("snapshot failed: %s %s", res.GetSummary(), res.GetError())
+	if !res.OK {
+		t.Fatalf("snapshot failed: %s %s", res.Summary, res.Error)
 	}
 	arts := rec.Artifacts()
 	if len(arts) != 1 {
@@ -84,16 +84,16 @@ func TestSnapshotRestoresKeyWrittenBefore(t *testing.T) {
 	}
 	a := arts[0]
 	// <cluster>/<UTC time to the millisecond>-<node>-<unique suffix>
-	if !regexp.MustCompile(`^staging/20260301T\d{6}\.\d{3}Z-cp-\d-[0-9a-f]{8}$`).MatchString(a.GetId()) || len(a.GetSha256()) != 64 {
+	if !regexp.MustCompile(`^staging/20260301T\d{6}\.\d{3}Z-cp-\d-[0-9a-f]{8}$`).MatchString(a.ID) || len(a.Sha256) != 64 {
 		t.Fatalf("artifact = %v", a)
 	}
 	wantDir := filepath.Join(dir, "staging")
-	if filepath.Dir(a.GetLocation()) != wantDir || !strings.HasSuffix(a.GetLocation(), ".db") {
-		t.Fatalf("location %s not a .db in %s", a.GetLocation(), wantDir)
+	if filepath.Dir(a.Location) != wantDir || !strings.HasSuffix(a.Location, ".db") {
+		t.Fatalf("location %s not a .db in %s", a.Location, wantDir)
 	}
-	fi, err := os.Stat(a.GetLocation())
-	if err != nil || fi.Size() != a.GetSize() || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("file %v (%v), artifact size %d", fi, err, a.GetSize())
+	fi, err := os.Stat(a.Location)
+	if err != nil || fi.Size() != a.Size || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("file %v (%v), artifact size %d", fi, err, a.Size)
 	}
 	if parts, _ := filepath.Glob(filepath.Join(wantDir, "*.part")); len(parts) > 0 {
 		t.Fatalf("part files left: %v", parts)
@@ -101,16 +101,16 @@ func TestSnapshotRestoresKeyWrittenBefore(t *testing.T) {
 	for _, s := range rec.Steps() {
 		// Without off-site storage the off-site step did not run: it is
 		// skipped, never OK (TestNoOffsiteIsSkippedNotDone).
-		want := lifecyclev1.StepStatus_STEP_STATUS_OK
-		if s.GetStepId() == "snapshot-offsite" {
-			want = lifecyclev1.StepStatus_STEP_STATUS_SKIPPED
+		want := sdk.StepOK
+		if s.StepID == "snapshot-offsite" {
+			want = sdk.StepSkipped
 		}
-		if s.GetStatus() != want {
-			t.Fatalf("step %s = %s (%s)", s.GetStepId(), s.GetStatus(), s.GetDetail())
+		if s.Status != want {
+			t.Fatalf("step %s = %s (%s)", s.StepID, s.Status, s.Detail)
 		}
 	}
 
-	if got := restoreAndGet(t, a.GetLocation(), "/talosbot/marker"); got != "before-snapshot" {
+	if got := restoreAndGet(t, a.Location, "/talosbot/marker"); got != "before-snapshot" {
 		t.Fatalf("restored value = %q, want before-snapshot", got)
 	}
 }
@@ -189,10 +189,10 @@ func TestSnapshotRetentionKeepsNewest(t *testing.T) {
 	var paths []string
 	for i := range 3 {
 		rec, err := sdktest.Run(ctx, p, request(c, dir, 2), nil)
-		if err != nil || !rec.FinalResult().GetOk() {
+		if err != nil || !rec.FinalResult().OK {
 			t.Fatalf("run %d: %v %v", i, err, rec.FinalResult())
 		}
-		paths = append(paths, rec.Artifacts()[0].GetLocation())
+		paths = append(paths, rec.Artifacts()[0].Location)
 	}
 	got, _ := filepath.Glob(filepath.Join(dir, "staging", "*"))
 	if len(got) != 2 || got[0] != paths[1] || got[1] != paths[2] {
@@ -212,8 +212,8 @@ func TestSnapshotRefusesWithoutFreeSpace(t *testing.T) {
 	p := &Plugin{freeSpace: func(string) (uint64, error) { return 1000, nil }}
 	rec, _ := sdktest.Run(ctx, p, request(c, dir, 0), nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "not enough free space") ||
-		!strings.Contains(res.GetError(), "available 1000 B") || !strings.Contains(res.GetError(), "need ") {
+	if res.OK || !strings.Contains(res.Error, "not enough free space") ||
+		!strings.Contains(res.Error, "available 1000 B") || !strings.Contains(res.Error, "need ") {
 		t.Fatalf("want a clear refusal naming needed and available space, got %v", res)
 	}
 	if c.Calls("cp-1", "EtcdSnapshot") != 0 {
@@ -231,7 +231,7 @@ func TestPlanRefusesWithoutSnapshotDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plan.GetRefusal().GetRule() != "R12" || !strings.Contains(plan.GetRefusal().GetFix(), "snapshot_dir") {
+	if plan.Refusal.Rule != "R12" || !strings.Contains(plan.Refusal.Fix, "snapshot_dir") {
 		t.Fatalf("want an R12 refusal naming snapshot_dir, got %v", plan)
 	}
 }
@@ -247,19 +247,19 @@ func TestRecordNamedSnapshotSurvivesManyRuns(t *testing.T) {
 	var named, newest string
 	for i := range 8 {
 		req := request(c, dir, 1)
-		req.Settings.Backups = &lifecyclev1.Backups{Local: &lifecyclev1.Retention{Keep: 1}}
+		req.Settings.Backups = &sdk.Backups{Local: &sdk.Retention{Keep: 1}}
 		if named != "" {
 			req.Settings.Backups.ProtectedSnapshots = []string{named}
 		}
 		rec, err := sdktest.Run(ctx, p, req, nil)
-		if err != nil || !rec.FinalResult().GetOk() {
+		if err != nil || !rec.FinalResult().OK {
 			t.Fatalf("run %d: %v %v", i, err, rec.FinalResult())
 		}
 		a := rec.Artifacts()[0]
 		if i == 0 {
-			named = a.GetId()
+			named = a.ID
 		}
-		newest = a.GetLocation()
+		newest = a.Location
 	}
 	got, _ := filepath.Glob(filepath.Join(dir, "staging", "*"))
 	want := []string{filepath.Join(dir, "staging", strings.TrimPrefix(named, "staging/")+".db"), newest}
@@ -288,15 +288,15 @@ func TestEncryptedSnapshotRestores(t *testing.T) {
 	}
 	dir := t.TempDir()
 	req := request(c, dir, 0)
-	req.Settings.Backups = &lifecyclev1.Backups{AgeRecipients: []string{id.Recipient().String()}}
+	req.Settings.Backups = &sdk.Backups{AgeRecipients: []string{id.Recipient().String()}}
 	rec, err := sdktest.Run(ctx, New(), req, nil)
-	if err != nil || !rec.FinalResult().GetOk() {
+	if err != nil || !rec.FinalResult().OK {
 		t.Fatalf("run: %v %v", err, rec.FinalResult())
 	}
 	a := rec.Artifacts()[0]
 	files, _ := filepath.Glob(filepath.Join(dir, "staging", "*"))
-	if len(files) != 1 || files[0] != a.GetLocation() || !strings.HasSuffix(files[0], ".db.age") {
-		t.Fatalf("files %v, want only the encrypted %s", files, a.GetLocation())
+	if len(files) != 1 || files[0] != a.Location || !strings.HasSuffix(files[0], ".db.age") {
+		t.Fatalf("files %v, want only the encrypted %s", files, a.Location)
 	}
 	stored, err := os.ReadFile(files[0])
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
 
@@ -55,22 +55,22 @@ func TestSnapshotsInOneSecondAreDistinct(t *testing.T) {
 	dir := t.TempDir()
 	at := time.Date(2026, 12, 2, 14, 30, 0, 0, time.UTC)
 	p := &Plugin{now: func() time.Time { return at }}
-	var arts []*lifecyclev1.Artifact
+	var arts []*sdk.Artifact
 	for i := range 2 {
 		// A write between the two, so their contents differ as in the issue.
 		if _, err := ec.Put(ctx, "/talosbot/run", fmt.Sprint(i)); err != nil {
 			t.Fatal(err)
 		}
 		rec, err := sdktest.Run(ctx, p, request(c, dir, 0), nil)
-		if err != nil || !rec.FinalResult().GetOk() {
+		if err != nil || !rec.FinalResult().OK {
 			t.Fatalf("run %d: %v %v", i, err, rec.FinalResult())
 		}
 		arts = append(arts, rec.Artifacts()[0])
 	}
-	if arts[0].GetId() == arts[1].GetId() || arts[0].GetLocation() == arts[1].GetLocation() {
+	if arts[0].ID == arts[1].ID || arts[0].Location == arts[1].Location {
 		t.Fatalf("two snapshots share a name: %v and %v", arts[0], arts[1])
 	}
-	if arts[0].GetSha256() == arts[1].GetSha256() {
+	if arts[0].Sha256 == arts[1].Sha256 {
 		t.Fatal("the two snapshots have the same contents; the test needs them to differ")
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "staging", "*.db"))
@@ -78,8 +78,8 @@ func TestSnapshotsInOneSecondAreDistinct(t *testing.T) {
 		t.Fatalf("files %v, want both snapshots", files)
 	}
 	for _, a := range arts {
-		if got := verifyFile(t, ctx, a.GetLocation()); got != a.GetSha256() {
-			t.Fatalf("%s holds sha256 %s, its record says %s", a.GetLocation(), got, a.GetSha256())
+		if got := verifyFile(t, ctx, a.Location); got != a.Sha256 {
+			t.Fatalf("%s holds sha256 %s, its record says %s", a.Location, got, a.Sha256)
 		}
 	}
 }
@@ -101,28 +101,28 @@ func TestParallelSnapshotsOfOneClusterQueue(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			req := request(c, dir, 0)
-			req.OperationId = fmt.Sprintf("op-%d", i)
+			req.OperationID = fmt.Sprintf("op-%d", i)
 			recs[i], errs[i] = sdktest.Run(ctx, p, req, nil)
 		})
 	}
 	wg.Wait()
 	ids := map[string]bool{}
 	for i, rec := range recs {
-		if errs[i] != nil || !rec.FinalResult().GetOk() {
+		if errs[i] != nil || !rec.FinalResult().OK {
 			t.Fatalf("run %d: %v %v", i, errs[i], rec.FinalResult())
 		}
 		a := rec.Artifacts()[0]
-		if ids[a.GetId()] {
-			t.Fatalf("id %s reported twice", a.GetId())
+		if ids[a.ID] {
+			t.Fatalf("id %s reported twice", a.ID)
 		}
-		ids[a.GetId()] = true
-		if got := verifyFile(t, ctx, a.GetLocation()); got != a.GetSha256() {
-			t.Fatalf("%s holds sha256 %s, run %d reported %s", a.GetLocation(), got, i, a.GetSha256())
+		ids[a.ID] = true
+		if got := verifyFile(t, ctx, a.Location); got != a.Sha256 {
+			t.Fatalf("%s holds sha256 %s, run %d reported %s", a.Location, got, i, a.Sha256)
 		}
 		// A queued run says whose snapshot it waited for.
 		for _, l := range rec.Logs() {
-			if strings.Contains(l.GetMessage(), "queued") && !strings.Contains(l.GetMessage(), "the snapshot of operation op-") {
-				t.Fatalf("run %d: queue message names no operation: %s", i, l.GetMessage())
+			if strings.Contains(l.Message, "queued") && !strings.Contains(l.Message, "the snapshot of operation op-") {
+				t.Fatalf("run %d: queue message names no operation: %s", i, l.Message)
 			}
 		}
 	}
@@ -143,28 +143,28 @@ func TestRetentionKeepsSnapshotOfConcurrentRun(t *testing.T) {
 	dir := t.TempDir()
 	clock := &settableClock{t: time.Date(2026, 12, 2, 14, 30, 0, 0, time.UTC)}
 	p := &Plugin{now: clock.now}
-	run := func(protected ...string) *lifecyclev1.Artifact {
+	run := func(protected ...string) *sdk.Artifact {
 		t.Helper()
 		req := request(c, dir, 0)
-		req.Settings.Backups = &lifecyclev1.Backups{Local: &lifecyclev1.Retention{Keep: 1}, ProtectedSnapshots: protected}
+		req.Settings.Backups = &sdk.Backups{Local: &sdk.Retention{Keep: 1}, ProtectedSnapshots: protected}
 		rec, err := sdktest.Run(ctx, p, req, nil)
-		if err != nil || !rec.FinalResult().GetOk() {
+		if err != nil || !rec.FinalResult().OK {
 			t.Fatalf("run: %v %v", err, rec.FinalResult())
 		}
 		return rec.Artifacts()[0]
 	}
-	exists := func(a *lifecyclev1.Artifact) bool { _, err := os.Stat(a.GetLocation()); return err == nil }
+	exists := func(a *sdk.Artifact) bool { _, err := os.Stat(a.Location); return err == nil }
 
 	upgrade := run() // the pre-upgrade snapshot; its record is not in the next request
 	clock.set(clock.now().Add(time.Minute))
 	plain := run() // its request was built before the upgrade's record named the snapshot
 	if !exists(upgrade) {
-		t.Fatalf("retention deleted %s, written by a concurrent run a minute earlier", upgrade.GetId())
+		t.Fatalf("retention deleted %s, written by a concurrent run a minute earlier", upgrade.ID)
 	}
 	// Later the host names it; the plain one is pruned once settled.
 	for range 3 {
 		clock.set(clock.now().Add(time.Hour))
-		run(upgrade.GetId())
+		run(upgrade.ID)
 	}
 	if !exists(upgrade) || exists(plain) {
 		t.Fatalf("after settling: record-named kept %v, unnamed kept %v; want true, false", exists(upgrade), exists(plain))

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
@@ -62,14 +62,14 @@ func BenchmarkRoll3Nodes(b *testing.B) {
 		rec, _ := sdktest.Run(ctxFor(b, 5*time.Minute), &Plugin{}, req, nil)
 		total += time.Since(t0)
 		b.StopTimer()
-		if res := rec.FinalResult(); !res.GetOk() {
+		if res := rec.FinalResult(); !res.OK {
 			b.Fatalf("roll failed: %v", res)
 		}
 		gates += gateTime(rec.Events())
 		bl.mu.Lock()
 		for _, p := range rec.Events() {
-			if s := p.GetStep(); s != nil && strings.HasSuffix(s.GetStepId(), "/upgrade") && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_RUNNING {
-				outages += bl.booted[s.GetNode()].Sub(time.Unix(0, p.GetUnixNano()))
+			if s := p.Step; s != nil && strings.HasSuffix(s.StepID, "/upgrade") && s.Status == sdk.StepRunning {
+				outages += bl.booted[s.Node].Sub(time.Unix(0, p.UnixNano))
 			}
 		}
 		bl.mu.Unlock()
@@ -88,14 +88,14 @@ func BenchmarkRoll3Nodes(b *testing.B) {
 
 // gateTime sums the spans of the gate steps: gate-before/* and gate-after/*
 // from the first start to the last end, and each node/*/gate.
-func gateTime(evs []*lifecyclev1.Progress) time.Duration {
+func gateTime(evs []*sdk.Event) time.Duration {
 	spans := map[string][2]int64{} // group → first start, last end
 	for _, p := range evs {
-		s := p.GetStep()
+		s := p.Step
 		if s == nil {
 			continue
 		}
-		id := s.GetStepId()
+		id := s.StepID
 		group := ""
 		switch {
 		case strings.HasPrefix(id, "gate-before/"), strings.HasPrefix(id, "gate-after/"):
@@ -106,11 +106,11 @@ func gateTime(evs []*lifecyclev1.Progress) time.Duration {
 			continue
 		}
 		sp := spans[group]
-		if sp[0] == 0 || p.GetUnixNano() < sp[0] {
-			sp[0] = p.GetUnixNano()
+		if sp[0] == 0 || p.UnixNano < sp[0] {
+			sp[0] = p.UnixNano
 		}
-		if p.GetUnixNano() > sp[1] {
-			sp[1] = p.GetUnixNano()
+		if p.UnixNano > sp[1] {
+			sp[1] = p.UnixNano
 		}
 		spans[group] = sp
 	}

@@ -100,16 +100,16 @@ func TestPDBBlockingTheDrainNeverReboots(t *testing.T) {
 
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() {
+	if res.OK {
 		t.Fatalf("the roll passed a blocked drain:\n%s", dump(rec.Steps()))
 	}
 	if n := e.c.Calls("worker-1", "/machine.MachineService/Reboot"); n != 0 {
 		t.Fatalf("worker-1 was rebooted %d time(s) with its drain blocked", n)
 	}
-	if !strings.Contains(res.GetError(), "PDB default/web") {
+	if !strings.Contains(res.Error, "PDB default/web") {
 		t.Fatalf("the result does not name the budget: %v", res)
 	}
-	all := strings.Join(append(res.GetLines(), res.GetSummary(), res.GetError()), "\n")
+	all := strings.Join(append(res.Lines, res.Summary, res.Error), "\n")
 	for _, want := range []string{target + " is the default boot entry but the node did not reboot", "uncordoned"} {
 		if !strings.Contains(all, want) {
 			t.Fatalf("the result does not say %q:\n%s", want, all)
@@ -124,8 +124,8 @@ func TestPDBBlockingTheDrainNeverReboots(t *testing.T) {
 			t.Fatalf("%s was touched after the failed drain: %v", n, e.c.CallCounts()[n])
 		}
 	}
-	for _, a := range res.GetSuggestedActions() {
-		if strings.HasPrefix(a.GetCommand(), "/talos rollback") {
+	for _, a := range res.SuggestedActions {
+		if strings.HasPrefix(a.Command, "/talos rollback") {
 			t.Fatalf("a rollback is offered for a node that did not reboot: %v", a)
 		}
 	}
@@ -147,7 +147,7 @@ func TestInstallerPullFailureOnTheLastNodeStopsBeforeAnyCordon(t *testing.T) {
 
 	rec, _ := sdktest.Run(ctx, &Plugin{}, e.request(t, target), nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "cp-1") {
+	if res.OK || !strings.Contains(res.Error, "cp-1") {
 		t.Fatalf("want a pull failure naming cp-1, got %v\n%s", res, dump(rec.Steps()))
 	}
 	if c := cordoned(); len(c) != 0 {
@@ -161,7 +161,7 @@ func TestInstallerPullFailureOnTheLastNodeStopsBeforeAnyCordon(t *testing.T) {
 	if e.c.Calls("worker-1", "/machine.ImageService/Pull") != 1 {
 		t.Fatalf("worker-1 did not pull first: %v", e.c.CallCounts()["worker-1"])
 	}
-	all := strings.Join(append(res.GetLines(), res.GetSummary()), "\n")
+	all := strings.Join(append(res.Lines, res.Summary), "\n")
 	if !strings.Contains(all, "no node was cordoned") {
 		t.Fatalf("the result does not say the nodes are untouched:\n%s", all)
 	}

@@ -7,38 +7,38 @@ import (
 	"testing"
 	"time"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
 
 // requireNoRollback: a rollback is offered only where it can work (the node
 // runs the new version and answers).
-func requireNoRollback(t *testing.T, res *lifecyclev1.Result) {
+func requireNoRollback(t *testing.T, res *sdk.Result) {
 	t.Helper()
-	for _, a := range res.GetSuggestedActions() {
-		if strings.HasPrefix(a.GetCommand(), "/talos rollback") {
-			t.Fatalf("a rollback is offered where it cannot work: %v", res.GetSuggestedActions())
+	for _, a := range res.SuggestedActions {
+		if strings.HasPrefix(a.Command, "/talos rollback") {
+			t.Fatalf("a rollback is offered where it cannot work: %v", res.SuggestedActions)
 		}
 	}
 }
 
 // requireState: the result says what state the node was left in.
-func requireState(t *testing.T, res *lifecyclev1.Result, want string) {
+func requireState(t *testing.T, res *sdk.Result, want string) {
 	t.Helper()
-	if !strings.Contains(res.GetSummary(), want) || !strings.Contains(strings.Join(res.GetLines(), "\n"), want) {
+	if !strings.Contains(res.Summary, want) || !strings.Contains(strings.Join(res.Lines, "\n"), want) {
 		t.Fatalf("the result does not say %q: %v", want, res)
 	}
 }
 
-func requireRollbackOffered(t *testing.T, res *lifecyclev1.Result, node string) {
+func requireRollbackOffered(t *testing.T, res *sdk.Result, node string) {
 	t.Helper()
-	for _, a := range res.GetSuggestedActions() {
-		if a.GetLabel() == "Rollback node "+node && a.GetCommand() == "/talos rollback "+node+" staging" {
+	for _, a := range res.SuggestedActions {
+		if a.Label == "Rollback node "+node && a.Command == "/talos rollback "+node+" staging" {
 			return
 		}
 	}
-	t.Fatalf("no Rollback button for %s in %v", node, res.GetSuggestedActions())
+	t.Fatalf("no Rollback button for %s in %v", node, res.SuggestedActions)
 }
 
 // TestQuorumFailureMidRollStops: etcd loses its leader right after the first
@@ -55,10 +55,10 @@ func TestQuorumFailureMidRollStops(t *testing.T) {
 
 	var once sync.Once
 	var first string
-	rec := runWatched(ctx, &Plugin{}, req, func(ev *lifecyclev1.StepEvent) {
-		if strings.HasPrefix(ev.GetNode(), "cp-") && strings.HasSuffix(ev.GetStepId(), "/upgrade") && ev.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_OK {
+	rec := runWatched(ctx, &Plugin{}, req, func(ev *sdk.StepEvent) {
+		if strings.HasPrefix(ev.Node, "cp-") && strings.HasSuffix(ev.StepID, "/upgrade") && ev.Status == sdk.StepOK {
 			once.Do(func() {
-				first = ev.GetNode()
+				first = ev.Node
 				if err := e.c.Inject(ctx, leader, sim.Fault{NoEtcdLeader: true}); err != nil {
 					t.Error(err)
 				}
@@ -69,12 +69,12 @@ func TestQuorumFailureMidRollStops(t *testing.T) {
 	if first == "" || first == leader {
 		t.Fatalf("first control plane upgraded = %q (leader %s); result %v", first, leader, res)
 	}
-	if res.GetOk() || !strings.Contains(res.GetError(), "R16") || !strings.Contains(res.GetSummary(), "no later node was touched") {
+	if res.OK || !strings.Contains(res.Error, "R16") || !strings.Contains(res.Summary, "no later node was touched") {
 		t.Fatalf("want an R16 stop, got %v", res)
 	}
 	var quorumFailed bool
 	for _, s := range rec.Steps() {
-		quorumFailed = quorumFailed || (s.GetStepId() == "node/"+first+"/quorum-after" && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_FAILED)
+		quorumFailed = quorumFailed || (s.StepID == "node/"+first+"/quorum-after" && s.Status == sdk.StepFailed)
 	}
 	if !quorumFailed {
 		t.Fatalf("quorum-after of %s not reported failed:\n%s", first, dump(rec.Steps()))
@@ -107,7 +107,7 @@ func TestBootFailureAutomaticRollback(t *testing.T) {
 	}
 	rec, _ := sdktest.Run(ctx, &Plugin{}, e.request(t, target), nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "worker-1 came back on "+from+": the new image did not boot, Talos fell back (booted entry Talos-"+from+".efi") {
+	if res.OK || !strings.Contains(res.Error, "worker-1 came back on "+from+": the new image did not boot, Talos fell back (booted entry Talos-"+from+".efi") {
 		t.Fatalf("want a failure naming the A/B fallback, got %v", res)
 	}
 	// Talos already fell back: nothing to roll back, the upgrade may be retried.
@@ -134,7 +134,7 @@ func TestNodeNeverReturnsTimesOut(t *testing.T) {
 	start := time.Now()
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "worker-1 did not come back within the node timeout 3s") {
+	if res.OK || !strings.Contains(res.Error, "worker-1 did not come back within the node timeout 3s") {
 		t.Fatalf("want a node timeout, got %v", res)
 	}
 	if d := time.Since(start); d > time.Minute {
@@ -163,7 +163,7 @@ func TestImagePullFailureLegacyStops(t *testing.T) {
 	req.Settings.NodeTimeoutMs = 60_000
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "upgrade worker-1") || !strings.Contains(res.GetError(), "error validating installer image") {
+	if res.OK || !strings.Contains(res.Error, "upgrade worker-1") || !strings.Contains(res.Error, "error validating installer image") {
 		t.Fatalf("want the Upgrade RPC's failure, got %v", res)
 	}
 	requireNoRollback(t, res)
@@ -184,12 +184,12 @@ func TestQuorumBeforeRefusesTwoMemberEtcd(t *testing.T) {
 	req := e.request(t, target)
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "R16") || !strings.Contains(res.GetError(), "1 of 2 members would remain") {
+	if res.OK || !strings.Contains(res.Error, "R16") || !strings.Contains(res.Error, "1 of 2 members would remain") {
 		t.Fatalf("want an R16 stop before the first control plane, got %v", res)
 	}
 	var quorumFailed bool
 	for _, s := range rec.Steps() {
-		quorumFailed = quorumFailed || (strings.HasSuffix(s.GetStepId(), "/quorum-before") && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_FAILED)
+		quorumFailed = quorumFailed || (strings.HasSuffix(s.StepID, "/quorum-before") && s.Status == sdk.StepFailed)
 	}
 	if !quorumFailed {
 		t.Fatalf("no quorum-before step failed:\n%s", dump(rec.Steps()))

@@ -10,7 +10,6 @@ import (
 	"github.com/talosbot/talosbot/internal/testenv"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
@@ -58,31 +57,31 @@ func start(t testing.TB, cps, workers int, withKube bool, mutate func(*sim.Optio
 }
 
 // request is what the host sends for `/talos upgrade talos <version> staging`.
-func (e *env) request(t testing.TB, version string) *lifecyclev1.OperationRequest {
+func (e *env) request(t testing.TB, version string) *sdk.OperationRequest {
 	t.Helper()
-	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging",
+	pc := &sdk.Cluster{Name: "staging", Environment: "staging",
 		Declared: map[string]string{talos.DeclaredSchematic: sim.DefaultSchematic, talos.DeclaredVersion: from}}
 	for _, n := range e.c.Nodes() {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host,
+		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host,
 			Platform: n.Platform, InstallerClass: n.InstallerClass})
 		if n.Role == sim.RoleControlPlane {
 			pc.Endpoints = append(pc.Endpoints, n.IP)
 		}
 	}
-	creds := &lifecyclev1.Credentials{Talosconfig: e.c.Talosconfig()}
+	creds := &sdk.Credentials{Talosconfig: e.c.Talosconfig()}
 	if e.kube != nil {
 		creds.Kubeconfig = e.kube.Kubeconfig
 	}
-	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: Command,
-		Args: map[string]string{"version": version, "cluster": "staging"}, Cluster: pc, Credentials: creds,
-		Settings: &lifecyclev1.Settings{SnapshotDir: t.TempDir(), NodeTimeoutMs: 20_000, GateTimeoutMs: 8_000,
+	return &sdk.OperationRequest{OperationID: "op-1", Command: Command,
+		Args: map[string]string{"version": version, "cluster": "staging"}, Cluster: *pc, Credentials: *creds,
+		Settings: sdk.Settings{SnapshotDir: t.TempDir(), NodeTimeoutMs: 20_000, GateTimeoutMs: 8_000,
 			KnownTalosReleases: []string{"v1.12.6", "v1.13.2", "v1.13.9"}}}
 }
 
-func (e *env) node(t testing.TB, req *lifecyclev1.OperationRequest, name string) *lifecyclev1.Node {
+func (e *env) node(t testing.TB, req *sdk.OperationRequest, name string) *sdk.Node {
 	t.Helper()
-	for _, n := range req.GetCluster().GetNodes() {
-		if n.GetName() == name {
+	for _, n := range req.Cluster.Nodes {
+		if n.Name == name {
 			return n
 		}
 	}
@@ -144,12 +143,12 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 type watcher struct {
 	*sdktest.Recorder
 	mu     sync.Mutex
-	onStep func(*lifecyclev1.StepEvent)
+	onStep func(*sdk.StepEvent)
 }
 
 var _ sdk.Reporter = (*watcher)(nil)
 
-func (w *watcher) Step(ev *lifecyclev1.StepEvent) error {
+func (w *watcher) Step(ev *sdk.StepEvent) error {
 	w.mu.Lock()
 	f := w.onStep
 	w.mu.Unlock()
@@ -160,51 +159,51 @@ func (w *watcher) Step(ev *lifecyclev1.StepEvent) error {
 	return err
 }
 
-func (w *watcher) status(id, detail string, st lifecyclev1.StepStatus) error {
-	return w.Step(&lifecyclev1.StepEvent{StepId: id, Status: st, Detail: detail})
+func (w *watcher) status(id, detail string, st sdk.StepStatus) error {
+	return w.Step(&sdk.StepEvent{StepID: id, Status: st, Detail: detail})
 }
 
 func (w *watcher) StepStarted(id, detail string) error {
-	return w.status(id, detail, lifecyclev1.StepStatus_STEP_STATUS_RUNNING)
+	return w.status(id, detail, sdk.StepRunning)
 }
 
 func (w *watcher) StepOK(id, detail string) error {
-	return w.status(id, detail, lifecyclev1.StepStatus_STEP_STATUS_OK)
+	return w.status(id, detail, sdk.StepOK)
 }
 
 func (w *watcher) StepFailed(id, detail string) error {
-	return w.status(id, detail, lifecyclev1.StepStatus_STEP_STATUS_FAILED)
+	return w.status(id, detail, sdk.StepFailed)
 }
 
 func (w *watcher) StepSkipped(id, detail string) error {
-	return w.status(id, detail, lifecyclev1.StepStatus_STEP_STATUS_SKIPPED)
+	return w.status(id, detail, sdk.StepSkipped)
 }
 
 // runWatched runs the plugin with a watcher.
-func runWatched(ctx context.Context, p sdk.Plugin, req *lifecyclev1.OperationRequest, onStep func(*lifecyclev1.StepEvent)) *sdktest.Recorder {
+func runWatched(ctx context.Context, p sdk.Plugin, req *sdk.OperationRequest, onStep func(*sdk.StepEvent)) *sdktest.Recorder {
 	w := &watcher{Recorder: sdktest.NewRecorder(nil), onStep: onStep}
 	err := p.Run(ctx, req, w)
 	_ = w.Finish(err)
 	return w.Recorder
 }
 
-func upgradeSteps(rec *sdktest.Recorder) []*lifecyclev1.StepEvent {
-	var out []*lifecyclev1.StepEvent
+func upgradeSteps(rec *sdktest.Recorder) []*sdk.StepEvent {
+	var out []*sdk.StepEvent
 	for _, s := range rec.Steps() {
-		if strings.HasSuffix(s.GetStepId(), "/upgrade") {
+		if strings.HasSuffix(s.StepID, "/upgrade") {
 			out = append(out, s)
 		}
 	}
 	return out
 }
 
-func requireRefusal(t testing.TB, plan *lifecyclev1.OperationPlan, rule, want string) {
+func requireRefusal(t testing.TB, plan *sdk.OperationPlan, rule, want string) {
 	t.Helper()
-	r := plan.GetRefusal()
-	if r == nil || r.GetRule() != rule || !strings.Contains(r.GetReason()+" "+r.GetFix(), want) {
+	r := plan.Refusal
+	if r == nil || r.Rule != rule || !strings.Contains(r.Reason+" "+r.Fix, want) {
 		t.Fatalf("want a %s refusal containing %q, got %v", rule, want, plan)
 	}
-	if r.GetFix() == "" {
+	if r.Fix == "" {
 		t.Fatalf("refusal without a fix: %v", r)
 	}
 }

@@ -23,15 +23,14 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // versionFix is the fix for a target that is not vMAJOR.MINOR.PATCH: a
 // minor alone ("v1.13") gets its newest known patch as "did you mean".
-func versionFix(req *lifecyclev1.OperationRequest) string {
-	typed := strings.TrimSpace(req.GetArgs()["version"])
+func versionFix(req *sdk.OperationRequest) string {
+	typed := strings.TrimSpace(req.Args["version"])
 	if minor, err := releases.Parse(typed + ".0"); err == nil {
-		known, _ := knownReleases(req.GetSettings())
+		known, _ := knownReleases(&req.Settings)
 		if lp, ok := releases.LatestPatch(known, minor); ok {
 			return fmt.Sprintf("did you mean %s, the newest known %s patch? /talos upgrade talos %s", lp.Tag(), minor.MinorTag(), lp.Tag())
 		}
@@ -82,22 +81,22 @@ func (p *path) planTarget() string {
 
 // compute reads the cluster and decides the path. It changes nothing. A
 // *sdk.Refusal means refuse.
-func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Session) (*path, error) {
+func compute(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session) (*path, error) {
 	inv := s.Inv
-	target, err := talos.ParseRelease(req.GetArgs()["version"])
+	target, err := talos.ParseRelease(req.Args["version"])
 	if err != nil {
 		return nil, &sdk.Refusal{Rule: "R10", Reason: err.Error(), Fix: versionFix(req)}
 	}
-	if err := allowedTarget(req.GetSettings(), target); err != nil {
+	if err := allowedTarget(&req.Settings, target); err != nil {
 		return nil, err
 	}
 	var warnings []string
 	// "1.13.9" is accepted as v1.13.9, and the plan says so, so that what
 	// is approved is spelled as it will run.
-	if typed := strings.TrimSpace(req.GetArgs()["version"]); typed != target.String() {
+	if typed := strings.TrimSpace(req.Args["version"]); typed != target.String() {
 		warnings = append(warnings, fmt.Sprintf("version %q read as %s", typed, target))
 	}
-	only, err := selection(inv, req.GetArgs()["nodes"])
+	only, err := selection(inv, req.Args["nodes"])
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +134,7 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 	if !oldest.IsZero() && target.Compare(talos.Release(oldest)) > 0 {
 		kube := runningKubernetes(ctx, s, ids)
 		p.kubeUnknown = kube.IsZero()
-		if stops, p.kubeSupport, err = pathCheck(oldest, stops[0], kube, req.GetSettings()); err != nil {
+		if stops, p.kubeSupport, err = pathCheck(oldest, stops[0], kube, &req.Settings); err != nil {
 			return nil, err
 		}
 	}
@@ -171,8 +170,12 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 			}
 		}
 	}
-	known, _ := knownReleases(req.GetSettings())
-	warn, re := talos.PatchCheck(target, known, req.GetSettings().GetRefuseNonLatestPatch())
+	known, _ := knownReleases(&req.Settings)
+	cfg, err := decodeConfig(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	warn, re := talos.PatchCheck(target, known, cfg.RefuseNonLatestPatch)
 	if re != nil {
 		return nil, re
 	}
@@ -182,7 +185,7 @@ func compute(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.
 	if len(inv.ControlPlanes()) == 1 {
 		p.warnings = append(p.warnings, "one control plane: the Kubernetes API and etcd are down while it reboots")
 	}
-	if len(req.GetCredentials().GetKubeconfig()) == 0 {
+	if len(req.Credentials.Kubeconfig) == 0 {
 		warn := "no kubeconfig: the gates cannot check Kubernetes"
 		if p.clientDrains() {
 			// A v1.13+ node is never rebooted undrained: the drain uses the kubeconfig
@@ -232,13 +235,13 @@ func versionsOf(states map[string]talos.NodeState) (map[string]talos.Release, er
 // from, image and mechanics) under the one digest the approval binds. The
 // control-plane order of a later hop is decided when it starts (the etcd
 // leader then goes last, R16): the leader of hop 1 is in the inputs.
-func (p *path) canonical(req *lifecyclev1.OperationRequest) []byte {
+func (p *path) canonical(req *sdk.OperationRequest) []byte {
 	if !p.multi() {
 		return p.hops[0].canonical(req)
 	}
-	st := req.GetSettings()
+	st := &req.Settings
 	c := sdk.NewCanonical(req).Str("target", p.target.String()).Str("path", p.spelled()).Str("leader", p.hops[0].leader).
-		Str("snapshot_dir", st.GetSnapshotDir()).Int("node_timeout_ms", st.GetNodeTimeoutMs()).Int("gate_timeout_ms", st.GetGateTimeoutMs())
+		Str("snapshot_dir", st.SnapshotDir).Int("node_timeout_ms", st.NodeTimeoutMs).Int("gate_timeout_ms", st.GateTimeoutMs)
 	for _, h := range p.hops {
 		hc := c.Sub("hop", h.hop).Str("to", h.target.String())
 		h.writeSteps(hc)
@@ -247,7 +250,7 @@ func (p *path) canonical(req *lifecyclev1.OperationRequest) []byte {
 }
 
 // operationPlan is the plan of the path.
-func (p *path) operationPlan(req *lifecyclev1.OperationRequest) *lifecyclev1.OperationPlan {
+func (p *path) operationPlan(req *sdk.OperationRequest) *sdk.OperationPlan {
 	first, last := p.hops[0], p.hops[len(p.hops)-1]
 	up := last.toUpgrade()
 	summary := fmt.Sprintf("Talos %s on %s: %d node(s) to upgrade one at a time (workers first, etcd leader %s last), %d already there",
@@ -258,15 +261,15 @@ func (p *path) operationPlan(req *lifecyclev1.OperationRequest) *lifecyclev1.Ope
 			p.target, first.inv.Name, len(p.hops), p.spelled())
 		detail = fmt.Sprintf("one adjacent minor at a time, the latest known patch of each: %s", p.spelled())
 	}
-	plan := &lifecyclev1.OperationPlan{Summary: summary, Target: p.planTarget(), Warnings: p.warnings, CanonicalInputs: p.canonical(req)}
-	var steps []*lifecyclev1.Step
+	plan := &sdk.OperationPlan{Summary: summary, Target: p.planTarget(), Warnings: p.warnings, CanonicalInputs: p.canonical(req)}
+	var steps []*sdk.Step
 	for _, h := range p.hops {
 		steps = append(steps, planSteps(h)...)
 	}
-	plan.Steps = planguard.WithStep(req.GetSettings(), steps)
-	plan.Preconditions = []*lifecyclev1.Precondition{
-		{Name: "upgrade path", Ok: true, Rule: "R10", Detail: detail},
-		{Name: "installer platform and schematic", Ok: true, Rule: "R14", Detail: "unchanged on every node"},
+	plan.Steps = planguard.WithStep(&req.Settings, steps)
+	plan.Preconditions = []*sdk.Precondition{
+		{Name: "upgrade path", OK: true, Rule: "R10", Detail: detail},
+		{Name: "installer platform and schematic", OK: true, Rule: "R14", Detail: "unchanged on every node"},
 	}
 	switch {
 	case p.kubeSupport != "" && p.kubeUnknown:
@@ -274,7 +277,7 @@ func (p *path) operationPlan(req *lifecyclev1.OperationRequest) *lifecyclev1.Ope
 		// card would show "✅ ok" beside "the version is unknown".
 		plan.Warnings = append(plan.Warnings, "Kubernetes support (R20) not checked: "+p.kubeSupport)
 	case p.kubeSupport != "":
-		plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "Kubernetes support", Ok: true, Rule: "R20", Detail: p.kubeSupport})
+		plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "Kubernetes support", OK: true, Rule: "R20", Detail: p.kubeSupport})
 	}
 	return plan
 }
@@ -293,7 +296,7 @@ func (r *roll) titlePrefix() string {
 // hop starts. Before the first hop, once for the whole path, the R5 plan
 // guard (with plan_before_upgrade): no upgrade on top of a migration.
 func (x *run) hops(ctx context.Context) error {
-	if ref := planguard.BeforeUpgrade(ctx, x.cluster, x.req.GetSettings(), x.r); ref != nil {
+	if ref := planguard.BeforeUpgrade(ctx, x.cluster, &x.req.Settings, x.r); ref != nil {
 		return x.fail("refused: the Terraform plan guard stopped the upgrade; no node was touched", ref)
 	}
 	for i, h := range x.path.hops {

@@ -10,7 +10,6 @@ import (
 	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/sim"
 )
 
@@ -24,7 +23,7 @@ var hopStops = []string{"v1.11.6", "v1.12.6", "v1.13.9"}
 // startHops runs a sim whose nodes start at v1.11.3 with Kubernetes 1.34
 // (supported by Talos v1.11, v1.12 and v1.13), and a request to v1.13.9
 // with release data that knows the latest patch of each minor.
-func startHops(t *testing.T, cps, workers int) (*env, *lifecyclev1.OperationRequest) {
+func startHops(t *testing.T, cps, workers int) (*env, *sdk.OperationRequest) {
 	t.Helper()
 	e := start(t, cps, workers, true, func(o *sim.Options) { o.TalosVersion, o.KubernetesVersion = hopFrom, "v1.34.5" })
 	req := e.request(t, target)
@@ -53,11 +52,11 @@ func TestMultiHopPlan(t *testing.T) {
 	e, req := startHops(t, 1, 1)
 	ctx := ctxFor(t, time.Minute)
 	plan, err := (&Plugin{}).Plan(ctx, req)
-	if err != nil || plan.GetRefusal() != nil {
-		t.Fatalf("plan: %v %v", err, plan.GetRefusal())
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("plan: %v %v", err, plan.Refusal)
 	}
-	if plan.GetTarget() != hopPath {
-		t.Fatalf("target %q, want the path %q", plan.GetTarget(), hopPath)
+	if plan.Target != hopPath {
+		t.Fatalf("target %q, want the path %q", plan.Target, hopPath)
 	}
 	for _, n := range e.names() {
 		if e.upgradeCalls(n) != 0 {
@@ -66,29 +65,29 @@ func TestMultiHopPlan(t *testing.T) {
 	}
 	prev := map[string]string{"worker-1": hopFrom, "cp-1": hopFrom}
 	var snapshots, gatesAfter, upgrades int
-	for _, s := range plan.GetSteps() {
-		stop := hopOf(s.GetId())
+	for _, s := range plan.Steps {
+		stop := hopOf(s.ID)
 		switch {
-		case strings.HasSuffix(s.GetId(), etcd.StepSnapshotSource):
+		case strings.HasSuffix(s.ID, etcd.StepSnapshotSource):
 			snapshots++
-		case strings.HasSuffix(s.GetId(), "gate-after/pdb"):
+		case strings.HasSuffix(s.ID, "gate-after/pdb"):
 			gatesAfter++
-		case s.GetKind() == "upgrade":
+		case s.Kind == "upgrade":
 			upgrades++
 			img := "factory.talos.dev/nocloud-installer/" + simSchematic + ":" + stop
-			if s.GetFromVersion() != prev[s.GetNode()] || s.GetToVersion() != stop || s.GetImage() != img {
-				t.Errorf("step %s: %s → %s with %s, want %s → %s with %s", s.GetId(), s.GetFromVersion(), s.GetToVersion(), s.GetImage(), prev[s.GetNode()], stop, img)
+			if s.FromVersion != prev[s.Node] || s.ToVersion != stop || s.Image != img {
+				t.Errorf("step %s: %s → %s with %s, want %s → %s with %s", s.ID, s.FromVersion, s.ToVersion, s.Image, prev[s.Node], stop, img)
 			}
-			prev[s.GetNode()] = stop
+			prev[s.Node] = stop
 		}
 	}
 	if snapshots != 3 || gatesAfter != 3 || upgrades != 6 {
 		t.Fatalf("%d snapshots, %d closing gates, %d node upgrades: want 3, 3 and 6 (one roll per hop)", snapshots, gatesAfter, upgrades)
 	}
-	if !slices.ContainsFunc(plan.GetSteps(), func(s *lifecyclev1.Step) bool { return s.GetId() == "v1.12.6/node/cp-1/upgrade" }) {
+	if !slices.ContainsFunc(plan.Steps, func(s *sdk.Step) bool { return s.ID == "v1.12.6/node/cp-1/upgrade" }) {
 		t.Fatal("no hop-prefixed step id v1.12.6/node/cp-1/upgrade")
 	}
-	in := string(plan.GetCanonicalInputs())
+	in := string(plan.CanonicalInputs)
 	for _, want := range []string{`hop[1].to="v1.11.6"`, `hop[2].to="v1.12.6"`, `hop[3].to="v1.13.9"`, ":v1.12.6"} {
 		if !strings.Contains(in, want) {
 			t.Errorf("canonical inputs lack %s:\n%s", want, in)
@@ -97,11 +96,11 @@ func TestMultiHopPlan(t *testing.T) {
 	// Release data with a newer v1.12 patch is another path: another digest.
 	req.Settings.Extra[releases.NoteTargets] += ",v1.12.7"
 	other, err := (&Plugin{}).Plan(ctx, req)
-	if err != nil || other.GetRefusal() != nil {
-		t.Fatalf("plan: %v %v", err, other.GetRefusal())
+	if err != nil || other.Refusal != nil {
+		t.Fatalf("plan: %v %v", err, other.Refusal)
 	}
-	if other.GetTarget() != "v1.11.6 → v1.12.7 → v1.13.9" || string(other.GetCanonicalInputs()) == in {
-		t.Fatalf("a different path kept target %q or the inputs", other.GetTarget())
+	if other.Target != "v1.11.6 → v1.12.7 → v1.13.9" || string(other.CanonicalInputs) == in {
+		t.Fatalf("a different path kept target %q or the inputs", other.Target)
 	}
 }
 
@@ -132,8 +131,8 @@ func TestMultiHopRun(t *testing.T) {
 	p := &Plugin{}
 	rec := runWatched(ctx, p, req, nil)
 	res := rec.FinalResult()
-	if !res.GetOk() {
-		t.Fatalf("run failed: %s: %s\n%s", res.GetSummary(), res.GetError(), dump(rec.Steps()))
+	if !res.OK {
+		t.Fatalf("run failed: %s: %s\n%s", res.Summary, res.Error, dump(rec.Steps()))
 	}
 	for _, n := range e.names() {
 		if got := e.upgradeCalls(n); got != 3 {
@@ -147,30 +146,30 @@ func TestMultiHopRun(t *testing.T) {
 	if len(rec.Artifacts()) != 3 {
 		t.Errorf("%d snapshot artifacts, want one per hop", len(rec.Artifacts()))
 	}
-	if res.GetDeclared()["talos_version"] != target || !strings.Contains(res.GetSummary(), "after 3 hops") {
-		t.Errorf("result %q declares %v", res.GetSummary(), res.GetDeclared())
+	if res.Declared["talos_version"] != target || !strings.Contains(res.Summary, "after 3 hops") {
+		t.Errorf("result %q declares %v", res.Summary, res.Declared)
 	}
 }
 
 // checkHopOrder: per hop, in order, the snapshot, the opening gate, every
 // node upgrade to the hop's version and the closing gate; no step of a hop
 // before the previous hop's closing gate passed.
-func checkHopOrder(t *testing.T, steps []*lifecyclev1.StepEvent, stops []string) {
+func checkHopOrder(t *testing.T, steps []*sdk.StepEvent, stops []string) {
 	t.Helper()
 	var seq []string
 	for _, s := range steps {
-		if s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_OK {
+		if s.Status != sdk.StepOK {
 			continue
 		}
-		id := s.GetStepId()
+		id := s.StepID
 		switch {
 		case strings.HasSuffix(id, etcd.StepSnapshotSource):
 			seq = append(seq, hopOf(id)+" snapshot")
 		case strings.HasSuffix(id, "gate-before/pdb"):
 			seq = append(seq, hopOf(id)+" gate-before")
 		case strings.HasSuffix(id, "/upgrade"):
-			if s.GetToVersion() != hopOf(id) {
-				t.Errorf("%s goes to %s", id, s.GetToVersion())
+			if s.ToVersion != hopOf(id) {
+				t.Errorf("%s goes to %s", id, s.ToVersion)
 			}
 			if n := len(seq); n == 0 || seq[n-1] != hopOf(id)+" nodes" {
 				seq = append(seq, hopOf(id)+" nodes")
@@ -198,17 +197,17 @@ func TestMultiHopResume(t *testing.T) {
 	p := &Plugin{}
 	ctx, cancel := context.WithCancel(ctxFor(t, 8*time.Minute))
 	var first string
-	rec := runWatched(ctx, p, req, func(ev *lifecyclev1.StepEvent) {
-		if strings.HasPrefix(ev.GetStepId(), "v1.12.6/node/") && strings.HasSuffix(ev.GetStepId(), "/upgrade") &&
-			ev.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_OK && first == "" {
-			first = ev.GetNode()
+	rec := runWatched(ctx, p, req, func(ev *sdk.StepEvent) {
+		if strings.HasPrefix(ev.StepID, "v1.12.6/node/") && strings.HasSuffix(ev.StepID, "/upgrade") &&
+			ev.Status == sdk.StepOK && first == "" {
+			first = ev.Node
 			cancel() // the bot is gone
 		}
 	})
 	if first == "" {
 		t.Fatalf("hop 2 never upgraded a node:\n%s", dump(rec.Steps()))
 	}
-	if rec.FinalResult().GetOk() {
+	if rec.FinalResult().OK {
 		t.Fatal("the interrupted run succeeded")
 	}
 	at := map[string]int{}
@@ -222,14 +221,14 @@ func TestMultiHopResume(t *testing.T) {
 	req.Attempt = 2
 	rec = runWatched(ctxFor(t, 8*time.Minute), p, req, nil)
 	res := rec.FinalResult()
-	if !res.GetOk() {
-		t.Fatalf("resumed run failed: %s: %s\n%s", res.GetSummary(), res.GetError(), dump(rec.Steps()))
+	if !res.OK {
+		t.Fatalf("resumed run failed: %s: %s\n%s", res.Summary, res.Error, dump(rec.Steps()))
 	}
 	for _, s := range rec.Steps() {
-		if strings.HasPrefix(s.GetStepId(), "v1.11.6/") {
-			t.Fatalf("the resumed run went back to hop 1: %s", s.GetStepId())
+		if strings.HasPrefix(s.StepID, "v1.11.6/") {
+			t.Fatalf("the resumed run went back to hop 1: %s", s.StepID)
 		}
-		if s.GetStepId() == "v1.12.6/node/"+first+"/upgrade" && s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_SKIPPED {
+		if s.StepID == "v1.12.6/node/"+first+"/upgrade" && s.Status != sdk.StepSkipped {
 			t.Fatalf("%s done in hop 2 was not skipped: %v", first, s)
 		}
 	}
@@ -252,28 +251,28 @@ func TestMultiHopFailureSaysWhereEachNodeIs(t *testing.T) {
 	e, req := startHops(t, 1, 1)
 	p := &Plugin{}
 	ctx := ctxFor(t, 8*time.Minute)
-	rec := runWatched(ctx, p, req, func(ev *lifecyclev1.StepEvent) {
-		if ev.GetStepId() == "v1.12.6/node/worker-1/upgrade" && ev.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_RUNNING {
+	rec := runWatched(ctx, p, req, func(ev *sdk.StepEvent) {
+		if ev.StepID == "v1.12.6/node/worker-1/upgrade" && ev.Status == sdk.StepRunning {
 			if err := e.c.Inject(ctx, "worker-1", sim.Fault{ImagePullFailure: true}); err != nil {
 				t.Error(err)
 			}
 		}
 	})
 	res := rec.FinalResult()
-	if res.GetOk() {
+	if res.OK {
 		t.Fatal("the run succeeded with a failing installer pull")
 	}
 	for _, s := range rec.Steps() {
-		if hopOf(s.GetStepId()) == "v1.13.9" && strings.HasSuffix(s.GetStepId(), "/upgrade") {
-			t.Fatalf("hop 3 started after hop 2 failed: %s", s.GetStepId())
+		if hopOf(s.StepID) == "v1.13.9" && strings.HasSuffix(s.StepID, "/upgrade") {
+			t.Fatalf("hop 3 started after hop 2 failed: %s", s.StepID)
 		}
 	}
 	if e.c.NodeVersion("cp-1") != "v1.11.6" || e.upgradeCalls("cp-1") != 1 {
 		t.Fatalf("cp-1 runs %s after %d upgrades: the roll went on past the failure", e.c.NodeVersion("cp-1"), e.upgradeCalls("cp-1"))
 	}
 	for _, want := range []string{"path " + hopPath + "; where each node is:", "worker-1 v1.11.6 (hop 1/3 done)", "cp-1 v1.11.6 (hop 1/3 done)"} {
-		if !slices.ContainsFunc(res.GetLines(), func(l string) bool { return strings.Contains(l, want) }) {
-			t.Fatalf("result lines lack %q: %v", want, res.GetLines())
+		if !slices.ContainsFunc(res.Lines, func(l string) bool { return strings.Contains(l, want) }) {
+			t.Fatalf("result lines lack %q: %v", want, res.Lines)
 		}
 	}
 }
@@ -293,8 +292,8 @@ func TestMultiHopNodeAlreadyPastAHop(t *testing.T) {
 	ahead := e.request(t, "v1.12.6")
 	ahead.Args["nodes"] = "worker-1"
 	ahead.Settings.Extra = req.Settings.Extra
-	if res := runWatched(ctx, p, ahead, nil).FinalResult(); !res.GetOk() || e.c.NodeVersion("worker-1") != "v1.12.6" {
-		t.Fatalf("setup: worker-1 to v1.12.6: %s: %s (runs %s)", res.GetSummary(), res.GetError(), e.c.NodeVersion("worker-1"))
+	if res := runWatched(ctx, p, ahead, nil).FinalResult(); !res.OK || e.c.NodeVersion("worker-1") != "v1.12.6" {
+		t.Fatalf("setup: worker-1 to v1.12.6: %s: %s (runs %s)", res.Summary, res.Error, e.c.NodeVersion("worker-1"))
 	}
 	// As an operator would: the endpoint reaches the rebooted worker again
 	// only after apid's reconnect backoff.
@@ -304,12 +303,12 @@ func TestMultiHopNodeAlreadyPastAHop(t *testing.T) {
 
 	rec := runWatched(ctx, p, req, nil)
 	res := rec.FinalResult()
-	if !res.GetOk() {
-		t.Fatalf("run failed: %s: %s\n%s", res.GetSummary(), res.GetError(), dump(rec.Steps()))
+	if !res.OK {
+		t.Fatalf("run failed: %s: %s\n%s", res.Summary, res.Error, dump(rec.Steps()))
 	}
 	for _, id := range []string{"v1.11.6/node/worker-1/upgrade", "v1.12.6/node/worker-1/upgrade"} {
-		if !slices.ContainsFunc(rec.Steps(), func(s *lifecyclev1.StepEvent) bool {
-			return s.GetStepId() == id && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_SKIPPED
+		if !slices.ContainsFunc(rec.Steps(), func(s *sdk.StepEvent) bool {
+			return s.StepID == id && s.Status == sdk.StepSkipped
 		}) {
 			t.Errorf("%s was not skipped:\n%s", id, dump(rec.Steps()))
 		}

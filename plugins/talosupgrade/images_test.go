@@ -9,7 +9,7 @@ import (
 
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
@@ -36,7 +36,7 @@ func (c *simClock) Add(d time.Duration) {
 func logText(rec *sdktest.Recorder) string {
 	var b strings.Builder
 	for _, l := range rec.Logs() {
-		b.WriteString(l.GetStepId() + " " + l.GetMessage() + "\n")
+		b.WriteString(l.StepID + " " + l.Message + "\n")
 	}
 	return b.String()
 }
@@ -57,12 +57,12 @@ func TestInstallerRemovedByImageGCIsPulledAgain(t *testing.T) {
 	ctx := ctxFor(t, 3*time.Minute)
 
 	var once sync.Once
-	rec := runWatched(ctx, &Plugin{}, e.request(t, target), func(ev *lifecyclev1.StepEvent) {
-		if ev.GetStepId() == "node/worker-1/upgrade" && ev.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_OK {
+	rec := runWatched(ctx, &Plugin{}, e.request(t, target), func(ev *sdk.StepEvent) {
+		if ev.StepID == "node/worker-1/upgrade" && ev.Status == sdk.StepOK {
 			once.Do(func() { clock.Add(80 * time.Minute) })
 		}
 	})
-	if res := rec.FinalResult(); !res.GetOk() {
+	if res := rec.FinalResult(); !res.OK {
 		t.Fatalf("roll failed: %v\n%s\n%s", res, dump(rec.Steps()), logText(rec))
 	}
 	for _, n := range []string{"worker-1", "worker-2", "cp-1"} {
@@ -102,8 +102,8 @@ func TestInstallerPullWithoutProgressStopsTheRoll(t *testing.T) {
 
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetSummary(), "could not be pulled on worker-1") ||
-		!strings.Contains(res.GetError(), "the pull made no progress for 2s") || !strings.Contains(res.GetError(), "check that the node reaches the registry") {
+	if res.OK || !strings.Contains(res.Summary, "could not be pulled on worker-1") ||
+		!strings.Contains(res.Error, "the pull made no progress for 2s") || !strings.Contains(res.Error, "check that the node reaches the registry") {
 		t.Fatalf("want a stalled pull on worker-1, got %v", res)
 	}
 	if logs := logText(rec); !strings.Contains(logs, "node/worker-1/pull worker-1: still pulling "+e.installer(target)+": no progress for") {
@@ -133,7 +133,7 @@ func TestLegacyUpgradeWithoutProgressFails(t *testing.T) {
 
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "upgrade worker-1 (legacy Upgrade API): the pull made no progress for 2s") {
+	if res.OK || !strings.Contains(res.Error, "upgrade worker-1 (legacy Upgrade API): the pull made no progress for 2s") {
 		t.Fatalf("want a stalled legacy upgrade of worker-1, got %v", res)
 	}
 	requireState(t, res, "worker-1 is unchanged: it runs "+from)
@@ -154,11 +154,11 @@ func TestInstallerExitCodeIsAFailure(t *testing.T) {
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.TalosVersion = "v1.13.9" })
 	ctx := ctxFor(t, time.Minute)
 	req := e.request(t, target)
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := cluster.Open(ctx, inv, req.GetCredentials())
+	s, err := cluster.Open(ctx, inv, &req.Credentials)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // resumeInFlight settles, in a resumed run, every node of this hop whose upgrade step was in
@@ -51,7 +50,7 @@ func (x *run) resumeInFlight(ctx context.Context) error {
 		case o.cordoned:
 			line += fmt.Sprintf("; Kubernetes node %s is still cordoned", o.kubeNode)
 		}
-		_ = x.r.Step(&lifecyclev1.StepEvent{StepId: n.id("upgrade"), Status: lifecyclev1.StepStatus_STEP_STATUS_FAILED, Detail: line,
+		_ = x.r.Step(&sdk.StepEvent{StepID: n.id("upgrade"), Status: sdk.StepFailed, Detail: line,
 			Node: n.node.Name, FromVersion: n.from.String(), ToVersion: to})
 		x.lines = append(x.lines, "🩺 "+line)
 		return x.fail(fmt.Sprintf("stopped at %s: its upgrade was in flight when talosbot stopped and it runs %s, not %s; the roll stopped, no node was touched again", n.node.Name, n.from, to),

@@ -11,7 +11,6 @@ import (
 
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
@@ -39,13 +38,13 @@ func TestResumeAfterFallbackDoesNotUpgradeAgain(t *testing.T) {
 		kill()
 	}()
 	var inFlight string
-	rec := runWatched(runCtx, &Plugin{}, req, func(ev *lifecyclev1.StepEvent) {
-		if ev.GetNode() == "worker-1" && strings.HasSuffix(ev.GetStepId(), "/upgrade") && ev.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_RUNNING {
-			inFlight = ev.GetStepId()
+	rec := runWatched(runCtx, &Plugin{}, req, func(ev *sdk.StepEvent) {
+		if ev.Node == "worker-1" && strings.HasSuffix(ev.StepID, "/upgrade") && ev.Status == sdk.StepRunning {
+			inFlight = ev.StepID
 		}
 	})
 	kill()
-	if rec.FinalResult().GetOk() || inFlight == "" {
+	if rec.FinalResult().OK || inFlight == "" {
 		t.Fatalf("the first run: %v (worker-1's step %q)", rec.FinalResult(), inFlight)
 	}
 	// Talos falls back while the bot is gone: the new version boots, fails, and the old one
@@ -63,8 +62,8 @@ func TestResumeAfterFallbackDoesNotUpgradeAgain(t *testing.T) {
 	req.Settings.Extra = map[string]string{sdk.ExtraInterruptedSteps: inFlight}
 	rec, _ = sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "worker-1's upgrade to "+target+" was in flight when talosbot stopped, and worker-1 runs "+from) ||
-		!strings.Contains(res.GetError(), "A/B fallback") || !strings.Contains(res.GetError(), "not upgraded again") {
+	if res.OK || !strings.Contains(res.Error, "worker-1's upgrade to "+target+" was in flight when talosbot stopped, and worker-1 runs "+from) ||
+		!strings.Contains(res.Error, "A/B fallback") || !strings.Contains(res.Error, "not upgraded again") {
 		t.Fatalf("want the resumed run stopped at worker-1, naming the fallback, got %v", res)
 	}
 	for n, want := range map[string]int{"worker-1": 1, "worker-2": 0, "cp-1": 0} {
@@ -74,11 +73,11 @@ func TestResumeAfterFallbackDoesNotUpgradeAgain(t *testing.T) {
 	}
 	// The retry offered is a new upgrade, once the cause is known.
 	found := false
-	for _, a := range res.GetSuggestedActions() {
-		found = found || strings.Contains(a.GetCommand(), "/talos upgrade talos "+target)
+	for _, a := range res.SuggestedActions {
+		found = found || strings.Contains(a.Command, "/talos upgrade talos "+target)
 	}
 	if !found {
-		t.Errorf("no retry offered: %v", res.GetSuggestedActions())
+		t.Errorf("no retry offered: %v", res.SuggestedActions)
 	}
 }
 
@@ -93,14 +92,14 @@ func TestResumeUncordonsItsOwnLandedNode(t *testing.T) {
 	req := e.request(t, target)
 	runCtx, kill := context.WithCancel(ctx)
 	var inFlight, kubeNode string
-	rec := runWatched(runCtx, &Plugin{}, req, func(ev *lifecyclev1.StepEvent) {
-		if ev.GetNode() == "worker-1" && strings.HasSuffix(ev.GetStepId(), "/upgrade") && ev.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_OK {
-			inFlight = ev.GetStepId()
+	rec := runWatched(runCtx, &Plugin{}, req, func(ev *sdk.StepEvent) {
+		if ev.Node == "worker-1" && strings.HasSuffix(ev.StepID, "/upgrade") && ev.Status == sdk.StepOK {
+			inFlight = ev.StepID
 			kill() // the bot is gone right after worker-1 landed
 		}
 	})
 	kill()
-	if rec.FinalResult().GetOk() || inFlight == "" {
+	if rec.FinalResult().OK || inFlight == "" {
 		t.Fatalf("the first run: %v (worker-1's step %q)", rec.FinalResult(), inFlight)
 	}
 	kubeNode = e.info(t, "worker-1").NodeName
@@ -112,8 +111,8 @@ func TestResumeUncordonsItsOwnLandedNode(t *testing.T) {
 	req.Attempt = 2
 	req.Settings.Extra = map[string]string{sdk.ExtraInterruptedSteps: inFlight}
 	rec, _ = sdktest.Run(ctx, &Plugin{}, req, nil)
-	if res := rec.FinalResult(); !res.GetOk() {
-		t.Fatalf("the resumed run: %s: %s", res.GetSummary(), res.GetError())
+	if res := rec.FinalResult(); !res.OK {
+		t.Fatalf("the resumed run: %s: %s", res.Summary, res.Error)
 	}
 	n, err := e.kube.Client.CoreV1().Nodes().Get(ctx, kubeNode, metav1.GetOptions{})
 	if err != nil || n.Spec.Unschedulable {

@@ -13,7 +13,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/resources/config"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
@@ -61,9 +61,9 @@ func (e *env) declareKernelArgs(t *testing.T, node string, args ...string) {
 
 // requireStopped checks that the roll failed with want in its error and state, and that no
 // node after worker-1 was touched.
-func (e *env) requireStopped(t *testing.T, res *lifecyclev1.Result, wantErr, wantState string) {
+func (e *env) requireStopped(t *testing.T, res *sdk.Result, wantErr, wantState string) {
 	t.Helper()
-	if res.GetOk() || !strings.Contains(res.GetError(), wantErr) {
+	if res.OK || !strings.Contains(res.Error, wantErr) {
 		t.Fatalf("want a failure saying %q, got %v", wantErr, res)
 	}
 	requireState(t, res, wantState)
@@ -102,7 +102,7 @@ func TestLandingKernelArgsDropped(t *testing.T) {
 	rec, _ := sdktest.Run(ctx, &Plugin{}, e.request(t, target), nil)
 	res := rec.FinalResult()
 	want := "worker-2 came back on " + target + " but did not land as planned: kernel arguments net.ifnames=0 declared in machine.install.extraKernelArgs are not on the kernel command line"
-	if res.GetOk() || !strings.Contains(res.GetError(), want) {
+	if res.OK || !strings.Contains(res.Error, want) {
 		t.Fatalf("want a failure saying %q, got %v", want, res)
 	}
 	requireState(t, res, "worker-2 runs "+target+" but not as planned")
@@ -127,7 +127,7 @@ func TestLandingNeverRebooted(t *testing.T) {
 	res := rec.FinalResult()
 	e.requireStopped(t, res, "worker-1 never rebooted: its boot id is unchanged after the node timeout 3s",
 		"worker-1 accepted the reboot but never rebooted (its boot id is unchanged): it still runs "+from+" and boots "+target+" at its next reboot")
-	if strings.Contains(res.GetError(), "did not come back") {
+	if strings.Contains(res.Error, "did not come back") {
 		t.Fatalf("a node that never rebooted reported as not back: %v", res)
 	}
 }
@@ -143,9 +143,9 @@ func TestLandingBootedNotReady(t *testing.T) {
 	req := e.request(t, target)
 	req.Settings.NodeTimeoutMs = 3000
 	injected := false
-	rec := runWatched(ctx, &Plugin{}, req, func(ev *lifecyclev1.StepEvent) {
+	rec := runWatched(ctx, &Plugin{}, req, func(ev *sdk.StepEvent) {
 		// Set as worker-1's upgrade starts (before, the gate would refuse an unhealthy kubelet).
-		if !injected && ev.GetNode() == "worker-1" && strings.HasSuffix(ev.GetStepId(), "/upgrade") && ev.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_RUNNING {
+		if !injected && ev.Node == "worker-1" && strings.HasSuffix(ev.StepID, "/upgrade") && ev.Status == sdk.StepRunning {
 			injected = true
 			if err := e.c.Inject(ctx, "worker-1", sim.Fault{UnmetConditions: "services,staticPods"}); err != nil {
 				t.Error(err)
@@ -155,7 +155,7 @@ func TestLandingBootedNotReady(t *testing.T) {
 	res := rec.FinalResult()
 	e.requireStopped(t, res, "worker-1 booted "+target+" but is not ready: kubelet, static pods",
 		"worker-1 booted "+target+" but is not ready: kubelet, static pods")
-	if strings.Contains(res.GetError(), "did not come back") {
+	if strings.Contains(res.Error, "did not come back") {
 		t.Fatalf("a node that booted reported as not back: %v", res)
 	}
 }

@@ -37,7 +37,7 @@ func TestLegacyUpgradeTakesTalosUpgradeMutex(t *testing.T) {
 
 	rec, _ := sdktest.Run(ctx, &Plugin{}, e.request(t, target), nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "upgrade mutex") {
+	if res.OK || !strings.Contains(res.Error, "upgrade mutex") {
 		t.Fatalf("want Talos's upgrade mutex refusal, got %v\n%s", res, dump(rec.Steps()))
 	}
 	for _, n := range e.names() {

@@ -48,7 +48,7 @@ func TestLifecyclePathV113(t *testing.T) {
 
 	req := e.request(t, target)
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
-	if res := rec.FinalResult(); !res.GetOk() {
+	if res := rec.FinalResult(); !res.OK {
 		t.Fatalf("roll failed: %v\n%s", res, dump(rec.Steps()))
 	}
 	for _, n := range []string{"cp-1", "worker-1"} {
@@ -70,12 +70,12 @@ func TestLifecyclePathV113(t *testing.T) {
 
 	// Again: every node is already there.
 	rec, _ = sdktest.Run(ctx, &Plugin{}, req, nil)
-	if res := rec.FinalResult(); !res.GetOk() || !strings.Contains(res.GetSummary(), "0 upgraded, 2 already there") {
+	if res := rec.FinalResult(); !res.OK || !strings.Contains(res.Summary, "0 upgraded, 2 already there") {
 		t.Fatalf("second run: %v", res)
 	}
 	for _, s := range upgradeSteps(rec) {
-		if s.GetStatus().String() != "STEP_STATUS_SKIPPED" {
-			t.Fatalf("second run did not skip %s: %v", s.GetNode(), s)
+		if s.Status.String() != "STEP_STATUS_SKIPPED" {
+			t.Fatalf("second run did not skip %s: %v", s.Node, s)
 		}
 	}
 	if e.c.Calls("worker-1", "Upgrade") != 1 {

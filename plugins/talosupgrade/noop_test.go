@@ -23,11 +23,11 @@ func TestNoOpUpgradePlansNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		requireRefusal(t, plan, "", "already at "+target)
-		if len(plan.GetSteps()) != 0 {
-			t.Fatalf("--nodes=%q: a no-op plan has steps: %v", nodes, plan.GetSteps())
+		if len(plan.Steps) != 0 {
+			t.Fatalf("--nodes=%q: a no-op plan has steps: %v", nodes, plan.Steps)
 		}
-		if nodes != "" && !strings.Contains(plan.GetRefusal().GetReason(), "worker-1") {
-			t.Fatalf("the refusal does not name the selection: %v", plan.GetRefusal())
+		if nodes != "" && !strings.Contains(plan.Refusal.Reason, "worker-1") {
+			t.Fatalf("the refusal does not name the selection: %v", plan.Refusal)
 		}
 	}
 	// A resume of a run interrupted after its last node is planned (the
@@ -35,7 +35,7 @@ func TestNoOpUpgradePlansNothing(t *testing.T) {
 	req := e.request(t, target)
 	req.Attempt = 2
 	plan, err := (&Plugin{}).Plan(ctx, req)
-	if err != nil || plan.GetRefusal() != nil || len(plan.GetSteps()) == 0 {
+	if err != nil || plan.Refusal != nil || len(plan.Steps) == 0 {
 		t.Fatalf("a resume with every node at the target: %v %v", plan, err)
 	}
 }
@@ -45,11 +45,11 @@ func TestNoOpUpgradePlansNothing(t *testing.T) {
 func TestVersionWithoutVIsSaid(t *testing.T) {
 	e := start(t, 1, 1, false, nil)
 	plan, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), e.request(t, "1.13.9"))
-	if err != nil || plan.GetRefusal() != nil {
+	if err != nil || plan.Refusal != nil {
 		t.Fatalf("plan: %v %v", plan, err)
 	}
-	if plan.GetTarget() != target || !slices.Contains(plan.GetWarnings(), `version "1.13.9" read as v1.13.9`) {
-		t.Fatalf("target %q, warnings %q", plan.GetTarget(), plan.GetWarnings())
+	if plan.Target != target || !slices.Contains(plan.Warnings, `version "1.13.9" read as v1.13.9`) {
+		t.Fatalf("target %q, warnings %q", plan.Target, plan.Warnings)
 	}
 }
 

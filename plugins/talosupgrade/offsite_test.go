@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
 
@@ -18,12 +18,12 @@ func TestFailedOffsiteUploadStopsTheUpgrade(t *testing.T) {
 	e := start(t, 1, 1, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	req := e.request(t, target)
-	req.Settings.Backups = &lifecyclev1.Backups{Offsite: &lifecyclev1.Offsite{Endpoint: "127.0.0.1:1", Bucket: "snaps", Region: "us-east-1", Insecure: true}}
-	req.Credentials.OffsiteAccessKeyId, req.Credentials.OffsiteSecretAccessKey = []byte("k"), []byte("s")
+	req.Settings.Backups = &sdk.Backups{Offsite: &sdk.Offsite{Endpoint: "127.0.0.1:1", Bucket: "snaps", Region: "us-east-1", Insecure: true}}
+	req.Credentials.OffsiteAccessKeyID, req.Credentials.OffsiteSecretAccessKey = []byte("k"), []byte("s")
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	text := res.GetSummary() + " " + res.GetError()
-	if res.GetOk() || !strings.Contains(text, "nothing was changed") || !strings.Contains(text, "not off-cluster (R12)") ||
+	text := res.Summary + " " + res.Error
+	if res.OK || !strings.Contains(text, "nothing was changed") || !strings.Contains(text, "not off-cluster (R12)") ||
 		!strings.Contains(text, "run the command again") {
 		t.Fatalf("want the upgrade stopped at the snapshot step with R12 and the next step, got %v", res)
 	}
@@ -32,7 +32,7 @@ func TestFailedOffsiteUploadStopsTheUpgrade(t *testing.T) {
 			t.Fatalf("%s got %d upgrade calls after a failed off-site copy", n, c)
 		}
 	}
-	local, _ := filepath.Glob(filepath.Join(req.GetSettings().GetSnapshotDir(), "*", "*.db"))
+	local, _ := filepath.Glob(filepath.Join(req.Settings.SnapshotDir, "*", "*.db"))
 	if len(local) != 1 || !strings.Contains(text, "kept at "+local[0]) {
 		t.Fatalf("local copy %v not kept or not named in %q", local, text)
 	}

@@ -12,14 +12,17 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk/versions"
 )
 
 // knownReleases are the releases the target may be checked against: the
 // bot's release data (Image Factory or its cache, docs/RELEASES.md), else
 // the configured known_talos_releases.
-func knownReleases(st *lifecyclev1.Settings) (talos, kube []releases.Version) {
-	return releases.Known(st.GetExtra(), st.GetKnownTalosReleases())
+func knownReleases(st *sdk.Settings) (talos, kube []releases.Version) {
+	if st == nil {
+		st = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
+	return releases.Known(st.Extra, st.KnownTalosReleases)
 }
 
 // allowedTarget refuses (R10) a target that is not a known Talos release
@@ -29,8 +32,8 @@ func knownReleases(st *lifecyclev1.Settings) (talos, kube []releases.Version) {
 // (releases.CheckTarget, the rule's one place). It runs before the
 // cluster is read, so a version that does not exist changes nothing. The
 // stops before the target come from the same list (knownReleases).
-func allowedTarget(st *lifecyclev1.Settings, target talos.Release) error {
-	n := releases.NotesOrConfigured(st.GetExtra(), st.GetKnownTalosReleases())
+func allowedTarget(st *sdk.Settings, target talos.Release) error {
+	n := releases.NotesOrConfigured(st.Extra, st.KnownTalosReleases)
 	err := n.Allowed(releases.Version(target))
 	if rf := (*releases.Refusal)(nil); errors.As(err, &rf) {
 		return sdk.Refuse(rf.Rule, rf.Reason, rf.Fix)
@@ -64,7 +67,10 @@ func runningKubernetes(ctx context.Context, s *cluster.Session, ids *identity.Ma
 // It returns the stops and the Kubernetes support line for the plan, and
 // leaves every other problem to the per-node checks (CheckUpgradePath,
 // PatchCheck): then the only stop is the target.
-func pathCheck(oldest, target releases.Version, kube releases.Version, st *lifecyclev1.Settings) ([]releases.Version, string, error) {
+func pathCheck(oldest, target releases.Version, kube releases.Version, st *sdk.Settings) ([]releases.Version, string, error) {
+	if st == nil {
+		st = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
 	known, knownKube := knownReleases(st)
 	p, err := releases.PlanTalos(compat.Machinery{}, releases.TalosRequest{Running: oldest, Target: target, Kubernetes: kube, Known: known, KnownKubernetes: knownKube})
 	var rf *releases.Refusal
@@ -81,7 +87,7 @@ func pathCheck(oldest, target releases.Version, kube releases.Version, st *lifec
 	// A patch of the running minor before a target in the next minor is
 	// not a hop of its own: Talos upgrades any patch to the next minor.
 	// Only a target two or more minors away is rolled hop by hop.
-	if target.Minor <= oldest.Minor+1 {
+	if !versions.SkipsMinor(oldest, target) {
 		stops = []releases.Version{target}
 	}
 	last := p.Hops[len(p.Hops)-1]

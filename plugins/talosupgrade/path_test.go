@@ -26,7 +26,7 @@ func TestRefusesAnUpgradeThatStrandsKubernetes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fix := plan.GetRefusal().GetFix(); !strings.Contains(fix, "/talos upgrade k8s 1.31.14") {
+	if fix := plan.Refusal.Fix; !strings.Contains(fix, "/talos upgrade k8s 1.31.14") {
 		t.Errorf("fix: %s", fix)
 	}
 }
@@ -35,15 +35,15 @@ func TestPlanShowsKubernetesSupport(t *testing.T) {
 	slow(t)
 	e := start(t, 1, 1, true, nil) // the sim's Kubernetes: v1.35.2
 	plan, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), e.request(t, target))
-	if err != nil || plan.GetRefusal() != nil {
+	if err != nil || plan.Refusal != nil {
 		t.Fatalf("plan %v, %v", plan, err)
 	}
-	for _, p := range plan.GetPreconditions() {
-		if p.GetName() == "Kubernetes support" && p.GetDetail() == "Kubernetes 1.35.2 is supported by Talos v1.13 (1.31–1.36)" {
+	for _, p := range plan.Preconditions {
+		if p.Name == "Kubernetes support" && p.Detail == "Kubernetes 1.35.2 is supported by Talos v1.13 (1.31–1.36)" {
 			return
 		}
 	}
-	t.Errorf("no Kubernetes support precondition: %v", plan.GetPreconditions())
+	t.Errorf("no Kubernetes support precondition: %v", plan.Preconditions)
 }
 
 // TestUnknownKubernetesIsNotAPassedPrecondition: without a kubeconfig the
@@ -53,20 +53,20 @@ func TestPlanShowsKubernetesSupport(t *testing.T) {
 func TestUnknownKubernetesIsNotAPassedPrecondition(t *testing.T) {
 	e := start(t, 1, 1, false, nil)
 	plan, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), e.request(t, target))
-	if err != nil || plan.GetRefusal() != nil {
+	if err != nil || plan.Refusal != nil {
 		t.Fatalf("plan %v, %v", plan, err)
 	}
-	for _, p := range plan.GetPreconditions() {
-		if p.GetRule() == "R20" {
-			t.Errorf("R20 shown as a precondition (ok=%v) while the Kubernetes version is unknown: %s", p.GetOk(), p.GetDetail())
+	for _, p := range plan.Preconditions {
+		if p.Rule == "R20" {
+			t.Errorf("R20 shown as a precondition (ok=%v) while the Kubernetes version is unknown: %s", p.OK, p.Detail)
 		}
 	}
-	for _, w := range plan.GetWarnings() {
+	for _, w := range plan.Warnings {
 		if strings.HasPrefix(w, "Kubernetes support (R20) not checked: ") && strings.Contains(w, "the running Kubernetes version is unknown") {
 			return
 		}
 	}
-	t.Errorf("no warning that R20 was not checked: %q", plan.GetWarnings())
+	t.Errorf("no warning that R20 was not checked: %q", plan.Warnings)
 }
 
 // TestRunningKubernetesIsTheLowestComponent: the running Kubernetes whose
@@ -81,8 +81,8 @@ func TestRunningKubernetesIsTheLowestComponent(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	req := e.request(t, target)
 	req.Settings.Extra = map[string]string{releases.NoteVersions: "v1.12.6,v1.13.9", releases.NoteTargets: "v1.12.6,v1.13.9"}
-	if plan, err := (&Plugin{}).Plan(ctx, req); err != nil || plan.GetRefusal() != nil {
-		t.Fatalf("Kubernetes 1.31.4 everywhere: %v %v", err, plan.GetRefusal())
+	if plan, err := (&Plugin{}).Plan(ctx, req); err != nil || plan.Refusal != nil {
+		t.Fatalf("Kubernetes 1.31.4 everywhere: %v %v", err, plan.Refusal)
 	}
 
 	pods := e.kube.Client.CoreV1().Pods("kube-system")

@@ -7,7 +7,7 @@ import (
 
 	"github.com/talosbot/talosbot/internal/terraform/tftest"
 	"github.com/talosbot/talosbot/plugins/cluster/planguard"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
 
@@ -19,17 +19,17 @@ func TestPlanGuardBeforeUpgradeRefuses(t *testing.T) {
 	root := tftest.Root(t, bin, nil)
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
-	req.Settings.Terraform = &lifecyclev1.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
+	req.Settings.Terraform = &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
 	ctx := ctxFor(t, 2*time.Minute)
 	plan, err := (&Plugin{}).Plan(ctx, req)
-	if err != nil || plan.GetSteps()[0].GetId() != planguard.Step().GetId() {
+	if err != nil || plan.Steps[0].ID != planguard.Step().ID {
 		t.Fatalf("the plan does not start with the guard: %v %v", plan, err)
 	}
 	t.Setenv("TF_VAR_secrets_generation", "2") // the fixture replaces talos_machine_secrets
 	t.Setenv("TF_CLI_CONFIG_FILE", "")         // a stale one on the machine is not this test's subject
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || res.GetRefusal().GetRule() != "R5" || !strings.Contains(res.GetRefusal().GetReason(), "talos_machine_secrets") {
+	if res.OK || res.Refusal.Rule != "R5" || !strings.Contains(res.Refusal.Reason, "talos_machine_secrets") {
 		t.Fatalf("want an R5 refusal, got %v", res)
 	}
 	for _, n := range e.names() {
@@ -50,15 +50,15 @@ func TestPlanGuardRunsOnceForAPath(t *testing.T) {
 	bin := tftest.Binary(t)
 	root := tftest.Root(t, bin, nil)
 	_, req := startHops(t, 1, 1)
-	req.Settings.Terraform = &lifecyclev1.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
+	req.Settings.Terraform = &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
 	t.Setenv("TF_CLI_CONFIG_FILE", "")
 	rec := runWatched(ctxFor(t, 8*time.Minute), &Plugin{}, req, nil)
-	if res := rec.FinalResult(); !res.GetOk() {
-		t.Fatalf("run failed: %s: %s\n%s", res.GetSummary(), res.GetError(), dump(rec.Steps()))
+	if res := rec.FinalResult(); !res.OK {
+		t.Fatalf("run failed: %s: %s\n%s", res.Summary, res.Error, dump(rec.Steps()))
 	}
 	started := 0
 	for i, s := range rec.Steps() {
-		if s.GetStepId() == planguard.Step().GetId() && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_RUNNING {
+		if s.StepID == planguard.Step().ID && s.Status == sdk.StepRunning {
 			started++
 			if i != 0 {
 				t.Errorf("the guard started at event %d, not first", i)

@@ -18,7 +18,7 @@ import (
 	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/sim"
 )
 
@@ -60,7 +60,7 @@ func (e *env) patchConfig(t *testing.T, name string, patch func(*v1alpha1.Config
 	}
 }
 
-func (e *env) preflightRequest(t *testing.T, version string) *lifecyclev1.OperationRequest {
+func (e *env) preflightRequest(t *testing.T, version string) *sdk.OperationRequest {
 	t.Helper()
 	req := e.request(t, version)
 	req.Settings.KnownTalosReleases = known
@@ -79,17 +79,17 @@ func controlPlane(e *env, t *testing.T) string {
 	return ""
 }
 
-func precondition(p *lifecyclev1.OperationPlan, name string) *lifecyclev1.Precondition {
-	for _, c := range p.GetPreconditions() {
-		if c.GetName() == name {
+func precondition(p *sdk.OperationPlan, name string) *sdk.Precondition {
+	for _, c := range p.Preconditions {
+		if c.Name == name {
 			return c
 		}
 	}
 	return nil
 }
 
-func hasWarning(p *lifecyclev1.OperationPlan, parts ...string) bool {
-	for _, w := range p.GetWarnings() {
+func hasWarning(p *sdk.OperationPlan, parts ...string) bool {
+	for _, w := range p.Warnings {
 		all := true
 		for _, s := range parts {
 			all = all && strings.Contains(w, s)
@@ -120,24 +120,24 @@ func TestPreflightExtraKernelArgsOnTheLifecyclePath(t *testing.T) {
 	refusedEverywhere(t, e, req, "R13", "machine.install.extraKernelArgs on "+w+" (console siderolink.api)")
 	p := plan(t, req)
 	// The arguments' values may be secrets (a join token): only names reach chat.
-	if text := p.GetRefusal().GetReason() + p.GetRefusal().GetFix() + strings.Join(p.GetWarnings(), " "); strings.Contains(text, "s3cr3t") || strings.Contains(text, "ttyS1") {
-		t.Errorf("an argument's value reached the refusal: %v", p.GetRefusal())
+	if text := p.Refusal.Reason + p.Refusal.Fix + strings.Join(p.Warnings, " "); strings.Contains(text, "s3cr3t") || strings.Contains(text, "ttyS1") {
+		t.Errorf("an argument's value reached the refusal: %v", p.Refusal)
 	}
 	for _, want := range []string{"#13967", "LifecycleService.Upgrade"} {
-		if !strings.Contains(p.GetRefusal().GetReason(), want) {
-			t.Errorf("reason %q lacks %q", p.GetRefusal().GetReason(), want)
+		if !strings.Contains(p.Refusal.Reason, want) {
+			t.Errorf("reason %q lacks %q", p.Refusal.Reason, want)
 		}
 	}
-	if !strings.Contains(p.GetRefusal().GetFix(), "customization.extraKernelArgs") {
-		t.Errorf("fix %q does not name the schematic", p.GetRefusal().GetFix())
+	if !strings.Contains(p.Refusal.Fix, "customization.extraKernelArgs") {
+		t.Errorf("fix %q does not name the schematic", p.Refusal.Fix)
 	}
 
 	e.patchConfig(t, w, func(c *v1alpha1.Config) { c.MachineConfig.MachineInstall.InstallGrubUseUKICmdline = new(true) })
 	p = plan(t, req)
-	if p.GetRefusal() != nil || !hasWarning(p, w, "have no effect") {
-		t.Fatalf("grubUseUKICmdline: want a plan with a warning, got %v %q", p.GetRefusal(), p.GetWarnings())
+	if p.Refusal != nil || !hasWarning(p, w, "have no effect") {
+		t.Fatalf("grubUseUKICmdline: want a plan with a warning, got %v %q", p.Refusal, p.Warnings)
 	}
-	if c := precondition(p, "target pre-flight"); c == nil || !strings.Contains(c.GetDetail(), "→ v1.13.9") {
+	if c := precondition(p, "target pre-flight"); c == nil || !strings.Contains(c.Detail, "→ v1.13.9") {
 		t.Errorf("precondition: %v", c)
 	}
 }
@@ -152,8 +152,8 @@ func TestPreflightChecksEveryHop(t *testing.T) {
 		c.MachineConfig.MachineInstall.InstallExtraKernelArgs = []string{"net.ifnames=0"}
 	})
 	req := e.preflightRequest(t, "v1.13.9")
-	if p := plan(t, req); p.GetRefusal() != nil {
-		t.Fatalf("a legacy hop keeps the arguments: %v", p.GetRefusal())
+	if p := plan(t, req); p.Refusal != nil {
+		t.Fatalf("a legacy hop keeps the arguments: %v", p.Refusal)
 	}
 	req.Args["version"] = "v1.14.1"
 	refusedEverywhere(t, e, req, "R13", "hop 2/2 → v1.14.1: machine.install.extraKernelArgs on "+w)
@@ -173,14 +173,14 @@ func TestPreflightV114Refusals(t *testing.T) {
 	// serves, and the checks that need Kubernetes read through it too.
 	req.Credentials.Kubeconfig = nil
 	p := plan(t, req)
-	if p.GetRefusal() != nil {
-		t.Fatalf("a clean v1.13.9 cluster: %v", p.GetRefusal())
+	if p.Refusal != nil {
+		t.Fatalf("a clean v1.13.9 cluster: %v", p.Refusal)
 	}
 	if hasWarning(p, "could not be looked for") {
-		t.Errorf("Kubernetes is reachable through the Talos-served kubeconfig, yet: %q", p.GetWarnings())
+		t.Errorf("Kubernetes is reachable through the Talos-served kubeconfig, yet: %q", p.Warnings)
 	}
 	if !hasWarning(p, "TLS 1.3 only") || !hasWarning(p, "ℹ️ → v1.14.1: v1.14 breaking changes:", "apply-config --mode=reboot removed") {
-		t.Errorf("warnings: %q", p.GetWarnings())
+		t.Errorf("warnings: %q", p.Warnings)
 	}
 
 	var image string
@@ -191,7 +191,7 @@ func TestPreflightV114Refusals(t *testing.T) {
 	refusedEverywhere(t, e, req, "R13", "machine.install.image is not from Image Factory on "+w+" (ghcr.io/siderolabs/installer:v1.13.9): ghcr.io/siderolabs/installer is no longer published")
 	// The same image is fine within v1.13 (R14 decides there).
 	req.Args["version"] = "v1.13.9"
-	if r := plan(t, req).GetRefusal(); r != nil && strings.Contains(r.GetReason(), "no longer published") {
+	if r := plan(t, req).Refusal; r != nil && strings.Contains(r.Reason, "no longer published") {
 		t.Errorf("a v1.13 target: %v", r)
 	}
 	req.Args["version"] = "v1.14.1"
@@ -207,8 +207,8 @@ func TestPreflightV114Refusals(t *testing.T) {
 	e.patchConfig(t, cp, func(c *v1alpha1.Config) {
 		c.ClusterConfig.EtcdConfig.ContainerImage = "gcr.io/etcd-development/etcd:v3.6.9"
 	})
-	if p := plan(t, req); p.GetRefusal() != nil || !hasWarning(p, "pins cluster.etcd.image gcr.io/etcd-development/etcd:v3.6.9") {
-		t.Fatalf("etcd pinned at 3.6: %v %q", p.GetRefusal(), p.GetWarnings())
+	if p := plan(t, req); p.Refusal != nil || !hasWarning(p, "pins cluster.etcd.image gcr.io/etcd-development/etcd:v3.6.9") {
+		t.Fatalf("etcd pinned at 3.6: %v %q", p.Refusal, p.Warnings)
 	}
 	e.patchConfig(t, cp, func(c *v1alpha1.Config) { c.ClusterConfig.EtcdConfig.ContainerImage = "" })
 
@@ -245,14 +245,14 @@ func TestPreflightWarnsFromKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := plan(t, e.preflightRequest(t, "v1.14.1"))
-	if p.GetRefusal() != nil {
-		t.Fatal(p.GetRefusal())
+	if p.Refusal != nil {
+		t.Fatal(p.Refusal)
 	}
 	if !hasWarning(p, "Service kube-system/prom-kube-etcd reach(es) etcd on 2379", "2383") {
-		t.Errorf("no scraper warning: %q", p.GetWarnings())
+		t.Errorf("no scraper warning: %q", p.Warnings)
 	}
 	if !hasWarning(p, "in-tree iSCSI volumes (PV db-iscsi)", "CSI driver") {
-		t.Errorf("no iSCSI warning: %q", p.GetWarnings())
+		t.Errorf("no iSCSI warning: %q", p.Warnings)
 	}
 }
 

@@ -7,14 +7,14 @@ import (
 
 	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
 
 // refusedEverywhere checks that Plan refuses, that Run refuses the same way
 // (a re-plan at run time), and that no node was asked to upgrade.
-func refusedEverywhere(t *testing.T, e *env, req *lifecyclev1.OperationRequest, rule, want string) {
+func refusedEverywhere(t *testing.T, e *env, req *sdk.OperationRequest, rule, want string) {
 	t.Helper()
 	ctx := ctxFor(t, 2*time.Minute)
 	p := &Plugin{}
@@ -25,7 +25,7 @@ func refusedEverywhere(t *testing.T, e *env, req *lifecyclev1.OperationRequest, 
 	requireRefusal(t, plan, rule, want)
 	rec, _ := sdktest.Run(ctx, p, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || res.GetRefusal().GetRule() != rule {
+	if res.OK || res.Refusal.Rule != rule {
 		t.Fatalf("Run: want a %s refusal, got %v", rule, res)
 	}
 	for _, n := range e.names() {
@@ -45,8 +45,8 @@ func TestRefusesSkippingAMinor(t *testing.T) {
 	req.Settings.KnownTalosReleases = []string{"v1.12.6", "v1.14.1"}
 	refusedEverywhere(t, e, req, "R10", "skips a minor")
 	// No advice names a version the bot does not know: no "v1.13.x".
-	r := plan(t, req).GetRefusal()
-	if text := r.GetReason() + " " + r.GetFix(); strings.Contains(text, ".x") || !strings.Contains(r.GetFix(), "declare its newest release under releases.talos") {
+	r := plan(t, req).Refusal
+	if text := r.Reason + " " + r.Fix; strings.Contains(text, ".x") || !strings.Contains(r.Fix, "declare its newest release under releases.talos") {
 		t.Errorf("the refusal names a version the bot does not know, or no way to declare one: %v", r)
 	}
 }
@@ -89,13 +89,13 @@ func TestNonLatestPatchWarnsOrRefuses(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	req := e.request(t, "v1.13.2")
 	plan, err := (&Plugin{}).Plan(ctx, req)
-	if err != nil || plan.GetRefusal() != nil {
+	if err != nil || plan.Refusal != nil {
 		t.Fatalf("plan: %v %v", err, plan)
 	}
-	if len(plan.GetWarnings()) == 0 || !strings.Contains(plan.GetWarnings()[0], "v1.13.9 is known") {
-		t.Fatalf("want a warning naming v1.13.9, got %v", plan.GetWarnings())
+	if len(plan.Warnings) == 0 || !strings.Contains(plan.Warnings[0], "v1.13.9 is known") {
+		t.Fatalf("want a warning naming v1.13.9, got %v", plan.Warnings)
 	}
-	req.Settings.RefuseNonLatestPatch = true
+	req.Config = []byte(`{"refuse_non_latest_patch": true}`) // plugins.talosupgrade
 	plan, err = (&Plugin{}).Plan(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +113,7 @@ func TestFailingBeforeGateRefuses(t *testing.T) {
 	req := e.request(t, target)
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
-	if res.GetOk() || res.GetRefusal().GetRule() != "R1" || !strings.Contains(res.GetRefusal().GetReason(), "cp-2: kubelet unhealthy") {
+	if res.OK || res.Refusal.Rule != "R1" || !strings.Contains(res.Refusal.Reason, "cp-2: kubelet unhealthy") {
 		t.Fatalf("want an R1 refusal naming cp-2's kubelet, got %v", res)
 	}
 	for _, n := range e.names() {
@@ -123,7 +123,7 @@ func TestFailingBeforeGateRefuses(t *testing.T) {
 	}
 	var failed bool
 	for _, s := range rec.Steps() {
-		failed = failed || (s.GetStepId() == "gate-before/controlplane-services" && s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_FAILED)
+		failed = failed || (s.StepID == "gate-before/controlplane-services" && s.Status == sdk.StepFailed)
 	}
 	if !failed {
 		t.Fatal("the failing probe was not reported as a failed gate-before step")
@@ -158,7 +158,7 @@ func TestListedOnlyRefusesAnUnlistedTarget(t *testing.T) {
 
 	req.Args["version"] = "v1.13.2"
 	plan, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), req)
-	if err != nil || plan.GetRefusal() != nil || plan.GetTarget() != "v1.13.2" {
+	if err != nil || plan.Refusal != nil || plan.Target != "v1.13.2" {
 		t.Fatalf("a listed target: %v %v", err, plan)
 	}
 }
@@ -182,12 +182,12 @@ func TestRefusesATargetThatIsNotARelease(t *testing.T) {
 	req.Args["version"] = "v9.9.9"
 	refusedEverywhere(t, e, req, "R10", "the newest known Talos release is v1.13.10")
 	p := plan(t, req)
-	if text := strings.ReplaceAll(p.GetRefusal().GetReason()+" "+p.GetRefusal().GetFix(), "v9.9.9", ""); strings.Contains(text, "v9.9") || strings.Contains(text, ".x") {
-		t.Errorf("v9.9.9: the refusal names a version the bot does not know: %v", p.GetRefusal())
+	if text := strings.ReplaceAll(p.Refusal.Reason+" "+p.Refusal.Fix, "v9.9.9", ""); strings.Contains(text, "v9.9") || strings.Contains(text, ".x") {
+		t.Errorf("v9.9.9: the refusal names a version the bot does not know: %v", p.Refusal)
 	}
 
 	req.Args["version"] = "v1.13.10" // declared, not listed by the factory
-	if p := plan(t, req); p.GetRefusal() != nil || p.GetTarget() != "v1.13.10" {
+	if p := plan(t, req); p.Refusal != nil || p.Target != "v1.13.10" {
 		t.Fatalf("a declared release: %v", p)
 	}
 }
@@ -202,7 +202,7 @@ func TestRefusesEveryTargetWithoutAKnownRelease(t *testing.T) {
 	refusedEverywhere(t, e, req, "R10", "no Talos release is known")
 }
 
-func plan(t *testing.T, req *lifecyclev1.OperationRequest) *lifecyclev1.OperationPlan {
+func plan(t *testing.T, req *sdk.OperationRequest) *sdk.OperationPlan {
 	t.Helper()
 	p, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), req)
 	if err != nil {

@@ -10,17 +10,17 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
-func bootIDs(t *testing.T, e *env, req *lifecyclev1.OperationRequest) map[string]string {
+func bootIDs(t *testing.T, e *env, req *sdk.OperationRequest) map[string]string {
 	t.Helper()
 	ctx := ctxFor(t, time.Minute)
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := cluster.Open(ctx, inv, req.GetCredentials())
+	s, err := cluster.Open(ctx, inv, &req.Credentials)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +47,8 @@ func TestRollHappyPath(t *testing.T) {
 
 	p := &Plugin{}
 	plan, err := p.Plan(ctx, req)
-	if err != nil || plan.GetRefusal() != nil {
-		t.Fatalf("plan: %v %v", err, plan.GetRefusal())
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("plan: %v %v", err, plan.Refusal)
 	}
 	// The plan is side-effect free and lists every node with its versions and image.
 	for _, n := range e.names() {
@@ -57,11 +57,11 @@ func TestRollHappyPath(t *testing.T) {
 		}
 	}
 	var planned []string
-	for _, s := range plan.GetSteps() {
-		if s.GetKind() == "upgrade" {
-			planned = append(planned, s.GetNode())
+	for _, s := range plan.Steps {
+		if s.Kind == "upgrade" {
+			planned = append(planned, s.Node)
 			wantImg := "factory.talos.dev/nocloud-installer/" + simSchematic + ":" + target
-			if s.GetFromVersion() != from || s.GetToVersion() != target || s.GetImage() != wantImg {
+			if s.FromVersion != from || s.ToVersion != target || s.Image != wantImg {
 				t.Fatalf("step %v: want %s → %s with %s", s, from, target, wantImg)
 			}
 		}
@@ -72,23 +72,23 @@ func TestRollHappyPath(t *testing.T) {
 
 	var running []string // nodes with an upgrade in flight
 	var overlap string
-	rec := runWatched(ctx, p, req, func(ev *lifecyclev1.StepEvent) {
-		if !strings.HasSuffix(ev.GetStepId(), "/upgrade") {
+	rec := runWatched(ctx, p, req, func(ev *sdk.StepEvent) {
+		if !strings.HasSuffix(ev.StepID, "/upgrade") {
 			return
 		}
-		switch ev.GetStatus() {
-		case lifecyclev1.StepStatus_STEP_STATUS_RUNNING:
+		switch ev.Status {
+		case sdk.StepRunning:
 			if len(running) > 0 {
-				overlap = fmt.Sprintf("%s started while %v ran", ev.GetNode(), running)
+				overlap = fmt.Sprintf("%s started while %v ran", ev.Node, running)
 			}
-			running = append(running, ev.GetNode())
+			running = append(running, ev.Node)
 		default:
-			running = slices.DeleteFunc(running, func(n string) bool { return n == ev.GetNode() })
+			running = slices.DeleteFunc(running, func(n string) bool { return n == ev.Node })
 		}
 	})
 	res := rec.FinalResult()
-	if !res.GetOk() {
-		t.Fatalf("roll failed: %s: %s\n%s", res.GetSummary(), res.GetError(), dump(rec.Steps()))
+	if !res.OK {
+		t.Fatalf("roll failed: %s: %s\n%s", res.Summary, res.Error, dump(rec.Steps()))
 	}
 	if overlap != "" {
 		t.Fatal("two nodes upgraded at once: " + overlap)
@@ -96,13 +96,13 @@ func TestRollHappyPath(t *testing.T) {
 
 	// Snapshot first, then the gate, then per node: upgrade → gate before the next node.
 	steps := rec.Steps()
-	if steps[0].GetStepId() != etcd.StepSnapshotSource || len(rec.Artifacts()) != 1 {
-		t.Fatalf("first step %s, artifacts %v: want the snapshot first", steps[0].GetStepId(), rec.Artifacts())
+	if steps[0].StepID != etcd.StepSnapshotSource || len(rec.Artifacts()) != 1 {
+		t.Fatalf("first step %s, artifacts %v: want the snapshot first", steps[0].StepID, rec.Artifacts())
 	}
 	var seq []string
 	for _, s := range steps {
-		if s.GetStatus() == lifecyclev1.StepStatus_STEP_STATUS_OK && (strings.HasPrefix(s.GetStepId(), "node/") || s.GetStepId() == "gate-before/pdb") {
-			seq = append(seq, s.GetStepId())
+		if s.Status == sdk.StepOK && (strings.HasPrefix(s.StepID, "node/") || s.StepID == "gate-before/pdb") {
+			seq = append(seq, s.StepID)
 		}
 	}
 	var want []string
@@ -119,7 +119,7 @@ func TestRollHappyPath(t *testing.T) {
 	}
 	// Progress events carry node and versions.
 	for _, s := range upgradeSteps(rec) {
-		if s.GetNode() == "" || s.GetFromVersion() != from || s.GetToVersion() != target {
+		if s.Node == "" || s.FromVersion != from || s.ToVersion != target {
 			t.Fatalf("progress event without node/versions: %v", s)
 		}
 	}
@@ -136,17 +136,17 @@ func TestRollHappyPath(t *testing.T) {
 			t.Errorf("%s: %d legacy Upgrade calls, want 1", n, c)
 		}
 	}
-	if !slices.ContainsFunc(res.GetLines(), func(l string) bool {
+	if !slices.ContainsFunc(res.Lines, func(l string) bool {
 		return strings.Contains(l, `talos_version = "`+target+`"`) && strings.Contains(l, `declares talos_version = "`+from+`"`)
 	}) {
-		t.Fatalf("no Terraform drift note with the exact change in %v", res.GetLines())
+		t.Fatalf("no Terraform drift note with the exact change in %v", res.Lines)
 	}
 }
 
-func dump(steps []*lifecyclev1.StepEvent) string {
+func dump(steps []*sdk.StepEvent) string {
 	var b strings.Builder
 	for _, s := range steps {
-		fmt.Fprintf(&b, "%s %s %s\n", s.GetStepId(), s.GetStatus(), s.GetDetail())
+		fmt.Fprintf(&b, "%s %s %s\n", s.StepID, s.Status, s.Detail)
 	}
 	return b.String()
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
 // outcome is what one node's upgrade left behind, so that a failure says
@@ -116,17 +116,17 @@ func (x *run) settleCordon(ctx context.Context, o *outcome) {
 // actions are the follow-ups that can work from the node's state: a retry
 // while the node still runs its old version, a rollback only once it runs
 // the new one and answers, an uncordon while its Node stays cordoned.
-func (x *run) actions(o *outcome) []*lifecyclev1.SuggestedAction {
-	var out []*lifecyclev1.SuggestedAction
+func (x *run) actions(o *outcome) []*sdk.SuggestedAction {
+	var out []*sdk.SuggestedAction
 	switch {
 	case o.back && o.version == o.to:
-		out = append(out, &lifecyclev1.SuggestedAction{Label: "Rollback node " + o.node, Command: "/talos rollback " + o.node + " " + x.cluster})
+		out = append(out, &sdk.SuggestedAction{Label: "Rollback node " + o.node, Command: "/talos rollback " + o.node + " " + x.cluster})
 	case !o.p.Rebooting || o.sequenceFailed || (o.back && o.version == o.from):
-		out = append(out, &lifecyclev1.SuggestedAction{Label: "Retry " + o.node,
+		out = append(out, &sdk.SuggestedAction{Label: "Retry " + o.node,
 			Command: fmt.Sprintf("/talos upgrade talos %s %s --nodes %s", o.to, x.cluster, o.node)})
 	}
 	if o.cordoned || o.cordonErr != "" {
-		out = append(out, &lifecyclev1.SuggestedAction{Label: "Uncordon " + o.node, Command: "/talos node uncordon " + o.node + " " + x.cluster})
+		out = append(out, &sdk.SuggestedAction{Label: "Uncordon " + o.node, Command: "/talos node uncordon " + o.node + " " + x.cluster})
 	}
 	return out
 }
@@ -145,7 +145,7 @@ func (x *run) pullAll(ctx context.Context) error {
 	for i, n := range todo {
 		_ = x.r.StepStarted(n.id("pull"), n.image)
 		wg.Go(func() {
-			errs[i] = talos.PullInstaller(ctx, x.s, n.node, n.image, talos.PullOptions{Stall: talos.PullStall(x.req.GetSettings()),
+			errs[i] = talos.PullInstaller(ctx, x.s, n.node, n.image, talos.PullOptions{Stall: talos.PullStall(&x.req.Settings),
 				Log: func(msg string) { _ = x.r.Log("warn", n.id("pull"), n.node.Name+": "+msg) }})
 			if errs[i] != nil {
 				_ = x.r.StepFailed(n.id("pull"), errs[i].Error())

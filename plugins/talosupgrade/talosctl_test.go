@@ -126,12 +126,12 @@ func TestSameStateAsTalosctlUpgrade(t *testing.T) {
 	}
 	e := start(t, 1, 2, true, func(o *sim.Options) { o.TalosVersion = "v1.13.2" })
 	req := e.request(t, target)
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := ctxFor(t, 5*time.Minute)
-	s, err := cluster.Open(ctx, inv, req.GetCredentials())
+	s, err := cluster.Open(ctx, inv, &req.Credentials)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestSameStateAsTalosctlUpgrade(t *testing.T) {
 	// The bot on worker-2.
 	req.Args["nodes"] = "worker-2"
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
-	if res := rec.FinalResult(); !res.GetOk() {
+	if res := rec.FinalResult(); !res.OK {
 		t.Fatalf("/talos upgrade talos: %v\n%s", res, dump(rec.Steps()))
 	}
 

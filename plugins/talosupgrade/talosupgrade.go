@@ -26,7 +26,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -46,19 +45,19 @@ type Plugin struct {
 func New() sdk.Plugin { return &Plugin{} }
 
 // Describe returns the manifest.
-func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: Name, Version: version.Version, Commands: []*sdk.Command{{
 		Name: Command,
 		Summary: "Rolling Talos upgrade, one adjacent minor at a time: snapshot, gate, workers one by one, " +
 			"then control planes (etcd leader last) with quorum checks, gates between nodes, final check and Terraform note",
-		Args: []*lifecyclev1.Arg{
+		Args: []*sdk.Arg{
 			{Name: "version", Description: "target Talos version, e.g. v1.13.9", Required: true},
 			{Name: "cluster", Description: "cluster to upgrade (default: the channel's cluster)"},
 			{Name: "nodes", Description: "only these nodes, comma separated (same order rules apply)", Flag: true},
 		},
-		Effect:        lifecyclev1.Effect_EFFECT_DISRUPTIVE,
+		Effect:        sdk.EffectDisruptive,
 		NeedsSnapshot: true,
-		Drill:         lifecyclev1.Drill_DRILL_TALOS_UPGRADE,
+		Drill:         sdk.DrillTalosUpgrade,
 		Example:       "/talos upgrade talos v1.13.9 staging",
 
 		PausesBetweenNodes: true, // checks sdk.PauseRequested before each node
@@ -94,12 +93,15 @@ type roll struct {
 	// upgrade); prefix starts its step ids (hops.go).
 	hop, hops int
 	prefix    string
+	// storage: Longhorn or CloudNativePG is installed, and each node gets
+	// its storage steps (storage.go).
+	storage bool
 }
 
 // hopRoll decides the roll of one hop to target from the nodes' versions
 // at (read, or assumed after the hops before it). It changes nothing. A
 // *sdk.Refusal means refuse.
-func hopRoll(req *lifecyclev1.OperationRequest, inv cluster.Inventory, states map[string]talos.NodeState, at map[string]talos.Release,
+func hopRoll(req *sdk.OperationRequest, inv cluster.Inventory, states map[string]talos.NodeState, at map[string]talos.Release,
 	target talos.Release, leader string, only map[string]bool, prefix string, last bool) (*roll, error) {
 	r := &roll{inv: inv, target: target, leader: leader, prefix: prefix}
 	order := talos.UpgradeOrder(inv, leader)
@@ -113,7 +115,7 @@ func hopRoll(req *lifecyclev1.OperationRequest, inv cluster.Inventory, states ma
 			if re := talos.CheckUpgradePath(n.Name, from, target); re != nil {
 				return nil, re
 			}
-			inst, err := talos.TargetInstaller(st, req.GetCluster().GetDeclared(), target)
+			inst, err := talos.TargetInstaller(st, req.Cluster.Declared, target)
 			if err != nil {
 				return nil, err
 			}
@@ -165,10 +167,10 @@ func (r *roll) toUpgrade() []nodeStep {
 
 // canonical is everything that changes what Run does: a node's version
 // moving changes the digest, and so voids an approval.
-func (r *roll) canonical(req *lifecyclev1.OperationRequest) []byte {
-	st := req.GetSettings()
-	c := sdk.NewCanonical(req).Str("target", r.target.String()).Str("leader", r.leader).Str("snapshot_dir", st.GetSnapshotDir()).
-		Int("node_timeout_ms", st.GetNodeTimeoutMs()).Int("gate_timeout_ms", st.GetGateTimeoutMs())
+func (r *roll) canonical(req *sdk.OperationRequest) []byte {
+	st := &req.Settings
+	c := sdk.NewCanonical(req).Str("target", r.target.String()).Str("leader", r.leader).Str("snapshot_dir", st.SnapshotDir).
+		Int("node_timeout_ms", st.NodeTimeoutMs).Int("gate_timeout_ms", st.GateTimeoutMs)
 	r.writeSteps(c)
 	return c.List("nodes", cluster.Names(r.inv.Nodes)).Bytes()
 }
@@ -182,18 +184,18 @@ func (r *roll) writeSteps(c *sdk.Canonical) {
 }
 
 // Plan computes the roll. It reads the cluster and changes nothing.
-func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return nil, err
 	}
-	if err := cluster.CheckSnapshotDir(req.GetSettings().GetSnapshotDir(), "an upgrade"); err != nil {
+	if err := cluster.CheckSnapshotDir(req.Settings.SnapshotDir, "an upgrade"); err != nil {
 		return sdk.RefusalPlan(err)
 	}
-	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the Talos upgrade", cluster.GateMethods, cluster.SnapshotMethods, cluster.TalosUpgradeMethods); err != nil {
+	if err := cluster.CheckRole(req.Credentials.Talosconfig, "the Talos upgrade", cluster.GateMethods, cluster.SnapshotMethods, cluster.TalosUpgradeMethods); err != nil {
 		return sdk.RefusalPlan(err)
 	}
-	s, err := cluster.Open(ctx, inv, req.GetCredentials())
+	s, err := cluster.Open(ctx, inv, &req.Credentials)
 	if err != nil {
 		return nil, err
 	}
@@ -206,61 +208,72 @@ func (p *Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*
 	// both gates: say so and plan nothing. Not for a resume (attempt > 1,
 	// planned again by the host): a run interrupted after its last node
 	// still owes its verify and closing gate.
-	if last := pa.hops[len(pa.hops)-1]; !pa.multi() && len(last.toUpgrade()) == 0 && req.GetAttempt() <= 1 {
+	if last := pa.hops[len(pa.hops)-1]; !pa.multi() && len(last.toUpgrade()) == 0 && req.Attempt <= 1 {
 		who := "every node of " + inv.Name
-		if sel := strings.TrimSpace(req.GetArgs()["nodes"]); sel != "" {
+		if sel := strings.TrimSpace(req.Args["nodes"]); sel != "" {
 			who = "every node named by --nodes (" + sel + ")"
 		}
 		return sdk.RefusalPlan(&sdk.Refusal{Reason: fmt.Sprintf("already at %s: %s runs it, so there is nothing to upgrade", pa.target, who),
 			Fix: "nothing to do; /talos status shows the running versions"})
 	}
 	pa.warnings = append(pa.warnings, gate.PlanWarnings(ctx, s.Clients)...)
+	forecast, _, err := planStorage(ctx, s, pa, storageSettings(req))
+	if err != nil {
+		return sdk.RefusalPlan(err)
+	}
 	plan := pa.operationPlan(req)
-	plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "node identity", Ok: true, Rule: identity.Rule, Detail: strings.Join(pa.hops[0].ids.Lines(), "; ")})
-	plan.Preconditions = append(plan.Preconditions, &lifecyclev1.Precondition{Name: "target pre-flight", Ok: true, Rule: "R10", Detail: pa.preflight})
+	addForecast(plan, forecast)
+	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "node identity", OK: true, Rule: identity.Rule, Detail: strings.Join(pa.hops[0].ids.Lines(), "; ")})
+	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "target pre-flight", OK: true, Rule: "R10", Detail: pa.preflight})
 	return plan, nil
 }
 
-func planSteps(r *roll) []*lifecyclev1.Step {
-	var steps []*lifecyclev1.Step
+func planSteps(r *roll) []*sdk.Step {
+	var steps []*sdk.Step
 	for _, s := range etcd.SnapshotSteps() {
-		steps = append(steps, &lifecyclev1.Step{Id: r.prefix + s[0], Title: r.titlePrefix() + "snapshot: " + s[1], Kind: "snapshot"})
+		steps = append(steps, &sdk.Step{ID: r.prefix + s[0], Title: r.titlePrefix() + "snapshot: " + s[1], Kind: "snapshot"})
 	}
 	for _, pi := range gate.Probes() {
-		steps = append(steps, &lifecyclev1.Step{Id: r.prefix + "gate-before/" + pi.Name, Title: r.titlePrefix() + "gate before: " + pi.Title, Kind: "gate"})
+		steps = append(steps, &sdk.Step{ID: r.prefix + "gate-before/" + pi.Name, Title: r.titlePrefix() + "gate before: " + pi.Title, Kind: "gate"})
 	}
 	for _, n := range r.steps {
 		if !n.skip && n.mechanics == talos.MechanicsLifecycle {
-			steps = append(steps, &lifecyclev1.Step{Id: n.id("pull"), Title: n.node.Name + ": pull " + n.image + " (every node before the first cordon)",
+			steps = append(steps, &sdk.Step{ID: n.id("pull"), Title: n.node.Name + ": pull " + n.image + " (every node before the first cordon)",
 				Node: n.node.Name, Image: n.image, Kind: "pull"})
 		}
 	}
 	for _, n := range r.steps {
 		cp := n.node.IsControlPlane()
 		if cp {
-			steps = append(steps, &lifecyclev1.Step{Id: n.id("quorum-before"), Title: n.node.Name + ": etcd quorum before", Node: n.node.Name, Kind: "quorum"})
+			steps = append(steps, &sdk.Step{ID: n.id("quorum-before"), Title: n.node.Name + ": etcd quorum before", Node: n.node.Name, Kind: "quorum"})
 		}
 		title := r.titlePrefix() + n.title(r.target)
 		if n.skip {
 			title += " (already there)"
 		}
-		steps = append(steps, &lifecyclev1.Step{Id: n.id("upgrade"), Title: title, Node: n.node.Name,
+		if r.storage && !n.skip {
+			steps = append(steps, storageBeforeStep(r, n))
+		}
+		steps = append(steps, &sdk.Step{ID: n.id("upgrade"), Title: title, Node: n.node.Name,
 			FromVersion: n.from.String(), ToVersion: r.target.String(), Image: n.image, Kind: "upgrade"})
 		if cp {
-			steps = append(steps, &lifecyclev1.Step{Id: n.id("quorum-after"), Title: n.node.Name + ": etcd quorum after", Node: n.node.Name, Kind: "quorum"})
+			steps = append(steps, &sdk.Step{ID: n.id("quorum-after"), Title: n.node.Name + ": etcd quorum after", Node: n.node.Name, Kind: "quorum"})
 		}
-		steps = append(steps, &lifecyclev1.Step{Id: n.id("gate"), Title: n.node.Name + ": health gate", Node: n.node.Name, Kind: "gate"})
+		if r.storage && !n.skip {
+			steps = append(steps, storageAfterStep(r, n))
+		}
+		steps = append(steps, &sdk.Step{ID: n.id("gate"), Title: n.node.Name + ": health gate", Node: n.node.Name, Kind: "gate"})
 	}
 	at := r.target.String()
 	if r.hop < r.hops {
 		at += " or later"
 	}
-	steps = append(steps, &lifecyclev1.Step{Id: r.prefix + "verify", Title: r.titlePrefix() + "every node at " + at + "; Flux Ready if it can be checked", Kind: "verify"})
+	steps = append(steps, &sdk.Step{ID: r.prefix + "verify", Title: r.titlePrefix() + "every node at " + at + "; Flux Ready if it can be checked", Kind: "verify"})
 	for _, pi := range gate.Probes() {
-		steps = append(steps, &lifecyclev1.Step{Id: r.prefix + "gate-after/" + pi.Name, Title: r.titlePrefix() + "gate after: " + pi.Title, Kind: "gate"})
+		steps = append(steps, &sdk.Step{ID: r.prefix + "gate-after/" + pi.Name, Title: r.titlePrefix() + "gate after: " + pi.Title, Kind: "gate"})
 	}
 	if r.hop == r.hops {
-		steps = append(steps, &lifecyclev1.Step{Id: "drift", Title: "Terraform talos_version note", Kind: "note"})
+		steps = append(steps, &sdk.Step{ID: "drift", Title: "Terraform talos_version note", Kind: "note"})
 	}
 	return steps
 }
@@ -268,7 +281,7 @@ func planSteps(r *roll) []*lifecyclev1.Step {
 // run is one Run's state.
 type run struct {
 	p      *Plugin
-	req    *lifecyclev1.OperationRequest
+	req    *sdk.OperationRequest
 	s      *cluster.Session
 	r      sdk.Reporter
 	roll   *roll // the hop running now
@@ -286,11 +299,11 @@ type run struct {
 }
 
 // Run executes the roll.
-func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
-	if err := cluster.CheckSnapshotDir(req.GetSettings().GetSnapshotDir(), "an upgrade"); err != nil {
+func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	if err := cluster.CheckSnapshotDir(req.Settings.SnapshotDir, "an upgrade"); err != nil {
 		return r.Result(sdk.RefusedResult(err, "refused"))
 	}
-	if err := cluster.CheckRole(req.GetCredentials().GetTalosconfig(), "the Talos upgrade", cluster.GateMethods, cluster.SnapshotMethods, cluster.TalosUpgradeMethods); err != nil {
+	if err := cluster.CheckRole(req.Credentials.Talosconfig, "the Talos upgrade", cluster.GateMethods, cluster.SnapshotMethods, cluster.TalosUpgradeMethods); err != nil {
 		return r.Result(sdk.RefusedResult(err, "refused"))
 	}
 	s, err := cluster.OpenRequest(ctx, req)
@@ -299,7 +312,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 	inv := s.Inv
 	defer s.Close() //nolint:errcheck
-	resumed := req.GetAttempt() > 1
+	resumed := req.Attempt > 1
 	var ro *path
 	if resumed {
 		// The interrupted run may have left a node rebooting: wait for every
@@ -307,7 +320,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		// A node can answer once and still be on its way back (its API goes
 		// down again as the boot goes on), so a node that cannot be read
 		// (R1) is waited for again, within the node timeout.
-		deadline := time.Now().Add(talos.NodeTimeout(req.GetSettings()))
+		deadline := time.Now().Add(talos.NodeTimeout(&req.Settings))
 		for {
 			settle(ctx, s, time.Until(deadline))
 			ro, err = compute(ctx, req, s)
@@ -322,15 +335,23 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	}
 	if err != nil {
 		if re, ok := sdk.AsRefusal(err); ok {
-			return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: re.Error(), Refusal: re.Proto()})
+			return r.Result(&sdk.Result{OK: false, Summary: "refused", Error: re.Error(), Refusal: re})
+		}
+		return err
+	}
+	if _, _, err := planStorage(ctx, s, ro, storageSettings(req)); err != nil {
+		// The waits before each node make the forecast's warnings true;
+		// only what cannot finish stops the run here (R3).
+		if re, ok := sdk.AsRefusal(err); ok {
+			return r.Result(&sdk.Result{OK: false, Summary: "refused", Error: re.Error(), Refusal: re})
 		}
 		return err
 	}
 	for _, w := range ro.warnings {
 		_ = r.Log("warn", "", w)
 	}
-	x := &run{p: p, req: req, s: s, r: r, path: ro, nodeTO: talos.NodeTimeout(req.GetSettings()), pulled: map[string]bool{},
-		gateTO: gate.Timeout(req.GetSettings()), afterTO: gate.AfterWait(req.GetSettings()), cluster: inv.Name, resumed: resumed}
+	x := &run{p: p, req: req, s: s, r: r, path: ro, nodeTO: talos.NodeTimeout(&req.Settings), pulled: map[string]bool{},
+		gateTO: gate.Timeout(&req.Settings), afterTO: gate.AfterWait(&req.Settings), cluster: inv.Name, resumed: resumed}
 	if err := x.hops(ctx); err != nil && !errors.Is(err, errReported) {
 		return err
 	}
@@ -370,10 +391,10 @@ var errReported = errors.New("result reported")
 
 // fail sends the failure as the Result and returns errReported (or the
 // error sending it), so callers stop whatever comes next.
-func (x *run) fail(summary string, err error, actions ...*lifecyclev1.SuggestedAction) error {
-	res := &lifecyclev1.Result{Ok: false, Summary: summary, Error: err.Error(), Lines: append(x.lines, x.reachedLines()...), SuggestedActions: actions}
+func (x *run) fail(summary string, err error, actions ...*sdk.SuggestedAction) error {
+	res := &sdk.Result{OK: false, Summary: summary, Error: err.Error(), Lines: append(x.lines, x.reachedLines()...), SuggestedActions: actions}
 	if re, ok := sdk.AsRefusal(err); ok {
-		res.Refusal = re.Proto()
+		res.Refusal = re
 	}
 	if serr := x.r.Result(res); serr != nil {
 		return serr
@@ -482,8 +503,8 @@ func (x *run) execute(ctx context.Context) error {
 	}
 
 	// 5. Terraform drift note (R18).
-	schematic := x.req.GetCluster().GetDeclared()[talos.DeclaredSchematic]
-	note := talos.DriftNote(x.cluster, x.req.GetCluster().GetDeclared(), running, ro.target, schematic)
+	schematic := x.req.Cluster.Declared[talos.DeclaredSchematic]
+	note := talos.DriftNote(x.cluster, x.req.Cluster.Declared, running, ro.target, schematic)
 	_ = x.r.StepOK("drift", note[0])
 	x.lines = append(x.lines, note...)
 	// Every node runs the target and the gate passed: the declared version
@@ -493,13 +514,13 @@ func (x *run) execute(ctx context.Context) error {
 		summary = fmt.Sprintf("Talos %s on every node of %s after %d hops (%s; last hop: %d upgraded, %d already there)",
 			ro.target, x.cluster, ro.hops, x.path.spelled(), upgraded, len(ro.steps)-upgraded)
 	}
-	return x.r.Result(&lifecyclev1.Result{Ok: true, Lines: x.lines, Declared: map[string]string{talos.DeclaredVersion: ro.target.String()},
+	return x.r.Result(&sdk.Result{OK: true, Lines: x.lines, Declared: map[string]string{talos.DeclaredVersion: ro.target.String()},
 		Summary: summary})
 }
 
 // gateOptions are the gate's options of this run, with the resolved names.
 func (x *run) gateOptions(drain []string) gate.Options {
-	o := gate.OptionsFor(x.s, x.req.GetSettings(), drain)
+	o := gate.OptionsFor(x.s, &x.req.Settings, drain)
 	o.Identity = x.roll.ids
 	return o
 }
@@ -517,7 +538,7 @@ func (x *run) skipNode(n nodeStep) {
 	if n.node.IsControlPlane() {
 		_ = x.r.StepSkipped(n.id("quorum-before"), "already at "+to)
 	}
-	_ = x.r.Step(&lifecyclev1.StepEvent{StepId: n.id("upgrade"), Status: lifecyclev1.StepStatus_STEP_STATUS_SKIPPED,
+	_ = x.r.Step(&sdk.StepEvent{StepID: n.id("upgrade"), Status: sdk.StepSkipped,
 		Detail: "already at " + to, Node: n.node.Name, FromVersion: n.from.String(), ToVersion: to})
 	if n.node.IsControlPlane() {
 		_ = x.r.StepSkipped(n.id("quorum-after"), "already at "+to)
@@ -529,8 +550,8 @@ func (x *run) skipNode(n nodeStep) {
 // node upgrades one node; a non-nil error has been reported as the Result.
 func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	to := x.roll.target.String()
-	stepEv := func(st lifecyclev1.StepStatus, detail string) {
-		_ = x.r.Step(&lifecyclev1.StepEvent{StepId: n.id("upgrade"), Status: st, Detail: detail,
+	stepEv := func(st sdk.StepStatus, detail string) {
+		_ = x.r.Step(&sdk.StepEvent{StepID: n.id("upgrade"), Status: st, Detail: detail,
 			Node: n.node.Name, FromVersion: n.from.String(), ToVersion: to})
 	}
 	cp := n.node.IsControlPlane()
@@ -543,8 +564,12 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 		}
 		_ = x.r.StepOK(n.id("quorum-before"), q.Summary())
 	}
+	affected, err := x.storageBefore(ctx, n)
+	if err != nil {
+		return err
+	}
 
-	stepEv(lifecyclev1.StepStatus_STEP_STATUS_RUNNING, fmt.Sprintf("%s via %s", n.image, n.mechanics))
+	stepEv(sdk.StepRunning, fmt.Sprintf("%s via %s", n.image, n.mechanics))
 	logf := func(msg string) { _ = x.r.Log("info", n.id("upgrade"), msg) }
 	o := &outcome{node: n.node.Name, kubeNode: x.roll.ids.KubeNode(n.node.Name), from: n.from.String(), to: to, p: &talos.Progress{}}
 	if o.kubeNode == "" && n.mechanics == talos.MechanicsLifecycle {
@@ -555,7 +580,7 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 		}
 	}
 	failNode := func(err error) error {
-		stepEv(lifecyclev1.StepStatus_STEP_STATUS_FAILED, err.Error())
+		stepEv(sdk.StepFailed, err.Error())
 		x.settleCordon(ctx, o)
 		x.lines = append(x.lines, "🩺 "+o.line())
 		return x.fail(fmt.Sprintf("upgrade of %s failed; the roll stopped, no later node was touched. %s", n.node.Name, o.line()), err, x.actions(o)...)
@@ -571,7 +596,7 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	}
 	o.p, err = talos.StartUpgrade(ctx, x.s, talos.NodeUpgrade{Node: n.node, KubeNode: o.kubeNode, From: n.from, To: x.roll.target, Image: n.image, Pulled: x.pulled[n.node.Name]},
 		talos.UpgradeOptions{Drain: k8s.DrainOptions{Timeout: min(x.nodeTO/2, k8s.DefaultDrainTimeout), Log: logf}, Log: logf,
-			Pull: talos.PullOptions{Stall: talos.PullStall(x.req.GetSettings())}})
+			Pull: talos.PullOptions{Stall: talos.PullStall(&x.req.Settings)}})
 	if err != nil {
 		return failNode(err)
 	}
@@ -605,7 +630,7 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	if err != nil {
 		return failNode(err)
 	}
-	stepEv(lifecyclev1.StepStatus_STEP_STATUS_OK, fmt.Sprintf("%s: boot id changed, running and ready", to))
+	stepEv(sdk.StepOK, fmt.Sprintf("%s: boot id changed, running and ready", to))
 	x.lines = append(x.lines, fmt.Sprintf("✅ %s %s → %s", n.node.Name, n.from, to))
 	x.reach(n.node.Name, x.roll.target)
 
@@ -623,6 +648,10 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 				x.actions(o)...)
 		}
 		_ = x.r.StepOK(n.id("quorum-after"), q.Summary())
+	}
+
+	if err := x.storageAfter(ctx, n, later, affected); err != nil {
+		return err
 	}
 
 	// Gate between nodes (R15): the nodes still to be drained must be

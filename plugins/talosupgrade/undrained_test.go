@@ -27,15 +27,15 @@ func TestV113NodeDrainedWithTheTalosKubeconfig(t *testing.T) {
 	req.Credentials.Kubeconfig = nil
 
 	plan, err := (&Plugin{}).Plan(ctx, req)
-	if err != nil || plan.GetRefusal() != nil {
-		t.Fatalf("plan: %v %v", err, plan.GetRefusal())
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("plan: %v %v", err, plan.Refusal)
 	}
-	if w := strings.Join(plan.GetWarnings(), "\n"); !strings.Contains(w, "drained with the kubeconfig the Talos API serves") {
+	if w := strings.Join(plan.Warnings, "\n"); !strings.Contains(w, "drained with the kubeconfig the Talos API serves") {
 		t.Fatalf("the plan does not say how v1.13+ nodes are drained:\n%s", w)
 	}
 
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
-	if res := rec.FinalResult(); !res.GetOk() {
+	if res := rec.FinalResult(); !res.OK {
 		t.Fatalf("roll failed: %v\n%s", res, dump(rec.Steps()))
 	}
 	// Evicted: deleted, or terminating (no kubelet confirms the deletion here).

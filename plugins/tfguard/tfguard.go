@@ -16,7 +16,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Name is the plugin's catalogue name.
@@ -38,30 +37,30 @@ type Plugin struct {
 func New() sdk.Plugin { return &Plugin{} }
 
 // Describe returns the manifest.
-func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: Name, Version: version.Version, Commands: []*sdk.Command{{
 		Name:    Command,
 		Summary: "Plan the cluster's Terraform root (never applies) and refuse if it replaces talos_machine_secrets or a node VM (R5) (read-only)",
-		Args:    []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster whose root to plan (default: the channel's cluster)"}},
-		Effect:  lifecyclev1.Effect_EFFECT_READ_ONLY,
+		Args:    []*sdk.Arg{{Name: "cluster", Description: "cluster whose root to plan (default: the channel's cluster)"}},
+		Effect:  sdk.EffectReadOnly,
 		Example: "/talos tf plan production",
 	}}}, nil
 }
 
 // Plan describes the check. It does not run Terraform.
-func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	name := req.GetCluster().GetName()
-	o, err := planguard.OptionsFrom(name, req.GetSettings())
+func (p *Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	name := req.Cluster.Name
+	o, err := planguard.OptionsFrom(name, &req.Settings)
 	if err != nil {
 		return nil, err
 	}
-	return &lifecyclev1.OperationPlan{
+	return &sdk.OperationPlan{
 		Summary: fmt.Sprintf("Terraform plan of %s (%s), never applied; R5 stops on a replacement or deletion of: %s (read-only)",
 			name, o.Config.Root, o.Protected()),
 		Target: name,
-		Steps: []*lifecyclev1.Step{
-			{Id: "plan", Title: "plan -out in a private directory and read it with show -json", Kind: "terraform"},
-			{Id: "guard", Title: "R5: no replacement or deletion of cluster secrets or node VMs", Kind: "gate"},
+		Steps: []*sdk.Step{
+			{ID: "plan", Title: "plan -out in a private directory and read it with show -json", Kind: "terraform"},
+			{ID: "guard", Title: "R5: no replacement or deletion of cluster secrets or node VMs", Kind: "gate"},
 		},
 		CanonicalInputs: sdk.NewCanonical(req).Str("root", o.Config.Root).Str("binary", o.Config.Binary).
 			Str("protected", o.Protected()).Bool("refresh", !o.Plan.NoRefresh).Bytes(),
@@ -69,20 +68,20 @@ func (p *Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*li
 }
 
 // Run plans and guards.
-func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
-	name := req.GetCluster().GetName()
+func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	name := req.Cluster.Name
 	if err := r.StepStarted("plan", ""); err != nil {
 		return err
 	}
-	plan, vs, err := planguard.Check(ctx, name, req.GetSettings(), p.Env, p.TempDir)
+	plan, vs, err := planguard.Check(ctx, name, &req.Settings, p.Env, p.TempDir)
 	if err != nil {
 		_ = r.StepFailed("plan", err.Error())
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: name + ": Terraform plan failed", Error: err.Error()})
+		return r.Result(&sdk.Result{OK: false, Summary: name + ": Terraform plan failed", Error: err.Error()})
 	}
 	if err := r.StepOK("plan", plan.Summary()); err != nil {
 		return err
 	}
-	lines := append(plan.Lines(), cluster.FollowupLines(req.GetSettings())...)
+	lines := append(plan.Lines(), cluster.FollowupLines(&req.Settings)...)
 	if len(vs) > 0 {
 		if err := r.StepFailed("guard", terraform.Describe(vs)); err != nil {
 			return err
@@ -90,11 +89,11 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 		for _, v := range vs {
 			lines = append(lines, "❌ R5: "+v.String())
 		}
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: name + ": " + plan.Summary() + " Refused (R5).",
-			Lines: lines, Refusal: planguard.Refusal(vs).Proto()})
+		return r.Result(&sdk.Result{OK: false, Summary: name + ": " + plan.Summary() + " Refused (R5).",
+			Lines: lines, Refusal: planguard.Refusal(vs)})
 	}
 	if err := r.StepOK("guard", "no cluster secrets or node VM replaced or deleted"); err != nil {
 		return err
 	}
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: name + ": " + plan.Summary() + " R5 guard passed.", Lines: lines})
+	return r.Result(&sdk.Result{OK: true, Summary: name + ": " + plan.Summary() + " R5 guard passed.", Lines: lines})
 }

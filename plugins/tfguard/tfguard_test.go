@@ -9,18 +9,18 @@ import (
 
 	"github.com/talosbot/talosbot/internal/terraform/tftest"
 	"github.com/talosbot/talosbot/plugins/cluster/planguard"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/plugins/tfguard"
 )
 
-func request(root, bin string) *lifecyclev1.OperationRequest {
-	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: tfguard.Command,
-		Cluster:  &lifecyclev1.Cluster{Name: "staging", Environment: "staging"},
-		Settings: &lifecyclev1.Settings{Extra: map[string]string{}, Terraform: &lifecyclev1.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform"}}}
+func request(root, bin string) *sdk.OperationRequest {
+	return &sdk.OperationRequest{OperationID: "op-1", Command: tfguard.Command,
+		Cluster:  sdk.Cluster{Name: "staging", Environment: "staging"},
+		Settings: sdk.Settings{Extra: map[string]string{}, Terraform: &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform"}}}
 }
 
-func run(t *testing.T, p *tfguard.Plugin, req *lifecyclev1.OperationRequest) *lifecyclev1.Result {
+func run(t *testing.T, p *tfguard.Plugin, req *sdk.OperationRequest) *sdk.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -36,7 +36,7 @@ func TestDescribeIsReadOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := m.GetCommands()[0]; c.GetName() != "tf plan" || c.GetEffect() != lifecyclev1.Effect_EFFECT_READ_ONLY {
+	if c := m.Commands[0]; c.Name != "tf plan" || c.Effect != sdk.EffectReadOnly {
 		t.Fatalf("manifest = %v", m)
 	}
 }
@@ -57,34 +57,34 @@ func TestSecretsReplacementIsRefusedWithR5(t *testing.T) {
 	req := request(root, bin)
 
 	plan, err := tfguard.New().Plan(context.Background(), req)
-	if err != nil || len(plan.GetSteps()) != 2 || !strings.Contains(plan.GetSummary(), "talos_machine_secrets") {
+	if err != nil || len(plan.Steps) != 2 || !strings.Contains(plan.Summary, "talos_machine_secrets") {
 		t.Fatalf("plan = %v, %v", plan, err)
 	}
 
 	// No change: passes.
 	res := run(t, &tfguard.Plugin{Env: env, TempDir: tmp}, req)
-	if !res.GetOk() || res.GetSummary() != "staging: No changes. R5 guard passed." {
+	if !res.OK || res.Summary != "staging: No changes. R5 guard passed." {
 		t.Fatalf("unchanged root: %v", res)
 	}
 
 	// An in-place change passes and is summarised.
 	res = run(t, &tfguard.Plugin{Env: append(env, "TF_VAR_config_revision=7"), TempDir: tmp}, req)
-	if !res.GetOk() || !strings.Contains(res.GetSummary(), "Plan: 0 to add, 1 to change, 0 to destroy.") ||
-		strings.Join(res.GetLines(), ";") != "update terraform_data.machine_config" {
+	if !res.OK || !strings.Contains(res.Summary, "Plan: 0 to add, 1 to change, 0 to destroy.") ||
+		strings.Join(res.Lines, ";") != "update terraform_data.machine_config" {
 		t.Fatalf("in-place change: %v", res)
 	}
 
 	// Replacing the machine secrets is refused (R5).
 	res = run(t, &tfguard.Plugin{Env: append(env, "TF_VAR_secrets_generation=2"), TempDir: tmp}, req)
-	r := res.GetRefusal()
-	if res.GetOk() || r.GetRule() != "R5" || !strings.Contains(r.GetReason(), "replace terraform_data.talos_machine_secrets (cluster secrets)") || r.GetFix() == "" {
+	r := res.Refusal
+	if res.OK || r.Rule != "R5" || !strings.Contains(r.Reason, "replace terraform_data.talos_machine_secrets (cluster secrets)") || r.Fix == "" {
 		t.Fatalf("secrets replacement: %v", res)
 	}
 
 	// A configured VM name is protected too.
 	req.Settings.Extra[planguard.ExtraProtectedVMs] = "proxmox_virtual_environment_vm, talos_node"
 	res = run(t, &tfguard.Plugin{Env: append(env, "TF_VAR_node_generation=2"), TempDir: tmp}, req)
-	if res.GetOk() || !strings.Contains(res.GetRefusal().GetReason(), "replace terraform_data.talos_node (node VM)") {
+	if res.OK || !strings.Contains(res.Refusal.Reason, "replace terraform_data.talos_node (node VM)") {
 		t.Fatalf("node replacement: %v", res)
 	}
 
@@ -96,7 +96,7 @@ func TestSecretsReplacementIsRefusedWithR5(t *testing.T) {
 func TestMissingBinaryFailsWithConfigKey(t *testing.T) {
 	req := request(t.TempDir(), "tofu")
 	res := run(t, &tfguard.Plugin{Env: []string{"PATH=" + t.TempDir()}}, req)
-	if res.GetOk() || !strings.Contains(res.GetError(), "clusters[0].credentials.terraform.binary") {
+	if res.OK || !strings.Contains(res.Error, "clusters[0].credentials.terraform.binary") {
 		t.Fatalf("result = %v", res)
 	}
 }

@@ -26,7 +26,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Name is the plugin's catalogue name.
@@ -46,15 +45,15 @@ type Plugin struct{}
 func New() sdk.Plugin { return &Plugin{} }
 
 // Describe returns the manifest.
-func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: Name, Version: version.Version, Commands: []*sdk.Command{{
 		Name:    Command,
 		Summary: "Make a cordoned Kubernetes node schedulable again, once it is Ready (the follow-up of a failed upgrade)",
-		Args: []*lifecyclev1.Arg{
+		Args: []*sdk.Arg{
 			{Name: "node", Required: true, Description: "the node (inventory name)"},
 			{Name: "cluster", Description: "cluster (default: the channel's cluster)"},
 		},
-		Effect:  lifecyclev1.Effect_EFFECT_DISRUPTIVE,
+		Effect:  sdk.EffectDisruptive,
 		Example: "/talos node uncordon worker-2 staging",
 	}}}, nil
 }
@@ -65,8 +64,8 @@ type target struct {
 }
 
 // check resolves the node and reads its Kubernetes Node. It changes nothing.
-func check(ctx context.Context, req *lifecyclev1.OperationRequest, s *cluster.Session) (*target, error) {
-	name := strings.TrimSpace(req.GetArgs()["node"])
+func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session) (*target, error) {
+	name := strings.TrimSpace(req.Args["node"])
 	if s.Kube == nil {
 		return nil, sdk.Refuse(Rule, "no kubeconfig was provided, so the Kubernetes Node cannot be read or uncordoned",
 			"configure the cluster's kubeconfig credential, or run kubectl uncordon yourself")
@@ -101,7 +100,7 @@ func ready(n *corev1.Node) bool {
 }
 
 // Plan reads the node; it changes nothing.
-func (*Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+func (*Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return nil, err
@@ -115,17 +114,17 @@ func (*Plugin) Plan(ctx context.Context, req *lifecyclev1.OperationRequest) (*li
 	if !t.cordoned {
 		summary = fmt.Sprintf("%s (Kubernetes node %s) is already schedulable; nothing to do", t.node.Name, t.node.KubeNode)
 	}
-	return &lifecyclev1.OperationPlan{
+	return &sdk.OperationPlan{
 		Summary: summary,
 		Target:  t.node.Name,
-		Steps:   []*lifecyclev1.Step{{Id: "uncordon", Title: "uncordon " + t.node.KubeNode, Node: t.node.Name, Kind: "uncordon"}},
+		Steps:   []*sdk.Step{{ID: "uncordon", Title: "uncordon " + t.node.KubeNode, Node: t.node.Name, Kind: "uncordon"}},
 		CanonicalInputs: sdk.NewCanonical(req).Str("node", t.node.Name).Str("kube_node", t.node.KubeNode).
 			Bool("cordoned", t.cordoned).Bytes(),
 	}, nil
 }
 
 // Run uncordons the node (again checked Ready) and reads it back.
-func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
+func (*Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return err
@@ -141,13 +140,13 @@ func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk
 	_ = r.StepStarted("uncordon", t.node.KubeNode)
 	if !t.cordoned {
 		_ = r.StepSkipped("uncordon", "already schedulable")
-		return r.Result(&lifecyclev1.Result{Ok: true, Summary: fmt.Sprintf("%s is already schedulable", t.node.Name)})
+		return r.Result(&sdk.Result{OK: true, Summary: fmt.Sprintf("%s is already schedulable", t.node.Name)})
 	}
 	uctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	if err := k8s.Uncordon(uctx, s.Kube, t.node.KubeNode); err != nil {
 		_ = r.StepFailed("uncordon", err.Error())
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: fmt.Sprintf("%s is still cordoned", t.node.Name), Error: err.Error()})
+		return r.Result(&sdk.Result{OK: false, Summary: fmt.Sprintf("%s is still cordoned", t.node.Name), Error: err.Error()})
 	}
 	if still, err := k8s.Cordoned(uctx, s.Kube, t.node.KubeNode); err != nil || still {
 		msg := fmt.Sprintf("Kubernetes node %s still reads as cordoned", t.node.KubeNode)
@@ -155,8 +154,8 @@ func (*Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk
 			msg = err.Error()
 		}
 		_ = r.StepFailed("uncordon", msg)
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: fmt.Sprintf("%s may still be cordoned", t.node.Name), Error: msg})
+		return r.Result(&sdk.Result{OK: false, Summary: fmt.Sprintf("%s may still be cordoned", t.node.Name), Error: msg})
 	}
 	_ = r.StepOK("uncordon", "schedulable")
-	return r.Result(&lifecyclev1.Result{Ok: true, Summary: fmt.Sprintf("%s (Kubernetes node %s) is schedulable again", t.node.Name, t.node.KubeNode)})
+	return r.Result(&sdk.Result{OK: true, Summary: fmt.Sprintf("%s (Kubernetes node %s) is schedulable again", t.node.Name, t.node.KubeNode)})
 }

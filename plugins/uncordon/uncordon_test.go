@@ -11,21 +11,21 @@ import (
 
 	"github.com/talosbot/talosbot/internal/testenv"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
 
-func request(c *sim.Cluster, kube *testenv.Kube, node string) *lifecyclev1.OperationRequest {
-	pc := &lifecyclev1.Cluster{Name: "staging", Environment: "staging"}
+func request(c *sim.Cluster, kube *testenv.Kube, node string) *sdk.OperationRequest {
+	pc := &sdk.Cluster{Name: "staging", Environment: "staging"}
 	for _, n := range c.Nodes() {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role})
+		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role})
 	}
-	creds := &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()}
+	creds := &sdk.Credentials{Talosconfig: c.Talosconfig()}
 	if kube != nil {
 		creds.Kubeconfig = kube.Kubeconfig
 	}
-	return &lifecyclev1.OperationRequest{OperationId: "op-u", Command: Command, Args: map[string]string{"node": node}, Cluster: pc, Credentials: creds}
+	return &sdk.OperationRequest{OperationID: "op-u", Command: Command, Args: map[string]string{"node": node}, Cluster: *pc, Credentials: *creds}
 }
 
 func setReady(t *testing.T, kube *testenv.Kube, node string, ready bool) {
@@ -75,11 +75,11 @@ func TestUncordon(t *testing.T) {
 	// Not Ready: refused, still cordoned.
 	setReady(t, kube, kn, false)
 	plan, err := New().Plan(ctx, request(c, kube, "worker-1"))
-	if err != nil || plan.GetRefusal().GetRule() != Rule || !strings.Contains(plan.GetRefusal().GetReason(), "is not Ready") {
+	if err != nil || plan.Refusal.Rule != Rule || !strings.Contains(plan.Refusal.Reason, "is not Ready") {
 		t.Fatalf("want a not-Ready refusal, got %v %v", plan, err)
 	}
 	rec, _ := sdktest.Run(ctx, New(), request(c, kube, "worker-1"), nil)
-	if res := rec.FinalResult(); res.GetOk() || res.GetRefusal() == nil {
+	if res := rec.FinalResult(); res.OK || res.Refusal == nil {
 		t.Fatalf("Run uncordoned a NotReady node: %v", res)
 	}
 	if cordoned, _ := k8s.Cordoned(ctx, kube.Client, kn); !cordoned {
@@ -89,11 +89,11 @@ func TestUncordon(t *testing.T) {
 	// Ready: uncordoned.
 	setReady(t, kube, kn, true)
 	plan, err = New().Plan(ctx, request(c, kube, "worker-1"))
-	if err != nil || plan.GetRefusal() != nil || !strings.Contains(plan.GetSummary(), "Uncordon worker-1 (Kubernetes node "+kn+")") {
+	if err != nil || plan.Refusal != nil || !strings.Contains(plan.Summary, "Uncordon worker-1 (Kubernetes node "+kn+")") {
 		t.Fatalf("plan: %v %v", plan, err)
 	}
 	rec, _ = sdktest.Run(ctx, New(), request(c, kube, "worker-1"), nil)
-	if res := rec.FinalResult(); !res.GetOk() {
+	if res := rec.FinalResult(); !res.OK {
 		t.Fatalf("uncordon: %v", res)
 	}
 	if cordoned, err := k8s.Cordoned(ctx, kube.Client, kn); err != nil || cordoned {
@@ -101,17 +101,17 @@ func TestUncordon(t *testing.T) {
 	}
 	// Again: nothing to do.
 	rec, _ = sdktest.Run(ctx, New(), request(c, kube, "worker-1"), nil)
-	if res := rec.FinalResult(); !res.GetOk() || !strings.Contains(res.GetSummary(), "already schedulable") {
+	if res := rec.FinalResult(); !res.OK || !strings.Contains(res.Summary, "already schedulable") {
 		t.Fatalf("second run: %v", res)
 	}
 
 	// Refusals: no kubeconfig, a name outside the inventory.
-	for req, want := range map[*lifecyclev1.OperationRequest]string{
+	for req, want := range map[*sdk.OperationRequest]string{
 		request(c, nil, "worker-1"):  "no kubeconfig",
 		request(c, kube, "worker-9"): "worker-9 is not in the inventory",
 	} {
 		plan, err := New().Plan(ctx, req)
-		if err != nil || plan.GetRefusal() == nil || !strings.Contains(plan.GetRefusal().GetReason(), want) || plan.GetRefusal().GetFix() == "" {
+		if err != nil || plan.Refusal == nil || !strings.Contains(plan.Refusal.Reason, want) || plan.Refusal.Fix == "" {
 			t.Fatalf("want a refusal with %q, got %v %v", want, plan, err)
 		}
 	}

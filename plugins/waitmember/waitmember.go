@@ -15,7 +15,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -35,16 +34,16 @@ type Plugin struct{ Poll time.Duration }
 func New() sdk.Plugin { return &Plugin{} }
 
 // Describe returns the manifest.
-func (*Plugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: Name, Version: version.Version, Commands: []*lifecyclev1.Command{{
+func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: Name, Version: version.Version, Commands: []*sdk.Command{{
 		Name:    Command,
 		Summary: "Wait until a new control plane is a voting etcd member and all members agree on the leader (R7; read-only)",
-		Args: []*lifecyclev1.Arg{
+		Args: []*sdk.Arg{
 			{Name: "node", Required: true, Description: "the control plane Terraform just added (inventory name)"},
 			{Name: "cluster", Description: "cluster (default: the channel's cluster)"},
 			{Name: "timeout", Flag: true, Description: "how long to wait, e.g. 10m (default 10m)"},
 		},
-		Effect:  lifecyclev1.Effect_EFFECT_READ_ONLY,
+		Effect:  sdk.EffectReadOnly,
 		Example: "/talos wait-member talos-prd-4 production",
 	}}}, nil
 }
@@ -54,12 +53,12 @@ type target struct {
 	timeout time.Duration
 }
 
-func check(req *lifecyclev1.OperationRequest) (cluster.Inventory, target, error) {
-	inv, err := cluster.InventoryFrom(req.GetCluster())
+func check(req *sdk.OperationRequest) (cluster.Inventory, target, error) {
+	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return inv, target{}, err
 	}
-	name := req.GetArgs()["node"]
+	name := req.Args["node"]
 	n, ok := inv.Node(name)
 	if !ok {
 		return inv, target{}, &sdk.Refusal{Rule: "R7", Reason: fmt.Sprintf("%s is not in the inventory of %s", sdk.Clip(name), inv.Name),
@@ -70,7 +69,7 @@ func check(req *lifecyclev1.OperationRequest) (cluster.Inventory, target, error)
 			Fix: "a new worker needs no wait: check it with /talos health"}
 	}
 	t := target{node: n, timeout: DefaultTimeout}
-	if s := req.GetArgs()["timeout"]; s != "" {
+	if s := req.Args["timeout"]; s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d <= 0 {
 			return inv, target{}, &sdk.Refusal{Rule: "R7", Reason: fmt.Sprintf("--timeout %q is not a duration", s), Fix: "use e.g. --timeout 10m"}
@@ -81,18 +80,18 @@ func check(req *lifecyclev1.OperationRequest) (cluster.Inventory, target, error)
 }
 
 // Plan validates the node; it does not contact the cluster.
-func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
+func (*Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
 	inv, t, err := check(req)
 	if err != nil {
 		return sdk.RefusalPlan(err)
 	}
-	return &lifecyclev1.OperationPlan{
+	return &sdk.OperationPlan{
 		Summary: fmt.Sprintf("Wait up to %s for %s to be a voting etcd member of %s with one agreed leader", t.timeout, t.node.Name, inv.Name),
 		Target:  t.node.Name,
-		Steps: []*lifecyclev1.Step{
-			{Id: "member", Title: t.node.Name + " is an etcd member", Node: t.node.Name, Kind: "quorum"},
-			{Id: "voting", Title: t.node.Name + " votes (not a learner) and answers", Node: t.node.Name, Kind: "quorum"},
-			{Id: "leader", Title: "every member reports the same leader", Kind: "quorum"},
+		Steps: []*sdk.Step{
+			{ID: "member", Title: t.node.Name + " is an etcd member", Node: t.node.Name, Kind: "quorum"},
+			{ID: "voting", Title: t.node.Name + " votes (not a learner) and answers", Node: t.node.Name, Kind: "quorum"},
+			{ID: "leader", Title: "every member reports the same leader", Kind: "quorum"},
 		},
 		CanonicalInputs: sdk.NewCanonical(req).Str("node", t.node.Name).Duration("timeout", t.timeout).Bytes(),
 	}, nil
@@ -100,13 +99,13 @@ func (*Plugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*life
 
 // Run polls the quorum until the node is a healthy voting member and every
 // member agrees on the leader, or the timeout passes.
-func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
+func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
 	inv, t, err := check(req)
 	if err != nil {
 		re, _ := sdk.AsRefusal(err)
-		return r.Result(&lifecyclev1.Result{Ok: false, Summary: "refused", Error: err.Error(), Refusal: re.Proto()})
+		return r.Result(&sdk.Result{OK: false, Summary: "refused", Error: err.Error(), Refusal: re})
 	}
-	clients, err := cluster.Connect(ctx, inv, req.GetCredentials())
+	clients, err := cluster.Connect(ctx, inv, &req.Credentials)
 	if err != nil {
 		return err
 	}
@@ -128,7 +127,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 	// The deadline is checked after each reading, not imposed on ctx: the
 	// last reading runs to its own bound and the report says what was
 	// missing (result is set once the node made it or the time is up).
-	var result *lifecyclev1.Result
+	var result *sdk.Result
 	err = wait.PollUntilContextCancel(ctx, poll, true, func(ctx context.Context) (bool, error) {
 		// Each read gets its own bound, so the last reading before the
 		// deadline is a real one and the report says what was missing.
@@ -144,7 +143,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 			_ = r.StepOK("member", q.Summary())
 			_ = r.StepOK("voting", t.node.Name+" answers as a voting member")
 			_ = r.StepOK("leader", "leader "+q.Leader+" agreed by all "+fmt.Sprint(len(q.Members))+" members")
-			result = &lifecyclev1.Result{Ok: true,
+			result = &sdk.Result{OK: true,
 				Summary: fmt.Sprintf("%s is a voting etcd member and all %d members agree on leader %s: the next node may be added (R7)", t.node.Name, len(q.Members), q.Leader)}
 			return true, nil
 		}
@@ -159,7 +158,7 @@ func (p *Plugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r s
 				missing = append(missing, "not every member reports one agreed leader")
 			}
 			_ = r.StepFailed("member", q.Summary())
-			result = &lifecyclev1.Result{Ok: false, Summary: fmt.Sprintf("%s did not become a voting member within %s", t.node.Name, t.timeout),
+			result = &sdk.Result{OK: false, Summary: fmt.Sprintf("%s did not become a voting member within %s", t.node.Name, t.timeout),
 				Error: strings.Join(missing, "; ") + " (" + q.Summary() + ")"}
 			return true, nil
 		}

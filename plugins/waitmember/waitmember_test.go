@@ -9,22 +9,22 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
 
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
 
-func request(c *sim.Cluster, node, timeout string) *lifecyclev1.OperationRequest {
-	pc := &lifecyclev1.Cluster{Name: "production", Environment: "production"}
+func request(c *sim.Cluster, node, timeout string) *sdk.OperationRequest {
+	pc := &sdk.Cluster{Name: "production", Environment: "production"}
 	for _, n := range c.Nodes() {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role})
+		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role})
 		if n.Role == sim.RoleControlPlane {
 			pc.Endpoints = append(pc.Endpoints, n.IP)
 		}
 	}
-	return &lifecyclev1.OperationRequest{OperationId: "op-1", Command: Command, Cluster: pc,
+	return &sdk.OperationRequest{OperationID: "op-1", Command: Command, Cluster: *pc,
 		Args:        map[string]string{"node": node, "timeout": timeout},
-		Credentials: &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()}}
+		Credentials: sdk.Credentials{Talosconfig: c.Talosconfig()}}
 }
 
 func TestWaitMember(t *testing.T) {
@@ -40,18 +40,18 @@ func TestWaitMember(t *testing.T) {
 
 	// A voting member with an agreed leader passes.
 	rec, _ := sdktest.Run(ctx, p, request(c, "cp-2", "20s"), nil)
-	if res := rec.FinalResult(); !res.GetOk() || !strings.Contains(res.GetSummary(), "cp-2 is a voting etcd member") {
+	if res := rec.FinalResult(); !res.OK || !strings.Contains(res.Summary, "cp-2 is a voting etcd member") {
 		t.Fatalf("cp-2: %v", res)
 	}
 
 	// Refusals: a worker, an unknown node, a bad timeout.
 	for node, want := range map[string]string{"worker-1": "only control planes join etcd", "cp-9": "cp-9 is not in the inventory"} {
 		plan, err := p.Plan(ctx, request(c, node, ""))
-		if err != nil || plan.GetRefusal().GetRule() != "R7" || !strings.Contains(plan.GetRefusal().GetReason(), want) {
+		if err != nil || plan.Refusal.Rule != "R7" || !strings.Contains(plan.Refusal.Reason, want) {
 			t.Fatalf("%s: %v %v", node, plan, err)
 		}
 	}
-	if plan, _ := p.Plan(ctx, request(c, "cp-2", "soon")); plan.GetRefusal() == nil {
+	if plan, _ := p.Plan(ctx, request(c, "cp-2", "soon")); plan.Refusal == nil {
 		t.Fatal("a bad --timeout must be refused")
 	}
 
@@ -84,7 +84,7 @@ func TestWaitMember(t *testing.T) {
 	start := time.Now()
 	rec, _ = sdktest.Run(ctx, p, request(c, "cp-3", "2s"), nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "cp-3 is not an etcd member") {
+	if res.OK || !strings.Contains(res.Error, "cp-3 is not an etcd member") {
 		t.Fatalf("cp-3 after reset: %v", res)
 	}
 	if d := time.Since(start); d > 20*time.Second {
@@ -112,8 +112,8 @@ func TestWaitMemberNeedsEveryMemberUnderOneLeader(t *testing.T) {
 	}
 	rec, _ := sdktest.Run(ctx, p, request(c, "cp-2", "2s"), nil)
 	res := rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "not every member reports one agreed leader") ||
-		strings.Contains(res.GetError(), "cp-2 is") || !strings.Contains(res.GetError(), "cp-1") {
+	if res.OK || !strings.Contains(res.Error, "not every member reports one agreed leader") ||
+		strings.Contains(res.Error, "cp-2 is") || !strings.Contains(res.Error, "cp-1") {
 		t.Fatalf("cp-2 with cp-1's etcd stopped: %v; want a timeout naming cp-1 and the leader, not cp-2", res)
 	}
 
@@ -126,8 +126,8 @@ func TestWaitMemberNeedsEveryMemberUnderOneLeader(t *testing.T) {
 	}
 	rec, _ = sdktest.Run(ctx, p, request(c, "cp-2", "2s"), nil)
 	res = rec.FinalResult()
-	if res.GetOk() || !strings.Contains(res.GetError(), "not every member reports one agreed leader") ||
-		!strings.Contains(res.GetError(), "no etcd leader") {
+	if res.OK || !strings.Contains(res.Error, "not every member reports one agreed leader") ||
+		!strings.Contains(res.Error, "no etcd leader") {
 		t.Fatalf("cp-2 without an etcd leader: %v; want a timeout naming the missing leader", res)
 	}
 }

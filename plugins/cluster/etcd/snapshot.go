@@ -30,7 +30,6 @@ import (
 	"github.com/talosbot/talosbot/internal/snapname"
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Snapshot step ids, reported through SnapshotOptions.Step.
@@ -132,14 +131,17 @@ type SnapshotOptions struct {
 
 // SnapshotOptionsFrom reads the host settings. Settings.backups.local wins
 // over the older snapshot_keep/snapshot_max_age_seconds fields.
-func SnapshotOptionsFrom(s *lifecyclev1.Settings) SnapshotOptions {
+func SnapshotOptionsFrom(s *sdk.Settings) SnapshotOptions {
+	if s == nil {
+		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
 	o := SnapshotOptions{
-		Dir: s.GetSnapshotDir(),
-		Retention: retention.Policy{Keep: int(s.GetSnapshotKeep()),
-			MaxAge: time.Duration(s.GetSnapshotMaxAgeSeconds()) * time.Second},
+		Dir: s.SnapshotDir,
+		Retention: retention.Policy{Keep: int(s.SnapshotKeep),
+			MaxAge: time.Duration(s.SnapshotMaxAgeSeconds) * time.Second},
 		Protected: map[string]bool{},
 	}
-	b := s.GetBackups()
+	b := s.Backups
 	if l := b.GetLocal(); l != nil {
 		o.Retention = PolicyFrom(l)
 	}
@@ -152,23 +154,26 @@ func SnapshotOptionsFrom(s *lifecyclev1.Settings) SnapshotOptions {
 
 // SnapshotOptionsFor reads the host settings and, for the off-site copy,
 // the S3 credentials the host resolved for this call.
-func SnapshotOptionsFor(req *lifecyclev1.OperationRequest) SnapshotOptions {
-	o := SnapshotOptionsFrom(req.GetSettings())
-	o.Operation = req.GetOperationId()
-	b := req.GetSettings().GetBackups()
+func SnapshotOptionsFor(req *sdk.OperationRequest) SnapshotOptions {
+	o := SnapshotOptionsFrom(&req.Settings)
+	o.Operation = req.OperationID
+	b := req.Settings.Backups
 	if t := b.GetOffsite(); t != nil {
-		c := req.GetCredentials()
-		o.Offsite = &offsite.Config{Endpoint: t.GetEndpoint(), Bucket: t.GetBucket(), Prefix: t.GetPrefix(), Region: t.GetRegion(),
-			Insecure: t.GetInsecure(), AccessKeyID: string(c.GetOffsiteAccessKeyId()), SecretAccessKey: string(c.GetOffsiteSecretAccessKey())}
+		c := &req.Credentials
+		o.Offsite = &offsite.Config{Endpoint: t.Endpoint, Bucket: t.GetBucket(), Prefix: t.Prefix, Region: t.Region,
+			Insecure: t.Insecure, AccessKeyID: string(c.OffsiteAccessKeyID), SecretAccessKey: string(c.OffsiteSecretAccessKey)}
 		o.OffsiteRetention = PolicyFrom(b.GetOffsiteRetention())
 	}
 	return o
 }
 
-// PolicyFrom converts the wire retention message.
-func PolicyFrom(r *lifecyclev1.Retention) retention.Policy {
-	return retention.Policy{Keep: int(r.GetKeep()), MaxAge: time.Duration(r.GetMaxAgeSeconds()) * time.Second,
-		Hourly: int(r.GetHourly()), Daily: int(r.GetDaily()), Weekly: int(r.GetWeekly()), Monthly: int(r.GetMonthly())}
+// PolicyFrom converts the host's retention; nil (unset) keeps everything.
+func PolicyFrom(r *sdk.Retention) retention.Policy {
+	if r == nil {
+		return retention.Policy{}
+	}
+	return retention.Policy{Keep: int(r.Keep), MaxAge: time.Duration(r.MaxAgeSeconds) * time.Second,
+		Hourly: int(r.Hourly), Daily: int(r.Daily), Weekly: int(r.Weekly), Monthly: int(r.Monthly)}
 }
 
 func (o SnapshotOptions) withDefaults() SnapshotOptions {
@@ -220,8 +225,8 @@ type OffsiteCopy struct {
 }
 
 // Artifact is the snapshot as a progress artifact.
-func (s *Snapshot) Artifact() *lifecyclev1.Artifact {
-	return &lifecyclev1.Artifact{Id: s.ID, Name: "etcd snapshot", Sha256: s.SHA256, Size: s.Size, Location: s.Path}
+func (s *Snapshot) Artifact() *sdk.Artifact {
+	return &sdk.Artifact{ID: s.ID, Name: "etcd snapshot", Sha256: s.SHA256, Size: s.Size, Location: s.Path}
 }
 
 var safeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -100,9 +100,12 @@ type Options struct {
 }
 
 // OptionsFrom reads the host settings (gate_timeout_ms).
-func OptionsFrom(s *lifecyclev1.Settings) Options {
+func OptionsFrom(s *sdk.Settings) Options {
 	var o Options
-	if ms := s.GetGateTimeoutMs(); ms > 0 {
+	if s == nil {
+		return o
+	}
+	if ms := s.GateTimeoutMs; ms > 0 {
 		o.Timeout = time.Duration(ms) * time.Millisecond
 	}
 	return o
@@ -289,6 +292,7 @@ func probes() []probe {
 		{ProbeInfo{"pods", "Pods", "pods in all namespaces: counts and the worst few", true}, probePods},
 		{ProbeInfo{"flux", "Flux", "Kustomizations and HelmReleases Ready", true}, probeFlux},
 		{ProbeInfo{"pdb", "PodDisruptionBudgets", "no budget with 0 disruptions allowed covers a pod on a node to drain", true}, probePDBs},
+		{ProbeInfo{"storage", "Storage", "every Longhorn volume healthy, every CloudNativePG cluster's instances ready", true}, probeStorage},
 	}
 }
 
@@ -394,8 +398,11 @@ func runProbe(ctx context.Context, g *gateRun, p probe) (r ProbeResult) {
 
 // Timeout reads settings.gate_timeout_ms (default DefaultTimeout): one gate
 // run, and with it the gate before a node.
-func Timeout(s *lifecyclev1.Settings) time.Duration {
-	if ms := s.GetGateTimeoutMs(); ms > 0 {
+func Timeout(s *sdk.Settings) time.Duration {
+	if s == nil {
+		return DefaultTimeout
+	}
+	if ms := s.GateTimeoutMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
 	return DefaultTimeout
@@ -419,16 +426,22 @@ const (
 )
 
 // AfterWait reads settings.gate_after_timeout_ms (default DefaultAfterWait).
-func AfterWait(s *lifecyclev1.Settings) time.Duration {
-	if ms := s.GetGateAfterTimeoutMs(); ms > 0 {
+func AfterWait(s *sdk.Settings) time.Duration {
+	if s == nil {
+		return DefaultAfterWait
+	}
+	if ms := s.GateAfterTimeoutMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
 	return DefaultAfterWait
 }
 
 // HealthWait reads settings.health_timeout_ms (default DefaultHealthWait).
-func HealthWait(s *lifecyclev1.Settings) time.Duration {
-	if ms := s.GetHealthTimeoutMs(); ms > 0 {
+func HealthWait(s *sdk.Settings) time.Duration {
+	if s == nil {
+		return DefaultHealthWait
+	}
+	if ms := s.HealthTimeoutMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
 	return DefaultHealthWait
@@ -455,7 +468,7 @@ func Until(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, opts 
 // settings, with Kubernetes required whenever a kubeconfig was given (a
 // disruptive operation must not pass a gate that silently skipped the
 // Kubernetes probes), draining the given nodes (nil: every node).
-func OptionsFor(s *cluster.Session, settings *lifecyclev1.Settings, drain []string) Options {
+func OptionsFor(s *cluster.Session, settings *sdk.Settings, drain []string) Options {
 	o := OptionsFrom(settings)
 	o.RequireKubernetes = s.Kube != nil
 	o.DrainNodes = drain

@@ -24,7 +24,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/talosbot/talosbot/plugins/cluster"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
 
@@ -104,9 +104,9 @@ func TestNotCheckedIsNeverReportedAsPassed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range rec.Steps() {
-		notChecked := s.GetStepId() != "gate-before/talos-version"
-		if notChecked && (s.GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_SKIPPED || !strings.HasPrefix(s.GetDetail(), "not checked: ")) {
-			t.Errorf("step %s = %s %q, want SKIPPED \"not checked: …\"", s.GetStepId(), s.GetStatus(), s.GetDetail())
+		notChecked := s.StepID != "gate-before/talos-version"
+		if notChecked && (s.Status != sdk.StepSkipped || !strings.HasPrefix(s.Detail, "not checked: ")) {
+			t.Errorf("step %s = %s %q, want SKIPPED \"not checked: …\"", s.StepID, s.Status, s.Detail)
 		}
 	}
 }
@@ -235,14 +235,14 @@ func TestUnresolvableAddressFailsByNode(t *testing.T) {
 }
 
 func TestWaitsDefaultsAndSettings(t *testing.T) {
-	var none *lifecyclev1.Settings
+	var none *sdk.Settings
 	if Timeout(none) != DefaultTimeout || AfterWait(none) != DefaultAfterWait || HealthWait(none) != DefaultHealthWait {
 		t.Fatalf("defaults: %s %s %s", Timeout(none), AfterWait(none), HealthWait(none))
 	}
 	if DefaultTimeout != time.Minute || DefaultAfterWait != 10*time.Minute || DefaultHealthWait != 2*time.Minute {
 		t.Fatal("the documented defaults (docs/HEALTHGATE.md) changed")
 	}
-	s := &lifecyclev1.Settings{GateTimeoutMs: 5000, GateAfterTimeoutMs: 7000, HealthTimeoutMs: 9000}
+	s := &sdk.Settings{GateTimeoutMs: 5000, GateAfterTimeoutMs: 7000, HealthTimeoutMs: 9000}
 	if Timeout(s) != 5*time.Second || AfterWait(s) != 7*time.Second || HealthWait(s) != 9*time.Second {
 		t.Fatalf("settings: %s %s %s", Timeout(s), AfterWait(s), HealthWait(s))
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/sim"
 )
 
@@ -45,15 +44,15 @@ func start(t *testing.T, withKube bool) *env {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	e.c = c
-	pc := &lifecyclev1.Cluster{Name: "sim", Environment: "staging"}
+	pc := &sdk.Cluster{Name: "sim", Environment: "staging"}
 	for _, n := range c.Nodes() {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host,
+		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host,
 			Platform: n.Platform, InstallerClass: n.InstallerClass})
 	}
 	if e.inv, err = cluster.InventoryFrom(pc); err != nil {
 		t.Fatal(err)
 	}
-	creds := &lifecyclev1.Credentials{Talosconfig: c.Talosconfig()}
+	creds := &sdk.Credentials{Talosconfig: c.Talosconfig()}
 	if withKube {
 		creds.Kubeconfig = e.kube.Kubeconfig
 	}

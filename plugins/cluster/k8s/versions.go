@@ -12,6 +12,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/compatibility"
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
+	sdkversions "github.com/talosbot/talosbot/plugins/sdk/versions"
 	"google.golang.org/protobuf/types/known/emptypb"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -170,7 +171,7 @@ func DowngradeRefusal(v *Versions, target string) (rule, reason, fix string) {
 		return "R20", err.Error(), "give a full version, e.g. v1.36.3"
 	}
 	hi := v.Highest()
-	if len(v.Observed) > 0 && t.LT(hi.parsed) {
+	if len(v.Observed) > 0 && t.LT(hi.parsed) { // rule:R21
 		byVersion := map[string][]string{}
 		var order []string
 		for _, o := range v.Observed {
@@ -206,12 +207,18 @@ func MinorRefusal(v *Versions, target string) (rule, reason, fix string) {
 	if t.Major != lo.parsed.Major {
 		return "R20", fmt.Sprintf("v%s changes the major version from %s (%s)", t, lo.Version, lo.Where), "upgrade within the same major version"
 	}
-	if t.Minor > lo.parsed.Minor+1 {
+	if sdkversions.SkipsMinor(plain(lo.parsed), plain(t)) {
 		return "R20", fmt.Sprintf("v%s skips a minor: the lowest running version is %s (%s); Kubernetes upgrades go one minor at a time",
 				t, lo.Version, lo.Where),
-			fmt.Sprintf("upgrade one minor at a time: first to the newest %d.%d release declared under releases.kubernetes, then to %s", lo.parsed.Major, lo.parsed.Minor+1, t)
+			fmt.Sprintf("upgrade one minor at a time: first to the newest %d.%d release declared under releases.kubernetes, then to %s", lo.parsed.Major, sdkversions.NextMinor(plain(lo.parsed)).Minor, t)
 	}
 	return "", "", ""
+}
+
+// plain is v as the SDK's version type, for the version rules
+// (plugins/sdk/versions); build metadata and pre-releases do not matter to them.
+func plain(v semver.Version) sdkversions.Version {
+	return sdkversions.Version{Major: int(v.Major), Minor: int(v.Minor), Patch: int(v.Patch)}
 }
 
 // TalosSupport is one node's Talos version and whether it supports the target.

@@ -24,7 +24,6 @@ import (
 
 	"github.com/talosbot/talosbot/internal/terraform"
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Settings.extra keys read by the guard.
@@ -44,9 +43,12 @@ type Options struct {
 
 // OptionsFrom reads Settings.terraform and Settings.extra. A missing root is an error that says
 // which configuration to set.
-func OptionsFrom(cluster string, s *lifecyclev1.Settings) (Options, error) {
-	x := s.GetExtra()
-	tf := s.GetTerraform()
+func OptionsFrom(cluster string, s *sdk.Settings) (Options, error) {
+	if s == nil {
+		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
+	x := s.Extra
+	tf := s.Terraform
 	o := Options{Config: terraform.Config{Root: tf.GetRoot(), Binary: tf.GetBinary(), ConfigKey: tf.GetConfigKey()}}
 	if o.Config.ConfigKey == "" {
 		o.Config.ConfigKey = "clusters[" + cluster + "].credentials.terraform"
@@ -89,7 +91,7 @@ func (o Options) Protected() string {
 
 // Check plans the root in settings and applies the R5 guard. A non-empty
 // violation list means: refuse (see Refusal).
-func Check(ctx context.Context, cluster string, s *lifecyclev1.Settings, env []string, tempDir string) (*terraform.Plan, []terraform.Violation, error) {
+func Check(ctx context.Context, cluster string, s *sdk.Settings, env []string, tempDir string) (*terraform.Plan, []terraform.Violation, error) {
 	o, err := OptionsFrom(cluster, s)
 	if err != nil {
 		return nil, nil, err
@@ -115,33 +117,36 @@ func Refusal(vs []terraform.Violation) *sdk.Refusal {
 
 // Step is the plan step an upgrade starts with when the host asks for the
 // guard before upgrades (Wanted).
-func Step() *lifecyclev1.Step {
-	return &lifecyclev1.Step{Id: "tf-plan-guard", Title: "Terraform plan guard (R5)", Kind: "guard"}
+func Step() *sdk.Step {
+	return &sdk.Step{ID: "tf-plan-guard", Title: "Terraform plan guard (R5)", Kind: "guard"}
 }
 
 // Wanted reports whether the host asked for the guard before upgrades.
-func Wanted(s *lifecyclev1.Settings) bool {
-	return s.GetTerraform().GetPlanBeforeUpgrade()
+func Wanted(s *sdk.Settings) bool {
+	if s == nil {
+		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
+	return s.Terraform.GetPlanBeforeUpgrade()
 }
 
 // WithStep returns steps with Step first when the guard is Wanted: an
 // upgrade's plan shows the guard it will run.
-func WithStep(s *lifecyclev1.Settings, steps []*lifecyclev1.Step) []*lifecyclev1.Step {
+func WithStep(s *sdk.Settings, steps []*sdk.Step) []*sdk.Step {
 	if !Wanted(s) {
 		return steps
 	}
-	return append([]*lifecyclev1.Step{Step()}, steps...)
+	return append([]*sdk.Step{Step()}, steps...)
 }
 
 // BeforeUpgrade runs the R5 guard as an upgrade's first step (Step) when
 // Wanted. It returns a refusal when the plan would replace or delete cluster
 // secrets or a node VM, or when Terraform could not plan: an upgrade must not
 // start on top of a migration nobody looked at. nil: go ahead.
-func BeforeUpgrade(ctx context.Context, cluster string, s *lifecyclev1.Settings, r sdk.Reporter) *sdk.Refusal {
+func BeforeUpgrade(ctx context.Context, cluster string, s *sdk.Settings, r sdk.Reporter) *sdk.Refusal {
 	if !Wanted(s) {
 		return nil
 	}
-	id := Step().GetId()
+	id := Step().ID
 	_ = r.StepStarted(id, "")
 	plan, vs, err := Check(ctx, cluster, s, os.Environ(), "")
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/talosbot/talosbot/plugins/cluster"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
 // TalosPullTimeout is how long Talos itself retries a registry it cannot reach before its pull
@@ -35,7 +35,10 @@ type PullOptions struct {
 // (settings.node_timeout_ms, timeouts.node in the bot's configuration), since the pull is part
 // of one node's upgrade, capped below Talos's own 20 minutes so that the bot's clear failure
 // comes first. No setting of its own: the core's configuration stays free of plugin settings.
-func PullStall(s *lifecyclev1.Settings) time.Duration {
+func PullStall(s *sdk.Settings) time.Duration {
+	if s == nil {
+		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
 	return min(NodeTimeout(s), TalosPullTimeout-time.Minute)
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
 // DefaultNodeTimeout bounds one node's upgrade or rollback (reboot included)
@@ -24,8 +24,11 @@ import (
 const DefaultNodeTimeout = 10 * time.Minute
 
 // NodeTimeout reads settings.node_timeout_ms (default DefaultNodeTimeout).
-func NodeTimeout(s *lifecyclev1.Settings) time.Duration {
-	if ms := s.GetNodeTimeoutMs(); ms > 0 {
+func NodeTimeout(s *sdk.Settings) time.Duration {
+	if s == nil {
+		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
+	}
+	if ms := s.NodeTimeoutMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
 	return DefaultNodeTimeout

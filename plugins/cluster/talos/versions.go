@@ -16,6 +16,7 @@ import (
 	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	"github.com/talosbot/talosbot/plugins/sdk/versions"
 )
 
 // Release is a Talos release version vMAJOR.MINOR.PATCH.
@@ -65,7 +66,7 @@ func (v Release) AtLeast(major, minor int) bool {
 // CheckUpgradePath is rule R10 for one node: the target is the running
 // version (nothing to do), a newer patch of the same minor, or a release of
 // the next minor; never a downgrade and never a skipped minor (the one place
-// of that rule: releases.SkipsMinor; PlanTalos plans one minor per hop by construction). On top of
+// of that rule: versions.SkipsMinor; PlanTalos plans one minor per hop by construction). On top of
 // that, machinery's compatibility tables must accept the host version.
 func CheckUpgradePath(node string, from, to Release) *sdk.Refusal {
 	switch c := to.Compare(from); {
@@ -75,10 +76,10 @@ func CheckUpgradePath(node string, from, to Release) *sdk.Refusal {
 		return &sdk.Refusal{Rule: "R10",
 			Reason: fmt.Sprintf("%s runs %s; %s would be a downgrade", node, from, to),
 			Fix:    fmt.Sprintf("an upgrade never goes back; to undo a failed upgrade of one node use `/talos rollback %s`", node)}
-	case releases.SkipsMinor(releases.Version(from), releases.Version(to)):
+	case versions.SkipsMinor(versions.Version(from), versions.Version(to)):
 		// The fix names a minor to declare, never a version the bot may not
 		// know ("v1.13.x" would be refused as a target).
-		next := fmt.Sprintf("v%d.%d", from.Major, from.Minor+1)
+		next := versions.NextMinor(versions.Version(from)).MinorTag()
 		return &sdk.Refusal{Rule: "R10",
 			Reason: fmt.Sprintf("%s runs %s; %s skips a minor release (one adjacent minor at a time)", node, from, to),
 			Fix: fmt.Sprintf("the path goes through %s: declare its newest release under releases.talos (or let the bot read Image Factory: releases.factory_url; `/talos releases` lists what is known), then `/talos upgrade talos %s` plans the hops",
@@ -114,8 +115,8 @@ func PatchCheck(target Release, known []releases.Version, refuse bool) (string, 
 		return msg, nil
 	}
 	t := releases.Version(target)
-	newest, ok := releases.LatestPatch(known, t)
-	newer := ok && newest.Compare(t) > 0
+	newest, latest, ok := versions.IsLatestPatch(known, t)
+	newer := ok && !latest
 	var msg, fix string
 	switch {
 	case newer:

@@ -1,7 +1,9 @@
-// Package sdktest helps unit-test lifecycle plugins in process: Recorder is a
-// Reporter that collects events, and Run drives Plugin.Run with the same
-// validation and end-of-run rule (a final Result is always present) that
-// sdk.Serve applies over gRPC.
+// Package sdktest runs a lifecycle plugin in process against a fake host, on
+// the SDK's Go types: Recorder is a Reporter that collects events, and Plan
+// and Run drive the plugin with the same checks (the command must be in the
+// manifest), validation and end-of-run rule (a final Result is always
+// present) that sdk.Serve applies over gRPC. Request builds an
+// OperationRequest the way the host fills one.
 package sdktest
 
 import (
@@ -11,16 +13,14 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/plugins/sdk"
-	"github.com/talosbot/talosbot/plugins/sdk/internal/report"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // Recorder is an sdk.Reporter that keeps every event. Safe for concurrent use.
 type Recorder struct {
-	*report.Reporter
+	*sdk.EventReporter
 
 	mu     sync.Mutex
-	events []*lifecyclev1.Progress
+	events []*sdk.Event
 }
 
 var _ sdk.Reporter = (*Recorder)(nil)
@@ -28,22 +28,40 @@ var _ sdk.Reporter = (*Recorder)(nil)
 // NewRecorder returns an empty Recorder; now stamps events (nil: time.Now).
 func NewRecorder(now func() time.Time) *Recorder {
 	rec := &Recorder{}
-	rec.Reporter = report.New(func(p *lifecyclev1.Progress) error {
+	rec.EventReporter = sdk.NewEventReporter(func(e *sdk.Event) error {
 		rec.mu.Lock()
-		rec.events = append(rec.events, p)
+		rec.events = append(rec.events, e)
 		rec.mu.Unlock()
 		return nil
 	}, now)
 	return rec
 }
 
+// Request returns a request for command on a cluster with the given nodes,
+// as the host sends one (attempt 1, empty maps rather than nil). Tests set
+// further fields on the result.
+func Request(command, cluster string, nodes ...*sdk.Node) *sdk.OperationRequest {
+	return &sdk.OperationRequest{
+		OperationID: "op-test",
+		Command:     command,
+		Args:        map[string]string{},
+		Cluster:     sdk.Cluster{Name: cluster, Environment: "staging", Nodes: nodes, Declared: map[string]string{}},
+		Settings:    sdk.Settings{Extra: map[string]string{}},
+		Requester:   "tester",
+		Attempt:     1,
+	}
+}
+
 // Run checks the command against p's manifest and calls p.Run with a new
 // Recorder, then applies the SDK's end-of-run rule, as sdk.Serve does. The
 // returned error is Run's own error or, when Run returned nil, the first
 // report error (both also reflected in the Result when none was sent).
-func Run(ctx context.Context, p sdk.Plugin, req *lifecyclev1.OperationRequest, now func() time.Time) (*Recorder, error) {
+func Run(ctx context.Context, p sdk.Plugin, req *sdk.OperationRequest, now func() time.Time) (*Recorder, error) {
 	rec := NewRecorder(now)
-	err := checkCommand(ctx, p, req.GetCommand())
+	if req == nil {
+		req = &sdk.OperationRequest{}
+	}
+	err := checkCommand(ctx, p, req.Command)
 	if err == nil {
 		err = p.Run(ctx, req, rec)
 	}
@@ -56,8 +74,11 @@ func Run(ctx context.Context, p sdk.Plugin, req *lifecyclev1.OperationRequest, n
 
 // Plan checks the command against p's manifest and calls p.Plan, as
 // sdk.Serve does.
-func Plan(ctx context.Context, p sdk.Plugin, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if err := checkCommand(ctx, p, req.GetCommand()); err != nil {
+func Plan(ctx context.Context, p sdk.Plugin, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	if req == nil {
+		req = &sdk.OperationRequest{}
+	}
+	if err := checkCommand(ctx, p, req.Command); err != nil {
 		return nil, err
 	}
 	return p.Plan(ctx, req)
@@ -72,50 +93,50 @@ func checkCommand(ctx context.Context, p sdk.Plugin, command string) error {
 }
 
 // Events returns a copy of all events in the order they were sent.
-func (r *Recorder) Events() []*lifecyclev1.Progress {
+func (r *Recorder) Events() []*sdk.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]*lifecyclev1.Progress(nil), r.events...)
+	return append([]*sdk.Event(nil), r.events...)
 }
 
 // Steps returns the step events in order.
-func (r *Recorder) Steps() []*lifecyclev1.StepEvent {
-	var out []*lifecyclev1.StepEvent
+func (r *Recorder) Steps() []*sdk.StepEvent {
+	var out []*sdk.StepEvent
 	for _, e := range r.Events() {
-		if s := e.GetStep(); s != nil {
-			out = append(out, s)
+		if e.Step != nil {
+			out = append(out, e.Step)
 		}
 	}
 	return out
 }
 
 // Logs returns the log lines in order.
-func (r *Recorder) Logs() []*lifecyclev1.LogLine {
-	var out []*lifecyclev1.LogLine
+func (r *Recorder) Logs() []*sdk.LogLine {
+	var out []*sdk.LogLine
 	for _, e := range r.Events() {
-		if l := e.GetLog(); l != nil {
-			out = append(out, l)
+		if e.Log != nil {
+			out = append(out, e.Log)
 		}
 	}
 	return out
 }
 
 // Artifacts returns the artifacts in order.
-func (r *Recorder) Artifacts() []*lifecyclev1.Artifact {
-	var out []*lifecyclev1.Artifact
+func (r *Recorder) Artifacts() []*sdk.Artifact {
+	var out []*sdk.Artifact
 	for _, e := range r.Events() {
-		if a := e.GetArtifact(); a != nil {
-			out = append(out, a)
+		if e.Artifact != nil {
+			out = append(out, e.Artifact)
 		}
 	}
 	return out
 }
 
 // FinalResult returns the Result event, or nil if none was sent yet.
-func (r *Recorder) FinalResult() *lifecyclev1.Result {
+func (r *Recorder) FinalResult() *sdk.Result {
 	for _, e := range r.Events() {
-		if res := e.GetResult(); res != nil {
-			return res
+		if e.Result != nil {
+			return e.Result
 		}
 	}
 	return nil

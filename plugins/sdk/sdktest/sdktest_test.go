@@ -7,20 +7,19 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 type plug struct {
 	run func(ctx context.Context, r sdk.Reporter) error
 }
 
-func (plug) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Commands: []*lifecyclev1.Command{{Name: "x"}}}, nil
+func (plug) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Commands: []*sdk.Command{{Name: "x"}}}, nil
 }
-func (plug) Plan(context.Context, *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	return &lifecyclev1.OperationPlan{}, nil
+func (plug) Plan(context.Context, *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	return &sdk.OperationPlan{}, nil
 }
-func (p plug) Run(ctx context.Context, _ *lifecyclev1.OperationRequest, r sdk.Reporter) error {
+func (p plug) Run(ctx context.Context, _ *sdk.OperationRequest, r sdk.Reporter) error {
 	return p.run(ctx, r)
 }
 
@@ -32,10 +31,10 @@ func TestRunRecordsAndFinishes(t *testing.T) {
 		leaked = r
 		_ = r.StepStarted("gate", "")
 		_ = r.Log("warn", "gate", "slow")
-		_ = r.Artifact(&lifecyclev1.Artifact{Id: "snap-1"})
+		_ = r.Artifact(&sdk.Artifact{ID: "snap-1"})
 		_ = r.StepFailed("gate", "etcd")
 		return errors.New("gate failed")
-	}}, &lifecyclev1.OperationRequest{Command: "x"}, clock)
+	}}, &sdk.OperationRequest{Command: "x"}, clock)
 	if err == nil || err.Error() != "gate failed" {
 		t.Fatalf("err = %v", err)
 	}
@@ -43,17 +42,17 @@ func TestRunRecordsAndFinishes(t *testing.T) {
 		t.Fatalf("events = %d, want 5", n)
 	}
 	steps := rec.Steps()
-	if len(steps) != 2 || steps[0].GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_RUNNING || steps[1].GetStatus() != lifecyclev1.StepStatus_STEP_STATUS_FAILED {
+	if len(steps) != 2 || steps[0].Status != sdk.StepRunning || steps[1].Status != sdk.StepFailed {
 		t.Fatalf("steps = %v", steps)
 	}
 	if len(rec.Logs()) != 1 || len(rec.Artifacts()) != 1 {
 		t.Fatalf("logs/artifacts = %v / %v", rec.Logs(), rec.Artifacts())
 	}
 	res := rec.FinalResult()
-	if res == nil || res.GetOk() || res.GetError() != "gate failed" {
+	if res == nil || res.OK || res.Error != "gate failed" {
 		t.Fatalf("result = %v", res)
 	}
-	if got := rec.Events()[0].GetUnixNano(); got != now.UnixNano() {
+	if got := rec.Events()[0].UnixNano; got != now.UnixNano() {
 		t.Fatalf("timestamp = %d, want injected clock", got)
 	}
 	if err := leaked.Log("info", "", "late"); err == nil {
@@ -63,16 +62,16 @@ func TestRunRecordsAndFinishes(t *testing.T) {
 
 func TestRunReturnsFirstReportErrorAndChecksCommand(t *testing.T) {
 	rec, err := Run(t.Context(), plug{run: func(_ context.Context, r sdk.Reporter) error {
-		_ = r.Step(&lifecyclev1.StepEvent{StepId: "s"}) // no status: dropped
+		_ = r.Step(&sdk.StepEvent{StepID: "s"}) // no status: dropped
 		return nil
-	}}, &lifecyclev1.OperationRequest{Command: "x"}, nil)
-	if err == nil || rec.FinalResult().GetOk() {
+	}}, &sdk.OperationRequest{Command: "x"}, nil)
+	if err == nil || rec.FinalResult().OK {
 		t.Fatalf("err = %v, result = %v: a dropped report error must fail the run", err, rec.FinalResult())
 	}
-	if _, err := Run(t.Context(), plug{}, &lifecyclev1.OperationRequest{Command: "y"}, nil); err == nil {
+	if _, err := Run(t.Context(), plug{}, &sdk.OperationRequest{Command: "y"}, nil); err == nil {
 		t.Fatal("an undeclared command must be refused")
 	}
-	if _, err := Plan(t.Context(), plug{}, &lifecyclev1.OperationRequest{Command: "y"}); err == nil {
+	if _, err := Plan(t.Context(), plug{}, &sdk.OperationRequest{Command: "y"}); err == nil {
 		t.Fatal("Plan: an undeclared command must be refused")
 	}
 }

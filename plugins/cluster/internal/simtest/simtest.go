@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/plugins/cluster"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/sim"
 )
 
@@ -24,10 +24,10 @@ func Start(t testing.TB, opts sim.Options) *sim.Cluster {
 }
 
 // Target is the request's cluster target for a sim cluster, as the host builds it.
-func Target(c *sim.Cluster, name string) *lifecyclev1.Cluster {
-	pc := &lifecyclev1.Cluster{Name: name, Environment: "staging"}
+func Target(c *sim.Cluster, name string) *sdk.Cluster {
+	pc := &sdk.Cluster{Name: name, Environment: "staging"}
 	for _, n := range c.Nodes() {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host,
+		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host,
 			Platform: n.Platform, InstallerClass: n.InstallerClass})
 		if n.Role == sim.RoleControlPlane {
 			pc.Endpoints = append(pc.Endpoints, n.IP)
@@ -43,7 +43,7 @@ func Connect(t testing.TB, c *sim.Cluster, kubeconfig []byte) (cluster.Inventory
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := cluster.Connect(context.Background(), inv, &lifecyclev1.Credentials{Talosconfig: c.Talosconfig(), Kubeconfig: kubeconfig})
+	cl, err := cluster.Connect(context.Background(), inv, &sdk.Credentials{Talosconfig: c.Talosconfig(), Kubeconfig: kubeconfig})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 type hang struct{}
@@ -50,28 +49,28 @@ func spawnAndHang(pidfile string) {
 	}
 }
 
-func (hang) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{Name: "hang", Version: "0.0.1-test", Commands: []*lifecyclev1.Command{{
+func (hang) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{Name: "hang", Version: "0.0.1-test", Commands: []*sdk.Command{{
 		Name:    "hang",
 		Summary: "start a child and never answer (a test plugin)",
-		Args: []*lifecyclev1.Arg{
+		Args: []*sdk.Arg{
 			{Name: "cluster", Description: "cluster"},
 			{Name: "pidfile", Flag: true, Description: "where to write the pids"},
 			{Name: "mode", Flag: true, Description: "crash: exit, and hang at every later start"},
 		},
-		Effect: lifecyclev1.Effect_EFFECT_READ_ONLY,
+		Effect: sdk.EffectReadOnly,
 	}}}, nil
 }
 
-func (hang) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	if req.GetArgs()["mode"] == "crash" {
+func (hang) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	if req.Args["mode"] == "crash" {
 		_ = os.WriteFile(os.Getenv("HANG_MARKER"), []byte("crashed"), 0o600)
 		os.Exit(3)
 	}
-	spawnAndHang(req.GetArgs()["pidfile"])
+	spawnAndHang(req.Args["pidfile"])
 	return nil, nil
 }
 
-func (hang) Run(context.Context, *lifecyclev1.OperationRequest, sdk.Reporter) error {
+func (hang) Run(context.Context, *sdk.OperationRequest, sdk.Reporter) error {
 	select {}
 }

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/talosbot/talosbot/plugins/sdk"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 type testPlugin struct{ name string }
@@ -30,12 +29,12 @@ func main() {
 	sdk.Serve(&testPlugin{name: name})
 }
 
-func (p *testPlugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
-	return &lifecyclev1.Manifest{
+func (p *testPlugin) Describe(context.Context) (*sdk.Manifest, error) {
+	return &sdk.Manifest{
 		Name:    p.name,
 		Version: "0.0.1-test",
-		Commands: []*lifecyclev1.Command{{
-			Name: "test", Summary: "test command", Effect: lifecyclev1.Effect_EFFECT_READ_ONLY,
+		Commands: []*sdk.Command{{
+			Name: "test", Summary: "test command", Effect: sdk.EffectReadOnly,
 		}},
 	}, nil
 }
@@ -44,8 +43,8 @@ func (p *testPlugin) Describe(context.Context) (*lifecyclev1.Manifest, error) {
 // args), "noop" (an empty plan), "plan-error", "plan-unavailable", "crash-once" (exit the first time, recorded by
 // args["marker"]), "env" (a plan whose warnings are the names of the
 // environment variables the process got, sorted).
-func (p *testPlugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error) {
-	args := req.GetArgs()
+func (p *testPlugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	args := req.Args
 	switch args["mode"] {
 	case "env":
 		var names []string
@@ -54,9 +53,9 @@ func (p *testPlugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) 
 			names = append(names, k)
 		}
 		sort.Strings(names)
-		return &lifecyclev1.OperationPlan{Summary: "env", Warnings: names}, nil
+		return &sdk.OperationPlan{Summary: "env", Warnings: names}, nil
 	case "noop":
-		return &lifecyclev1.OperationPlan{}, nil
+		return &sdk.OperationPlan{}, nil
 	case "plan-unavailable":
 		// What a Talos client returns while the cluster is down.
 		return nil, fmt.Errorf("talos: %w", status.Error(codes.Unavailable, "connection refused"))
@@ -74,24 +73,24 @@ func (p *testPlugin) Plan(_ context.Context, req *lifecyclev1.OperationRequest) 
 	}
 	sort.Strings(keys)
 	var b strings.Builder
-	fmt.Fprintf(&b, "command=%s\n", req.GetCommand())
+	fmt.Fprintf(&b, "command=%s\n", req.Command)
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s=%s\n", k, args[k])
 	}
-	return &lifecyclev1.OperationPlan{
+	return &sdk.OperationPlan{
 		Summary:         "test plan by " + p.name,
-		Steps:           []*lifecyclev1.Step{{Id: "a", Title: "step a"}},
+		Steps:           []*sdk.Step{{ID: "a", Title: "step a"}},
 		CanonicalInputs: []byte(b.String()),
 		// Proves that credentials arrive without echoing them.
-		Warnings: []string{fmt.Sprintf("talosconfig: %d bytes", len(req.GetCredentials().GetTalosconfig()))},
+		Warnings: []string{fmt.Sprintf("talosconfig: %d bytes", len(req.Credentials.Talosconfig))},
 	}, nil
 }
 
 // Run modes: "ok", "fail", "crash-mid-run" (exit after the first event),
 // "wait-cancel" (block until ctx is cancelled, then write args["marker"]),
 // "sleep" (like wait-cancel, but also ends after args["duration"]).
-func (p *testPlugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest, r sdk.Reporter) error {
-	args := req.GetArgs()
+func (p *testPlugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	args := req.Args
 	// Lands in the host's debug log through go-plugin's stdio forwarding.
 	fmt.Fprintf(os.Stderr, "testplugin %s: run mode=%s\n", p.name, args["mode"])
 	if err := r.Log("info", "", fmt.Sprintf("pid=%d", os.Getpid())); err != nil {
@@ -102,13 +101,13 @@ func (p *testPlugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest,
 		steps := []func() error{
 			func() error { return r.StepStarted("a", "starting") },
 			func() error { return r.Log("info", "a", "working") },
-			func() error { return r.Artifact(&lifecyclev1.Artifact{Id: "art-1", Name: "snapshot", Size: 42}) },
+			func() error { return r.Artifact(&sdk.Artifact{ID: "art-1", Name: "snapshot", Size: 42}) },
 			func() error {
-				return r.Step(&lifecyclev1.StepEvent{StepId: "a", Status: lifecyclev1.StepStatus_STEP_STATUS_OK,
+				return r.Step(&sdk.StepEvent{StepID: "a", Status: sdk.StepOK,
 					Node: "cp-1", FromVersion: "v1.12.6", ToVersion: "v1.13.9"})
 			},
 			func() error { return r.StepSkipped("b", "already at target") },
-			func() error { return r.Result(&lifecyclev1.Result{Ok: true, Summary: "done"}) },
+			func() error { return r.Result(&sdk.Result{OK: true, Summary: "done"}) },
 		}
 		for _, s := range steps {
 			if err := s(); err != nil {
@@ -145,4 +144,21 @@ func (p *testPlugin) Run(ctx context.Context, req *lifecyclev1.OperationRequest,
 		}
 	}
 	return fmt.Errorf("unknown mode %q", args["mode"])
+}
+
+// testConfig is the test plugin's section: plugins.NAME.limit.
+type testConfig struct {
+	Limit int `json:"limit"`
+}
+
+// ValidateConfig decodes the section strictly; a limit above 10 is refused.
+func (p *testPlugin) ValidateConfig(_ context.Context, raw []byte, clusters []string) error {
+	var c testConfig
+	if err := sdk.DecodeConfig(raw, &c); err != nil {
+		return err
+	}
+	if c.Limit > 10 {
+		return sdk.ConfigErrors{{Path: "limit", Message: fmt.Sprintf("%d is above 10 (clusters: %s)", c.Limit, strings.Join(clusters, ","))}}
+	}
+	return nil
 }

@@ -194,6 +194,65 @@ func (Drill) EnumDescriptor() ([]byte, []int) {
 	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{2}
 }
 
+type GitFollowupState int32
+
+const (
+	GitFollowupState_GIT_FOLLOWUP_STATE_UNSPECIFIED GitFollowupState = 0
+	// MERGED: the base holds the change.
+	GitFollowupState_GIT_FOLLOWUP_STATE_MERGED GitFollowupState = 1
+	// OPEN: the branch exists and is not merged yet.
+	GitFollowupState_GIT_FOLLOWUP_STATE_OPEN GitFollowupState = 2
+	// DELETED: the branch is gone without being merged.
+	GitFollowupState_GIT_FOLLOWUP_STATE_DELETED GitFollowupState = 3
+	// UNCHECKED: the remote could not be read (error says why).
+	GitFollowupState_GIT_FOLLOWUP_STATE_UNCHECKED GitFollowupState = 4
+)
+
+// Enum value maps for GitFollowupState.
+var (
+	GitFollowupState_name = map[int32]string{
+		0: "GIT_FOLLOWUP_STATE_UNSPECIFIED",
+		1: "GIT_FOLLOWUP_STATE_MERGED",
+		2: "GIT_FOLLOWUP_STATE_OPEN",
+		3: "GIT_FOLLOWUP_STATE_DELETED",
+		4: "GIT_FOLLOWUP_STATE_UNCHECKED",
+	}
+	GitFollowupState_value = map[string]int32{
+		"GIT_FOLLOWUP_STATE_UNSPECIFIED": 0,
+		"GIT_FOLLOWUP_STATE_MERGED":      1,
+		"GIT_FOLLOWUP_STATE_OPEN":        2,
+		"GIT_FOLLOWUP_STATE_DELETED":     3,
+		"GIT_FOLLOWUP_STATE_UNCHECKED":   4,
+	}
+)
+
+func (x GitFollowupState) Enum() *GitFollowupState {
+	p := new(GitFollowupState)
+	*p = x
+	return p
+}
+
+func (x GitFollowupState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GitFollowupState) Descriptor() protoreflect.EnumDescriptor {
+	return file_lifecycle_v1_lifecycle_proto_enumTypes[3].Descriptor()
+}
+
+func (GitFollowupState) Type() protoreflect.EnumType {
+	return &file_lifecycle_v1_lifecycle_proto_enumTypes[3]
+}
+
+func (x GitFollowupState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GitFollowupState.Descriptor instead.
+func (GitFollowupState) EnumDescriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{3}
+}
+
 type StepStatus int32
 
 const (
@@ -233,11 +292,11 @@ func (x StepStatus) String() string {
 }
 
 func (StepStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_lifecycle_v1_lifecycle_proto_enumTypes[3].Descriptor()
+	return file_lifecycle_v1_lifecycle_proto_enumTypes[4].Descriptor()
 }
 
 func (StepStatus) Type() protoreflect.EnumType {
-	return &file_lifecycle_v1_lifecycle_proto_enumTypes[3]
+	return &file_lifecycle_v1_lifecycle_proto_enumTypes[4]
 }
 
 func (x StepStatus) Number() protoreflect.EnumNumber {
@@ -246,7 +305,161 @@ func (x StepStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StepStatus.Descriptor instead.
 func (StepStatus) EnumDescriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{3}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{4}
+}
+
+type ValidateConfigRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// config is the plugin's section as JSON (the host converts the YAML and
+	// does not read it); empty when the section is absent.
+	Config []byte `protobuf:"bytes,1,opt,name=config,proto3" json:"config,omitempty"`
+	// clusters names the configured clusters, for sections keyed by cluster.
+	Clusters      []string `protobuf:"bytes,2,rep,name=clusters,proto3" json:"clusters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateConfigRequest) Reset() {
+	*x = ValidateConfigRequest{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateConfigRequest) ProtoMessage() {}
+
+func (x *ValidateConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateConfigRequest.ProtoReflect.Descriptor instead.
+func (*ValidateConfigRequest) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ValidateConfigRequest) GetConfig() []byte {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *ValidateConfigRequest) GetClusters() []string {
+	if x != nil {
+		return x.Clusters
+	}
+	return nil
+}
+
+type ValidateConfigResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Problems      []*ConfigProblem       `protobuf:"bytes,1,rep,name=problems,proto3" json:"problems,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateConfigResponse) Reset() {
+	*x = ValidateConfigResponse{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateConfigResponse) ProtoMessage() {}
+
+func (x *ValidateConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateConfigResponse.ProtoReflect.Descriptor instead.
+func (*ValidateConfigResponse) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ValidateConfigResponse) GetProblems() []*ConfigProblem {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+// ConfigProblem is one error in a plugin's section.
+type ConfigProblem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path inside the section, e.g. "keep_count" or "offsite.bucket"; the host
+	// prefixes "plugins.NAME.". Empty: the section as a whole.
+	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigProblem) Reset() {
+	*x = ConfigProblem{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigProblem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigProblem) ProtoMessage() {}
+
+func (x *ConfigProblem) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigProblem.ProtoReflect.Descriptor instead.
+func (*ConfigProblem) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ConfigProblem) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ConfigProblem) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 type DescribeRequest struct {
@@ -257,7 +470,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[0]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -269,7 +482,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[0]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -282,7 +495,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{0}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{3}
 }
 
 // Arg is one argument of a command: positional (in declaration order) or a --flag.
@@ -302,7 +515,7 @@ type Arg struct {
 
 func (x *Arg) Reset() {
 	*x = Arg{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[1]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -314,7 +527,7 @@ func (x *Arg) String() string {
 func (*Arg) ProtoMessage() {}
 
 func (x *Arg) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[1]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -327,7 +540,7 @@ func (x *Arg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Arg.ProtoReflect.Descriptor instead.
 func (*Arg) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{1}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Arg) GetName() string {
@@ -418,7 +631,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[2]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +643,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[2]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +656,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{2}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Command) GetName() string {
@@ -543,7 +756,7 @@ type Manifest struct {
 
 func (x *Manifest) Reset() {
 	*x = Manifest{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[3]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +768,7 @@ func (x *Manifest) String() string {
 func (*Manifest) ProtoMessage() {}
 
 func (x *Manifest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[3]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +781,7 @@ func (x *Manifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Manifest.ProtoReflect.Descriptor instead.
 func (*Manifest) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{3}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Manifest) GetName() string {
@@ -624,7 +837,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[4]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +849,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[4]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +862,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{4}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Node) GetName() string {
@@ -710,7 +923,7 @@ type Cluster struct {
 
 func (x *Cluster) Reset() {
 	*x = Cluster{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[5]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +935,7 @@ func (x *Cluster) String() string {
 func (*Cluster) ProtoMessage() {}
 
 func (x *Cluster) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[5]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +948,7 @@ func (x *Cluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cluster.ProtoReflect.Descriptor instead.
 func (*Cluster) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{5}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Cluster) GetName() string {
@@ -792,7 +1005,7 @@ type Credentials struct {
 
 func (x *Credentials) Reset() {
 	*x = Credentials{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[6]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +1017,7 @@ func (x *Credentials) String() string {
 func (*Credentials) ProtoMessage() {}
 
 func (x *Credentials) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[6]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +1030,7 @@ func (x *Credentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Credentials.ProtoReflect.Descriptor instead.
 func (*Credentials) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{6}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Credentials) GetTalosconfig() []byte {
@@ -863,7 +1076,6 @@ type Settings struct {
 	KnownTalosReleases    []string               `protobuf:"bytes,4,rep,name=known_talos_releases,json=knownTalosReleases,proto3" json:"known_talos_releases,omitempty"`
 	SnapshotKeep          int32                  `protobuf:"varint,5,opt,name=snapshot_keep,json=snapshotKeep,proto3" json:"snapshot_keep,omitempty"`
 	SnapshotMaxAgeSeconds int64                  `protobuf:"varint,6,opt,name=snapshot_max_age_seconds,json=snapshotMaxAgeSeconds,proto3" json:"snapshot_max_age_seconds,omitempty"`
-	RefuseNonLatestPatch  bool                   `protobuf:"varint,7,opt,name=refuse_non_latest_patch,json=refuseNonLatestPatch,proto3" json:"refuse_non_latest_patch,omitempty"`
 	Extra                 map[string]string      `protobuf:"bytes,8,rep,name=extra,proto3" json:"extra,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// backups extends snapshot_dir/snapshot_keep/snapshot_max_age_seconds;
 	// plugins that predate it keep working with those fields.
@@ -879,13 +1091,18 @@ type Settings struct {
 	// the gate before a node. Unset (an older host): the plugin's defaults.
 	GateAfterTimeoutMs int64 `protobuf:"varint,12,opt,name=gate_after_timeout_ms,json=gateAfterTimeoutMs,proto3" json:"gate_after_timeout_ms,omitempty"`
 	HealthTimeoutMs    int64 `protobuf:"varint,13,opt,name=health_timeout_ms,json=healthTimeoutMs,proto3" json:"health_timeout_ms,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// git_followups are the Terraform version bumps the bot prepared as Git
+	// branches for this cluster (bot/gitbump), the newest per variable, and
+	// whether each is merged yet: evidence only the bot has. Empty: none
+	// prepared, or no git_followup configured.
+	GitFollowups  []*GitFollowup `protobuf:"bytes,14,rep,name=git_followups,json=gitFollowups,proto3" json:"git_followups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Settings) Reset() {
 	*x = Settings{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[7]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +1114,7 @@ func (x *Settings) String() string {
 func (*Settings) ProtoMessage() {}
 
 func (x *Settings) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[7]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1127,7 @@ func (x *Settings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Settings.ProtoReflect.Descriptor instead.
 func (*Settings) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{7}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Settings) GetSnapshotDir() string {
@@ -955,13 +1172,6 @@ func (x *Settings) GetSnapshotMaxAgeSeconds() int64 {
 	return 0
 }
 
-func (x *Settings) GetRefuseNonLatestPatch() bool {
-	if x != nil {
-		return x.RefuseNonLatestPatch
-	}
-	return false
-}
-
 func (x *Settings) GetExtra() map[string]string {
 	if x != nil {
 		return x.Extra
@@ -1004,6 +1214,120 @@ func (x *Settings) GetHealthTimeoutMs() int64 {
 	return 0
 }
 
+func (x *Settings) GetGitFollowups() []*GitFollowup {
+	if x != nil {
+		return x.GitFollowups
+	}
+	return nil
+}
+
+// GitFollowup is one prepared Terraform change and its state on the remote.
+type GitFollowup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// variable is the declared (Terraform) variable, e.g. talos_version.
+	Variable string `protobuf:"bytes,1,opt,name=variable,proto3" json:"variable,omitempty"`
+	// value is what the branch sets it to, e.g. v1.13.9.
+	Value  string `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Branch string `protobuf:"bytes,3,opt,name=branch,proto3" json:"branch,omitempty"`
+	// operation_id is the operation whose success the change declares.
+	OperationId string `protobuf:"bytes,4,opt,name=operation_id,json=operationId,proto3" json:"operation_id,omitempty"`
+	// base is the branch the change targets, e.g. main.
+	Base  string           `protobuf:"bytes,5,opt,name=base,proto3" json:"base,omitempty"`
+	State GitFollowupState `protobuf:"varint,6,opt,name=state,proto3,enum=talosbot.lifecycle.v1.GitFollowupState" json:"state,omitempty"`
+	// pull_request_url is set when the bot opened a pull request.
+	PullRequestUrl string `protobuf:"bytes,7,opt,name=pull_request_url,json=pullRequestUrl,proto3" json:"pull_request_url,omitempty"`
+	// error says why the state is UNCHECKED (the remote could not be read).
+	Error         string `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GitFollowup) Reset() {
+	*x = GitFollowup{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GitFollowup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GitFollowup) ProtoMessage() {}
+
+func (x *GitFollowup) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GitFollowup.ProtoReflect.Descriptor instead.
+func (*GitFollowup) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GitFollowup) GetVariable() string {
+	if x != nil {
+		return x.Variable
+	}
+	return ""
+}
+
+func (x *GitFollowup) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *GitFollowup) GetBranch() string {
+	if x != nil {
+		return x.Branch
+	}
+	return ""
+}
+
+func (x *GitFollowup) GetOperationId() string {
+	if x != nil {
+		return x.OperationId
+	}
+	return ""
+}
+
+func (x *GitFollowup) GetBase() string {
+	if x != nil {
+		return x.Base
+	}
+	return ""
+}
+
+func (x *GitFollowup) GetState() GitFollowupState {
+	if x != nil {
+		return x.State
+	}
+	return GitFollowupState_GIT_FOLLOWUP_STATE_UNSPECIFIED
+}
+
+func (x *GitFollowup) GetPullRequestUrl() string {
+	if x != nil {
+		return x.PullRequestUrl
+	}
+	return ""
+}
+
+func (x *GitFollowup) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // Terraform tells the Terraform plugins (tf plan, drift) and the R5 plan
 // guard where the cluster's root is.
 type Terraform struct {
@@ -1023,7 +1347,7 @@ type Terraform struct {
 
 func (x *Terraform) Reset() {
 	*x = Terraform{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1359,7 @@ func (x *Terraform) String() string {
 func (*Terraform) ProtoMessage() {}
 
 func (x *Terraform) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[8]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1372,7 @@ func (x *Terraform) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Terraform.ProtoReflect.Descriptor instead.
 func (*Terraform) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{8}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Terraform) GetRoot() string {
@@ -1090,7 +1414,7 @@ type StagingDrills struct {
 
 func (x *StagingDrills) Reset() {
 	*x = StagingDrills{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1426,7 @@ func (x *StagingDrills) String() string {
 func (*StagingDrills) ProtoMessage() {}
 
 func (x *StagingDrills) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[9]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1439,7 @@ func (x *StagingDrills) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagingDrills.ProtoReflect.Descriptor instead.
 func (*StagingDrills) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{9}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StagingDrills) GetDrills() []*DrillEvidence {
@@ -1138,7 +1462,7 @@ type DrillEvidence struct {
 
 func (x *DrillEvidence) Reset() {
 	*x = DrillEvidence{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1150,7 +1474,7 @@ func (x *DrillEvidence) String() string {
 func (*DrillEvidence) ProtoMessage() {}
 
 func (x *DrillEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[10]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1163,7 +1487,7 @@ func (x *DrillEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrillEvidence.ProtoReflect.Descriptor instead.
 func (*DrillEvidence) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{10}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DrillEvidence) GetDrill() Drill {
@@ -1224,7 +1548,7 @@ type Backups struct {
 
 func (x *Backups) Reset() {
 	*x = Backups{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1560,7 @@ func (x *Backups) String() string {
 func (*Backups) ProtoMessage() {}
 
 func (x *Backups) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1573,7 @@ func (x *Backups) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backups.ProtoReflect.Descriptor instead.
 func (*Backups) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{11}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Backups) GetProtectedSnapshots() []string {
@@ -1317,7 +1641,7 @@ type Retention struct {
 
 func (x *Retention) Reset() {
 	*x = Retention{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1329,7 +1653,7 @@ func (x *Retention) String() string {
 func (*Retention) ProtoMessage() {}
 
 func (x *Retention) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1342,7 +1666,7 @@ func (x *Retention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retention.ProtoReflect.Descriptor instead.
 func (*Retention) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{12}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Retention) GetKeep() int32 {
@@ -1404,7 +1728,7 @@ type Offsite struct {
 
 func (x *Offsite) Reset() {
 	*x = Offsite{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +1740,7 @@ func (x *Offsite) String() string {
 func (*Offsite) ProtoMessage() {}
 
 func (x *Offsite) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,7 +1753,7 @@ func (x *Offsite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Offsite.ProtoReflect.Descriptor instead.
 func (*Offsite) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{13}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Offsite) GetEndpoint() string {
@@ -1481,14 +1805,18 @@ type OperationRequest struct {
 	// attempt counts the runs of this operation, from 1; above 1 the plugin
 	// resumes an interrupted run (e.g. waits for a node that run left
 	// rebooting). 0 comes from a host that predates the field: treat as 1.
-	Attempt       int32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Attempt int32 `protobuf:"varint,8,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// config is the plugin's own section (plugins.NAME) as JSON, passed by
+	// the host unread; empty when the config has none. The plugin decodes it
+	// (sdk.DecodeConfig) as ValidateConfig did.
+	Config        []byte `protobuf:"bytes,9,opt,name=config,proto3" json:"config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OperationRequest) Reset() {
 	*x = OperationRequest{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1828,7 @@ func (x *OperationRequest) String() string {
 func (*OperationRequest) ProtoMessage() {}
 
 func (x *OperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1841,7 @@ func (x *OperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRequest.ProtoReflect.Descriptor instead.
 func (*OperationRequest) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{14}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OperationRequest) GetOperationId() string {
@@ -1572,6 +1900,13 @@ func (x *OperationRequest) GetAttempt() int32 {
 	return 0
 }
 
+func (x *OperationRequest) GetConfig() []byte {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
 type Step struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1588,7 +1923,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +1935,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +1948,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{15}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Step) GetId() string {
@@ -1678,7 +2013,7 @@ type Precondition struct {
 
 func (x *Precondition) Reset() {
 	*x = Precondition{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +2025,7 @@ func (x *Precondition) String() string {
 func (*Precondition) ProtoMessage() {}
 
 func (x *Precondition) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +2038,7 @@ func (x *Precondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Precondition.ProtoReflect.Descriptor instead.
 func (*Precondition) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{16}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Precondition) GetName() string {
@@ -1746,7 +2081,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +2093,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +2106,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{17}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Refusal) GetRule() string {
@@ -1817,7 +2152,7 @@ type OperationPlan struct {
 
 func (x *OperationPlan) Reset() {
 	*x = OperationPlan{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +2164,7 @@ func (x *OperationPlan) String() string {
 func (*OperationPlan) ProtoMessage() {}
 
 func (x *OperationPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +2177,7 @@ func (x *OperationPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationPlan.ProtoReflect.Descriptor instead.
 func (*OperationPlan) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{18}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OperationPlan) GetSummary() string {
@@ -1915,7 +2250,7 @@ type StepEvent struct {
 
 func (x *StepEvent) Reset() {
 	*x = StepEvent{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +2262,7 @@ func (x *StepEvent) String() string {
 func (*StepEvent) ProtoMessage() {}
 
 func (x *StepEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2275,7 @@ func (x *StepEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepEvent.ProtoReflect.Descriptor instead.
 func (*StepEvent) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{19}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StepEvent) GetStepId() string {
@@ -1996,7 +2331,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2343,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2356,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{20}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LogLine) GetLevel() string {
@@ -2059,7 +2394,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2406,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2419,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{21}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Artifact) GetId() string {
@@ -2140,7 +2475,7 @@ type SuggestedAction struct {
 
 func (x *SuggestedAction) Reset() {
 	*x = SuggestedAction{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2487,7 @@ func (x *SuggestedAction) String() string {
 func (*SuggestedAction) ProtoMessage() {}
 
 func (x *SuggestedAction) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2500,7 @@ func (x *SuggestedAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuggestedAction.ProtoReflect.Descriptor instead.
 func (*SuggestedAction) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{22}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SuggestedAction) GetLabel() string {
@@ -2206,7 +2541,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2553,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2566,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{23}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Result) GetOk() bool {
@@ -2306,7 +2641,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2653,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2666,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{24}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Progress) GetUnixNano() int64 {
@@ -2416,7 +2751,15 @@ var File_lifecycle_v1_lifecycle_proto protoreflect.FileDescriptor
 
 const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\n" +
-	"\x1clifecycle/v1/lifecycle.proto\x12\x15talosbot.lifecycle.v1\"\x11\n" +
+	"\x1clifecycle/v1/lifecycle.proto\x12\x15talosbot.lifecycle.v1\"K\n" +
+	"\x15ValidateConfigRequest\x12\x16\n" +
+	"\x06config\x18\x01 \x01(\fR\x06config\x12\x1a\n" +
+	"\bclusters\x18\x02 \x03(\tR\bclusters\"Z\n" +
+	"\x16ValidateConfigResponse\x12@\n" +
+	"\bproblems\x18\x01 \x03(\v2$.talosbot.lifecycle.v1.ConfigProblemR\bproblems\"=\n" +
+	"\rConfigProblem\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x11\n" +
 	"\x0fDescribeRequest\"\xaa\x01\n" +
 	"\x03Arg\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
@@ -2468,26 +2811,35 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"kubeconfig\x121\n" +
 	"\x15offsite_access_key_id\x18\x03 \x01(\fR\x12offsiteAccessKeyId\x129\n" +
 	"\x19offsite_secret_access_key\x18\x04 \x01(\fR\x16offsiteSecretAccessKey\x12!\n" +
-	"\fage_identity\x18\x05 \x01(\fR\vageIdentity\"\xe6\x05\n" +
+	"\fage_identity\x18\x05 \x01(\fR\vageIdentity\"\x97\x06\n" +
 	"\bSettings\x12!\n" +
 	"\fsnapshot_dir\x18\x01 \x01(\tR\vsnapshotDir\x12&\n" +
 	"\x0fgate_timeout_ms\x18\x02 \x01(\x03R\rgateTimeoutMs\x12&\n" +
 	"\x0fnode_timeout_ms\x18\x03 \x01(\x03R\rnodeTimeoutMs\x120\n" +
 	"\x14known_talos_releases\x18\x04 \x03(\tR\x12knownTalosReleases\x12#\n" +
 	"\rsnapshot_keep\x18\x05 \x01(\x05R\fsnapshotKeep\x127\n" +
-	"\x18snapshot_max_age_seconds\x18\x06 \x01(\x03R\x15snapshotMaxAgeSeconds\x125\n" +
-	"\x17refuse_non_latest_patch\x18\a \x01(\bR\x14refuseNonLatestPatch\x12@\n" +
+	"\x18snapshot_max_age_seconds\x18\x06 \x01(\x03R\x15snapshotMaxAgeSeconds\x12@\n" +
 	"\x05extra\x18\b \x03(\v2*.talosbot.lifecycle.v1.Settings.ExtraEntryR\x05extra\x128\n" +
 	"\abackups\x18\t \x01(\v2\x1e.talosbot.lifecycle.v1.BackupsR\abackups\x12>\n" +
 	"\tterraform\x18\n" +
 	" \x01(\v2 .talosbot.lifecycle.v1.TerraformR\tterraform\x12K\n" +
 	"\x0estaging_drills\x18\v \x01(\v2$.talosbot.lifecycle.v1.StagingDrillsR\rstagingDrills\x121\n" +
 	"\x15gate_after_timeout_ms\x18\f \x01(\x03R\x12gateAfterTimeoutMs\x12*\n" +
-	"\x11health_timeout_ms\x18\r \x01(\x03R\x0fhealthTimeoutMs\x1a8\n" +
+	"\x11health_timeout_ms\x18\r \x01(\x03R\x0fhealthTimeoutMs\x12G\n" +
+	"\rgit_followups\x18\x0e \x03(\v2\".talosbot.lifecycle.v1.GitFollowupR\fgitFollowups\x1a8\n" +
 	"\n" +
 	"ExtraEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\a\x10\bR\x17refuse_non_latest_patch\"\x8d\x02\n" +
+	"\vGitFollowup\x12\x1a\n" +
+	"\bvariable\x18\x01 \x01(\tR\bvariable\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
+	"\x06branch\x18\x03 \x01(\tR\x06branch\x12!\n" +
+	"\foperation_id\x18\x04 \x01(\tR\voperationId\x12\x12\n" +
+	"\x04base\x18\x05 \x01(\tR\x04base\x12=\n" +
+	"\x05state\x18\x06 \x01(\x0e2'.talosbot.lifecycle.v1.GitFollowupStateR\x05state\x12(\n" +
+	"\x10pull_request_url\x18\a \x01(\tR\x0epullRequestUrl\x12\x14\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"\x86\x01\n" +
 	"\tTerraform\x12\x12\n" +
 	"\x04root\x18\x01 \x01(\tR\x04root\x12\x16\n" +
 	"\x06binary\x18\x02 \x01(\tR\x06binary\x12\x1d\n" +
@@ -2526,7 +2878,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06prefix\x18\x03 \x01(\tR\x06prefix\x12\x16\n" +
 	"\x06region\x18\x04 \x01(\tR\x06region\x12\x1a\n" +
-	"\binsecure\x18\x05 \x01(\bR\binsecure\"\xc4\x03\n" +
+	"\binsecure\x18\x05 \x01(\bR\binsecure\"\xdc\x03\n" +
 	"\x10OperationRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12E\n" +
@@ -2535,7 +2887,8 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\vcredentials\x18\x05 \x01(\v2\".talosbot.lifecycle.v1.CredentialsR\vcredentials\x12;\n" +
 	"\bsettings\x18\x06 \x01(\v2\x1f.talosbot.lifecycle.v1.SettingsR\bsettings\x12\x1c\n" +
 	"\trequester\x18\a \x01(\tR\trequester\x12\x18\n" +
-	"\aattempt\x18\b \x01(\x05R\aattempt\x1a7\n" +
+	"\aattempt\x18\b \x01(\x05R\aattempt\x12\x16\n" +
+	"\x06config\x18\t \x01(\fR\x06config\x1a7\n" +
 	"\tArgsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x01\n" +
@@ -2620,18 +2973,25 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x13DRILL_TALOS_UPGRADE\x10\x01\x12\x1c\n" +
 	"\x18DRILL_KUBERNETES_UPGRADE\x10\x02\x12\x1a\n" +
 	"\x16DRILL_NODE_REPLACEMENT\x10\x03\x12\x16\n" +
-	"\x12DRILL_ETCD_RESTORE\x10\x04*\x87\x01\n" +
+	"\x12DRILL_ETCD_RESTORE\x10\x04*\xb4\x01\n" +
+	"\x10GitFollowupState\x12\"\n" +
+	"\x1eGIT_FOLLOWUP_STATE_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19GIT_FOLLOWUP_STATE_MERGED\x10\x01\x12\x1b\n" +
+	"\x17GIT_FOLLOWUP_STATE_OPEN\x10\x02\x12\x1e\n" +
+	"\x1aGIT_FOLLOWUP_STATE_DELETED\x10\x03\x12 \n" +
+	"\x1cGIT_FOLLOWUP_STATE_UNCHECKED\x10\x04*\x87\x01\n" +
 	"\n" +
 	"StepStatus\x12\x1b\n" +
 	"\x17STEP_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13STEP_STATUS_RUNNING\x10\x01\x12\x12\n" +
 	"\x0eSTEP_STATUS_OK\x10\x02\x12\x16\n" +
 	"\x12STEP_STATUS_FAILED\x10\x03\x12\x17\n" +
-	"\x13STEP_STATUS_SKIPPED\x10\x042\x8a\x02\n" +
+	"\x13STEP_STATUS_SKIPPED\x10\x042\xf9\x02\n" +
 	"\tLifecycle\x12S\n" +
 	"\bDescribe\x12&.talosbot.lifecycle.v1.DescribeRequest\x1a\x1f.talosbot.lifecycle.v1.Manifest\x12U\n" +
 	"\x04Plan\x12'.talosbot.lifecycle.v1.OperationRequest\x1a$.talosbot.lifecycle.v1.OperationPlan\x12Q\n" +
-	"\x03Run\x12'.talosbot.lifecycle.v1.OperationRequest\x1a\x1f.talosbot.lifecycle.v1.Progress0\x01BIZGgithub.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1;lifecyclev1b\x06proto3"
+	"\x03Run\x12'.talosbot.lifecycle.v1.OperationRequest\x1a\x1f.talosbot.lifecycle.v1.Progress0\x01\x12m\n" +
+	"\x0eValidateConfig\x12,.talosbot.lifecycle.v1.ValidateConfigRequest\x1a-.talosbot.lifecycle.v1.ValidateConfigResponseBIZGgithub.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1;lifecyclev1b\x06proto3"
 
 var (
 	file_lifecycle_v1_lifecycle_proto_rawDescOnce sync.Once
@@ -2645,88 +3005,98 @@ func file_lifecycle_v1_lifecycle_proto_rawDescGZIP() []byte {
 	return file_lifecycle_v1_lifecycle_proto_rawDescData
 }
 
-var file_lifecycle_v1_lifecycle_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_lifecycle_v1_lifecycle_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
-	(Effect)(0),              // 0: talosbot.lifecycle.v1.Effect
-	(Need)(0),                // 1: talosbot.lifecycle.v1.Need
-	(Drill)(0),               // 2: talosbot.lifecycle.v1.Drill
-	(StepStatus)(0),          // 3: talosbot.lifecycle.v1.StepStatus
-	(*DescribeRequest)(nil),  // 4: talosbot.lifecycle.v1.DescribeRequest
-	(*Arg)(nil),              // 5: talosbot.lifecycle.v1.Arg
-	(*Command)(nil),          // 6: talosbot.lifecycle.v1.Command
-	(*Manifest)(nil),         // 7: talosbot.lifecycle.v1.Manifest
-	(*Node)(nil),             // 8: talosbot.lifecycle.v1.Node
-	(*Cluster)(nil),          // 9: talosbot.lifecycle.v1.Cluster
-	(*Credentials)(nil),      // 10: talosbot.lifecycle.v1.Credentials
-	(*Settings)(nil),         // 11: talosbot.lifecycle.v1.Settings
-	(*Terraform)(nil),        // 12: talosbot.lifecycle.v1.Terraform
-	(*StagingDrills)(nil),    // 13: talosbot.lifecycle.v1.StagingDrills
-	(*DrillEvidence)(nil),    // 14: talosbot.lifecycle.v1.DrillEvidence
-	(*Backups)(nil),          // 15: talosbot.lifecycle.v1.Backups
-	(*Retention)(nil),        // 16: talosbot.lifecycle.v1.Retention
-	(*Offsite)(nil),          // 17: talosbot.lifecycle.v1.Offsite
-	(*OperationRequest)(nil), // 18: talosbot.lifecycle.v1.OperationRequest
-	(*Step)(nil),             // 19: talosbot.lifecycle.v1.Step
-	(*Precondition)(nil),     // 20: talosbot.lifecycle.v1.Precondition
-	(*Refusal)(nil),          // 21: talosbot.lifecycle.v1.Refusal
-	(*OperationPlan)(nil),    // 22: talosbot.lifecycle.v1.OperationPlan
-	(*StepEvent)(nil),        // 23: talosbot.lifecycle.v1.StepEvent
-	(*LogLine)(nil),          // 24: talosbot.lifecycle.v1.LogLine
-	(*Artifact)(nil),         // 25: talosbot.lifecycle.v1.Artifact
-	(*SuggestedAction)(nil),  // 26: talosbot.lifecycle.v1.SuggestedAction
-	(*Result)(nil),           // 27: talosbot.lifecycle.v1.Result
-	(*Progress)(nil),         // 28: talosbot.lifecycle.v1.Progress
-	nil,                      // 29: talosbot.lifecycle.v1.Cluster.DeclaredEntry
-	nil,                      // 30: talosbot.lifecycle.v1.Settings.ExtraEntry
-	nil,                      // 31: talosbot.lifecycle.v1.Backups.ProtectedByEntry
-	nil,                      // 32: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
-	nil,                      // 33: talosbot.lifecycle.v1.Result.DeclaredEntry
+	(Effect)(0),                    // 0: talosbot.lifecycle.v1.Effect
+	(Need)(0),                      // 1: talosbot.lifecycle.v1.Need
+	(Drill)(0),                     // 2: talosbot.lifecycle.v1.Drill
+	(GitFollowupState)(0),          // 3: talosbot.lifecycle.v1.GitFollowupState
+	(StepStatus)(0),                // 4: talosbot.lifecycle.v1.StepStatus
+	(*ValidateConfigRequest)(nil),  // 5: talosbot.lifecycle.v1.ValidateConfigRequest
+	(*ValidateConfigResponse)(nil), // 6: talosbot.lifecycle.v1.ValidateConfigResponse
+	(*ConfigProblem)(nil),          // 7: talosbot.lifecycle.v1.ConfigProblem
+	(*DescribeRequest)(nil),        // 8: talosbot.lifecycle.v1.DescribeRequest
+	(*Arg)(nil),                    // 9: talosbot.lifecycle.v1.Arg
+	(*Command)(nil),                // 10: talosbot.lifecycle.v1.Command
+	(*Manifest)(nil),               // 11: talosbot.lifecycle.v1.Manifest
+	(*Node)(nil),                   // 12: talosbot.lifecycle.v1.Node
+	(*Cluster)(nil),                // 13: talosbot.lifecycle.v1.Cluster
+	(*Credentials)(nil),            // 14: talosbot.lifecycle.v1.Credentials
+	(*Settings)(nil),               // 15: talosbot.lifecycle.v1.Settings
+	(*GitFollowup)(nil),            // 16: talosbot.lifecycle.v1.GitFollowup
+	(*Terraform)(nil),              // 17: talosbot.lifecycle.v1.Terraform
+	(*StagingDrills)(nil),          // 18: talosbot.lifecycle.v1.StagingDrills
+	(*DrillEvidence)(nil),          // 19: talosbot.lifecycle.v1.DrillEvidence
+	(*Backups)(nil),                // 20: talosbot.lifecycle.v1.Backups
+	(*Retention)(nil),              // 21: talosbot.lifecycle.v1.Retention
+	(*Offsite)(nil),                // 22: talosbot.lifecycle.v1.Offsite
+	(*OperationRequest)(nil),       // 23: talosbot.lifecycle.v1.OperationRequest
+	(*Step)(nil),                   // 24: talosbot.lifecycle.v1.Step
+	(*Precondition)(nil),           // 25: talosbot.lifecycle.v1.Precondition
+	(*Refusal)(nil),                // 26: talosbot.lifecycle.v1.Refusal
+	(*OperationPlan)(nil),          // 27: talosbot.lifecycle.v1.OperationPlan
+	(*StepEvent)(nil),              // 28: talosbot.lifecycle.v1.StepEvent
+	(*LogLine)(nil),                // 29: talosbot.lifecycle.v1.LogLine
+	(*Artifact)(nil),               // 30: talosbot.lifecycle.v1.Artifact
+	(*SuggestedAction)(nil),        // 31: talosbot.lifecycle.v1.SuggestedAction
+	(*Result)(nil),                 // 32: talosbot.lifecycle.v1.Result
+	(*Progress)(nil),               // 33: talosbot.lifecycle.v1.Progress
+	nil,                            // 34: talosbot.lifecycle.v1.Cluster.DeclaredEntry
+	nil,                            // 35: talosbot.lifecycle.v1.Settings.ExtraEntry
+	nil,                            // 36: talosbot.lifecycle.v1.Backups.ProtectedByEntry
+	nil,                            // 37: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	nil,                            // 38: talosbot.lifecycle.v1.Result.DeclaredEntry
 }
 var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
-	5,  // 0: talosbot.lifecycle.v1.Command.args:type_name -> talosbot.lifecycle.v1.Arg
-	0,  // 1: talosbot.lifecycle.v1.Command.effect:type_name -> talosbot.lifecycle.v1.Effect
-	1,  // 2: talosbot.lifecycle.v1.Command.needs:type_name -> talosbot.lifecycle.v1.Need
-	2,  // 3: talosbot.lifecycle.v1.Command.drill:type_name -> talosbot.lifecycle.v1.Drill
-	6,  // 4: talosbot.lifecycle.v1.Manifest.commands:type_name -> talosbot.lifecycle.v1.Command
-	8,  // 5: talosbot.lifecycle.v1.Cluster.nodes:type_name -> talosbot.lifecycle.v1.Node
-	29, // 6: talosbot.lifecycle.v1.Cluster.declared:type_name -> talosbot.lifecycle.v1.Cluster.DeclaredEntry
-	30, // 7: talosbot.lifecycle.v1.Settings.extra:type_name -> talosbot.lifecycle.v1.Settings.ExtraEntry
-	15, // 8: talosbot.lifecycle.v1.Settings.backups:type_name -> talosbot.lifecycle.v1.Backups
-	12, // 9: talosbot.lifecycle.v1.Settings.terraform:type_name -> talosbot.lifecycle.v1.Terraform
-	13, // 10: talosbot.lifecycle.v1.Settings.staging_drills:type_name -> talosbot.lifecycle.v1.StagingDrills
-	14, // 11: talosbot.lifecycle.v1.StagingDrills.drills:type_name -> talosbot.lifecycle.v1.DrillEvidence
-	2,  // 12: talosbot.lifecycle.v1.DrillEvidence.drill:type_name -> talosbot.lifecycle.v1.Drill
-	16, // 13: talosbot.lifecycle.v1.Backups.local:type_name -> talosbot.lifecycle.v1.Retention
-	16, // 14: talosbot.lifecycle.v1.Backups.offsite_retention:type_name -> talosbot.lifecycle.v1.Retention
-	17, // 15: talosbot.lifecycle.v1.Backups.offsite:type_name -> talosbot.lifecycle.v1.Offsite
-	31, // 16: talosbot.lifecycle.v1.Backups.protected_by:type_name -> talosbot.lifecycle.v1.Backups.ProtectedByEntry
-	32, // 17: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
-	9,  // 18: talosbot.lifecycle.v1.OperationRequest.cluster:type_name -> talosbot.lifecycle.v1.Cluster
-	10, // 19: talosbot.lifecycle.v1.OperationRequest.credentials:type_name -> talosbot.lifecycle.v1.Credentials
-	11, // 20: talosbot.lifecycle.v1.OperationRequest.settings:type_name -> talosbot.lifecycle.v1.Settings
-	19, // 21: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
-	20, // 22: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
-	21, // 23: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	3,  // 24: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
-	26, // 25: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
-	21, // 26: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	33, // 27: talosbot.lifecycle.v1.Result.declared:type_name -> talosbot.lifecycle.v1.Result.DeclaredEntry
-	23, // 28: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
-	24, // 29: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
-	25, // 30: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
-	27, // 31: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
-	4,  // 32: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
-	18, // 33: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
-	18, // 34: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
-	7,  // 35: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
-	22, // 36: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
-	28, // 37: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
-	35, // [35:38] is the sub-list for method output_type
-	32, // [32:35] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	7,  // 0: talosbot.lifecycle.v1.ValidateConfigResponse.problems:type_name -> talosbot.lifecycle.v1.ConfigProblem
+	9,  // 1: talosbot.lifecycle.v1.Command.args:type_name -> talosbot.lifecycle.v1.Arg
+	0,  // 2: talosbot.lifecycle.v1.Command.effect:type_name -> talosbot.lifecycle.v1.Effect
+	1,  // 3: talosbot.lifecycle.v1.Command.needs:type_name -> talosbot.lifecycle.v1.Need
+	2,  // 4: talosbot.lifecycle.v1.Command.drill:type_name -> talosbot.lifecycle.v1.Drill
+	10, // 5: talosbot.lifecycle.v1.Manifest.commands:type_name -> talosbot.lifecycle.v1.Command
+	12, // 6: talosbot.lifecycle.v1.Cluster.nodes:type_name -> talosbot.lifecycle.v1.Node
+	34, // 7: talosbot.lifecycle.v1.Cluster.declared:type_name -> talosbot.lifecycle.v1.Cluster.DeclaredEntry
+	35, // 8: talosbot.lifecycle.v1.Settings.extra:type_name -> talosbot.lifecycle.v1.Settings.ExtraEntry
+	20, // 9: talosbot.lifecycle.v1.Settings.backups:type_name -> talosbot.lifecycle.v1.Backups
+	17, // 10: talosbot.lifecycle.v1.Settings.terraform:type_name -> talosbot.lifecycle.v1.Terraform
+	18, // 11: talosbot.lifecycle.v1.Settings.staging_drills:type_name -> talosbot.lifecycle.v1.StagingDrills
+	16, // 12: talosbot.lifecycle.v1.Settings.git_followups:type_name -> talosbot.lifecycle.v1.GitFollowup
+	3,  // 13: talosbot.lifecycle.v1.GitFollowup.state:type_name -> talosbot.lifecycle.v1.GitFollowupState
+	19, // 14: talosbot.lifecycle.v1.StagingDrills.drills:type_name -> talosbot.lifecycle.v1.DrillEvidence
+	2,  // 15: talosbot.lifecycle.v1.DrillEvidence.drill:type_name -> talosbot.lifecycle.v1.Drill
+	21, // 16: talosbot.lifecycle.v1.Backups.local:type_name -> talosbot.lifecycle.v1.Retention
+	21, // 17: talosbot.lifecycle.v1.Backups.offsite_retention:type_name -> talosbot.lifecycle.v1.Retention
+	22, // 18: talosbot.lifecycle.v1.Backups.offsite:type_name -> talosbot.lifecycle.v1.Offsite
+	36, // 19: talosbot.lifecycle.v1.Backups.protected_by:type_name -> talosbot.lifecycle.v1.Backups.ProtectedByEntry
+	37, // 20: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	13, // 21: talosbot.lifecycle.v1.OperationRequest.cluster:type_name -> talosbot.lifecycle.v1.Cluster
+	14, // 22: talosbot.lifecycle.v1.OperationRequest.credentials:type_name -> talosbot.lifecycle.v1.Credentials
+	15, // 23: talosbot.lifecycle.v1.OperationRequest.settings:type_name -> talosbot.lifecycle.v1.Settings
+	24, // 24: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
+	25, // 25: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
+	26, // 26: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	4,  // 27: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
+	31, // 28: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
+	26, // 29: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	38, // 30: talosbot.lifecycle.v1.Result.declared:type_name -> talosbot.lifecycle.v1.Result.DeclaredEntry
+	28, // 31: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
+	29, // 32: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
+	30, // 33: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
+	32, // 34: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
+	8,  // 35: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
+	23, // 36: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
+	23, // 37: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
+	5,  // 38: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:input_type -> talosbot.lifecycle.v1.ValidateConfigRequest
+	11, // 39: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
+	27, // 40: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
+	33, // 41: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
+	6,  // 42: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:output_type -> talosbot.lifecycle.v1.ValidateConfigResponse
+	39, // [39:43] is the sub-list for method output_type
+	35, // [35:39] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_lifecycle_v1_lifecycle_proto_init() }
@@ -2734,7 +3104,7 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 	if File_lifecycle_v1_lifecycle_proto != nil {
 		return
 	}
-	file_lifecycle_v1_lifecycle_proto_msgTypes[24].OneofWrappers = []any{
+	file_lifecycle_v1_lifecycle_proto_msgTypes[28].OneofWrappers = []any{
 		(*Progress_Step)(nil),
 		(*Progress_Log)(nil),
 		(*Progress_Artifact)(nil),
@@ -2745,8 +3115,8 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifecycle_v1_lifecycle_proto_rawDesc), len(file_lifecycle_v1_lifecycle_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   30,
+			NumEnums:      5,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,9 +26,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Lifecycle_Describe_FullMethodName = "/talosbot.lifecycle.v1.Lifecycle/Describe"
-	Lifecycle_Plan_FullMethodName     = "/talosbot.lifecycle.v1.Lifecycle/Plan"
-	Lifecycle_Run_FullMethodName      = "/talosbot.lifecycle.v1.Lifecycle/Run"
+	Lifecycle_Describe_FullMethodName       = "/talosbot.lifecycle.v1.Lifecycle/Describe"
+	Lifecycle_Plan_FullMethodName           = "/talosbot.lifecycle.v1.Lifecycle/Plan"
+	Lifecycle_Run_FullMethodName            = "/talosbot.lifecycle.v1.Lifecycle/Run"
+	Lifecycle_ValidateConfig_FullMethodName = "/talosbot.lifecycle.v1.Lifecycle/ValidateConfig"
 )
 
 // LifecycleClient is the client API for Lifecycle service.
@@ -43,6 +44,13 @@ type LifecycleClient interface {
 	// cancels the operation. Runs are idempotent: a step whose effect is
 	// already in place reports STEP_STATUS_SKIPPED.
 	Run(ctx context.Context, in *OperationRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Progress], error)
+	// ValidateConfig decodes the plugin's own configuration section
+	// (plugins.NAME in the bot's config) strictly and reports every problem
+	// with its path inside the section. It has no side effects. `talosbot
+	// config check` and serve ask every plugin before anything starts; a plugin
+	// that predates the RPC (codes.Unimplemented) accepts only an absent
+	// section.
+	ValidateConfig(ctx context.Context, in *ValidateConfigRequest, opts ...grpc.CallOption) (*ValidateConfigResponse, error)
 }
 
 type lifecycleClient struct {
@@ -92,6 +100,16 @@ func (c *lifecycleClient) Run(ctx context.Context, in *OperationRequest, opts ..
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Lifecycle_RunClient = grpc.ServerStreamingClient[Progress]
 
+func (c *lifecycleClient) ValidateConfig(ctx context.Context, in *ValidateConfigRequest, opts ...grpc.CallOption) (*ValidateConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ValidateConfigResponse)
+	err := c.cc.Invoke(ctx, Lifecycle_ValidateConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LifecycleServer is the server API for Lifecycle service.
 // All implementations must embed UnimplementedLifecycleServer
 // for forward compatibility.
@@ -104,6 +122,13 @@ type LifecycleServer interface {
 	// cancels the operation. Runs are idempotent: a step whose effect is
 	// already in place reports STEP_STATUS_SKIPPED.
 	Run(*OperationRequest, grpc.ServerStreamingServer[Progress]) error
+	// ValidateConfig decodes the plugin's own configuration section
+	// (plugins.NAME in the bot's config) strictly and reports every problem
+	// with its path inside the section. It has no side effects. `talosbot
+	// config check` and serve ask every plugin before anything starts; a plugin
+	// that predates the RPC (codes.Unimplemented) accepts only an absent
+	// section.
+	ValidateConfig(context.Context, *ValidateConfigRequest) (*ValidateConfigResponse, error)
 	mustEmbedUnimplementedLifecycleServer()
 }
 
@@ -122,6 +147,9 @@ func (UnimplementedLifecycleServer) Plan(context.Context, *OperationRequest) (*O
 }
 func (UnimplementedLifecycleServer) Run(*OperationRequest, grpc.ServerStreamingServer[Progress]) error {
 	return status.Errorf(codes.Unimplemented, "method Run not implemented")
+}
+func (UnimplementedLifecycleServer) ValidateConfig(context.Context, *ValidateConfigRequest) (*ValidateConfigResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ValidateConfig not implemented")
 }
 func (UnimplementedLifecycleServer) mustEmbedUnimplementedLifecycleServer() {}
 func (UnimplementedLifecycleServer) testEmbeddedByValue()                   {}
@@ -191,6 +219,24 @@ func _Lifecycle_Run_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Lifecycle_RunServer = grpc.ServerStreamingServer[Progress]
 
+func _Lifecycle_ValidateConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ValidateConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LifecycleServer).ValidateConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Lifecycle_ValidateConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LifecycleServer).ValidateConfig(ctx, req.(*ValidateConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Lifecycle_ServiceDesc is the grpc.ServiceDesc for Lifecycle service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -205,6 +251,10 @@ var Lifecycle_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Plan",
 			Handler:    _Lifecycle_Plan_Handler,
+		},
+		{
+			MethodName: "ValidateConfig",
+			Handler:    _Lifecycle_ValidateConfig_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

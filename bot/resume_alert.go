@@ -1,0 +1,34 @@
+package bot
+
+import (
+	"context"
+	"errors"
+
+	"github.com/talosbot/talosbot/bot/alertpause"
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/state"
+)
+
+// resume is /talos resume ID [--ignore-alert NAME]. The ignored alert is
+// recorded (and audited) before the resume starts the run, so the alert
+// check of the resumed run already leaves it out; a refused resume takes it
+// back.
+func (r *Router) resume(ctx context.Context, from engine.Origin, id, ignore string) error {
+	if ignore == "" {
+		return r.ops.Resume(ctx, from, id)
+	}
+	op, err := r.ops.Operation(ctx, id)
+	if err != nil || op.State != state.StateInterrupted {
+		// Resume refuses it with its usual words.
+		return r.ops.Resume(ctx, from, id)
+	}
+	if err := alertpause.Ignore(ctx, r.store, op, ignore, from.User, r.clock()); err != nil {
+		return err
+	}
+	err = r.ops.Resume(ctx, from, id)
+	var ae *engine.ActionError
+	if errors.As(err, &ae) {
+		_ = alertpause.Unignore(context.WithoutCancel(ctx), r.store, id, ignore)
+	}
+	return err
+}

@@ -1,0 +1,73 @@
+package gate
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/talosbot/talosbot/plugins/cluster/storage"
+)
+
+// probeStorage: every attached Longhorn volume healthy (status.robustness)
+// and every CloudNativePG cluster with all its instances ready and its
+// primary settled (storage.Postgres.Healthy). With neither installed it is
+// "not checked", never a pass (docs/UPGRADES.md, "Storage").
+func probeStorage(ctx context.Context, g *gateRun) ProbeResult {
+	st, err := storage.Read(ctx, g.c.Kube, g.c.Dynamic, storage.Defaults())
+	if err != nil {
+		return kubeErr(g, "cannot read Longhorn or CloudNativePG", err)
+	}
+	if !st.LonghornInstalled && !st.CNPGInstalled {
+		return ProbeResult{Status: StatusNotChecked, Detail: NotChecked + ": neither Longhorn nor CloudNativePG is installed"}
+	}
+	var bad []string
+	vols := 0
+	for _, v := range st.Volumes {
+		if v.State != "attached" {
+			continue
+		}
+		vols++
+		if v.Robustness == "healthy" {
+			continue
+		}
+		line := fmt.Sprintf("Longhorn volume %s is %s", v.Label(), v.Robustness)
+		if p, ok := v.Progress(); ok {
+			line += fmt.Sprintf(" (rebuilding %d %%)", p)
+		}
+		bad = append(bad, line)
+	}
+	for _, p := range st.Postgres {
+		if !p.Healthy() {
+			bad = append(bad, fmt.Sprintf("CloudNativePG %s: %d of %d instances ready, primary %s (target %s), phase %q",
+				p.Key(), p.Ready, p.Instances, p.CurrentPrimary, p.TargetPrimary, p.Phase))
+		}
+	}
+	if len(bad) > 0 {
+		return ProbeResult{Status: StatusFail, Detail: strings.Join(bad, "; ")}
+	}
+	return ProbeResult{Status: StatusOK, Detail: fmt.Sprintf("%d attached Longhorn volume(s) healthy; %d CloudNativePG cluster(s) with every instance ready", vols, len(st.Postgres))}
+}
+
+// PDBsByNode names, per node (Kubernetes names), the budgets at 0 allowed
+// disruptions that cover a pod there: the drain forecast's PDB findings.
+func PDBsByNode(ctx context.Context, kube kubernetes.Interface, nodes []string) (map[string][]string, error) {
+	want := map[string]bool{}
+	for _, n := range nodes {
+		want[n] = true
+	}
+	blocking, _, err := BlockingPDBs(ctx, kube, want)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]string{}
+	for _, b := range blocking {
+		for _, n := range slices.Sorted(maps.Keys(b.Pods)) {
+			out[n] = append(out[n], fmt.Sprintf("PDB %s/%s (%s)", b.Namespace, b.Name, strings.Join(b.Pods[n], ", ")))
+		}
+	}
+	return out, nil
+}

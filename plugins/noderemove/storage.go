@@ -1,0 +1,60 @@
+package noderemove
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/gate"
+	"github.com/talosbot/talosbot/plugins/cluster/storage"
+	"github.com/talosbot/talosbot/plugins/sdk"
+)
+
+// The storage-aware drain of a removal (docs/UPGRADES.md, "Storage"):
+// the same forecast and the same wait before the drain as the Talos
+// upgrade; the node does not come back, so there is no wait after it.
+
+// storageSettings are the plugin's storage settings.
+func storageSettings(*sdk.OperationRequest) storage.Settings {
+	return storage.Defaults()
+}
+
+// forecast adds the node's drain forecast to the plan, or refuses (R3).
+func forecast(ctx context.Context, s *cluster.Session, t *target, req *sdk.OperationRequest, plan *sdk.OperationPlan) error {
+	kn := t.kubeNode()
+	if t.removed || kn == "" || s.Kube == nil || s.Dynamic == nil {
+		return nil
+	}
+	pdbs, err := gate.PDBsByNode(ctx, s.Kube, []string{kn})
+	if err != nil {
+		return err
+	}
+	f, _, err := storage.Plan(ctx, s.Kube, s.Dynamic, []string{kn}, pdbs, storageSettings(req))
+	if err != nil {
+		return err
+	}
+	if lines := f.Lines(); !strings.HasPrefix(lines[0], "drain forecast: nothing") {
+		plan.Warnings = append(plan.Warnings, lines...)
+	}
+	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "drain forecast", OK: true, Rule: storage.Rule, Detail: f.Checked})
+	return nil
+}
+
+// storageBefore switches primaries off the node and waits for a healthy
+// replica elsewhere of every volume whose last one is there, before the
+// reset drains it. A refusal or a wait past its limit stops the removal
+// with nothing changed.
+func storageBefore(ctx context.Context, s *cluster.Session, t *target, req *sdk.OperationRequest, r sdk.Reporter) ([]string, error) {
+	kn := t.kubeNode()
+	if kn == "" || s.Kube == nil || s.Dynamic == nil {
+		return nil, nil
+	}
+	w := storage.Waiter{Kube: s.Kube, Dyn: s.Dynamic, Settings: storageSettings(req),
+		Progress: func(line string) { _ = r.Log("info", "reset", line) }}
+	lines, err := w.Before(ctx, kn)
+	if err != nil {
+		return lines, fmt.Errorf("before draining %s: %w", kn, err)
+	}
+	return lines, nil
+}

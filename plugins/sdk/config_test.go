@@ -1,0 +1,107 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+type testOffsite struct {
+	Bucket string `json:"bucket"`
+	Port   int    `json:"port"`
+}
+
+type testSection struct {
+	Keep     int                 `json:"keep"`
+	MaxAge   Duration            `json:"max_age"`
+	Offsite  *testOffsite        `json:"offsite"`
+	Schedule map[string]string   `json:"schedule"`
+	Lists    []testOffsite       `json:"lists"`
+	Flag     bool                `json:"flag"`
+	Nested   map[string]Duration `json:"nested"`
+}
+
+func TestDecodeConfigNamesEveryProblemByPath(t *testing.T) {
+	raw := `{"keep_count": 3, "max_age": "-1h", "offsite": {"bucket": 7, "prot": 1},
+		"schedule": {"prod": 5}, "lists": [{"bucket": "a"}, {"buckt": "b"}], "flag": "yes", "nested": {"a": "14x"}}`
+	var c testSection
+	err := DecodeConfig([]byte(raw), &c)
+	var ce ConfigErrors
+	if !errors.As(err, &ce) {
+		t.Fatalf("want ConfigErrors, got %v", err)
+	}
+	got := map[string]string{}
+	for _, p := range ce {
+		got[p.Path] = p.Message
+	}
+	want := map[string]string{
+		"keep_count":     `unknown key "keep_count"; did you mean "keep"?`,
+		"max_age":        "negative",
+		"offsite.bucket": "want a string",
+		"offsite.prot":   `did you mean "port"?`,
+		"schedule.prod":  "want a string",
+		"lists[1].buckt": `did you mean "bucket"?`,
+		"flag":           "want true or false",
+		"nested.a":       "not a duration",
+	}
+	for path, sub := range want {
+		if !strings.Contains(got[path], sub) {
+			t.Errorf("%s: got %q, want it to contain %q", path, got[path], sub)
+		}
+	}
+	if len(ce) != len(want) {
+		t.Errorf("got %d problems, want %d: %v", len(ce), len(want), ce)
+	}
+}
+
+func TestDecodeConfigKeepsDefaultsAndDecodes(t *testing.T) {
+	c := testSection{Keep: 10, MaxAge: Duration(time.Hour)}
+	if err := DecodeConfig(nil, &c); err != nil || c.Keep != 10 {
+		t.Fatalf("absent section: %v %+v", err, c)
+	}
+	if err := DecodeConfig([]byte(`{"max_age": "14d", "offsite": {"bucket": "b"}, "lists": [{"port": 9}]}`), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Keep != 10 || c.MaxAge.D() != 14*24*time.Hour || c.Offsite == nil || c.Offsite.Bucket != "b" || len(c.Lists) != 1 || c.Lists[0].Port != 9 {
+		t.Fatalf("decoded %+v", c)
+	}
+	if err := DecodeConfig([]byte(`[1]`), &c); err == nil || !strings.Contains(err.Error(), "want a mapping") {
+		t.Fatalf("a list as the section: %v", err)
+	}
+}
+
+type noConfigPlugin struct{}
+
+type configPlugin struct{}
+
+func (configPlugin) ValidateConfig(_ context.Context, raw []byte, clusters []string) error {
+	var c testSection
+	if err := DecodeConfig(raw, &c); err != nil {
+		return err
+	}
+	if c.Keep > len(clusters) {
+		return errors.New("keep exceeds the clusters")
+	}
+	return nil
+}
+
+func TestValidateConfigOf(t *testing.T) {
+	ctx := context.Background()
+	if p := ValidateConfigOf(ctx, noConfigPlugin{}, nil, nil); p != nil {
+		t.Fatalf("no section, no validator: %v", p)
+	}
+	if p := ValidateConfigOf(ctx, noConfigPlugin{}, []byte(`{"a":1}`), nil); len(p) != 1 || !strings.Contains(p[0].GetMessage(), "takes no configuration") {
+		t.Fatalf("a section for a plugin without a validator must be refused: %v", p)
+	}
+	if p := ValidateConfigOf(ctx, configPlugin{}, []byte(`{"kep":1}`), nil); len(p) != 1 || p[0].GetPath() != "kep" {
+		t.Fatalf("path-named problem: %v", p)
+	}
+	if p := ValidateConfigOf(ctx, configPlugin{}, []byte(`{"keep":2}`), []string{"a"}); len(p) != 1 || p[0].GetPath() != "" || !strings.Contains(p[0].GetMessage(), "exceeds") {
+		t.Fatalf("whole-section problem: %v", p)
+	}
+	if p := ValidateConfigOf(ctx, configPlugin{}, []byte(`{"keep":1}`), []string{"a"}); p != nil {
+		t.Fatalf("valid: %v", p)
+	}
+}

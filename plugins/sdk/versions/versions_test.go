@@ -1,0 +1,69 @@
+package versions
+
+import "testing"
+
+func mustParse(t *testing.T, s string) Version {
+	t.Helper()
+	v, err := Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestSkipsMinor: a patch of the same minor and any release of the next
+// minor are one step; two minors up, or another major, skip.
+func TestSkipsMinor(t *testing.T) {
+	for _, c := range []struct {
+		from, to string
+		skips    bool
+	}{
+		{"v1.12.1", "v1.12.6", false},
+		{"v1.12.6", "v1.13.0", false},
+		{"v1.12.0", "v1.13.9", false},
+		{"v1.12.6", "v1.14.0", true},
+		{"v1.12.6", "v2.0.0", true},
+		{"1.35.2", "1.36.3", false},
+		{"1.34.1", "1.36.3", true},
+	} {
+		if got := SkipsMinor(mustParse(t, c.from), mustParse(t, c.to)); got != c.skips {
+			t.Errorf("SkipsMinor(%s, %s) = %v, want %v", c.from, c.to, got, c.skips)
+		}
+	}
+	if n := NextMinor(mustParse(t, "v1.13.9")); n.Tag() != "v1.14.0" {
+		t.Errorf("NextMinor(v1.13.9) = %s", n.Tag())
+	}
+}
+
+// TestIsLatestPatch: the newest known patch of the minor is latest; an
+// older one is not and names the newest; an unknown minor is not ok.
+func TestIsLatestPatch(t *testing.T) {
+	known := ParseAll([]string{"v1.13.9", "v1.13.2", "v1.14.0-beta.0", "v1.12.6"})
+	if len(known) != 3 {
+		t.Fatalf("ParseAll kept %v; want the three releases", Tags(known))
+	}
+	if n, latest, ok := IsLatestPatch(known, mustParse(t, "v1.13.9")); !latest || !ok || n.Tag() != "v1.13.9" {
+		t.Errorf("v1.13.9: %s %v %v", n.Tag(), latest, ok)
+	}
+	if n, latest, ok := IsLatestPatch(known, mustParse(t, "v1.13.2")); latest || !ok || n.Tag() != "v1.13.9" {
+		t.Errorf("v1.13.2: %s %v %v", n.Tag(), latest, ok)
+	}
+	if _, latest, ok := IsLatestPatch(known, mustParse(t, "v1.11.0")); latest || ok {
+		t.Errorf("v1.11.0: latest %v ok %v", latest, ok)
+	}
+	if got := Tags(LatestPerMinor(known)); len(got) != 2 || got[0] != "v1.12.6" || got[1] != "v1.13.9" {
+		t.Errorf("LatestPerMinor = %v", got)
+	}
+}
+
+// TestReadNotes: the bot's release data reads back as versions (pre-releases
+// dropped); without it ok is false, so a plugin falls back to its configured list.
+func TestReadNotes(t *testing.T) {
+	if _, ok := ReadNotes(map[string]string{}); ok {
+		t.Fatal("no release data read as some")
+	}
+	n, ok := ReadNotes(map[string]string{NoteVersions: "v1.13.9,v1.14.0-rc.1", NoteTargets: "v1.13.9", NoteKubernetes: "1.36.3", NoteListedOnly: "true"})
+	if !ok || len(n.Versions) != 1 || n.Targets[0].Tag() != "v1.13.9" || n.Kubernetes[0].Plain() != "1.36.3" || !n.ListedOnly {
+		t.Fatalf("ReadNotes = %+v, %v", n, ok)
+	}
+}

@@ -1,0 +1,33 @@
+package talosupgrade
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/talosbot/talosbot/plugins/sdk"
+)
+
+// Config is the plugin's own section of the bot's config,
+// plugins.talosupgrade (docs/CONFIG.md). The host passes it unread; only
+// this package knows its keys.
+type Config struct {
+	// RefuseNonLatestPatch makes R10's warning about a target that is not
+	// the newest known patch of its minor a refusal (default: a warning).
+	RefuseNonLatestPatch bool `json:"refuse_non_latest_patch"`
+}
+
+// decodeConfig reads the section strictly (unknown keys are errors).
+func decodeConfig(raw []byte) (Config, error) {
+	var c Config
+	if err := sdk.DecodeConfig(raw, &c); err != nil {
+		return c, fmt.Errorf("plugins.%s: %w", Name, err)
+	}
+	return c, nil
+}
+
+// ValidateConfig implements sdk.ConfigValidator: config check and serve
+// ask it before anything runs.
+func (*Plugin) ValidateConfig(_ context.Context, raw []byte, _ []string) error {
+	_, err := decodeConfig(raw)
+	return err
+}

@@ -1,0 +1,26 @@
+package talosupgrade
+
+import (
+	"strings"
+	"testing"
+)
+
+// The section is decoded strictly: a misspelt key or a wrong type is an
+// error naming its path, never a silently ignored setting.
+func TestValidateConfigIsStrict(t *testing.T) {
+	p := &Plugin{}
+	for raw, want := range map[string]string{
+		`{"refuse_non_latest_pach": true}`:   `refuse_non_latest_pach: unknown key "refuse_non_latest_pach"; did you mean "refuse_non_latest_patch"?`,
+		`{"refuse_non_latest_patch": "yes"}`: `refuse_non_latest_patch: is "yes", want true or false`,
+	} {
+		err := p.ValidateConfig(t.Context(), []byte(raw), nil)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want %q", raw, err, want)
+		}
+	}
+	for _, ok := range []string{``, `{}`, `{"refuse_non_latest_patch": true}`} {
+		if err := p.ValidateConfig(t.Context(), []byte(ok), nil); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+}

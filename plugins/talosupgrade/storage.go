@@ -1,0 +1,127 @@
+package talosupgrade
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/talosbot/talosbot/plugins/cluster"
+	"github.com/talosbot/talosbot/plugins/cluster/gate"
+	"github.com/talosbot/talosbot/plugins/cluster/storage"
+	"github.com/talosbot/talosbot/plugins/sdk"
+)
+
+// The storage-aware drain (docs/UPGRADES.md, "Storage: Longhorn and
+// CloudNativePG"): the logic is plugins/cluster/storage's; this file is
+// the glue into the roll.
+
+// storageSettings are the plugin's storage settings.
+func storageSettings(*sdk.OperationRequest) storage.Settings {
+	return storage.Defaults()
+}
+
+// planStorage reads Longhorn and CNPG, marks every hop's roll as having
+// storage steps when either is installed, and forecasts each node's drain
+// in roll order. A forecast that cannot finish is an R3 refusal.
+func planStorage(ctx context.Context, s *cluster.Session, pa *path, set storage.Settings) (storage.Forecast, bool, error) {
+	if s.Kube == nil || s.Dynamic == nil {
+		return storage.Forecast{Checked: "no kubeconfig: not checked"}, false, nil
+	}
+	first := pa.hops[0]
+	var order []string
+	for _, n := range first.toUpgrade() {
+		if kn := first.ids.KubeNode(n.node.Name); kn != "" {
+			order = append(order, kn)
+		}
+	}
+	pdbs, err := gate.PDBsByNode(ctx, s.Kube, order)
+	if err != nil {
+		return storage.Forecast{}, false, err
+	}
+	f, installed, err := storage.Plan(ctx, s.Kube, s.Dynamic, order, pdbs, set)
+	for _, h := range pa.hops {
+		h.storage = installed
+	}
+	return f, installed, err
+}
+
+// addForecast puts the forecast on the plan: a risk per node with
+// findings (the card shows them, Details in full), and the check.
+func addForecast(plan *sdk.OperationPlan, f storage.Forecast) {
+	lines := f.Lines()
+	if len(f.Nodes) > 0 && !strings.HasPrefix(lines[0], "drain forecast: nothing") {
+		plan.Warnings = append(plan.Warnings, lines...)
+	}
+	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "drain forecast", OK: true, Rule: storage.Rule, Detail: f.Checked})
+}
+
+// storageSteps are a node's storage steps, around its upgrade.
+func storageBeforeStep(r *roll, n nodeStep) *sdk.Step {
+	return &sdk.Step{ID: n.id("storage-before"), Title: n.node.Name + ": storage before the drain (switch primaries over, last replicas elsewhere)", Node: n.node.Name, Kind: "storage"}
+}
+
+func storageAfterStep(r *roll, n nodeStep) *sdk.Step {
+	return &sdk.Step{ID: n.id("storage-after"), Title: n.node.Name + ": Longhorn volumes healthy again", Node: n.node.Name, Kind: "storage"}
+}
+
+func (x *run) waiter(step string) storage.Waiter {
+	return storage.Waiter{Kube: x.s.Kube, Dyn: x.s.Dynamic, Settings: storageSettings(x.req),
+		Progress: func(line string) { _ = x.r.StepStarted(step, line) }}
+}
+
+// storageBefore makes the node safe to drain (storage.Waiter.Before) and
+// names the volumes to wait for afterwards. A wait past its limit pauses
+// the roll before this node; a refusal fails it, nothing touched.
+func (x *run) storageBefore(ctx context.Context, n nodeStep) ([]string, error) {
+	if !x.roll.storage {
+		return nil, nil
+	}
+	id := n.id("storage-before")
+	kn := x.roll.ids.KubeNode(n.node.Name)
+	_ = x.r.StepStarted(id, "")
+	w := x.waiter(id)
+	lines, err := w.Before(ctx, kn)
+	x.lines = append(x.lines, lines...)
+	if err == nil {
+		var affected []string
+		if affected, err = w.Affected(ctx, kn); err == nil {
+			_ = x.r.StepOK(id, strings.Join(append(lines, fmt.Sprintf("%d Longhorn volume(s) with a replica here", len(affected))), "; "))
+			return affected, nil
+		}
+	}
+	_ = x.r.StepFailed(id, err.Error())
+	if storage.IsLimit(err) {
+		_ = x.r.Result(sdk.PausedResult(n.node.Name, append(x.lines, "⏸️ "+err.Error()+": Resume once storage caught up, or Abandon")))
+		return nil, errReported
+	}
+	return nil, x.fail(fmt.Sprintf("stopped before %s: storage cannot tolerate its drain; %s and later nodes were not touched", n.node.Name, n.node.Name), err)
+}
+
+// storageAfter waits until the volumes that had a replica on the node are
+// healthy again; past the limit the roll pauses before the next node.
+func (x *run) storageAfter(ctx context.Context, n nodeStep, later []nodeStep, affected []string) error {
+	if !x.roll.storage {
+		return nil
+	}
+	id := n.id("storage-after")
+	_ = x.r.StepStarted(id, "")
+	lines, err := x.waiter(id).After(ctx, x.roll.ids.KubeNode(n.node.Name), affected)
+	if err == nil {
+		x.lines = append(x.lines, lines...)
+		_ = x.r.StepOK(id, fmt.Sprintf("%d volume(s) healthy", len(affected)))
+		return nil
+	}
+	_ = x.r.StepFailed(id, err.Error())
+	if storage.IsLimit(err) {
+		next := "the closing checks"
+		for _, l := range later {
+			if !l.skip {
+				next = l.node.Name
+				break
+			}
+		}
+		_ = x.r.Result(sdk.PausedResult(next, append(x.lines, "⏸️ "+err.Error()+": Resume once Longhorn has rebuilt, or Abandon")))
+		return errReported
+	}
+	return x.fail(fmt.Sprintf("storage check after %s failed; the roll stopped, no later node was touched", n.node.Name), err)
+}

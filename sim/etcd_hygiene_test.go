@@ -1,0 +1,108 @@
+package sim_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/siderolabs/talos/pkg/machinery/client"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/talosbot/talosbot/sim"
+)
+
+// TestEtcdDefragmentShrinksTheDatabase: after writes and deletes the
+// member's database holds free pages (DbSize > DbSizeInUse); Talos's
+// EtcdDefragment gives them back on that member only, and a worker refuses
+// the call as Talos does.
+func TestEtcdDefragmentShrinksTheDatabase(t *testing.T) {
+	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cp := nodeIP(t, c, "cp-1")
+
+	ec, err := c.Etcd().Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ec.Close()
+	val := strings.Repeat("x", 64<<10)
+	for i := range 64 {
+		if _, err := ec.Put(ctx, fmt.Sprintf("/frag/%d", i), val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ec.Delete(ctx, "/frag/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := ec.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ec.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+
+	sizes := func() (int64, int64) {
+		st, err := cli.EtcdStatus(client.WithNode(ctx, cp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := st.GetMessages()[0].GetMemberStatus()
+		return ms.GetDbSize(), ms.GetDbSizeInUse()
+	}
+	// bbolt frees the pages once no read transaction holds them, at a later
+	// commit: a small write per poll makes those commits.
+	var before, inUse int64
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for before, inUse = sizes(); before-inUse < 1<<20; before, inUse = sizes() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no fragmentation to reclaim: size %d, in use %d", before, inUse)
+		}
+		<-tick.C
+		if _, err := ec.Put(ctx, "/tick", "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cli.EtcdDefragment(client.WithNode(ctx, cp)); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := sizes()
+	if after >= before-(1<<20) {
+		t.Fatalf("defragment did not shrink the database: %d → %d", before, after)
+	}
+	if _, err := cli.EtcdDefragment(client.WithNode(ctx, nodeIP(t, c, "worker-1"))); err == nil || !strings.Contains(err.Error(), "only available on control plane nodes") {
+		t.Fatalf("defragment on a worker: %v", err)
+	}
+}
+
+// TestEtcdAlarmDisarmComesBackWithoutSpace: EtcdAlarmDisarm clears every
+// alarm, but while the space is not back (the etcdNoSpace fault holds)
+// NOSPACE is raised again, as etcd's quota check does at the next write.
+func TestEtcdAlarmDisarmComesBackWithoutSpace(t *testing.T) {
+	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cp := nodeIP(t, c, "cp-1")
+	if err := c.Inject(ctx, "cp-1", sim.Fault{EtcdNoSpace: true}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := cli.EtcdAlarmDisarm(client.WithNode(ctx, cp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.GetMessages()[0].GetMemberAlarms(); len(got) != 1 || got[0].GetAlarm().String() != "NOSPACE" {
+		t.Fatalf("disarmed %v", got)
+	}
+	al, err := cli.EtcdAlarmList(client.WithNode(ctx, cp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := al.GetMessages()[0].GetMemberAlarms(); len(got) != 1 {
+		t.Fatalf("alarms after a disarm without space: %v, want NOSPACE again", got)
+	}
+}
