@@ -89,6 +89,14 @@ for row in "${rows[@]}"; do
 	fi
 	secs=$(($(date +%s) - start))
 	json="$out/${dir//\//_}.json"
+	# gremlins writes no report when it finds nothing to mutate (a row naming
+	# no package of the module); a row whose every mutant is NOT COVERED has no
+	# efficacy either. Neither is a pass: the row's rule went untested.
+	if [ ! -s "$json" ]; then
+		summary+=("$(printf '%-22s %s' "$dir" "no report: gremlins found nothing to mutate (see bin/mutate/${dir//\//_}.log)")")
+		bad=1
+		continue
+	fi
 	line=$(jq -r --arg d "$dir" --arg s "$secs" '
 		[.files[].mutations[] | .status] as $st
 		| ($st | map(select(. == "KILLED")) | length) as $k
@@ -102,7 +110,10 @@ for row in "${rows[@]}"; do
 	while read -r sv; do
 		[ -n "$sv" ] && survivors+=("$dir/$sv")
 	done < <(jq -r '.files[] | .file_name as $f | .mutations[] | select(.status == "LIVED") | "\($f):\(.line):\(.column) \(.type)"' "$json")
-	if awk -v e="$e" -v m="$min" 'BEGIN { exit !(e < m) }'; then
+	if [ "$((k + l))" -eq 0 ]; then
+		summary[-1]+="  no mutant tested"
+		bad=1
+	elif awk -v e="$e" -v m="$min" 'BEGIN { exit !(e < m) }'; then
 		bad=1
 	fi
 done
