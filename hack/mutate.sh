@@ -78,9 +78,17 @@ for row in "${rows[@]}"; do
 	exclude=${row#*|}
 	args=(unleash --config "$root/.gremlins.yaml" -o "$out/${dir//\//_}.json")
 	[ -n "$exclude" ] && args+=(-E "$exclude")
-	log "$dir: gremlins ${args[*]} ./$dir"
+	# gremlins mutates and tests within the module it is started in: a row of
+	# another module in this repository (plugins/sdk, its own go.mod) runs from
+	# that module's directory.
+	mod=$dir
+	while [[ "$mod" != . && ! -f "$mod/go.mod" ]]; do mod=$(dirname "$mod"); done
+	rel=.
+	[[ "$mod" == . ]] && rel=$dir
+	[[ "$mod" != . && "$mod" != "$dir" ]] && rel=${dir#"$mod"/}
+	log "$dir: (in ./$mod) gremlins ${args[*]} ./$rel"
 	start=$(date +%s)
-	if ! "$bin" "${args[@]}" "./$dir" >"$out/${dir//\//_}.log" 2>&1; then
+	if ! (cd "$root/$mod" && "$bin" "${args[@]}" "./$rel") >"$out/${dir//\//_}.log" 2>&1; then
 		log "$dir: gremlins failed; its output:"
 		tail -20 "$out/${dir//\//_}.log" >&2
 		summary+=("$(printf '%-22s %s' "$dir" "gremlins failed (see bin/mutate/${dir//\//_}.log)")")
