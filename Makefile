@@ -53,7 +53,9 @@ test: tools build
 test-short: tools build
 	set -a; [ -f "$(TALOSBOT_TOOLS_DIR)/env" ] && . "$(TALOSBOT_TOOLS_DIR)/env"; set +a; \
 	export TALOSBOT_BIN=$(CURDIR)/bin/talosbot TALOSBOT_PLUGINS_BIN=$(CURDIR)/bin/talosbot-plugins TALOSBOT_DEMO_BIN=$(CURDIR)/bin/talosbot-demo; \
-	$(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) ./... && \
+	(cd plugins/sdk && $(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) ./...) && \
+	(cd examples/hello-plugin && $(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) ./...)
 
 generate:
 	bash hack/generators.sh
