@@ -221,7 +221,11 @@ func unknownConfigKey(key string, fields map[string][]int) string {
 	return fmt.Sprintf("unknown key %q; valid keys here: %s", key, strings.Join(names, ", "))
 }
 
-// describeJSON names a JSON value for an error: its kind, and a scalar's text.
+// describeJSON names a JSON value for an error: its kind, and the text of a
+// number, true, false or null. A string's text is never quoted back: a
+// value in the wrong place may be a secret (a token written where the
+// section wants a mapping such as {env: VAR}), and config check's output
+// goes to terminals and CI logs; the path says where it is.
 func describeJSON(raw json.RawMessage) string {
 	s := strings.TrimSpace(string(raw))
 	switch {
@@ -229,6 +233,8 @@ func describeJSON(raw json.RawMessage) string {
 		return "a mapping"
 	case strings.HasPrefix(s, "["):
 		return "a list"
+	case strings.HasPrefix(s, `"`):
+		return "a string"
 	case len(s) > 40:
 		return s[:40] + "…"
 	}

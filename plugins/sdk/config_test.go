@@ -105,3 +105,24 @@ func TestValidateConfigOf(t *testing.T) {
 		t.Fatalf("valid: %v", p)
 	}
 }
+
+// TestDecodeConfigQuotesNoStringBack: a string where the section wants a
+// mapping, a list or a number is named by its kind, never its text: it may
+// be a secret written in the wrong place, and config check's output goes to
+// CI logs.
+func TestDecodeConfigQuotesNoStringBack(t *testing.T) {
+	const secret = "ghp_s3cr3tT0kenValue0123456789abcdefghij"
+	var c testSection
+	err := DecodeConfig([]byte(`{"offsite": "`+secret+`", "keep": "`+secret+`", "lists": "`+secret+`"}`), &c)
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	if strings.Contains(err.Error(), "s3cr3t") {
+		t.Fatalf("the error quotes the value back: %v", err)
+	}
+	for _, want := range []string{"offsite: is a string, want a mapping", "keep: is a string, want a whole number", "lists: is a string, want a list"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want it to contain %q", err, want)
+		}
+	}
+}
