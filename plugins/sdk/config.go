@@ -160,6 +160,20 @@ func decodeValue(path string, raw json.RawMessage, v reflect.Value, errs *Config
 			decodeValue(fmt.Sprintf("%s[%d]", path, i), item, out.Index(i), errs)
 		}
 		v.Set(out)
+	case reflect.Array:
+		var list []json.RawMessage
+		if json.Unmarshal(raw, &list) != nil {
+			errs.Add(path, "is %s, want a list", describeJSON(raw))
+			return
+		}
+		if len(list) > v.Len() {
+			errs.Add(path, "has %d items, want at most %d", len(list), v.Len())
+			return
+		}
+		v.SetZero()
+		for i, item := range list {
+			decodeValue(fmt.Sprintf("%s[%d]", path, i), item, v.Index(i), errs)
+		}
 	default:
 		if err := json.Unmarshal(raw, v.Addr().Interface()); err != nil {
 			errs.Add(path, "is %s, want %s", describeJSON(raw), kindName(v.Type()))

@@ -126,3 +126,22 @@ func TestDecodeConfigQuotesNoStringBack(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeConfigArraysAreStrict: a fixed-size array of structs is decoded
+// item by item like a slice, so an unknown key inside one is an error (it
+// went to encoding/json, which drops unknown keys).
+func TestDecodeConfigArraysAreStrict(t *testing.T) {
+	var c struct {
+		Pair [2]testOffsite `json:"pair"`
+	}
+	err := DecodeConfig([]byte(`{"pair": [{"bucket": "a"}, {"buckt": "b"}]}`), &c)
+	if err == nil || !strings.Contains(err.Error(), `pair[1].buckt: unknown key "buckt"`) {
+		t.Fatalf("got %v, want the unknown key in the array named", err)
+	}
+	if err := DecodeConfig([]byte(`{"pair": [{}, {}, {}]}`), &c); err == nil || !strings.Contains(err.Error(), "at most 2") {
+		t.Fatalf("three items for two: %v", err)
+	}
+	if err := DecodeConfig([]byte(`{"pair": [{"port": 1}]}`), &c); err != nil || c.Pair[0].Port != 1 {
+		t.Fatalf("valid: %v %+v", err, c)
+	}
+}
