@@ -129,7 +129,12 @@ func decodeValue(path string, raw json.RawMessage, v reflect.Value, errs *Config
 				errs.Add(p, "%s", unknownConfigKey(key, fields))
 				continue
 			}
-			decodeValue(p, obj[key], v.FieldByIndex(idx), errs)
+			f, ok := fieldByIndexAlloc(v, idx)
+			if !ok {
+				errs.Add(p, "sdk.DecodeConfig: cannot set %q through an unexported embedded pointer", key)
+				continue
+			}
+			decodeValue(p, obj[key], f, errs)
 		}
 	case reflect.Map:
 		if v.Type().Key().Kind() != reflect.String {
@@ -193,7 +198,7 @@ func jsonFields(t reflect.Type) map[string][]int {
 		if name == "-" {
 			continue
 		}
-		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+		if t := f.Type; f.Anonymous && name == "" && (t.Kind() == reflect.Struct || t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct) {
 			continue // its fields are visible on their own
 		}
 		if name == "" {
@@ -202,6 +207,25 @@ func jsonFields(t reflect.Type) map[string][]int {
 		out[name] = f.Index
 	}
 	return out
+}
+
+// fieldByIndexAlloc is v.FieldByIndex, allocating the nil embedded pointers
+// on the way (as encoding/json does) instead of panicking; false when one
+// is unexported and so cannot be allocated.
+func fieldByIndexAlloc(v reflect.Value, index []int) (reflect.Value, bool) {
+	for i, x := range index {
+		if i > 0 && v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				if !v.CanSet() {
+					return reflect.Value{}, false
+				}
+				v.Set(reflect.New(v.Type().Elem()))
+			}
+			v = v.Elem()
+		}
+		v = v.Field(x)
+	}
+	return v, true
 }
 
 func sortedJSONKeys(m map[string]json.RawMessage) []string {

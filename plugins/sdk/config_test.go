@@ -145,3 +145,24 @@ func TestDecodeConfigArraysAreStrict(t *testing.T) {
 		t.Fatalf("valid: %v %+v", err, c)
 	}
 }
+
+type TestEmbedded struct {
+	Region string `json:"region"`
+}
+
+// TestDecodeConfigEmbeddedPointer: the fields of an embedded *struct are
+// the section's keys, as with encoding/json: the nil pointer is allocated
+// (DecodeConfig panicked on it, and the plugin's ValidateConfig with it),
+// and the embedded type's own name is no key.
+func TestDecodeConfigEmbeddedPointer(t *testing.T) {
+	var c struct {
+		*TestEmbedded
+		Keep int `json:"keep"`
+	}
+	if err := DecodeConfig([]byte(`{"region": "eu", "keep": 1}`), &c); err != nil || c.TestEmbedded == nil || c.Region != "eu" {
+		t.Fatalf("got %v %+v", err, c)
+	}
+	if err := DecodeConfig([]byte(`{"TestEmbedded": {}}`), &c); err == nil || !strings.Contains(err.Error(), "unknown key") {
+		t.Fatalf("the embedded type's name must not be a key: %v", err)
+	}
+}
