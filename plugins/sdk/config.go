@@ -3,6 +3,7 @@ package sdk
 import (
 	"bytes"
 	"context"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,12 +97,25 @@ func DecodeConfig(raw []byte, v any) error {
 	return errs.Err()
 }
 
-var jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+var (
+	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
 
 func decodeValue(path string, raw json.RawMessage, v reflect.Value, errs *ConfigErrors) {
 	if reflect.PointerTo(v.Type()).Implements(jsonUnmarshaler) {
 		if err := v.Addr().Interface().(json.Unmarshaler).UnmarshalJSON(raw); err != nil {
 			errs.Add(path, "%v", err)
+		}
+		return
+	}
+	if reflect.PointerTo(v.Type()).Implements(textUnmarshaler) {
+		// As encoding/json: a type that reads text (netip.Addr) takes a string.
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			errs.Add(path, "is %s, want a string", describeJSON(raw))
+		} else if err := v.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
+			errs.Add(path, "is not a valid %s", v.Type())
 		}
 		return
 	}

@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -164,5 +165,23 @@ func TestDecodeConfigEmbeddedPointer(t *testing.T) {
 	}
 	if err := DecodeConfig([]byte(`{"TestEmbedded": {}}`), &c); err == nil || !strings.Contains(err.Error(), "unknown key") {
 		t.Fatalf("the embedded type's name must not be a key: %v", err)
+	}
+}
+
+// TestDecodeConfigTextTypes: a field whose type reads text (netip.Addr)
+// takes a string, as with encoding/json; it was refused as "want a mapping
+// of keys" because the type is a struct.
+func TestDecodeConfigTextTypes(t *testing.T) {
+	var c struct {
+		Addr netip.Addr `json:"addr"`
+	}
+	if err := DecodeConfig([]byte(`{"addr": "10.0.0.1"}`), &c); err != nil || c.Addr.String() != "10.0.0.1" {
+		t.Fatalf("got %v %+v", err, c)
+	}
+	if err := DecodeConfig([]byte(`{"addr": "10.0.0"}`), &c); err == nil || !strings.Contains(err.Error(), "addr: is not a valid netip.Addr") {
+		t.Fatalf("a bad address: %v", err)
+	}
+	if err := DecodeConfig([]byte(`{"addr": 7}`), &c); err == nil || !strings.Contains(err.Error(), "addr: is 7, want a string") {
+		t.Fatalf("a number: %v", err)
 	}
 }
