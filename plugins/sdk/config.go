@@ -425,17 +425,35 @@ func ValidateConfigOf(ctx context.Context, p any, raw []byte, clusters []string)
 		}
 		return nil
 	}
-	err := v.ValidateConfig(ctx, raw, slices.Clone(clusters))
-	if err == nil {
-		return nil
-	}
-	var ce ConfigErrors
-	if !errors.As(err, &ce) {
-		return []*lifecyclev1.ConfigProblem{{Message: err.Error()}}
-	}
-	out := make([]*lifecyclev1.ConfigProblem, 0, len(ce))
-	for _, p := range ce {
-		out = append(out, &lifecyclev1.ConfigProblem{Path: p.Path, Message: p.Message})
-	}
+	var out []*lifecyclev1.ConfigProblem
+	configProblems(v.ValidateConfig(ctx, raw, slices.Clone(clusters)), &out)
 	return out
+}
+
+// configProblems appends err's problems to out: each ConfigErrors in it
+// with its paths, and every other error (each of a join) for the section as
+// a whole. A join is walked to its end, so an empty ConfigErrors joined
+// with another error cannot hide that error (errors.As stops at the first
+// ConfigErrors, empty or not).
+func configProblems(err error, out *[]*lifecyclev1.ConfigProblem) {
+	if err == nil {
+		return
+	}
+	if ce, ok := err.(ConfigErrors); ok {
+		for _, p := range ce {
+			*out = append(*out, &lifecyclev1.ConfigProblem{Path: p.Path, Message: p.Message})
+		}
+		return
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			configProblems(e, out)
+		}
+		return
+	}
+	if u := errors.Unwrap(err); u != nil && errors.As(u, new(ConfigErrors)) {
+		configProblems(u, out) // a wrapped ConfigErrors keeps its paths
+		return
+	}
+	*out = append(*out, &lifecyclev1.ConfigProblem{Message: err.Error()})
 }

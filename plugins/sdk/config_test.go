@@ -3,10 +3,13 @@ package sdk
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 type testOffsite struct {
@@ -183,5 +186,39 @@ func TestDecodeConfigTextTypes(t *testing.T) {
 	}
 	if err := DecodeConfig([]byte(`{"addr": 7}`), &c); err == nil || !strings.Contains(err.Error(), "addr: is 7, want a string") {
 		t.Fatalf("a number: %v", err)
+	}
+}
+
+type joinPlugin struct{}
+
+// ValidateConfig collects its problems in a ConfigErrors and joins another
+// check's error to it without calling Err: the ConfigErrors is empty but
+// not nil.
+func (joinPlugin) ValidateConfig(_ context.Context, raw []byte, _ []string) error {
+	var errs ConfigErrors
+	if strings.Contains(string(raw), "bad") {
+		errs.Add("greeting", "is bad")
+	}
+	return errors.Join(errs, errors.New("the clusters have no staging"))
+}
+
+// TestValidateConfigOfWalksJoins: an error joined to an empty ConfigErrors
+// is still a problem; errors.As stopped at the empty ConfigErrors and
+// reported none, so the section was accepted.
+func TestValidateConfigOfWalksJoins(t *testing.T) {
+	ctx := context.Background()
+	p := ValidateConfigOf(ctx, joinPlugin{}, []byte(`{}`), nil)
+	if len(p) != 1 || p[0].GetPath() != "" || !strings.Contains(p[0].GetMessage(), "no staging") {
+		t.Fatalf("got %v, want the joined error", p)
+	}
+	p = ValidateConfigOf(ctx, joinPlugin{}, []byte(`{"bad":1}`), nil)
+	if len(p) != 2 || p[0].GetPath() != "greeting" || p[1].GetPath() != "" {
+		t.Fatalf("got %v, want the path-named problem and the joined error", p)
+	}
+	wrapped := fmt.Errorf("plugins.x: %w", ConfigErrors{{Path: "keep", Message: "too big"}})
+	var out []*lifecyclev1.ConfigProblem
+	configProblems(wrapped, &out)
+	if len(out) != 1 || out[0].GetPath() != "keep" {
+		t.Fatalf("a wrapped ConfigErrors keeps its paths: %v", out)
 	}
 }
