@@ -211,7 +211,10 @@ type Verdict struct {
 
 // Judge sorts alerts for an operation holding the silence own (maybe "")
 // whose operator ignored the names in ignored. Alerts silenced by someone
-// else's silence or inhibited are muted on purpose and do not count.
+// else's silence or inhibited ("suppressed") are muted on purpose and do not
+// count. Every other state counts: "active", "unprocessed" (firing, not yet
+// through Alertmanager's pipeline) and a state this version does not know,
+// so an answer the bot cannot read pauses rather than goes on.
 func Judge(alerts []silence.Alert, own string, ignored []string, countSilenced bool) Verdict {
 	var v Verdict
 	for _, a := range alerts {
@@ -224,7 +227,7 @@ func Judge(alerts []silence.Alert, own string, ignored []string, countSilenced b
 			if countSilenced {
 				v.Pausing = append(v.Pausing, a)
 			}
-		case a.Status.State == "active":
+		case a.Status.State != "suppressed":
 			v.Pausing = append(v.Pausing, a)
 		}
 	}

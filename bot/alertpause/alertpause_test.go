@@ -200,3 +200,18 @@ func TestParseLabelMatcher(t *testing.T) {
 		}
 	}
 }
+
+// Only "suppressed" (someone's silence, an inhibition) is muted: an alert
+// Alertmanager has not processed yet, or one whose state is missing or
+// unknown, still pauses the roll instead of letting it go on.
+func TestUnprocessedOrUnknownStatePauses(t *testing.T) {
+	for _, st := range []string{"unprocessed", "", "firing"} {
+		v := Judge([]silence.Alert{alert("EtcdNoSpace", st)}, "own-silence", nil, false)
+		if len(v.Pausing) != 1 {
+			t.Errorf("state %q: pausing %d, want 1", st, len(v.Pausing))
+		}
+	}
+	if v := Judge([]silence.Alert{alert("Muted", "suppressed", "someone-elses")}, "own-silence", nil, false); len(v.Pausing) != 0 {
+		t.Errorf("a suppressed alert paused: %+v", v.Pausing)
+	}
+}
