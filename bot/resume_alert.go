@@ -11,8 +11,9 @@ import (
 
 // resume is /talos resume ID [--ignore-alert NAME]. The ignored alert is
 // recorded (and audited) before the resume starts the run, so the alert
-// check of the resumed run already leaves it out; a refused resume takes it
-// back.
+// check of the resumed run already leaves it out; a resume that does not
+// happen (refused, or failed) takes back what this one added, and only
+// that: a name an earlier resume ignored stays ignored.
 func (r *Router) resume(ctx context.Context, from engine.Origin, id, ignore string) error {
 	if ignore == "" {
 		return r.ops.Resume(ctx, from, id)
@@ -22,13 +23,15 @@ func (r *Router) resume(ctx context.Context, from engine.Origin, id, ignore stri
 		// Resume refuses it with its usual words.
 		return r.ops.Resume(ctx, from, id)
 	}
-	if err := alertpause.Ignore(ctx, r.store, op, ignore, from.User, r.clock()); err != nil {
+	added, err := alertpause.Ignore(ctx, r.store, op, ignore, from.User, r.now())
+	if err != nil {
 		return err
 	}
 	err = r.ops.Resume(ctx, from, id)
-	var ae *engine.ActionError
-	if errors.As(err, &ae) {
-		_ = alertpause.Unignore(context.WithoutCancel(ctx), r.store, id, ignore)
+	if err != nil && added {
+		if uerr := alertpause.Unignore(context.WithoutCancel(ctx), r.store, op, ignore, from.User, r.now()); uerr != nil {
+			return errors.Join(err, uerr)
+		}
 	}
 	return err
 }

@@ -359,17 +359,21 @@ func describe(a silence.Alert) string {
 	return s
 }
 
-// Ignore records that user resumes op past the alert name (audited).
-func Ignore(ctx context.Context, st *state.Store, op *state.Operation, name, user string, now time.Time) error {
+// Ignore records that user resumes op past the alert name (audited). It
+// reports whether it added the name: false when an earlier resume already
+// ignores it.
+func Ignore(ctx context.Context, st *state.Store, op *state.Operation, name, user string, now time.Time) (bool, error) {
+	added := false
 	err := st.Update(ctx, func(tx *state.Tx) error {
 		names, err := ignoredTx(tx, op.ID)
 		if err != nil {
 			return err
 		}
-		if !slices.Contains(names, name) {
-			names = append(names, name)
+		if slices.Contains(names, name) {
+			return nil
 		}
-		raw, err := json.Marshal(names)
+		added = true
+		raw, err := json.Marshal(append(names, name))
 		if err != nil {
 			return err
 		}
@@ -381,15 +385,18 @@ func Ignore(ctx context.Context, st *state.Store, op *state.Operation, name, use
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("record --ignore-alert %s: %w", name, err)
+		return false, fmt.Errorf("record --ignore-alert %s: %w", name, err)
 	}
-	return nil
+	return added, nil
 }
 
-// Unignore takes back an Ignore whose resume was refused.
-func Unignore(ctx context.Context, st *state.Store, opID, name string) error {
+// Unignore takes back an Ignore that added name, when the resume it was
+// for did not happen (audited, so the trail does not end at "alert
+// ignored"). Only a name that Ignore added may be taken back: one an
+// earlier resume ignored stays.
+func Unignore(ctx context.Context, st *state.Store, op *state.Operation, name, user string, now time.Time) error {
 	return st.Update(ctx, func(tx *state.Tx) error {
-		names, err := ignoredTx(tx, opID)
+		names, err := ignoredTx(tx, op.ID)
 		if err != nil {
 			return err
 		}
@@ -398,7 +405,12 @@ func Unignore(ctx context.Context, st *state.Store, opID, name string) error {
 		if err != nil {
 			return err
 		}
-		return tx.PutKV(IgnoreBucket, opID, raw)
+		if err := tx.PutKV(IgnoreBucket, op.ID, raw); err != nil {
+			return err
+		}
+		_, err = tx.Append(state.AuditEvent{Time: now, Actor: user, Action: "alert ignore withdrawn", Cluster: op.Cluster, OpID: op.ID,
+			Command: op.Command, Result: "refused", Detail: map[string]string{"alertname": name, "why": "the resume did not happen"}})
+		return err
 	})
 }
 

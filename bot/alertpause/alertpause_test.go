@@ -117,7 +117,7 @@ func TestCriticalAlertPausesOwnListedApartIgnoredLeftOut(t *testing.T) {
 	}
 
 	// Resumed past EtcdNoSpace: nothing else counts, so no pause.
-	if err := Ignore(context.Background(), st, op, "EtcdNoSpace", "alice", time.Now()); err != nil {
+	if _, err := Ignore(context.Background(), st, op, "EtcdNoSpace", "alice", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	ck.stopPoller(op.ID)
