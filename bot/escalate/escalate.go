@@ -194,13 +194,25 @@ func expected(cfg *config.Config, s state.Step, past []time.Duration) (time.Dura
 // timeout for a node's step, else the run timeout.
 func timeout(cfg *config.Config, s state.Step) time.Duration {
 	switch {
-	case strings.Contains(s.ID, "gate"):
+	case isGate(s):
 		return cfg.Timeouts.GateAfter.D()
 	case s.Node != "":
 		return cfg.Timeouts.Node.D()
 	default:
 		return cfg.Timeouts.Run.D()
 	}
+}
+
+// isGate reports whether a part of the step's id is a gate ("gate",
+// "gate-after", …). The node's own name is left out (kind), so the upgrade
+// of a node named gateway-1 is not taken for a gate.
+func isGate(s state.Step) bool {
+	for _, p := range strings.Split(kind(s), "/") {
+		if p == "gate" || strings.HasPrefix(p, "gate-") {
+			return true
+		}
+	}
+	return false
 }
 
 // P95 is the nearest-rank 95th percentile.

@@ -172,3 +172,24 @@ func TestP95(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// A gate step is bounded by the gate timeout; a node's step by the node
+// timeout, even when the node's name contains "gate" (it used to match the
+// step id by substring, so gateway-1's upgrade got the gate's bound).
+func TestTimeoutGateByIDPartNotNodeName(t *testing.T) {
+	cfg := &config.Config{}
+	cfg.Timeouts.Node = config.Duration(20 * time.Minute)
+	cfg.Timeouts.GateAfter = config.Duration(3 * time.Minute)
+	for _, c := range []struct {
+		s    state.Step
+		want time.Duration
+	}{
+		{state.Step{ID: "node/gateway-1/upgrade", Node: "gateway-1"}, 20 * time.Minute},
+		{state.Step{ID: "node/gateway-1/gate", Node: "gateway-1"}, 3 * time.Minute},
+		{state.Step{ID: "gate-after/k8s", Title: "gate after"}, 3 * time.Minute},
+	} {
+		if got := timeout(cfg, c.s); got != c.want {
+			t.Errorf("%s: timeout %s, want %s", c.s.ID, got, c.want)
+		}
+	}
+}
