@@ -253,3 +253,33 @@ func TestPauseRefusedWhenNotRunning(t *testing.T) {
 		t.Fatalf("pause of a finished op: %v", err)
 	}
 }
+
+// PauseFor (the bot's own pause: alertpause on a firing alert) stops a roll
+// before its next node like the Pause button, recorded as paused by its
+// asker with its reasons first in the ending and the audit; a user's Pause
+// that follows does not replace it.
+func TestPauseForStopsBetweenNodesWithItsReasons(t *testing.T) {
+	e := newEnvConfig(t, nodesConfig)
+	vf := filepath.Join(t.TempDir(), "versions")
+	id, _ := e.submit("alice", "stg", "/talos roll v2 --mode nodes-pause --drift "+vf)
+	e.awaitStep(id, "node/cp-1/check", "ok")
+	ctx := context.Background()
+	if err := e.eng.PauseFor(ctx, id, "alertmanager", []string{"🚨 alert EtcdNoSpace", "Resume asks again"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.eng.PauseFor(ctx, id, "other", []string{"second asker reason"}); err != nil {
+		t.Fatal(err)
+	}
+	op := e.await(id, state.StateInterrupted)
+	mustContain(t, "paused ending", op.Result, "paused by alertmanager between nodes", "🚨 alert EtcdNoSpace", "Resume asks again", "paused before cp-2")
+	if strings.Contains(op.Result, "second asker reason") {
+		t.Fatalf("a second PauseFor replaced the first one's reasons:\n%s", op.Result)
+	}
+	recs, err := e.store.QueryAudit(ctx, state.AuditQuery{OpID: id, Action: "pause requested"})
+	if err != nil || len(recs) != 1 || recs[0].Actor != "alertmanager" || !strings.Contains(recs[0].Detail["why"], "EtcdNoSpace") {
+		t.Fatalf("pause audit: %v %+v", err, recs)
+	}
+	if err := e.eng.PauseFor(ctx, id, "alertmanager", nil); err == nil || errors.Is(err, engine.ErrNotPausable) {
+		t.Fatalf("PauseFor on an interrupted operation: %v", err)
+	}
+}
