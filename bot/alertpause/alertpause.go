@@ -37,6 +37,15 @@ import (
 // past (JSON list), so the check after the resume leaves them out.
 const IgnoreBucket = "alertpause-ignore"
 
+// PausedBucket keeps, per operation, the names of the alerts its last
+// alert pause named (JSON list): `--ignore-alert NAME` goes on past one of
+// those, never a name the run did not pause on.
+const PausedBucket = "alertpause-paused"
+
+// ErrNotPausedOn refuses an --ignore-alert naming an alert the operation
+// did not pause on (a typo, another case, a pre-emptive ignore).
+var ErrNotPausedOn = errors.New("it did not pause on that alert")
+
 // By is who the host's pause is recorded as ("paused by alertmanager").
 const By = "alertmanager"
 
@@ -136,7 +145,12 @@ func (c *Checker) RunProgress(context.Context, *state.Operation) {}
 // RunEnded stops the checks and forgets the ignored alerts.
 func (c *Checker) RunEnded(ctx context.Context, op *state.Operation, _ engine.RunOutput) []string {
 	c.stopPoller(op.ID)
-	if err := c.o.Store.Update(ctx, func(tx *state.Tx) error { return tx.DeleteKV(IgnoreBucket, op.ID) }); err != nil && !errors.Is(err, state.ErrNotFound) {
+	if err := c.o.Store.Update(ctx, func(tx *state.Tx) error {
+		if err := tx.DeleteKV(PausedBucket, op.ID); err != nil {
+			return err
+		}
+		return tx.DeleteKV(IgnoreBucket, op.ID)
+	}); err != nil && !errors.Is(err, state.ErrNotFound) {
 		c.log.Warn("forget ignored alerts", "op", op.ID, "err", err)
 	}
 	c.mu.Lock()
@@ -261,6 +275,7 @@ func (c *Checker) check(ctx context.Context, op *state.Operation) bool {
 	if len(v.Pausing) == 0 {
 		return false
 	}
+	c.recordPaused(ctx, op.ID, v.Pausing)
 	return c.pause(ctx, op, c.why(op, v), "alert/"+v.Pausing[0].Labels["alertname"])
 }
 
@@ -272,6 +287,7 @@ func (c *Checker) unreachable(ctx context.Context, op *state.Operation, err erro
 		c.warnOnce(ctx, op, "unreachable", fmt.Sprintf("⚠️ could not ask Alertmanager for firing alerts (%s); going on, as alert_pause.on_unreachable is continue", chat.Clip(err.Error())))
 		return false
 	}
+	c.recordPaused(ctx, op.ID, nil)
 	return c.pause(ctx, op, []string{
 		fmt.Sprintf("⚠️ could not ask Alertmanager at %s for firing alerts: %s", c.o.Client.URL(), chat.Clip(err.Error())),
 		"Resume asks again once it answers; set alert_pause.on_unreachable: continue to go on without it",
@@ -359,12 +375,45 @@ func describe(a silence.Alert) string {
 	return s
 }
 
-// Ignore records that user resumes op past the alert name (audited). It
-// reports whether it added the name: false when an earlier resume already
-// ignores it.
+// recordPaused keeps the names of the alerts a pause names (none for a
+// pause on an unreachable Alertmanager), for Ignore.
+func (c *Checker) recordPaused(ctx context.Context, opID string, alerts []silence.Alert) {
+	names := []string{}
+	for _, a := range alerts {
+		if n := a.Labels["alertname"]; n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	raw, err := json.Marshal(names)
+	if err == nil {
+		err = c.o.Store.Update(ctx, func(tx *state.Tx) error { return tx.PutKV(PausedBucket, opID, raw) })
+	}
+	if err != nil {
+		c.log.Warn("record the alerts of a pause", "op", opID, "err", err)
+	}
+}
+
+// Ignore records that user resumes op past the alert name (audited). The
+// name must be one op's last alert pause named, exactly (ErrNotPausedOn
+// otherwise). It reports whether it added the name: false when an earlier
+// resume already ignores it.
 func Ignore(ctx context.Context, st *state.Store, op *state.Operation, name, user string, now time.Time) (bool, error) {
 	added := false
 	err := st.Update(ctx, func(tx *state.Tx) error {
+		paused, err := namesTx(tx, PausedBucket, op.ID)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(paused, name) {
+			if len(paused) == 0 {
+				return fmt.Errorf("%w: operation %s was not paused by an alert; a plain resume asks Alertmanager again", ErrNotPausedOn, op.ID)
+			}
+			clipped := make([]string, len(paused))
+			for i, n := range paused {
+				clipped[i] = chat.Clip(n)
+			}
+			return fmt.Errorf("%w: operation %s paused on %s (names are exact, case included)", ErrNotPausedOn, op.ID, strings.Join(clipped, ", "))
+		}
 		names, err := ignoredTx(tx, op.ID)
 		if err != nil {
 			return err
@@ -425,8 +474,11 @@ func Ignored(ctx context.Context, st *state.Store, opID string) ([]string, error
 	return names, err
 }
 
-func ignoredTx(tx *state.Tx, opID string) ([]string, error) {
-	raw, err := tx.GetKV(IgnoreBucket, opID)
+func ignoredTx(tx *state.Tx, opID string) ([]string, error) { return namesTx(tx, IgnoreBucket, opID) }
+
+// namesTx reads the JSON list of alert names kept under opID in bucket.
+func namesTx(tx *state.Tx, bucket, opID string) ([]string, error) {
+	raw, err := tx.GetKV(bucket, opID)
 	if errors.Is(err, state.ErrNotFound) {
 		return nil, nil
 	}
@@ -435,7 +487,7 @@ func ignoredTx(tx *state.Tx, opID string) ([]string, error) {
 	}
 	var names []string
 	if err := json.Unmarshal(raw, &names); err != nil {
-		return nil, fmt.Errorf("decode the ignored alerts of %s: %w", opID, err)
+		return nil, fmt.Errorf("decode %s/%s: %w", bucket, opID, err)
 	}
 	return names, nil
 }

@@ -215,3 +215,28 @@ func TestUnprocessedOrUnknownStatePauses(t *testing.T) {
 		t.Errorf("a suppressed alert paused: %+v", v.Pausing)
 	}
 }
+
+// The check records what a pause named, for --ignore-alert: the alerts of
+// the last pause, none after a pause on an unreachable Alertmanager, and
+// nothing once the run ends.
+func TestPauseRecordsWhatIgnoreMayName(t *testing.T) {
+	ctx := context.Background()
+	am := &fakeAM{alerts: []silence.Alert{alert("EtcdNoSpace", "active"), alert("DiskFull", "active")}}
+	ck, _, st, op := newChecker(t, am, config.AlertPause{})
+	ck.check(ctx, op)
+	if _, err := Ignore(ctx, st, op, "Diskfull", "alice", time.Now()); !errors.Is(err, ErrNotPausedOn) || !strings.Contains(err.Error(), "EtcdNoSpace, DiskFull") {
+		t.Fatalf("ignore of a name in another case: %v", err)
+	}
+	if added, err := Ignore(ctx, st, op, "DiskFull", "alice", time.Now()); err != nil || !added {
+		t.Fatalf("ignore of an alert the run paused on: %v %v", added, err)
+	}
+	am.alerts, am.err = nil, errors.New("connection refused")
+	ck.check(ctx, op)
+	if _, err := Ignore(ctx, st, op, "EtcdNoSpace", "alice", time.Now()); !errors.Is(err, ErrNotPausedOn) || !strings.Contains(err.Error(), "not paused by an alert") {
+		t.Fatalf("ignore after a pause on an unreachable Alertmanager: %v", err)
+	}
+	ck.RunEnded(ctx, op, engine.RunOutput{})
+	if raw, err := st.LoadKV(ctx, PausedBucket, op.ID); err != nil || raw != nil {
+		t.Fatalf("the pause's alerts outlived the run: %q %v", raw, err)
+	}
+}
