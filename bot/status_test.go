@@ -145,5 +145,5 @@ func TestStatusListsLateSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := e.sink.waitReply(t, "*staging* (staging)")
-	mustContain(t, "status", got, "`late01` upgrade talos — running", "⏳ cp-1: upgrade is late: running 2h0m0s", "now: booted, not ready: kubelet")
+	mustContain(t, "status", got, "`late01` upgrade talos — running", "⏳ cp-1: upgrade is late: running 2 h,", "now: booted, not ready: kubelet")
 }

@@ -25,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/state"
@@ -103,14 +104,7 @@ func (l Late) Text() string {
 		now = "no news from the plugin since it started"
 	}
 	return fmt.Sprintf("⏳ %s is late: running %s, expected %s (%s); waiting for it to finish; now: %s",
-		what, round(l.Running), round(l.Expected), l.Basis, now)
-}
-
-func round(d time.Duration) time.Duration {
-	if d >= time.Minute {
-		return d.Round(time.Minute)
-	}
-	return d.Round(time.Second)
+		what, chat.Duration(l.Running), chat.Duration(l.Expected), l.Basis, now)
 }
 
 // LateSteps lists the running steps of running operations past their
@@ -187,7 +181,7 @@ func expected(cfg *config.Config, s state.Step, past []time.Duration) (time.Dura
 		return P95(past), fmt.Sprintf("p95 of %d past run(s) on this cluster", len(past))
 	}
 	t := timeout(cfg, s)
-	return t / 2, fmt.Sprintf("half the %s timeout, no history yet", round(t))
+	return t / 2, fmt.Sprintf("half the %s timeout, no history yet", chat.Duration(t))
 }
 
 // timeout is the step's bound: the gate after a node for gates, the node

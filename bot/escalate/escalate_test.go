@@ -119,7 +119,7 @@ func TestLateStepAnnouncedOnceThenEscalated(t *testing.T) {
 	if n := check(5 * time.Minute); n != 1 {
 		t.Fatalf("notices at 5m: %d %v", n, sink.lines)
 	}
-	want := "op1: ⏳ cp-2: upgrade is late: running 5m0s, expected 4m0s (p95 of 20 past run(s) on this cluster); waiting for it to finish; now: booted, not ready: kubelet"
+	want := "op1: ⏳ cp-2: upgrade is late: running 5 min, expected 4 min (p95 of 20 past run(s) on this cluster); waiting for it to finish; now: booted, not ready: kubelet"
 	if sink.lines[0] != want {
 		t.Fatalf("notice\n%s\nwant\n%s", sink.lines[0], want)
 	}
@@ -152,7 +152,7 @@ func TestNoHistoryHalfTimeoutAndMention(t *testing.T) {
 		t.Fatalf("before half the 20m node timeout: %v", sink.lines)
 	}
 	*now = t0.Add(21 * time.Minute)
-	if n, _ := c.Check(context.Background()); n != 1 || !strings.Contains(sink.lines[0], "half the 20m0s timeout") || !strings.Contains(sink.lines[0], "@oncall") {
+	if n, _ := c.Check(context.Background()); n != 1 || !strings.Contains(sink.lines[0], "half the 20 min timeout") || !strings.Contains(sink.lines[0], "@oncall") {
 		t.Fatalf("at 21m: %v", sink.lines)
 	}
 	if n, _ := c.Check(context.Background()); n != 0 {
