@@ -82,7 +82,7 @@ type Checker struct {
 
 	mu      sync.Mutex
 	host    Host
-	pollers map[string]context.CancelFunc
+	pollers map[string]*poller
 	warned  map[string]bool // op id + what: a warning posted once per run
 	wg      sync.WaitGroup
 }
@@ -100,7 +100,7 @@ func New(o Options) (*Checker, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Checker{o: o, log: o.Logger, pollers: map[string]context.CancelFunc{}, warned: map[string]bool{}}, nil
+	return &Checker{o: o, log: o.Logger, pollers: map[string]*poller{}, warned: map[string]bool{}}, nil
 }
 
 // SetHost gives the checker the engine (built after its hooks).
@@ -119,8 +119,8 @@ func (c *Checker) getHost() Host {
 // Close stops the checks of running operations.
 func (c *Checker) Close() {
 	c.mu.Lock()
-	for id, stop := range c.pollers {
-		stop()
+	for id, p := range c.pollers {
+		p.stop()
 		delete(c.pollers, id)
 	}
 	c.mu.Unlock()
@@ -170,11 +170,14 @@ func (c *Checker) startPoller(opID string) {
 		return
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	c.pollers[opID] = stop
+	p := &poller{stop: stop}
+	c.pollers[opID] = p
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		defer c.stopPoller(opID)
+		// Forget this poller only: once stopped, a resume may already
+		// have started the next one for the same operation.
+		defer c.forgetPoller(opID, p)
 		t := time.NewTicker(c.o.Config.Every.D())
 		defer t.Stop()
 		for {
@@ -196,8 +199,21 @@ func (c *Checker) startPoller(opID string) {
 
 func (c *Checker) stopPoller(opID string) {
 	c.mu.Lock()
-	if stop, ok := c.pollers[opID]; ok {
-		stop()
+	if p, ok := c.pollers[opID]; ok {
+		p.stop()
+		delete(c.pollers, opID)
+	}
+	c.mu.Unlock()
+}
+
+// poller is one running check loop of an operation.
+type poller struct{ stop context.CancelFunc }
+
+// forgetPoller stops p and removes it if it is still opID's poller.
+func (c *Checker) forgetPoller(opID string, p *poller) {
+	p.stop()
+	c.mu.Lock()
+	if c.pollers[opID] == p {
 		delete(c.pollers, opID)
 	}
 	c.mu.Unlock()

@@ -240,3 +240,27 @@ func TestPauseRecordsWhatIgnoreMayName(t *testing.T) {
 		t.Fatalf("the pause's alerts outlived the run: %q %v", raw, err)
 	}
 }
+
+// A poller that was stopped (its run ended) and exits after the next run of
+// the same operation started its own leaves that one running: its exit
+// used to stop whatever poller the operation had by then, so the resumed
+// roll was no longer checked while it ran.
+func TestStoppedPollerLeavesTheNextOneRunning(t *testing.T) {
+	ck, _, _, op := newChecker(t, &fakeAM{}, config.AlertPause{})
+	ck.startPoller(op.ID)
+	ck.stopPoller(op.ID) // the first poller exits in the background
+	ck.startPoller(op.ID)
+	done := make(chan struct{})
+	go func() { ck.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("the second poller stopped with the first")
+	case <-time.After(200 * time.Millisecond):
+	}
+	ck.mu.Lock()
+	_, running := ck.pollers[op.ID]
+	ck.mu.Unlock()
+	if !running {
+		t.Fatal("the operation has no poller after the second start")
+	}
+}
