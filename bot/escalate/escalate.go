@@ -1,10 +1,11 @@
 // Package escalate speaks up when a step of a running operation is late
 // (docs/OPERATIONS.md "Late steps"). Each step has an expected duration: the
 // 95th percentile of the past runs of the same step on the same cluster
-// (from the store; a node's name in the step id is generalised, so
-// node/cp-1/upgrade learns from node/cp-2/upgrade), or half its timeout when
-// there is no history. Past it, the bot posts once in the operation's thread
-// what it waits for and what it sees now (the step's last detail, e.g.
+// (from the store, its newest 200 operations; a node's name in the step id
+// is generalised, so node/cp-1/upgrade learns from node/cp-2/upgrade), or
+// half its timeout when there is no history. Past it, the bot posts once in
+// the operation's thread what it waits for and what it sees now (the step's
+// last detail, e.g.
 // "cp-2: booted, not ready: kubelet"); past twice that, it posts again and
 // mentions the approvers (or escalation.mention). Each notice is made once
 // per operation, attempt, step and threshold, recorded in the store, so a
@@ -138,9 +139,17 @@ func LateSteps(ctx context.Context, cfg *config.Config, st *state.Store, now tim
 	return out, err
 }
 
-// history gathers the durations of finished steps on cluster, by kind.
+// historyOps bounds how many of a cluster's newest operations the expected
+// durations learn from: the check runs every escalation.every (and in
+// /talos status) while a step runs, and must not read a cluster's whole
+// past each time; recent runs say more about the next one anyway. The
+// engine's facts are bounded alike.
+const historyOps = 200
+
+// history gathers the durations of finished steps on cluster, by kind,
+// from its newest historyOps operations.
 func history(tx *state.Tx, cluster string) (map[string][]time.Duration, error) {
-	ops, err := tx.Operations(state.OpFilter{Cluster: cluster})
+	ops, err := tx.Operations(state.OpFilter{Cluster: cluster, Limit: historyOps})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package escalate
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -191,5 +192,33 @@ func TestTimeoutGateByIDPartNotNodeName(t *testing.T) {
 		if got := timeout(cfg, c.s); got != c.want {
 			t.Errorf("%s: timeout %s, want %s", c.s.ID, got, c.want)
 		}
+	}
+}
+
+// The expected duration learns from the cluster's newest historyOps
+// operations, not its whole past: 20 old slow runs beyond them no longer
+// move the p95 of 200 recent quick ones.
+func TestHistoryIsTheNewestOperationsOnly(t *testing.T) {
+	_, _, st, _ := setup(t, "")
+	for i := range historyOps + 20 {
+		d := time.Minute
+		if i < 20 {
+			d = time.Hour // the oldest
+		}
+		start := t0.Add(-time.Duration(historyOps+21-i) * time.Hour)
+		put(t, st, &state.Operation{ID: fmt.Sprintf("past%03d", i), Cluster: "prod", State: state.StateSucceeded, CreatedAt: start,
+			Steps: []state.Step{{ID: "node/cp-1/upgrade", Node: "cp-1", Status: "ok", StartedAt: start, EndedAt: start.Add(d)}}})
+	}
+	var got []time.Duration
+	err := st.View(context.Background(), func(tx *state.Tx) error {
+		h, err := history(tx, "prod")
+		got = h["node/*/upgrade"]
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != historyOps || P95(got) != time.Minute {
+		t.Fatalf("history: %d runs, p95 %s; want %d runs, p95 1m", len(got), P95(got), historyOps)
 	}
 }
