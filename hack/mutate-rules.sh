@@ -109,6 +109,7 @@ mutate R12/snapshot plugins/cluster/rules.go "$(always R12)" ./plugins/snapshot 
 mutate R20-preflight/k8supgrade plugins/k8supgrade/plan.go 's/if (len\(pre\.findings\) > 0) \{ (\/\/ rule:R20-preflight)$/if false \&\& $1 { $2/' ./plugins/k8supgrade '^TestPreflightRefusesAtPlanTime$/feature_gate'
 # R16 before a control plane goes down: Quorum.CheckDisruption returns nil.
 mutate R16-before/talosupgrade plugins/cluster/etcd/quorum.go 's/\{ (\/\/ rule:R16-before)$/{ return nil $1/' ./plugins/talosupgrade '^TestQuorumBeforeRefusesTwoMemberEtcd$'
+mutate R16-before/etcdops plugins/cluster/etcd/quorum.go 's/\{ (\/\/ rule:R16-before)$/{ return nil $1/' ./plugins/etcdops '^TestDefragStopsWhileAMemberIsDown$'
 # R16 after: the one quorum-restored predicate, Quorum.CheckRestored.
 mutate R16-after/talosupgrade plugins/cluster/etcd/quorum.go "$(never R16-after)" ./plugins/talosupgrade '^TestQuorumFailureMidRollStops$'
 mutate R16-after/etcd plugins/cluster/etcd/quorum.go "$(never R16-after)" ./plugins/cluster/etcd '^TestQuorumRules$'
