@@ -191,6 +191,16 @@ func TestDefragStopsWhileAMemberIsDown(t *testing.T) {
 	p := &Plugin{QuorumWithin: 3 * time.Second}
 	rec, _ = sdktest.Run(ctx, p, request(c, CmdDefrag, nil), nil)
 	res := rec.FinalResult()
+	// The stopped member is skipped for what it is, not as under the threshold.
+	skipped := ""
+	for _, s := range rec.Steps() {
+		if s.StepID == "skip/"+down && s.Status == sdk.StepSkipped {
+			skipped = s.Detail
+		}
+	}
+	if !strings.HasPrefix(skipped, "status error: ") {
+		t.Fatalf("%s skipped as %q, want its status error", down, skipped)
+	}
 	if res.OK || !strings.Contains(res.Summary, "stopped before") {
 		t.Fatalf("defrag with %s down: %v", down, res)
 	}
