@@ -97,6 +97,9 @@ mutate R9/noderemove plugins/cluster/etcd/quorum.go 's/case (.*): (\/\/ rule:R9)
 # R10: the adjacent-minor rule's one place, versions.SkipsMinor (plugins/sdk/versions), for a node's step (talos.CheckUpgradePath)
 # and for the path's hops (talosupgrade's pathCheck).
 mutate R10/talos plugins/sdk/versions/versions.go "$(never R10)" ./plugins/cluster/talos '^TestCheckUpgradePath$'
+mutate R10/talosupgrade plugins/sdk/versions/versions.go "$(never R10)" ./plugins/talosupgrade '^TestMultiHopPlan$'
+# R20: the same rule for Kubernetes, k8s.MinorRefusal's skipped minor.
+mutate R20-minor/k8s plugins/sdk/versions/versions.go "$(never R10)" ./plugins/cluster/k8s '^TestK8sPathRefusal$'
 # R12: the one snapshot-dir refusal, cluster.CheckSnapshotDir, in each plugin that snapshots.
 # Only real releases: releases.CheckTarget's "a known release" return, taken for every target.
 mutate known-release/releases internal/releases/target.go "$(always known-release)" ./internal/releases '^TestOnlyRealTalosReleasesAreTargets$'
