@@ -238,16 +238,20 @@ func TestStorageThroughRealCRDs(t *testing.T) {
 	})
 
 	t.Run("after a node: the limit passing is a LimitError (the roll pauses)", func(t *testing.T) {
-		s := storage.Defaults()
-		s.RebuildWait = 300 * time.Millisecond
-		w := e.waiter(s)
+		// The default 2 h limit, measured on the waiter's clock: each
+		// reading moves it on 30 min, so the limit passes after a few
+		// polls and the test never sleeps it out.
+		w := e.waiter(storage.Defaults())
+		w.Now = (&clock{t: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC), step: 30 * time.Minute}).Now
 		if err := storagetest.SetNodeReady(ctx, kube, "n3", false); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, "degraded", func() bool { return volume(e.read(t), "pvc-data").Robustness == "degraded" })
-		_, err := w.After(ctx, "n3", []string{"pvc-data"})
-		if !storage.IsLimit(err) || !strings.Contains(err.Error(), "app/data: degraded") {
-			t.Fatalf("After with n3 down = %v, want a LimitError naming app/data", err)
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, err := w.After(wctx, "n3", []string{"pvc-data"})
+		if !storage.IsLimit(err) || !strings.Contains(err.Error(), "app/data: degraded") || !strings.Contains(err.Error(), "within 2h0m0s") {
+			t.Fatalf("After with n3 down = %v, want a LimitError after 2h naming app/data", err)
 		}
 		if err := storagetest.SetNodeReady(ctx, kube, "n3", true); err != nil {
 			t.Fatal(err)
