@@ -113,23 +113,15 @@ func (w Waiter) Before(ctx context.Context, node string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Every refusal before anything changes: a refused node is left as it was.
+	// Every refusal before anything changes, by the forecast's own rule
+	// (R3 is decided in one place): a refused node is left as it was.
+	if err := Build(st, Input{Order: []string{node}}, w.Settings).Refusal(); err != nil {
+		return nil, err
+	}
 	var last []string
 	for _, v := range st.Volumes {
-		if v.State != volumeAttached || !v.OnlyHealthyOn(node) {
-			continue
-		}
-		if fd, _ := volumeFinding(v, node, w.Settings); fd.Blocks {
-			return nil, Forecast{Nodes: []NodeForecast{{Node: node, Findings: []Finding{fd}}}}.Refusal()
-		}
-		last = append(last, v.Name)
-	}
-	for _, p := range st.Postgres {
-		if p.PrimaryNode() != node {
-			continue
-		}
-		if fd, _ := postgresFinding(p, node, w.Settings); fd.Blocks {
-			return nil, Forecast{Nodes: []NodeForecast{{Node: node, Findings: []Finding{fd}}}}.Refusal()
+		if v.State == volumeAttached && v.OnlyHealthyOn(node) {
+			last = append(last, v.Name)
 		}
 	}
 	var lines []string
