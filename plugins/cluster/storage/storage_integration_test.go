@@ -195,6 +195,11 @@ func TestStorageThroughRealCRDs(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, "pg-1 not ready", func() bool { return !postgres(e.read(t), "db/pg").PodReady["pg-1"] })
+		// CNPG is not "healthy" with an instance down: the phase says it
+		// waits for the instances (PhaseWaitingForInstancesToBeActive).
+		waitFor(t, "the phase waiting for pg-1", func() bool {
+			return postgres(e.read(t), "db/pg").Phase == "Waiting for the instances to become active"
+		})
 		if fo := e.ctrl.FailedOver(); len(fo) != 0 {
 			t.Fatalf("uncontrolled failover: %v", fo)
 		}
