@@ -222,7 +222,7 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 		return sdk.RefusalPlan(err)
 	}
 	plan := pa.operationPlan(req)
-	addForecast(plan, forecast)
+	forecast.AddTo(plan)
 	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "node identity", OK: true, Rule: identity.Rule, Detail: strings.Join(pa.hops[0].ids.Lines(), "; ")})
 	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "target pre-flight", OK: true, Rule: "R10", Detail: pa.preflight})
 	return plan, nil
