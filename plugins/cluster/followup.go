@@ -9,10 +9,7 @@ import (
 // FollowupLines renders the bot's evidence about the Terraform changes it
 // prepared as Git branches (Settings.GitFollowups, from bot/gitbump) for
 // the drift report and the plan guard: one line per change.
-func FollowupLines(s *sdk.Settings) []string {
-	if s == nil {
-		return nil // a nil input reads as unset, as the wire getters did
-	}
+func FollowupLines(s sdk.Settings) []string {
 	var lines []string
 	for _, f := range s.GitFollowups {
 		what := fmt.Sprintf("branch %s (%s → %q, operation %s)", f.Branch, f.Variable, f.Value, f.OperationID)

@@ -249,7 +249,7 @@ func (ru *run) execute(ctx context.Context, req *sdk.OperationRequest, now func(
 
 	// R5: with plan_before_upgrade, no upgrade on top of a Terraform
 	// migration (the same guard as the Talos upgrade's).
-	if ref := planguard.BeforeUpgrade(ctx, first.cluster, &req.Settings, r); ref != nil {
+	if ref := planguard.BeforeUpgrade(ctx, first.cluster, req.Settings, r); ref != nil {
 		return r.Result(sdk.RefusedResult(ref, "Kubernetes upgrade of "+first.cluster+" refused: the Terraform plan guard stopped it; nothing was changed"))
 	}
 	for i, h := range ru.path.hops {
@@ -297,7 +297,7 @@ func (ru *run) hop(ctx context.Context, req *sdk.OperationRequest, now func() ti
 	}
 	ru.lines = append(ru.lines, "✅ "+a.hop.title()+"etcd snapshot "+snap.ID+" ("+snap.Path+")")
 
-	gopts := gate.OptionsFrom(&req.Settings)
+	gopts := gate.OptionsFrom(req.Settings)
 	gopts.RequireKubernetes = true
 	verdict := gate.Run(ctx, ru.c, inv, gopts)
 	if err := gate.Report(r, px+gateBefore, verdict); err != nil {
@@ -346,7 +346,7 @@ func (ru *run) hop(ctx context.Context, req *sdk.OperationRequest, now func() ti
 		return ru.stop(ctx, "the bootstrap manifest sync", err)
 	}
 
-	verdict = gate.Until(ctx, ru.c, inv, gopts, gate.AfterWait(&req.Settings))
+	verdict = gate.Until(ctx, ru.c, inv, gopts, gate.AfterWait(req.Settings))
 	if err := gate.Report(r, px+gateAfter, verdict); err != nil {
 		return err
 	}
