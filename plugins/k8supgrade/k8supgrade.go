@@ -108,7 +108,7 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 		return nil, err
 	}
 	if len(req.Credentials.Kubeconfig) == 0 {
-		return &sdk.OperationPlan{Target: target, Refusal: refuse("R20",
+		return &sdk.OperationPlan{Target: target, Refusal: sdk.Refuse("R20",
 			"no kubeconfig for "+inv.Name+": the running Kubernetes versions cannot be read, so the version rules cannot be checked",
 			"configure the cluster's kubeconfig (Terraform output or file)")}, nil
 	}
@@ -171,7 +171,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		return err
 	}
 	if len(req.Credentials.Kubeconfig) == 0 {
-		return r.Result(&sdk.Result{OK: false, Summary: "refused", Refusal: refuse("R20",
+		return r.Result(&sdk.Result{OK: false, Summary: "refused", Refusal: sdk.Refuse("R20",
 			"no kubeconfig for "+inv.Name, "configure the cluster's kubeconfig (Terraform output or file)")})
 	}
 	clients, err := cluster.Connect(ctx, inv, &req.Credentials)
