@@ -264,7 +264,7 @@ func (ru *run) execute(ctx context.Context, req *sdk.OperationRequest, now func(
 				return ru.stop(ctx, "the checks before the hop (nothing of it was changed)", err)
 			}
 			if live.refusal != nil {
-				res := sdk.RefusedResult(sdk.Refuse(live.refusal.Rule, live.refusal.Reason, live.refusal.Fix),
+				res := sdk.RefusedResult(live.refusal,
 					fmt.Sprintf("Kubernetes upgrade of %s stopped before hop %d/%d (→ %s): its checks refused it; nothing of it was changed", h.cluster, h.hop.hop, h.hop.hops, h.target))
 				res.Lines = append(append(ru.lines, "❌ "+live.refusal.Reason+" — "+live.refusal.Fix), ru.reached()...)
 				return ru.end(res)
