@@ -9,9 +9,9 @@ import (
 // FollowupLines renders the bot's evidence about the Terraform changes it
 // prepared as Git branches (Settings.GitFollowups, from bot/gitbump) for
 // the drift report and the plan guard: one line per change.
-func FollowupLines(s sdk.Settings) []string {
+func FollowupLines(followups []sdk.GitFollowup) []string {
 	var lines []string
-	for _, f := range s.GitFollowups {
+	for _, f := range followups {
 		what := fmt.Sprintf("branch %s (%s → %q, operation %s)", f.Branch, f.Variable, f.Value, f.OperationID)
 		pull := ""
 		if f.PullRequestURL != "" {

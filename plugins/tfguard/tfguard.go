@@ -81,7 +81,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	if err := r.StepOK("plan", plan.Summary()); err != nil {
 		return err
 	}
-	lines := append(plan.Lines(), cluster.FollowupLines(req.Settings)...)
+	lines := append(plan.Lines(), cluster.FollowupLines(req.Settings.GitFollowups)...)
 	if len(vs) > 0 {
 		if err := r.StepFailed("guard", terraform.Describe(vs)); err != nil {
 			return err
