@@ -24,8 +24,10 @@ func FollowupLines(followups []sdk.GitFollowup) []string {
 			lines = append(lines, fmt.Sprintf("📝 Git: %s is not merged into %s yet: merge it, then plan and apply.%s", what, f.Base, pull))
 		case sdk.GitFollowupDeleted:
 			lines = append(lines, fmt.Sprintf("⚠️ Git: %s was deleted without being merged; %s does not declare %q.", what, f.Base, f.Value))
-		default:
+		case sdk.GitFollowupUnchecked:
 			lines = append(lines, fmt.Sprintf("⚠️ Git: could not check %s: %s", what, f.Error))
+		default: // unset, or a state of a newer host: say so rather than invent a reason
+			lines = append(lines, fmt.Sprintf("⚠️ Git: %s is in a state this plugin does not know (%d).", what, f.State))
 		}
 	}
 	return lines

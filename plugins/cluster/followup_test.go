@@ -31,6 +31,10 @@ func TestFollowupLinesFromEvidence(t *testing.T) {
 			t.Errorf("line %d = %q, want %q", i, lines[i], w)
 		}
 	}
+	if got := FollowupLines([]sdk.GitFollowup{f(sdk.GitFollowupUnspecified)}); len(got) != 1 || strings.Contains(got[0], "could not check") ||
+		!strings.Contains(got[0], "state this plugin does not know (0)") {
+		t.Errorf("unknown state = %q, want it said, not an empty \"could not check\"", got)
+	}
 	if FollowupLines(nil) != nil {
 		t.Error("no evidence must print nothing")
 	}
