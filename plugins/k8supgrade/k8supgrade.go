@@ -24,6 +24,8 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/talosbot/talosbot/internal/version"
 	"github.com/talosbot/talosbot/plugins/cluster"
@@ -411,7 +413,10 @@ func (ru *run) prePull(ctx context.Context) error {
 		limit := min(ru.timeout, talosPullTimeout-time.Minute)
 		pctx, cancel := context.WithTimeout(ctx, limit)
 		err := k8s.PullImage(pctx, ru.c, n, ns, image)
-		if err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		// The limit can show as the gRPC status before pctx's own timer fires: the
+		// deadline travels to the node, whose side may end the call first.
+		timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded
+		if err != nil && timedOut && ctx.Err() == nil {
 			err = fmt.Errorf("pull %s on %s did not finish within %s (Talos retries a registry it cannot reach for up to %s): check that the node reaches the registry (network, DNS, registry mirrors), or raise timeouts.node",
 				image, n.Name, limit, talosPullTimeout)
 		}
