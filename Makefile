@@ -53,7 +53,9 @@ test: tools build
 test-short: tools build
 	set -a; [ -f "$(TALOSBOT_TOOLS_DIR)/env" ] && . "$(TALOSBOT_TOOLS_DIR)/env"; set +a; \
 	export TALOSBOT_BIN=$(CURDIR)/bin/talosbot TALOSBOT_PLUGINS_BIN=$(CURDIR)/bin/talosbot-plugins TALOSBOT_DEMO_BIN=$(CURDIR)/bin/talosbot-demo; \
-	$(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) ./... && \
+	(cd plugins/sdk && $(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) ./...) && \
+	(cd examples/hello-plugin && $(GO) test -short -count=1 -timeout $(TEST_TIMEOUT) ./...)
 
 generate:
 	bash hack/generators.sh
@@ -69,6 +71,7 @@ lint:
 	bash hack/check-packages.sh
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	cd plugins/sdk && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	cd examples/hello-plugin && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 -tags demo ./cmd/talosbot
 
 # Options go in DEMO_ARGS, e.g. make demo DEMO_ARGS='--listen 127.0.0.1:9090 --keep --reboot-delay 20s'

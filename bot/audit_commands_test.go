@@ -51,27 +51,15 @@ func tableSeqs(reply string) []uint64 {
 	return out
 }
 
-func (s *recSink) replyCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.replies)
-}
-
-func (s *recSink) lastReply() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.replies[len(s.replies)-1]
-}
-
 // auditReply runs a command as user and returns its reply.
 func auditReply(t *testing.T, e *env, user, text string) (string, error) {
 	t.Helper()
-	before := e.sink.replyCount()
+	before := e.sink.ReplyCount()
 	_, err := e.submit(user, "stg", text)
-	if e.sink.replyCount() != before+1 {
-		t.Fatalf("%s: %d replies, want 1", text, e.sink.replyCount()-before)
+	if e.sink.ReplyCount() != before+1 {
+		t.Fatalf("%s: %d replies, want 1", text, e.sink.ReplyCount()-before)
 	}
-	return e.sink.lastReply(), err
+	return e.sink.LastReply(), err
 }
 
 func TestAuditCommandFiltersNewestFirstAndMorePages(t *testing.T) {
@@ -91,16 +79,16 @@ func TestAuditCommandFiltersNewestFirstAndMorePages(t *testing.T) {
 		t.Fatalf("reply lacks the header or the filter:\n%s", reply)
 	}
 	// "More" runs the next page as the clicking user.
-	more := e.sink.button(t, "reply", "More")
-	before := e.sink.replyCount()
+	more := e.sink.Button(t, "reply", "More")
+	before := e.sink.ReplyCount()
 	if err := e.eng.Act(ctx, engine.Origin{User: "bob", Channel: "stg"}, more); err != nil {
 		t.Fatal(err)
 	}
-	if e.sink.replyCount() != before+1 {
+	if e.sink.ReplyCount() != before+1 {
 		t.Fatal("More produced no reply")
 	}
-	if got := tableSeqs(e.sink.lastReply()); fmt.Sprint(got) != fmt.Sprint([]uint64{45, 43, 41, 39, 37, 35, 33}) {
-		t.Fatalf("page 2 seqs %v\n%s", got, e.sink.lastReply())
+	if got := tableSeqs(e.sink.LastReply()); fmt.Sprint(got) != fmt.Sprint([]uint64{45, 43, 41, 39, 37, 35, 33}) {
+		t.Fatalf("page 2 seqs %v\n%s", got, e.sink.LastReply())
 	}
 
 	// Every filter, alone and combined, against the same trail.
@@ -171,7 +159,7 @@ func TestOpShowsMaintenanceRecord(t *testing.T) {
 	}
 	e.await(id, state.StateAwaitingApproval)
 	ctx := context.Background()
-	if err := e.eng.Act(ctx, engine.Origin{User: "bob"}, e.sink.button(t, id, "Approve")); err != nil {
+	if err := e.eng.Act(ctx, engine.Origin{User: "bob"}, e.sink.Button(t, id, "Approve")); err != nil {
 		t.Fatal(err)
 	}
 	op := e.await(id, state.StateSucceeded)

@@ -99,7 +99,7 @@ func coreCommands() []botCommand {
 				Description: "an alert name the resumed roll goes on past (it paused on it; audited); other alerts still pause it"}),
 			Example: "/talos resume 3f2a9c01bd4e"}),
 			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
-				return r.resume(ctx, from, inv.Args["id"], inv.Args["ignore-alert"])
+				return r.resume(ctx, from, inv)
 			}},
 		{spec(&lifecyclev1.Command{Name: "abandon", Summary: "give up an interrupted operation and release its cluster lock", Effect: dis, Args: id("abandon"), Example: "/talos abandon 3f2a9c01bd4e"}),
 			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {

@@ -18,6 +18,7 @@ import (
 	"github.com/talosbot/talosbot/bot/chat/web"
 	"github.com/talosbot/talosbot/bot/credentials"
 	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/engine/enginetest"
 	"github.com/talosbot/talosbot/bot/render"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/plugins/host"
@@ -44,12 +45,12 @@ func newConsoleEnv(t *testing.T, cfgText string) *consoleEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := &fakeClock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	clock := enginetest.NewClock(time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC))
 	st, err := state.Open(filepath.Join(dir, "talosbot.db"), state.Options{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := host.New(host.Options{Executable: pluginBin, ExecutableSHA256: pluginSHA256, BuiltIn: []string{"eng"}})
+	mgr, err := host.New(host.Options{Executable: enginetest.Plugin.Bin, ExecutableSHA256: enginetest.Plugin.SHA256, BuiltIn: []string{"eng"}})
 	if err != nil {
 		t.Fatal(err)
 	}

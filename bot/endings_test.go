@@ -17,19 +17,19 @@ func TestStatusShowsFreezeLastChangeAndLastOperation(t *testing.T) {
 	if _, err := e.submit("carol", "prd", "/talos status production"); err != nil {
 		t.Fatal(err)
 	}
-	got := e.sink.waitReply(t, "*production* (production)")
+	got := e.sink.WaitReply(t, "*production* (production)")
 	mustContain(t, "status", got, "lock: free", `🧊 frozen by bob since 2026-11-30 12:00 UTC (2 min ago): "etcd restore drill"`, "/talos unfreeze production")
 	if _, err := e.submit("carol", "stg", "/talos status staging"); err != nil {
 		t.Fatal(err)
 	}
-	got = e.sink.waitReply(t, "*staging* (staging)")
+	got = e.sink.WaitReply(t, "*staging* (staging)")
 	mustContain(t, "status", got, "freeze: none", "last change: /talos roll → v2, succeeded 2 min ago", "last operation: ", "roll — succeeded 2 min ago, by alice: rolled to v2")
 	// Ages read in words, as everywhere else the bot speaks (render.Ago).
 	e.clock.Add(72 * time.Hour)
 	if _, err := e.submit("carol", "prd", "/talos status production"); err != nil {
 		t.Fatal(err)
 	}
-	got = e.sink.waitReply(t, "3 days ago")
+	got = e.sink.WaitReply(t, "3 days ago")
 	mustContain(t, "status", got, `🧊 frozen by bob since 2026-11-30 12:00 UTC (3 days ago): "etcd restore drill"`)
 }
 
@@ -41,5 +41,5 @@ func TestHelpTakesTheRestOfTheLine(t *testing.T) {
 	if _, err := e.submit("carol", "stg", "/talos help audit head"); err != nil {
 		t.Fatalf("help with two words: %v", err)
 	}
-	e.sink.waitReply(t, "`/talos audit head")
+	e.sink.WaitReply(t, "`/talos audit head")
 }

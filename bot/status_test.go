@@ -60,7 +60,7 @@ func TestStatusShowsVersionsAndNotReadWhenTheClusterIsDown(t *testing.T) {
 	if _, err := e.submit("alice", "prd", "/talos status"); err != nil {
 		t.Fatal(err)
 	}
-	got := e.sink.waitReply(t, "*lab* (staging)")
+	got := e.sink.WaitReply(t, "*lab* (staging)")
 	mustContain(t, "status", got,
 		"*staging* (staging)\n  lock: free\n  freeze: none\n  versions: Talos v1.13.9 (1 node) · Kubernetes v1.36.3\n",
 		"*production* (production)",
@@ -85,7 +85,7 @@ func TestStatusShowsOnlyTheClustersTheUserMayRead(t *testing.T) {
 	if _, err := e.submit("carol", "prd", "/talos status"); err != nil {
 		t.Fatal(err)
 	}
-	got := e.sink.waitReply(t, "*production* (production)")
+	got := e.sink.WaitReply(t, "*production* (production)")
 	mustContain(t, "status", got, "versions: Talos v1.13.8 (1 node)", "(not shown, as carol may not read them: staging, lab)")
 	for _, other := range []string{"*staging*", "*lab*", "v1.13.9", "not read ("} {
 		if strings.Contains(got, other) {
@@ -93,7 +93,7 @@ func TestStatusShowsOnlyTheClustersTheUserMayRead(t *testing.T) {
 		}
 	}
 	for _, cl := range []string{"staging", "lab"} {
-		if n := e.plans.count(cl); n != 0 {
+		if n := e.plans.Count(cl); n != 0 {
 			t.Errorf("status planned %d times against %s, which carol may not read", n, cl)
 		}
 	}
@@ -109,16 +109,16 @@ func TestStatusShowsOnlyTheClustersTheUserMayRead(t *testing.T) {
 	if _, err := e.submit("carol", "stg", "/talos status staging"); err == nil {
 		t.Fatal("carol read the status of staging, where she has no role")
 	}
-	e.sink.waitReply(t, "refused: carol has no role in staging")
+	e.sink.WaitReply(t, "refused: carol has no role in staging")
 	if _, err := e.submit("mallory", "stg", "/talos status"); err == nil {
 		t.Fatal("a user with no role anywhere read the status")
 	}
-	e.sink.waitReply(t, "refused: mallory may read the status of no cluster: mallory has no role in")
+	e.sink.WaitReply(t, "refused: mallory may read the status of no cluster: mallory has no role in")
 	if n := refusals(); n != 2 {
 		t.Fatalf("audited status refusals = %d, want 2", n)
 	}
 	for _, cl := range []string{"staging", "lab"} {
-		if n := e.plans.count(cl); n != 0 {
+		if n := e.plans.Count(cl); n != 0 {
 			t.Errorf("a refused status planned %d times against %s", n, cl)
 		}
 	}
@@ -144,6 +144,6 @@ func TestStatusListsLateSteps(t *testing.T) {
 	if _, err := e.submit("alice", "stg", "/talos status staging"); err != nil {
 		t.Fatal(err)
 	}
-	got := e.sink.waitReply(t, "*staging* (staging)")
-	mustContain(t, "status", got, "`late01` upgrade talos — running", "⏳ cp-1: upgrade is late: running 2h0m0s", "now: booted, not ready: kubelet")
+	got := e.sink.WaitReply(t, "*staging* (staging)")
+	mustContain(t, "status", got, "`late01` upgrade talos — running", "⏳ cp-1: upgrade is late: running 2 h,", "now: booted, not ready: kubelet")
 }

@@ -30,7 +30,7 @@ func TestTypedApproveTakesTheButtonsPath(t *testing.T) {
 			t.Errorf("%s: %q: got %v, want %q", tc.user, tc.text, err, tc.want)
 		}
 	}
-	e.sink.waitReply(t, "refused: carol is not an approver")
+	e.sink.WaitReply(t, "refused: carol is not an approver")
 	if _, err := e.submit("bob", "prd", "/talos approve "+id); err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestTypedApproveTakesTheButtonsPath(t *testing.T) {
 	if _, err := e.submit("bob", "prd", "/talos approve "+id); err != nil {
 		t.Fatal(err)
 	}
-	e.sink.waitReply(t, "you already approved "+id+"; your approval is counted once")
+	e.sink.WaitReply(t, "you already approved "+id+"; your approval is counted once")
 	if op, _ := e.eng.Operation(context.Background(), id); op.State != state.StateAwaitingApproval {
 		t.Fatalf("one approver approved twice and the operation is %s", op.State)
 	}
@@ -92,7 +92,7 @@ func TestTypedDenyEndsTheRequest(t *testing.T) {
 	if _, err := e.submit("carol", "prd", "/talos help"); err != nil {
 		t.Fatal(err)
 	}
-	help := e.sink.waitReply(t, "talosbot commands:")
+	help := e.sink.WaitReply(t, "talosbot commands:")
 	for _, want := range []string{"• `/talos approve <id>` — approve an operation awaiting approval", "• `/talos deny <id>` — deny an operation awaiting approval"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("/talos help lacks %q:\n%s", want, help)
@@ -111,7 +111,7 @@ func TestIDCommandsEchoAShortPrefix(t *testing.T) {
 	for _, cmd := range []string{"approve", "deny", "cancel", "pause", "resume", "abandon", "op"} {
 		t.Run(cmd, func(t *testing.T) {
 			_, _ = e.submit("bob", "prd", "/talos "+cmd+" "+cmd+long)
-			got := e.sink.waitReply(t, `"`+cmd+"xxx")
+			got := e.sink.WaitReply(t, `"`+cmd+"xxx")
 			if len(got) > 1024 || !strings.Contains(got, `"`+cmd+want[1+len(cmd):]) {
 				t.Fatalf("the reply (%d bytes) is not a short prefix of the id: %.200s", len(got), got)
 			}

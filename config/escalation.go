@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Escalation configures how the bot speaks up about a step that takes longer
 // than expected (package bot/escalate, docs/OPERATIONS.md "Late steps").
@@ -24,8 +28,16 @@ func (c *Config) applyEscalationDefaults() {
 }
 
 func (c *Config) validateEscalation() []FieldError {
+	var errs []FieldError
 	if c.Escalation.Every.D() < time.Second {
-		return []FieldError{{Path: "escalation.every", Msg: "must be at least 1s"}}
+		errs = append(errs, FieldError{Path: "escalation.every", Msg: "must be at least 1s"})
 	}
-	return nil
+	// An empty entry would make the escalation name nobody: the notice
+	// says "past twice the expected time: , please look".
+	for i, m := range c.Escalation.Mention {
+		if strings.TrimSpace(m) == "" {
+			errs = append(errs, FieldError{Path: fmt.Sprintf("escalation.mention[%d]", i), Msg: "is empty; name who to mention, or leave mention out to mention the approvers"})
+		}
+	}
+	return errs
 }

@@ -289,3 +289,12 @@ func TestInlineKeysAreKnown(t *testing.T) {
 	}
 	wantErrs(t, base+goodPolicy+"snapshots: {kep: 3}\n", `snapshots.kep: unknown key "kep"; did you mean "keep"?`)
 }
+
+// An empty escalation.mention entry is refused: the second late notice
+// would mention nobody.
+func TestEscalationMentionEntryMustNotBeEmpty(t *testing.T) {
+	wantErrs(t, base+goodPolicy+"escalation: {mention: ['@oncall', '']}\n", "escalation.mention[1]")
+	if errs := parseErrs(t, base+goodPolicy+"escalation: {mention: ['@oncall']}\n"); len(errs) > 0 {
+		t.Fatalf("errors: %v", errs)
+	}
+}

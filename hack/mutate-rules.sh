@@ -97,6 +97,9 @@ mutate R9/noderemove plugins/cluster/etcd/quorum.go 's/case (.*): (\/\/ rule:R9)
 # R10: the adjacent-minor rule's one place, versions.SkipsMinor (plugins/sdk/versions), for a node's step (talos.CheckUpgradePath)
 # and for the path's hops (talosupgrade's pathCheck).
 mutate R10/talos plugins/sdk/versions/versions.go "$(never R10)" ./plugins/cluster/talos '^TestCheckUpgradePath$'
+mutate R10/talosupgrade plugins/sdk/versions/versions.go "$(never R10)" ./plugins/talosupgrade '^TestMultiHopPlan$'
+# R20: the same rule for Kubernetes, k8s.MinorRefusal's skipped minor.
+mutate R20-minor/k8s plugins/sdk/versions/versions.go "$(never R10)" ./plugins/cluster/k8s '^TestK8sPathRefusal$'
 # R12: the one snapshot-dir refusal, cluster.CheckSnapshotDir, in each plugin that snapshots.
 # Only real releases: releases.CheckTarget's "a known release" return, taken for every target.
 mutate known-release/releases internal/releases/target.go "$(always known-release)" ./internal/releases '^TestOnlyRealTalosReleasesAreTargets$'
@@ -109,6 +112,7 @@ mutate R12/snapshot plugins/cluster/rules.go "$(always R12)" ./plugins/snapshot 
 mutate R20-preflight/k8supgrade plugins/k8supgrade/plan.go 's/if (len\(pre\.findings\) > 0) \{ (\/\/ rule:R20-preflight)$/if false \&\& $1 { $2/' ./plugins/k8supgrade '^TestPreflightRefusesAtPlanTime$/feature_gate'
 # R16 before a control plane goes down: Quorum.CheckDisruption returns nil.
 mutate R16-before/talosupgrade plugins/cluster/etcd/quorum.go 's/\{ (\/\/ rule:R16-before)$/{ return nil $1/' ./plugins/talosupgrade '^TestQuorumBeforeRefusesTwoMemberEtcd$'
+mutate R16-before/etcdops plugins/cluster/etcd/quorum.go 's/\{ (\/\/ rule:R16-before)$/{ return nil $1/' ./plugins/etcdops '^TestDefragStopsWhileAMemberIsDown$'
 # R16 after: the one quorum-restored predicate, Quorum.CheckRestored.
 mutate R16-after/talosupgrade plugins/cluster/etcd/quorum.go "$(never R16-after)" ./plugins/talosupgrade '^TestQuorumFailureMidRollStops$'
 mutate R16-after/etcd plugins/cluster/etcd/quorum.go "$(never R16-after)" ./plugins/cluster/etcd '^TestQuorumRules$'

@@ -78,9 +78,17 @@ for row in "${rows[@]}"; do
 	exclude=${row#*|}
 	args=(unleash --config "$root/.gremlins.yaml" -o "$out/${dir//\//_}.json")
 	[ -n "$exclude" ] && args+=(-E "$exclude")
-	log "$dir: gremlins ${args[*]} ./$dir"
+	# gremlins mutates and tests within the module it is started in: a row of
+	# another module in this repository (plugins/sdk, its own go.mod) runs from
+	# that module's directory.
+	mod=$dir
+	while [[ "$mod" != . && ! -f "$mod/go.mod" ]]; do mod=$(dirname "$mod"); done
+	rel=.
+	[[ "$mod" == . ]] && rel=$dir
+	[[ "$mod" != . && "$mod" != "$dir" ]] && rel=${dir#"$mod"/}
+	log "$dir: (in ./$mod) gremlins ${args[*]} ./$rel"
 	start=$(date +%s)
-	if ! "$bin" "${args[@]}" "./$dir" >"$out/${dir//\//_}.log" 2>&1; then
+	if ! (cd "$root/$mod" && "$bin" "${args[@]}" "./$rel") >"$out/${dir//\//_}.log" 2>&1; then
 		log "$dir: gremlins failed; its output:"
 		tail -20 "$out/${dir//\//_}.log" >&2
 		summary+=("$(printf '%-22s %s' "$dir" "gremlins failed (see bin/mutate/${dir//\//_}.log)")")
@@ -89,6 +97,14 @@ for row in "${rows[@]}"; do
 	fi
 	secs=$(($(date +%s) - start))
 	json="$out/${dir//\//_}.json"
+	# gremlins writes no report when it finds nothing to mutate (a row naming
+	# no package of the module); a row whose every mutant is NOT COVERED has no
+	# efficacy either. Neither is a pass: the row's rule went untested.
+	if [ ! -s "$json" ]; then
+		summary+=("$(printf '%-22s %s' "$dir" "no report: gremlins found nothing to mutate (see bin/mutate/${dir//\//_}.log)")")
+		bad=1
+		continue
+	fi
 	line=$(jq -r --arg d "$dir" --arg s "$secs" '
 		[.files[].mutations[] | .status] as $st
 		| ($st | map(select(. == "KILLED")) | length) as $k
@@ -102,7 +118,10 @@ for row in "${rows[@]}"; do
 	while read -r sv; do
 		[ -n "$sv" ] && survivors+=("$dir/$sv")
 	done < <(jq -r '.files[] | .file_name as $f | .mutations[] | select(.status == "LIVED") | "\($f):\(.line):\(.column) \(.type)"' "$json")
-	if awk -v e="$e" -v m="$min" 'BEGIN { exit !(e < m) }'; then
+	if [ "$((k + l))" -eq 0 ]; then
+		summary[-1]+="  no mutant tested"
+		bad=1
+	elif awk -v e="$e" -v m="$min" 'BEGIN { exit !(e < m) }'; then
 		bad=1
 	fi
 done

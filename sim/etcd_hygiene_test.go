@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/talosbot/talosbot/sim"
@@ -81,13 +82,34 @@ func TestEtcdDefragmentShrinksTheDatabase(t *testing.T) {
 }
 
 // TestEtcdAlarmDisarmComesBackWithoutSpace: EtcdAlarmDisarm clears every
-// alarm, but while the space is not back (the etcdNoSpace fault holds)
+// alarm (and writes work again), but while the space is not back (the etcdNoSpace fault holds)
 // NOSPACE is raised again, as etcd's quota check does at the next write.
 func TestEtcdAlarmDisarmComesBackWithoutSpace(t *testing.T) {
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	cp := nodeIP(t, c, "cp-1")
+
+	// Space back (no fault): the disarm sticks and writes work again. Without
+	// this half, a disarm that did nothing would pass the half below.
+	if err := c.Etcd().Member("cp-1").RaiseAlarm(ctx, pb.AlarmType_NOSPACE); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := cli.EtcdAlarmDisarm(client.WithNode(ctx, cp)); err != nil || len(d.GetMessages()[0].GetMemberAlarms()) != 1 {
+		t.Fatalf("disarm with space back: %v %v", d, err)
+	}
+	if al, err := cli.EtcdAlarmList(client.WithNode(ctx, cp)); err != nil || len(al.GetMessages()[0].GetMemberAlarms()) != 0 {
+		t.Fatalf("alarms after a disarm with space back: %v %v", al, err)
+	}
+	ec, err := c.Etcd().Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ec.Close()
+	if _, err := ec.Put(ctx, "/after-disarm", "x"); err != nil {
+		t.Fatalf("write after the disarm: %v", err)
+	}
+
 	if err := c.Inject(ctx, "cp-1", sim.Fault{EtcdNoSpace: true}); err != nil {
 		t.Fatal(err)
 	}

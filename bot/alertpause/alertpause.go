@@ -37,6 +37,15 @@ import (
 // past (JSON list), so the check after the resume leaves them out.
 const IgnoreBucket = "alertpause-ignore"
 
+// PausedBucket keeps, per operation, the names of the alerts its last
+// alert pause named (JSON list): `--ignore-alert NAME` goes on past one of
+// those, never a name the run did not pause on.
+const PausedBucket = "alertpause-paused"
+
+// ErrNotPausedOn refuses an --ignore-alert naming an alert the operation
+// did not pause on (a typo, another case, a pre-emptive ignore).
+var ErrNotPausedOn = errors.New("it did not pause on that alert")
+
 // By is who the host's pause is recorded as ("paused by alertmanager").
 const By = "alertmanager"
 
@@ -73,7 +82,7 @@ type Checker struct {
 
 	mu      sync.Mutex
 	host    Host
-	pollers map[string]context.CancelFunc
+	pollers map[string]*poller
 	warned  map[string]bool // op id + what: a warning posted once per run
 	wg      sync.WaitGroup
 }
@@ -91,7 +100,7 @@ func New(o Options) (*Checker, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Checker{o: o, log: o.Logger, pollers: map[string]context.CancelFunc{}, warned: map[string]bool{}}, nil
+	return &Checker{o: o, log: o.Logger, pollers: map[string]*poller{}, warned: map[string]bool{}}, nil
 }
 
 // SetHost gives the checker the engine (built after its hooks).
@@ -110,8 +119,8 @@ func (c *Checker) getHost() Host {
 // Close stops the checks of running operations.
 func (c *Checker) Close() {
 	c.mu.Lock()
-	for id, stop := range c.pollers {
-		stop()
+	for id, p := range c.pollers {
+		p.stop()
 		delete(c.pollers, id)
 	}
 	c.mu.Unlock()
@@ -136,7 +145,12 @@ func (c *Checker) RunProgress(context.Context, *state.Operation) {}
 // RunEnded stops the checks and forgets the ignored alerts.
 func (c *Checker) RunEnded(ctx context.Context, op *state.Operation, _ engine.RunOutput) []string {
 	c.stopPoller(op.ID)
-	if err := c.o.Store.Update(ctx, func(tx *state.Tx) error { return tx.DeleteKV(IgnoreBucket, op.ID) }); err != nil && !errors.Is(err, state.ErrNotFound) {
+	if err := c.o.Store.Update(ctx, func(tx *state.Tx) error {
+		if err := tx.DeleteKV(PausedBucket, op.ID); err != nil {
+			return err
+		}
+		return tx.DeleteKV(IgnoreBucket, op.ID)
+	}); err != nil && !errors.Is(err, state.ErrNotFound) {
 		c.log.Warn("forget ignored alerts", "op", op.ID, "err", err)
 	}
 	c.mu.Lock()
@@ -156,11 +170,14 @@ func (c *Checker) startPoller(opID string) {
 		return
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	c.pollers[opID] = stop
+	p := &poller{stop: stop}
+	c.pollers[opID] = p
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		defer c.stopPoller(opID)
+		// Forget this poller only: once stopped, a resume may already
+		// have started the next one for the same operation.
+		defer c.forgetPoller(opID, p)
 		t := time.NewTicker(c.o.Config.Every.D())
 		defer t.Stop()
 		for {
@@ -182,8 +199,21 @@ func (c *Checker) startPoller(opID string) {
 
 func (c *Checker) stopPoller(opID string) {
 	c.mu.Lock()
-	if stop, ok := c.pollers[opID]; ok {
-		stop()
+	if p, ok := c.pollers[opID]; ok {
+		p.stop()
+		delete(c.pollers, opID)
+	}
+	c.mu.Unlock()
+}
+
+// poller is one running check loop of an operation.
+type poller struct{ stop context.CancelFunc }
+
+// forgetPoller stops p and removes it if it is still opID's poller.
+func (c *Checker) forgetPoller(opID string, p *poller) {
+	p.stop()
+	c.mu.Lock()
+	if c.pollers[opID] == p {
 		delete(c.pollers, opID)
 	}
 	c.mu.Unlock()
@@ -211,7 +241,10 @@ type Verdict struct {
 
 // Judge sorts alerts for an operation holding the silence own (maybe "")
 // whose operator ignored the names in ignored. Alerts silenced by someone
-// else's silence or inhibited are muted on purpose and do not count.
+// else's silence or inhibited ("suppressed") are muted on purpose and do not
+// count. Every other state counts: "active", "unprocessed" (firing, not yet
+// through Alertmanager's pipeline) and a state this version does not know,
+// so an answer the bot cannot read pauses rather than goes on.
 func Judge(alerts []silence.Alert, own string, ignored []string, countSilenced bool) Verdict {
 	var v Verdict
 	for _, a := range alerts {
@@ -224,7 +257,7 @@ func Judge(alerts []silence.Alert, own string, ignored []string, countSilenced b
 			if countSilenced {
 				v.Pausing = append(v.Pausing, a)
 			}
-		case a.Status.State == "active":
+		case a.Status.State != "suppressed":
 			v.Pausing = append(v.Pausing, a)
 		}
 	}
@@ -258,6 +291,7 @@ func (c *Checker) check(ctx context.Context, op *state.Operation) bool {
 	if len(v.Pausing) == 0 {
 		return false
 	}
+	c.recordPaused(ctx, op.ID, v.Pausing)
 	return c.pause(ctx, op, c.why(op, v), "alert/"+v.Pausing[0].Labels["alertname"])
 }
 
@@ -269,6 +303,7 @@ func (c *Checker) unreachable(ctx context.Context, op *state.Operation, err erro
 		c.warnOnce(ctx, op, "unreachable", fmt.Sprintf("⚠️ could not ask Alertmanager for firing alerts (%s); going on, as alert_pause.on_unreachable is continue", chat.Clip(err.Error())))
 		return false
 	}
+	c.recordPaused(ctx, op.ID, nil)
 	return c.pause(ctx, op, []string{
 		fmt.Sprintf("⚠️ could not ask Alertmanager at %s for firing alerts: %s", c.o.Client.URL(), chat.Clip(err.Error())),
 		"Resume asks again once it answers; set alert_pause.on_unreachable: continue to go on without it",
@@ -356,17 +391,54 @@ func describe(a silence.Alert) string {
 	return s
 }
 
-// Ignore records that user resumes op past the alert name (audited).
-func Ignore(ctx context.Context, st *state.Store, op *state.Operation, name, user string, now time.Time) error {
+// recordPaused keeps the names of the alerts a pause names (none for a
+// pause on an unreachable Alertmanager), for Ignore.
+func (c *Checker) recordPaused(ctx context.Context, opID string, alerts []silence.Alert) {
+	names := []string{}
+	for _, a := range alerts {
+		if n := a.Labels["alertname"]; n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	raw, err := json.Marshal(names)
+	if err == nil {
+		err = c.o.Store.Update(ctx, func(tx *state.Tx) error { return tx.PutKV(PausedBucket, opID, raw) })
+	}
+	if err != nil {
+		c.log.Warn("record the alerts of a pause", "op", opID, "err", err)
+	}
+}
+
+// Ignore records that user resumes op past the alert name (audited). The
+// name must be one op's last alert pause named, exactly (ErrNotPausedOn
+// otherwise). It reports whether it added the name: false when an earlier
+// resume already ignores it.
+func Ignore(ctx context.Context, st *state.Store, op *state.Operation, name, user string, now time.Time) (bool, error) {
+	added := false
 	err := st.Update(ctx, func(tx *state.Tx) error {
+		paused, err := namesTx(tx, PausedBucket, op.ID)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(paused, name) {
+			if len(paused) == 0 {
+				return fmt.Errorf("%w: operation %s was not paused by an alert; a plain resume asks Alertmanager again", ErrNotPausedOn, op.ID)
+			}
+			clipped := make([]string, len(paused))
+			for i, n := range paused {
+				clipped[i] = chat.Clip(n)
+			}
+			return fmt.Errorf("%w: operation %s paused on %s (names are exact, case included)", ErrNotPausedOn, op.ID, strings.Join(clipped, ", "))
+		}
 		names, err := ignoredTx(tx, op.ID)
 		if err != nil {
 			return err
 		}
-		if !slices.Contains(names, name) {
-			names = append(names, name)
+		if slices.Contains(names, name) {
+			return nil
 		}
-		raw, err := json.Marshal(names)
+		added = true
+		raw, err := json.Marshal(append(names, name))
 		if err != nil {
 			return err
 		}
@@ -378,15 +450,18 @@ func Ignore(ctx context.Context, st *state.Store, op *state.Operation, name, use
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("record --ignore-alert %s: %w", name, err)
+		return false, fmt.Errorf("record --ignore-alert %s: %w", name, err)
 	}
-	return nil
+	return added, nil
 }
 
-// Unignore takes back an Ignore whose resume was refused.
-func Unignore(ctx context.Context, st *state.Store, opID, name string) error {
+// Unignore takes back an Ignore that added name, when the resume it was
+// for did not happen (audited, so the trail does not end at "alert
+// ignored"). Only a name that Ignore added may be taken back: one an
+// earlier resume ignored stays.
+func Unignore(ctx context.Context, st *state.Store, op *state.Operation, name, user string, now time.Time) error {
 	return st.Update(ctx, func(tx *state.Tx) error {
-		names, err := ignoredTx(tx, opID)
+		names, err := ignoredTx(tx, op.ID)
 		if err != nil {
 			return err
 		}
@@ -395,7 +470,12 @@ func Unignore(ctx context.Context, st *state.Store, opID, name string) error {
 		if err != nil {
 			return err
 		}
-		return tx.PutKV(IgnoreBucket, opID, raw)
+		if err := tx.PutKV(IgnoreBucket, op.ID, raw); err != nil {
+			return err
+		}
+		_, err = tx.Append(state.AuditEvent{Time: now, Actor: user, Action: "alert ignore withdrawn", Cluster: op.Cluster, OpID: op.ID,
+			Command: op.Command, Result: "refused", Detail: map[string]string{"alertname": name, "why": "the resume did not happen"}})
+		return err
 	})
 }
 
@@ -410,8 +490,11 @@ func Ignored(ctx context.Context, st *state.Store, opID string) ([]string, error
 	return names, err
 }
 
-func ignoredTx(tx *state.Tx, opID string) ([]string, error) {
-	raw, err := tx.GetKV(IgnoreBucket, opID)
+func ignoredTx(tx *state.Tx, opID string) ([]string, error) { return namesTx(tx, IgnoreBucket, opID) }
+
+// namesTx reads the JSON list of alert names kept under opID in bucket.
+func namesTx(tx *state.Tx, bucket, opID string) ([]string, error) {
+	raw, err := tx.GetKV(bucket, opID)
 	if errors.Is(err, state.ErrNotFound) {
 		return nil, nil
 	}
@@ -420,7 +503,7 @@ func ignoredTx(tx *state.Tx, opID string) ([]string, error) {
 	}
 	var names []string
 	if err := json.Unmarshal(raw, &names); err != nil {
-		return nil, fmt.Errorf("decode the ignored alerts of %s: %w", opID, err)
+		return nil, fmt.Errorf("decode %s/%s: %w", bucket, opID, err)
 	}
 	return names, nil
 }

@@ -117,7 +117,7 @@ func TestCriticalAlertPausesOwnListedApartIgnoredLeftOut(t *testing.T) {
 	}
 
 	// Resumed past EtcdNoSpace: nothing else counts, so no pause.
-	if err := Ignore(context.Background(), st, op, "EtcdNoSpace", "alice", time.Now()); err != nil {
+	if _, err := Ignore(context.Background(), st, op, "EtcdNoSpace", "alice", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	ck.stopPoller(op.ID)
@@ -198,5 +198,69 @@ func TestParseLabelMatcher(t *testing.T) {
 		if _, err := config.ParseLabelMatcher(bad); err == nil {
 			t.Fatalf("%s parsed", bad)
 		}
+	}
+}
+
+// Only "suppressed" (someone's silence, an inhibition) is muted: an alert
+// Alertmanager has not processed yet, or one whose state is missing or
+// unknown, still pauses the roll instead of letting it go on.
+func TestUnprocessedOrUnknownStatePauses(t *testing.T) {
+	for _, st := range []string{"unprocessed", "", "firing"} {
+		v := Judge([]silence.Alert{alert("EtcdNoSpace", st)}, "own-silence", nil, false)
+		if len(v.Pausing) != 1 {
+			t.Errorf("state %q: pausing %d, want 1", st, len(v.Pausing))
+		}
+	}
+	if v := Judge([]silence.Alert{alert("Muted", "suppressed", "someone-elses")}, "own-silence", nil, false); len(v.Pausing) != 0 {
+		t.Errorf("a suppressed alert paused: %+v", v.Pausing)
+	}
+}
+
+// The check records what a pause named, for --ignore-alert: the alerts of
+// the last pause, none after a pause on an unreachable Alertmanager, and
+// nothing once the run ends.
+func TestPauseRecordsWhatIgnoreMayName(t *testing.T) {
+	ctx := context.Background()
+	am := &fakeAM{alerts: []silence.Alert{alert("EtcdNoSpace", "active"), alert("DiskFull", "active")}}
+	ck, _, st, op := newChecker(t, am, config.AlertPause{})
+	ck.check(ctx, op)
+	if _, err := Ignore(ctx, st, op, "Diskfull", "alice", time.Now()); !errors.Is(err, ErrNotPausedOn) || !strings.Contains(err.Error(), "EtcdNoSpace, DiskFull") {
+		t.Fatalf("ignore of a name in another case: %v", err)
+	}
+	if added, err := Ignore(ctx, st, op, "DiskFull", "alice", time.Now()); err != nil || !added {
+		t.Fatalf("ignore of an alert the run paused on: %v %v", added, err)
+	}
+	am.alerts, am.err = nil, errors.New("connection refused")
+	ck.check(ctx, op)
+	if _, err := Ignore(ctx, st, op, "EtcdNoSpace", "alice", time.Now()); !errors.Is(err, ErrNotPausedOn) || !strings.Contains(err.Error(), "not paused by an alert") {
+		t.Fatalf("ignore after a pause on an unreachable Alertmanager: %v", err)
+	}
+	ck.RunEnded(ctx, op, engine.RunOutput{})
+	if raw, err := st.LoadKV(ctx, PausedBucket, op.ID); err != nil || raw != nil {
+		t.Fatalf("the pause's alerts outlived the run: %q %v", raw, err)
+	}
+}
+
+// A poller that was stopped (its run ended) and exits after the next run of
+// the same operation started its own leaves that one running: its exit
+// used to stop whatever poller the operation had by then, so the resumed
+// roll was no longer checked while it ran.
+func TestStoppedPollerLeavesTheNextOneRunning(t *testing.T) {
+	ck, _, _, op := newChecker(t, &fakeAM{}, config.AlertPause{})
+	ck.startPoller(op.ID)
+	ck.stopPoller(op.ID) // the first poller exits in the background
+	ck.startPoller(op.ID)
+	done := make(chan struct{})
+	go func() { ck.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("the second poller stopped with the first")
+	case <-time.After(200 * time.Millisecond):
+	}
+	ck.mu.Lock()
+	_, running := ck.pollers[op.ID]
+	ck.mu.Unlock()
+	if !running {
+		t.Fatal("the operation has no poller after the second start")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot"
 	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/engine/enginetest"
 	"github.com/talosbot/talosbot/plugins/host"
 	"github.com/talosbot/talosbot/state"
 	"log/slog"
@@ -70,7 +71,7 @@ func TestAuditAppendFailureIsLoggedAndCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	mgr, err := host.New(host.Options{Executable: pluginBin, ExecutableSHA256: pluginSHA256, BuiltIn: []string{"eng"}})
+	mgr, err := host.New(host.Options{Executable: enginetest.Plugin.Bin, ExecutableSHA256: enginetest.Plugin.SHA256, BuiltIn: []string{"eng"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func TestClickedCancelAndPauseAreAcknowledgedInTheChannel(t *testing.T) {
 	e := newEnvConfig(t, nodesConfig, func(e *env) { e.also = render.NewRenderer(platform, nil, nil) })
 	click := func(id, label string) {
 		t.Helper()
-		if err := e.eng.HandleAction(context.Background(), chat.Action{User: "alice", Channel: "stg", ActionID: e.sink.button(t, id, label)}); err != nil {
+		if err := e.eng.HandleAction(context.Background(), chat.Action{User: "alice", Channel: "stg", ActionID: e.sink.Button(t, id, label)}); err != nil {
 			t.Fatalf("click %s on %s: %v", label, id, err)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 // defaults to 1), with the policy built from the configuration alone: the
 // engine passes the declaration from the command's spec.
 func TestDeclaredMinApprovalsOutrankConfig(t *testing.T) {
-	e := newEnvConfig(t, testConfig, func(e *env) { e.plans.declared = map[string]int32{"push": 2} })
+	e := newEnvConfig(t, testConfig, func(e *env) { e.plans.Declared = map[string]int32{"push": 2} })
 	if got := e.cfg.Policy["production"].MinApprovals; got != 1 {
 		t.Fatalf("configured min_approvals = %d, want 1", got)
 	}
@@ -23,7 +23,7 @@ func TestDeclaredMinApprovalsOutrankConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.await(id, state.StateAwaitingApproval)
-	approve := e.sink.button(t, id, "Approve")
+	approve := e.sink.Button(t, id, "Approve")
 	ctx := context.Background()
 	if err := e.eng.Act(ctx, engine.Origin{User: "bob"}, approve); err != nil {
 		t.Fatal(err)
@@ -36,11 +36,11 @@ func TestDeclaredMinApprovalsOutrankConfig(t *testing.T) {
 	if op.State != state.StateAwaitingApproval {
 		t.Fatalf("after one approval the operation is %s, want it still awaiting approval", op.State)
 	}
-	e.sink.mu.Lock()
-	counted := slices.ContainsFunc(e.sink.threads, func(l string) bool { return strings.Contains(l, "approved by bob (1/2)") })
-	e.sink.mu.Unlock()
+	e.sink.Mu.Lock()
+	counted := slices.ContainsFunc(e.sink.Threads, func(l string) bool { return strings.Contains(l, "approved by bob (1/2)") })
+	e.sink.Mu.Unlock()
 	if !counted {
-		t.Fatalf("thread does not count 1 of 2 approvals: %q", e.sink.threads)
+		t.Fatalf("thread does not count 1 of 2 approvals: %q", e.sink.Threads)
 	}
 	if err := e.eng.Act(ctx, engine.Origin{User: "dave"}, approve); err != nil {
 		t.Fatal(err)

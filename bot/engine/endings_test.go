@@ -102,7 +102,7 @@ func TestCancelledRollEndsWithNodeStatesAndNextCommand(t *testing.T) {
 		"cp-1: done, at v2", "cp-2: stopped, version unknown", "was running when alice cancelled the run",
 		"cp-3: not started, at v1", "mixed versions (v2, unknown, v1)", "Next: `/talos roll v2 --mode nodes-wait --drift "+vf+"`")
 	// The next command is a button that runs it (as the clicker).
-	btn := e.sink.button(t, id, "Run again (finishes the rest)")
+	btn := e.sink.Button(t, id, "Run again (finishes the rest)")
 	if err := e.eng.Act(context.Background(), engine.Origin{User: "bob", Channel: "stg"}, btn); err != nil {
 		t.Fatal(err)
 	}
@@ -128,15 +128,15 @@ func TestInterruptedRollIsPostedAndResumeKeepsEveryAttempt(t *testing.T) {
 	}
 	op := e.await(id, state.StateInterrupted)
 	noRunningSteps(t, op)
-	post := e.sink.waitReply(t, "was running when talosbot stopped")
+	post := e.sink.WaitReply(t, "was running when talosbot stopped")
 	mustContain(t, "interruption post", post, id, "cp-1: done, at v2", "cp-2: stopped", "cp-3: not started, at v1", "mixed versions",
 		"/talos resume "+id, "/talos abandon "+id)
-	e.sink.mu.Lock()
+	e.sink.Mu.Lock()
 	var labels []string
-	for _, b := range e.sink.buttons["reply"] {
+	for _, b := range e.sink.Buttons["reply"] {
 		labels = append(labels, b.Label)
 	}
-	e.sink.mu.Unlock()
+	e.sink.Mu.Unlock()
 	if strings.Join(labels, ",") != "Resume,Abandon" {
 		t.Fatalf("interruption post buttons = %v", labels)
 	}
@@ -144,12 +144,12 @@ func TestInterruptedRollIsPostedAndResumeKeepsEveryAttempt(t *testing.T) {
 	// it with one request: the credentials (possibly a Terraform outputs
 	// read) load once. (The plugin waits forever in attempt 1 only, so the
 	// run's request also carries the attempt the resume counted.)
-	loads := e.creds.count()
-	if err := e.eng.Act(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, e.sink.button(t, "reply", "Resume")); err != nil {
+	loads := e.creds.Count()
+	if err := e.eng.Act(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, e.sink.Button(t, "reply", "Resume")); err != nil {
 		t.Fatal(err)
 	}
 	op = e.await(id, state.StateSucceeded)
-	if n := e.creds.count() - loads; n != 1 {
+	if n := e.creds.Count() - loads; n != 1 {
 		t.Errorf("the resume loaded the credentials %d times, want once for its plan and run", n)
 	}
 	if len(op.History) != 1 || op.History[0].N != 1 || op.Attempts != 2 {
@@ -175,7 +175,7 @@ func TestResumeAfterNodeChangedAsksApprovalAgain(t *testing.T) {
 	vf := filepath.Join(t.TempDir(), "versions")
 	id, _ := e.submit("alice", "prd", "/talos roll v2 --mode nodes-wait --drift "+vf)
 	first := e.await(id, state.StateAwaitingApproval)
-	if err := e.eng.Act(context.Background(), engine.Origin{User: "bob"}, e.sink.button(t, id, "Approve")); err != nil {
+	if err := e.eng.Act(context.Background(), engine.Origin{User: "bob"}, e.sink.Button(t, id, "Approve")); err != nil {
 		t.Fatal(err)
 	}
 	e.awaitStep(id, "node/cp-2/upgrade", "running")
@@ -202,7 +202,7 @@ func TestResumeAfterNodeChangedAsksApprovalAgain(t *testing.T) {
 	if len(apps) != 0 {
 		t.Fatalf("approvals of the old plan survived the resume: %v", apps)
 	}
-	if err := e.eng.Act(context.Background(), engine.Origin{User: "bob"}, e.sink.button(t, id, "Approve")); err != nil {
+	if err := e.eng.Act(context.Background(), engine.Origin{User: "bob"}, e.sink.Button(t, id, "Approve")); err != nil {
 		t.Fatal(err)
 	}
 	op = e.await(id, state.StateSucceeded)
@@ -220,7 +220,7 @@ func TestPauseStopsBetweenNodesAndResumeContinues(t *testing.T) {
 	vf := filepath.Join(t.TempDir(), "versions")
 	id, _ := e.submit("alice", "stg", "/talos roll v2 --mode nodes-pause --drift "+vf)
 	e.awaitStep(id, "node/cp-1/check", "ok")
-	if err := e.eng.Act(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, e.sink.button(t, id, "Pause")); err != nil {
+	if err := e.eng.Act(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, e.sink.Button(t, id, "Pause")); err != nil {
 		t.Fatal(err)
 	}
 	op := e.await(id, state.StateInterrupted)
@@ -230,7 +230,7 @@ func TestPauseStopsBetweenNodesAndResumeContinues(t *testing.T) {
 	if !strings.Contains(strings.Join(e.auditActions(id), " "), "pause requested/alice paused/alice") {
 		t.Fatalf("audit = %v", e.auditActions(id))
 	}
-	if err := e.eng.Act(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, e.sink.button(t, id, "Resume")); err != nil {
+	if err := e.eng.Act(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, e.sink.Button(t, id, "Resume")); err != nil {
 		t.Fatal(err)
 	}
 	e.await(id, state.StateSucceeded)
@@ -251,5 +251,35 @@ func TestPauseRefusedWhenNotRunning(t *testing.T) {
 	var ae *engine.ActionError
 	if err := e.eng.Pause(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, id); !errors.As(err, &ae) || !strings.Contains(ae.Msg, "only a running disruptive operation can pause") {
 		t.Fatalf("pause of a finished op: %v", err)
+	}
+}
+
+// PauseFor (the bot's own pause: alertpause on a firing alert) stops a roll
+// before its next node like the Pause button, recorded as paused by its
+// asker with its reasons first in the ending and the audit; a user's Pause
+// that follows does not replace it.
+func TestPauseForStopsBetweenNodesWithItsReasons(t *testing.T) {
+	e := newEnvConfig(t, nodesConfig)
+	vf := filepath.Join(t.TempDir(), "versions")
+	id, _ := e.submit("alice", "stg", "/talos roll v2 --mode nodes-pause --drift "+vf)
+	e.awaitStep(id, "node/cp-1/check", "ok")
+	ctx := context.Background()
+	if err := e.eng.PauseFor(ctx, id, "alertmanager", []string{"🚨 alert EtcdNoSpace", "Resume asks again"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.eng.PauseFor(ctx, id, "other", []string{"second asker reason"}); err != nil {
+		t.Fatal(err)
+	}
+	op := e.await(id, state.StateInterrupted)
+	mustContain(t, "paused ending", op.Result, "paused by alertmanager between nodes", "🚨 alert EtcdNoSpace", "Resume asks again", "paused before cp-2")
+	if strings.Contains(op.Result, "second asker reason") {
+		t.Fatalf("a second PauseFor replaced the first one's reasons:\n%s", op.Result)
+	}
+	recs, err := e.store.QueryAudit(ctx, state.AuditQuery{OpID: id, Action: "pause requested"})
+	if err != nil || len(recs) != 1 || recs[0].Actor != "alertmanager" || !strings.Contains(recs[0].Detail["why"], "EtcdNoSpace") {
+		t.Fatalf("pause audit: %v %+v", err, recs)
+	}
+	if err := e.eng.PauseFor(ctx, id, "alertmanager", nil); err == nil || errors.Is(err, engine.ErrNotPausable) {
+		t.Fatalf("PauseFor on an interrupted operation: %v", err)
 	}
 }

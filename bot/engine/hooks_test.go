@@ -76,9 +76,9 @@ func TestRunHooks(t *testing.T) {
 	// The thread is posted by the renderer after the result is stored:
 	// wait for it rather than read it once.
 	waitFor(t, "the hook's lines in the thread", func() bool {
-		e.sink.mu.Lock()
-		threads := strings.Join(e.sink.threads, "\n")
-		e.sink.mu.Unlock()
+		e.sink.Mu.Lock()
+		threads := strings.Join(e.sink.Threads, "\n")
+		e.sink.Mu.Unlock()
 		return strings.Contains(threads, "hook started "+id) && strings.Contains(threads, "hook ended "+id)
 	})
 

@@ -60,14 +60,14 @@ func TestPruneDropsOldTokensAndCancelMarksOfEndedOperations(t *testing.T) {
 	e.promote("v2")
 	waiting, _ := e.submit("alice", "prd", "/talos roll v2")
 	e.await(waiting, state.StateAwaitingApproval)
-	approveWaiting := e.sink.button(t, waiting, "Approve")
-	if err := e.eng.Act(ctx, engine.Origin{User: "bob"}, e.sink.button(t, waiting, "Deny")); err != nil {
+	approveWaiting := e.sink.Button(t, waiting, "Approve")
+	if err := e.eng.Act(ctx, engine.Origin{User: "bob"}, e.sink.Button(t, waiting, "Deny")); err != nil {
 		t.Fatal(err)
 	}
 	e.await(waiting, state.StateDenied)
 	pending, _ := e.submit("alice", "prd", "/talos roll v2")
 	e.await(pending, state.StateAwaitingApproval)
-	approvePending := e.sink.button(t, pending, "Approve")
+	approvePending := e.sink.Button(t, pending, "Approve")
 
 	// Young records survive a pass.
 	if n, err := e.eng.Prune(ctx); err != nil || n != 0 {

@@ -35,7 +35,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 			t.Errorf("%q changed state: ops %d→%d audit %d→%d", tc.text, ops0, ops, audit0, audit)
 		}
 	}
-	e.sink.waitReply(t, "usage: /talos roll <target> [cluster] [--mode MODE]")
+	e.sink.WaitReply(t, "usage: /talos roll <target> [cluster] [--mode MODE]")
 }
 
 func TestReadOnlyRunsWithoutApprovalAndChannelBinding(t *testing.T) {
@@ -86,7 +86,7 @@ func TestStagingRollAndLockContention(t *testing.T) {
 	e.await(pid, state.StateSucceeded)
 	status := func() string {
 		_, _ = e.submit("bob", "stg", "/talos status staging")
-		return e.sink.waitReply(t, "lock: held by")
+		return e.sink.WaitReply(t, "lock: held by")
 	}()
 	if !strings.Contains(status, id) || !strings.Contains(status, "requested by alice") {
 		t.Fatalf("status = %s", status)
@@ -123,7 +123,7 @@ func TestProductionApprovalFlowAndRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.await(id, state.StateAwaitingApproval)
-	approve := e.sink.button(t, id, "Approve")
+	approve := e.sink.Button(t, id, "Approve")
 	ctx := context.Background()
 	// Requester approving their own request.
 	if err := e.eng.Act(ctx, engine.Origin{User: "alice"}, approve); err == nil || !strings.Contains(err.Error(), "alice requested") {
@@ -162,7 +162,7 @@ func TestApprovalExpires(t *testing.T) {
 	e.promote("v2")
 	id, _ := e.submit("alice", "prd", "/talos roll v2")
 	e.await(id, state.StateAwaitingApproval)
-	approve := e.sink.button(t, id, "Approve")
+	approve := e.sink.Button(t, id, "Approve")
 	e.clock.Add(31 * time.Minute)
 	err := e.eng.Act(context.Background(), engine.Origin{User: "bob"}, approve)
 	if err == nil || !strings.Contains(err.Error(), "expired") {
@@ -180,7 +180,7 @@ func TestDigestDriftVoidsApproval(t *testing.T) {
 	}
 	id, _ := e.submit("alice", "prd", "/talos roll v2 --drift "+drift)
 	first := e.await(id, state.StateAwaitingApproval)
-	approve := e.sink.button(t, id, "Approve")
+	approve := e.sink.Button(t, id, "Approve")
 	// The cluster changes between approval request and run.
 	if err := os.WriteFile(drift, []byte("cp-1=v1.13.0"), 0o600); err != nil {
 		t.Fatal(err)
@@ -207,7 +207,7 @@ func TestDigestDriftVoidsApproval(t *testing.T) {
 	if err := e.eng.Act(ctx, engine.Origin{User: "bob"}, approve); err == nil {
 		t.Fatal("old approve button still works after the plan changed")
 	}
-	if err := e.eng.Act(ctx, engine.Origin{User: "bob"}, e.sink.button(t, id, "Approve", approve)); err != nil {
+	if err := e.eng.Act(ctx, engine.Origin{User: "bob"}, e.sink.Button(t, id, "Approve", approve)); err != nil {
 		t.Fatal(err)
 	}
 	if op := e.await(id, state.StateSucceeded); op.Digest == first.Digest {
@@ -241,21 +241,8 @@ func TestFailureOffersSuggestedAction(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for {
-		e.sink.mu.Lock()
-		ch, n := e.sink.changed, len(e.sink.buttons[id])
-		e.sink.mu.Unlock()
-		if n > 0 {
-			break
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			t.Fatal("no suggestion button")
-		}
-	}
-	// Clicking runs the suggested command as the clicking user.
-	if err := e.eng.Act(ctx, engine.Origin{User: "bob", Channel: "stg"}, e.sink.button(t, id, "Rollback node cp-1")); err != nil {
+	// Clicking (Button waits for it) runs the suggested command as the clicking user.
+	if err := e.eng.Act(ctx, engine.Origin{User: "bob", Channel: "stg"}, e.sink.Button(t, id, "Rollback node cp-1")); err != nil {
 		t.Fatal(err)
 	}
 	recs, _ := e.store.QueryAudit(ctx, state.AuditQuery{Actor: "bob", Action: "requested"})
@@ -335,7 +322,7 @@ func TestCredentialsReadOncePerPhase(t *testing.T) {
 	e := newEnv(t)
 	id, _ := e.submit("alice", "stg", "/talos roll v2")
 	e.await(id, state.StateSucceeded)
-	if n := e.creds.count(); n != 2 {
+	if n := e.creds.Count(); n != 2 {
 		t.Fatalf("credentials read %d times for one operation, want 2 (plan; re-plan + run)", n)
 	}
 }

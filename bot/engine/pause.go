@@ -47,14 +47,7 @@ func (e *Engine) Pause(ctx context.Context, from Origin, id string) error {
 	if !e.pausable(op) {
 		return e.refuseAction(ctx, from, op, "pause", fmt.Sprintf("operation %s (/talos %s) cannot pause: its plugin does not stop between nodes, so it runs to its end; `/talos cancel %s` stops it now", id, op.Command, id))
 	}
-	mark := e.pauseMark(id)
-	if err := os.MkdirAll(filepath.Dir(mark), 0o700); err != nil {
-		return fmt.Errorf("pause %s: %w", id, err)
-	}
-	if err := os.WriteFile(mark, []byte(from.User), 0o600); err != nil {
-		return fmt.Errorf("pause %s: %w", id, err)
-	}
-	if err := e.audit(ctx, e.event(from.User, "pause requested", op, "ok", nil)); err != nil {
+	if err := e.markPause(ctx, op, from.User, nil); err != nil {
 		return err
 	}
 	e.o.Sink.Reply(ctx, public(from), "pausing "+id+" before its next node at "+from.User+"'s request; the node in progress finishes first")
@@ -146,13 +139,24 @@ func (e *Engine) PauseFor(ctx context.Context, id, by string, why []string) erro
 	if e.pauseRequested(id) {
 		return nil
 	}
-	mark := e.pauseMark(id)
+	return e.markPause(ctx, op, by, why)
+}
+
+// markPause writes op's pause mark (who asked on its first line, then why)
+// and audits the request: the one writer of the mark, for Pause and
+// PauseFor.
+func (e *Engine) markPause(ctx context.Context, op *state.Operation, by string, why []string) error {
+	mark := e.pauseMark(op.ID)
 	if err := os.MkdirAll(filepath.Dir(mark), 0o700); err != nil {
-		return fmt.Errorf("pause %s: %w", id, err)
+		return fmt.Errorf("pause %s: %w", op.ID, err)
 	}
 	body := strings.Join(append([]string{strings.ReplaceAll(by, "\n", " ")}, why...), "\n")
 	if err := os.WriteFile(mark, []byte(body), 0o600); err != nil {
-		return fmt.Errorf("pause %s: %w", id, err)
+		return fmt.Errorf("pause %s: %w", op.ID, err)
 	}
-	return e.audit(ctx, e.event(by, "pause requested", op, "ok", map[string]string{"why": strings.Join(why, "; ")}))
+	var detail map[string]string
+	if len(why) > 0 {
+		detail = map[string]string{"why": strings.Join(why, "; ")}
+	}
+	return e.audit(ctx, e.event(by, "pause requested", op, "ok", detail))
 }

@@ -18,10 +18,10 @@ func TestPauseNotOfferedForACommandThatDoesNotPause(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.sink.button(t, id, "Cancel")
-	e.sink.mu.Lock()
-	have := e.sink.buttons[id]
-	e.sink.mu.Unlock()
+	e.sink.Button(t, id, "Cancel")
+	e.sink.Mu.Lock()
+	have := e.sink.Buttons[id]
+	e.sink.Mu.Unlock()
 	for _, b := range have {
 		if b.Label == "Pause" {
 			t.Fatalf("Pause offered on a command that does not pause: %v", have)

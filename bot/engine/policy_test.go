@@ -41,7 +41,7 @@ func TestSkipStagingNeedsExtraApprovalAndIsFlagged(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.await(id, state.StateAwaitingApproval)
-	approve := e.sink.button(t, id, "Approve")
+	approve := e.sink.Button(t, id, "Approve")
 	if err := e.eng.Act(context.Background(), engine.Origin{User: "bob"}, approve); err != nil {
 		t.Fatal(err)
 	}
@@ -153,14 +153,14 @@ func TestSoloOperatorConfirmsOwnApproval(t *testing.T) {
 	id, _ := e.submit("alice", "prd", "/talos roll v4")
 	e.await(id, state.StateAwaitingApproval)
 	ctx := context.Background()
-	if err := e.eng.Act(ctx, engine.Origin{User: "alice"}, e.sink.button(t, id, "Approve")); err != nil {
+	if err := e.eng.Act(ctx, engine.Origin{User: "alice"}, e.sink.Button(t, id, "Approve")); err != nil {
 		t.Fatal(err)
 	}
-	e.sink.waitReply(t, "You are approving your own request "+id)
+	e.sink.WaitReply(t, "You are approving your own request "+id)
 	if op, _ := e.eng.Operation(ctx, id); op.State != state.StateAwaitingApproval {
 		t.Fatalf("self-approval ran without the confirm step: %s", op.State)
 	}
-	if err := e.eng.Act(ctx, engine.Origin{User: "alice"}, e.sink.button(t, "reply", "Confirm my approval")); err != nil {
+	if err := e.eng.Act(ctx, engine.Origin{User: "alice"}, e.sink.Button(t, "reply", "Confirm my approval")); err != nil {
 		t.Fatal(err)
 	}
 	e.await(id, state.StateSucceeded)
@@ -186,7 +186,7 @@ func TestFreezeAfterApprovalRequestStopsTheRun(t *testing.T) {
 	e.promote("v12")
 	id, _ := e.submit("alice", "prd", "/talos roll v12")
 	e.await(id, state.StateAwaitingApproval)
-	approve := e.sink.button(t, id, "Approve")
+	approve := e.sink.Button(t, id, "Approve")
 	if _, err := e.submit("bob", "prd", `/talos freeze production "incident"`); err != nil {
 		t.Fatal(err)
 	}

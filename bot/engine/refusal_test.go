@@ -50,11 +50,11 @@ func TestHandleRefusalAuditsAndAnswers(t *testing.T) {
 		t.Errorf("button record %+v (want the same action as an engine-refused click)", act)
 	}
 	// Answered in prd and stg; the replay had no channel to answer in.
-	e.sink.waitReply(t, "refused: the console token of alice cannot act as")
-	e.sink.waitReply(t, "refused: this button is unknown")
-	e.sink.mu.Lock()
-	replies := append([]string(nil), e.sink.replies...)
-	e.sink.mu.Unlock()
+	e.sink.WaitReply(t, "refused: the console token of alice cannot act as")
+	e.sink.WaitReply(t, "refused: this button is unknown")
+	e.sink.Mu.Lock()
+	replies := append([]string(nil), e.sink.Replies...)
+	e.sink.Mu.Unlock()
 	for _, text := range replies {
 		if strings.Contains(text, "already handled") {
 			t.Errorf("a refusal without a channel was answered: %q", text)

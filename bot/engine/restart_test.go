@@ -24,7 +24,7 @@ func TestRestartRepostsAwaitingApproval(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.await(id, state.StateAwaitingApproval)
-			old := e.sink.button(t, id, "Approve")
+			old := e.sink.Button(t, id, "Approve")
 			if err := e.eng.Act(ctx, engine.Origin{User: "bob", Channel: "prd", Click: true}, old); err != nil {
 				t.Fatal(err)
 			}
@@ -33,10 +33,10 @@ func TestRestartRepostsAwaitingApproval(t *testing.T) {
 			if _, err := e.eng.Recover(ctx); err != nil {
 				t.Fatal(err)
 			}
-			fresh := e.sink.button(t, id, "Approve", old)
-			e.sink.mu.Lock()
-			threads := strings.Join(e.sink.threads, "\n")
-			e.sink.mu.Unlock()
+			fresh := e.sink.Button(t, id, "Approve", old)
+			e.sink.Mu.Lock()
+			threads := strings.Join(e.sink.Threads, "\n")
+			e.sink.Mu.Unlock()
 			if !strings.Contains(threads, "talosbot restarted while this request awaited approval; it still does (1/2 — approved by bob)") ||
 				!strings.Contains(threads, "/talos approve "+id) {
 				t.Fatalf("no re-post line in the thread:\n%s", threads)
@@ -45,7 +45,7 @@ func TestRestartRepostsAwaitingApproval(t *testing.T) {
 			if err := e.eng.Act(ctx, engine.Origin{User: "bob", Channel: "prd", Click: true}, fresh); err != nil {
 				t.Fatal(err)
 			}
-			e.sink.waitReply(t, "you already approved "+id)
+			e.sink.WaitReply(t, "you already approved "+id)
 			click := fresh
 			if which == "old" {
 				click = old
@@ -73,7 +73,7 @@ func TestRestartExpiresLapsedApprovalRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.await(id, state.StateAwaitingApproval)
-	old := e.sink.button(t, id, "Approve")
+	old := e.sink.Button(t, id, "Approve")
 	e.close()
 	e.clock.Add(31 * time.Minute)
 	e.open()
@@ -88,9 +88,9 @@ func TestRestartExpiresLapsedApprovalRequest(t *testing.T) {
 	if !strings.HasSuffix(got, "approval requested/system expired/system") {
 		t.Fatalf("audit = %s", got)
 	}
-	e.sink.mu.Lock()
-	buttons := e.sink.buttons[id]
-	e.sink.mu.Unlock()
+	e.sink.Mu.Lock()
+	buttons := e.sink.Buttons[id]
+	e.sink.Mu.Unlock()
 	if len(buttons) != 3 || buttons[0].ID != old {
 		t.Fatalf("an expired request was offered again: %v", buttons)
 	}

@@ -1,10 +1,11 @@
 // Package escalate speaks up when a step of a running operation is late
 // (docs/OPERATIONS.md "Late steps"). Each step has an expected duration: the
 // 95th percentile of the past runs of the same step on the same cluster
-// (from the store; a node's name in the step id is generalised, so
-// node/cp-1/upgrade learns from node/cp-2/upgrade), or half its timeout when
-// there is no history. Past it, the bot posts once in the operation's thread
-// what it waits for and what it sees now (the step's last detail, e.g.
+// (from the store, its newest 200 operations; a node's name in the step id
+// is generalised, so node/cp-1/upgrade learns from node/cp-2/upgrade), or
+// half its timeout when there is no history. Past it, the bot posts once in
+// the operation's thread what it waits for and what it sees now (the step's
+// last detail, e.g.
 // "cp-2: booted, not ready: kubelet"); past twice that, it posts again and
 // mentions the approvers (or escalation.mention). Each notice is made once
 // per operation, attempt, step and threshold, recorded in the store, so a
@@ -25,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/state"
@@ -103,14 +105,7 @@ func (l Late) Text() string {
 		now = "no news from the plugin since it started"
 	}
 	return fmt.Sprintf("⏳ %s is late: running %s, expected %s (%s); waiting for it to finish; now: %s",
-		what, round(l.Running), round(l.Expected), l.Basis, now)
-}
-
-func round(d time.Duration) time.Duration {
-	if d >= time.Minute {
-		return d.Round(time.Minute)
-	}
-	return d.Round(time.Second)
+		what, chat.Duration(l.Running), chat.Duration(l.Expected), l.Basis, now)
 }
 
 // LateSteps lists the running steps of running operations past their
@@ -144,9 +139,17 @@ func LateSteps(ctx context.Context, cfg *config.Config, st *state.Store, now tim
 	return out, err
 }
 
-// history gathers the durations of finished steps on cluster, by kind.
+// historyOps bounds how many of a cluster's newest operations the expected
+// durations learn from: the check runs every escalation.every (and in
+// /talos status) while a step runs, and must not read a cluster's whole
+// past each time; recent runs say more about the next one anyway. The
+// engine's facts are bounded alike.
+const historyOps = 200
+
+// history gathers the durations of finished steps on cluster, by kind,
+// from its newest historyOps operations.
 func history(tx *state.Tx, cluster string) (map[string][]time.Duration, error) {
-	ops, err := tx.Operations(state.OpFilter{Cluster: cluster})
+	ops, err := tx.Operations(state.OpFilter{Cluster: cluster, Limit: historyOps})
 	if err != nil {
 		return nil, err
 	}
@@ -187,20 +190,32 @@ func expected(cfg *config.Config, s state.Step, past []time.Duration) (time.Dura
 		return P95(past), fmt.Sprintf("p95 of %d past run(s) on this cluster", len(past))
 	}
 	t := timeout(cfg, s)
-	return t / 2, fmt.Sprintf("half the %s timeout, no history yet", round(t))
+	return t / 2, fmt.Sprintf("half the %s timeout, no history yet", chat.Duration(t))
 }
 
 // timeout is the step's bound: the gate after a node for gates, the node
 // timeout for a node's step, else the run timeout.
 func timeout(cfg *config.Config, s state.Step) time.Duration {
 	switch {
-	case strings.Contains(s.ID, "gate"):
+	case isGate(s):
 		return cfg.Timeouts.GateAfter.D()
 	case s.Node != "":
 		return cfg.Timeouts.Node.D()
 	default:
 		return cfg.Timeouts.Run.D()
 	}
+}
+
+// isGate reports whether a part of the step's id is a gate ("gate",
+// "gate-after", …). The node's own name is left out (kind), so the upgrade
+// of a node named gateway-1 is not taken for a gate.
+func isGate(s state.Step) bool {
+	for _, p := range strings.Split(kind(s), "/") {
+		if p == "gate" || strings.HasPrefix(p, "gate-") {
+			return true
+		}
+	}
+	return false
 }
 
 // P95 is the nearest-rank 95th percentile.

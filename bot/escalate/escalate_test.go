@@ -2,6 +2,7 @@ package escalate
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -119,7 +120,7 @@ func TestLateStepAnnouncedOnceThenEscalated(t *testing.T) {
 	if n := check(5 * time.Minute); n != 1 {
 		t.Fatalf("notices at 5m: %d %v", n, sink.lines)
 	}
-	want := "op1: ⏳ cp-2: upgrade is late: running 5m0s, expected 4m0s (p95 of 20 past run(s) on this cluster); waiting for it to finish; now: booted, not ready: kubelet"
+	want := "op1: ⏳ cp-2: upgrade is late: running 5 min, expected 4 min (p95 of 20 past run(s) on this cluster); waiting for it to finish; now: booted, not ready: kubelet"
 	if sink.lines[0] != want {
 		t.Fatalf("notice\n%s\nwant\n%s", sink.lines[0], want)
 	}
@@ -152,7 +153,7 @@ func TestNoHistoryHalfTimeoutAndMention(t *testing.T) {
 		t.Fatalf("before half the 20m node timeout: %v", sink.lines)
 	}
 	*now = t0.Add(21 * time.Minute)
-	if n, _ := c.Check(context.Background()); n != 1 || !strings.Contains(sink.lines[0], "half the 20m0s timeout") || !strings.Contains(sink.lines[0], "@oncall") {
+	if n, _ := c.Check(context.Background()); n != 1 || !strings.Contains(sink.lines[0], "half the 20 min timeout") || !strings.Contains(sink.lines[0], "@oncall") {
 		t.Fatalf("at 21m: %v", sink.lines)
 	}
 	if n, _ := c.Check(context.Background()); n != 0 {
@@ -170,5 +171,54 @@ func TestP95(t *testing.T) {
 	}
 	if got := P95([]time.Duration{time.Minute}); got != time.Minute {
 		t.Fatal(got)
+	}
+}
+
+// A gate step is bounded by the gate timeout; a node's step by the node
+// timeout, even when the node's name contains "gate" (it used to match the
+// step id by substring, so gateway-1's upgrade got the gate's bound).
+func TestTimeoutGateByIDPartNotNodeName(t *testing.T) {
+	cfg := &config.Config{}
+	cfg.Timeouts.Node = config.Duration(20 * time.Minute)
+	cfg.Timeouts.GateAfter = config.Duration(3 * time.Minute)
+	for _, c := range []struct {
+		s    state.Step
+		want time.Duration
+	}{
+		{state.Step{ID: "node/gateway-1/upgrade", Node: "gateway-1"}, 20 * time.Minute},
+		{state.Step{ID: "node/gateway-1/gate", Node: "gateway-1"}, 3 * time.Minute},
+		{state.Step{ID: "gate-after/k8s", Title: "gate after"}, 3 * time.Minute},
+	} {
+		if got := timeout(cfg, c.s); got != c.want {
+			t.Errorf("%s: timeout %s, want %s", c.s.ID, got, c.want)
+		}
+	}
+}
+
+// The expected duration learns from the cluster's newest historyOps
+// operations, not its whole past: 20 old slow runs beyond them no longer
+// move the p95 of 200 recent quick ones.
+func TestHistoryIsTheNewestOperationsOnly(t *testing.T) {
+	_, _, st, _ := setup(t, "")
+	for i := range historyOps + 20 {
+		d := time.Minute
+		if i < 20 {
+			d = time.Hour // the oldest
+		}
+		start := t0.Add(-time.Duration(historyOps+21-i) * time.Hour)
+		put(t, st, &state.Operation{ID: fmt.Sprintf("past%03d", i), Cluster: "prod", State: state.StateSucceeded, CreatedAt: start,
+			Steps: []state.Step{{ID: "node/cp-1/upgrade", Node: "cp-1", Status: "ok", StartedAt: start, EndedAt: start.Add(d)}}})
+	}
+	var got []time.Duration
+	err := st.View(context.Background(), func(tx *state.Tx) error {
+		h, err := history(tx, "prod")
+		got = h["node/*/upgrade"]
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != historyOps || P95(got) != time.Minute {
+		t.Fatalf("history: %d runs, p95 %s; want %d runs, p95 1m", len(got), P95(got), historyOps)
 	}
 }

@@ -567,6 +567,22 @@ func short(s string) string {
 	return strings.TrimRight(first, " ,;:") + " …"
 }
 
+// namesWithin joins names for one card line: every plugin may add checks,
+// so past width runes the rest are counted, not named (Details lists them).
+func namesWithin(names []string, width int) string {
+	line := strings.Join(names, ", ")
+	if len([]rune(line)) <= width {
+		return line
+	}
+	for n := len(names) - 1; n > 0; n-- {
+		line = strings.Join(names[:n], ", ") + fmt.Sprintf(" and %d more (Details)", len(names)-n)
+		if len([]rune(line)) <= width {
+			return line
+		}
+	}
+	return fmt.Sprintf("%d checks (Details)", len(names))
+}
+
 // checks splits the plan's preconditions: those that passed are named on
 // one line (their rule codes and details are in Details); the others get a
 // line each, in words.
@@ -629,7 +645,7 @@ func cardBody(op *state.Operation, p *lifecyclev1.OperationPlan, nodes []*node, 
 	ev := evidence(op, p, f, now)
 	passed, failed := checks(p)
 	if len(passed) > 0 {
-		ev = append(ev, evMark("ok")+" checks: "+strings.Join(passed, ", "))
+		ev = append(ev, evMark("ok")+" checks: "+namesWithin(passed, riskWidth))
 	}
 	ev = append(ev, failed...)
 	for _, l := range ev {

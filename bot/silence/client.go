@@ -217,5 +217,11 @@ func (c *Client) Alerts(ctx context.Context, ms []Matcher) ([]Alert, error) {
 	if err := c.do(ctx, http.MethodGet, "/api/v2/alerts", q, nil, &out); err != nil {
 		return nil, err
 	}
+	if out == nil {
+		// Alertmanager answers a list, "[]" when nothing fires; a "null"
+		// (a proxy, a stub) is not "no alerts": the alert pause must not
+		// read it as a quiet cluster and go on.
+		return nil, errors.New("alertmanager GET /api/v2/alerts: the answer is not a list of alerts")
+	}
 	return out, nil
 }

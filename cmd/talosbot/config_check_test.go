@@ -206,6 +206,11 @@ func TestConfigCheckAndServeAgree(t *testing.T) {
 			[]string{"CC_DISCORD=" + strong("discord-bot")}, []string{"plugins.pass_env[0]: CC_DISCORD holds chat.discord.token"}},
 		{"a section no plugin owns", policy + "plugins:\n  pas_env: [X]\n  noplugin: {a: 1}\n", nil,
 			[]string{`plugins.pas_env: no plugin is named "pas_env"; did you mean "pass_env"?`, `plugins.noplugin: no plugin is named "noplugin" (plugins: `}},
+		// A built-in's section is checked by the built-in itself, started
+		// from talosbot-plugins: the branch of checkPluginSections no other
+		// case takes.
+		{"a built-in's section", policy + "plugins:\n  talosupgrade: {refuse_non_latest_pach: true}\n", nil,
+			[]string{`plugins.talosupgrade.refuse_non_latest_pach: unknown key "refuse_non_latest_pach"; did you mean "refuse_non_latest_patch"?`}},
 		{"a setting that moved into its plugin", policy + "releases: {talos: [v1.13.9], refuse_non_latest_patch: true}\n", nil,
 			[]string{"releases.refuse_non_latest_patch: moved to plugins.talosupgrade.refuse_non_latest_patch (the talosupgrade plugin owns it now): delete it here and write it under plugins: as `plugins: {talosupgrade: {refuse_non_latest_patch: VALUE}}`"}},
 		{"min_approvals 0", strings.Replace(policy, "approvers: [bob]", "approvers: [bob], min_approvals: 0", 1), nil,

@@ -18,7 +18,8 @@ import (
 // Dockerfile copies exists, its build flags match the Makefile's, and the
 // binary builds (static) with exactly those flags.
 func TestDockerfileMatchesRepoAndMakefile(t *testing.T) {
-	// Waits on processes and the sim's reboots, not the CPU: runs beside the package's other slow tests.
+	// Builds the static binary (CPU, not a wait on a sim), once; in parallel with the
+	// package's other tests so the build overlaps their waits.
 	t.Parallel()
 	root := "../.."
 	df, err := os.ReadFile(filepath.Join(root, "Dockerfile"))

@@ -37,8 +37,8 @@ func goals() []goal {
 		{Figure: "Audit query p50 at 1M records", Bench: "state/BenchmarkAuditQuery/records=1M", Metric: "p50-ns", Op: "<=", Value: 2000, Unit: "µs", Anchor: "issue 2", Scale: 1e-3},
 		{Figure: "Audit query p99 at 1M records", Bench: "state/BenchmarkAuditQuery/records=1M", Metric: "p99-ns", Op: "<=", Value: 2000, Unit: "µs", Anchor: "issue 2: p99 < 2 ms", Scale: 1e-3},
 		{Figure: "Audit query p99 ratio 1M/1k", Bench: "state/BenchmarkAuditQuery/records=1M", Ratio: "state/BenchmarkAuditQuery/records=1k", Metric: "p99-ns", Op: "<=", Value: 3, Unit: "×", Anchor: "issue 2: ≤ 3", Scale: 1},
-		{Figure: "Plugin cold start (launch + Describe)", Bench: "host/BenchmarkColdStart", Metric: "ns/op", Op: "<=", Value: 60, Unit: "ms", Anchor: "issue 2: ≤ 60 ms", Scale: 1e-6},
-		{Figure: "Plugin per-call overhead (no-op Plan)", Bench: "host/BenchmarkPlanCall", Metric: "ns/op", Op: "<=", Value: 300, Unit: "µs", Anchor: "issue 2: ≤ 300 µs", Scale: 1e-3},
+		{Figure: "Plugin cold start (launch + Describe)", Bench: "host/BenchmarkColdStart", Metric: "ns/op", Op: "<=", Value: 30, Unit: "ms", Anchor: "issue 30: ≤ 30 ms (issue 2 had ≤ 60 ms), or the measured floor with its profile", Scale: 1e-6},
+		{Figure: "Plugin per-call overhead (no-op Plan)", Bench: "host/BenchmarkPlanCall", Metric: "ns/op", Op: "<=", Value: 150, Unit: "µs", Anchor: "issue 30: ≤ 150 µs (issue 2 had ≤ 300 µs), or the measured floor with its profile", Scale: 1e-3},
 		{Figure: "Health gate, 3 nodes, 20 ms RPC latency", Bench: "gate/BenchmarkGate/nodes=3", Metric: "ns/op", Op: "<=", Value: 30000, Unit: "ms", Anchor: "gate timeout 30 s", Scale: 1e-6},
 		{Figure: "Health gate, 30 nodes, 20 ms RPC latency", Bench: "gate/BenchmarkGate/nodes=30", Metric: "ns/op", Op: "<=", Value: 30000, Unit: "ms", Anchor: "gate timeout 30 s", Scale: 1e-6},
 		{Figure: "Health gate wall time ratio 30/3 nodes", Bench: "gate/BenchmarkGate/nodes=30", Ratio: "gate/BenchmarkGate/nodes=3", Metric: "ns/op", Op: "<=", Value: 1.5, Unit: "×", Anchor: "issue 4: ≤ 1.5", Scale: 1},
@@ -50,7 +50,7 @@ func goals() []goal {
 		{Figure: "Snapshot peak RSS (VmHWM of a process that only writes it), 64 MiB", Bench: "etcd/BenchmarkSnapshotWrite/size=64MiB/plugin", Metric: "peak-rss-MiB", Op: "<=", Value: 64, Unit: "MiB", Anchor: "issue 19: < 64 MiB", Scale: 1},
 		{Figure: "Snapshot peak RSS (VmHWM of a process that only writes it), 512 MiB", Bench: "etcd/BenchmarkSnapshotWrite/size=512MiB/plugin", Metric: "peak-rss-MiB", Op: "<=", Value: 64, Unit: "MiB", Anchor: "issue 19: < 64 MiB, flat in size", Scale: 1},
 		{Figure: "Restore drill, 512 MiB (restore + throwaway etcd + count)", Bench: "etcd/BenchmarkDrill/size=512MiB/drill", Metric: "ns/op", Op: "<=", Value: 120, Unit: "s", Anchor: "issue 19: drill time", Scale: 1e-9},
-		{Figure: "Restore drill / etcdutl snapshot restore alone, 512 MiB", Bench: "etcd/BenchmarkDrill/size=512MiB/drill", Ratio: "etcd/BenchmarkDrill/size=512MiB/etcdutl-restore", Metric: "ns/op", Op: "<=", Value: 5, Unit: "×", Anchor: "informational: issue 19 asks for this comparison and sets no goal; the drill also starts a throwaway etcd on the restored data and counts its keys", Scale: 1},
+		{Figure: "Restore drill / etcdutl snapshot restore alone, 512 MiB", Bench: "etcd/BenchmarkDrill/size=512MiB/drill", Ratio: "etcd/BenchmarkDrill/size=512MiB/etcdutl-restore", Metric: "ns/op", Op: "<=", Value: 1.5, Unit: "×", Anchor: "issue 33 (P8): ≤ 1.5 × (issue 19 set none), or a profile showing why one pass plus the start cannot be", Scale: 1},
 		{Figure: "Slack ack p99, 200 concurrent slash commands", Bench: "slack/BenchmarkSocketModeAck200", Metric: "ack-p99-ms", Op: "<=", Value: 10, Unit: "ms", Anchor: "issue 7: < 10 ms; Slack's limit is 3 s", Scale: 1},
 		{Figure: "Sim start, 3 CP + 2 workers (no Kubernetes)", Bench: "sim/BenchmarkStart", Metric: "ns/op", Op: "<=", Value: 10, Unit: "s", Anchor: "issue 3", Scale: 1e-9},
 		{Figure: "Sim start with Node registration (apiserver running)", Bench: "sim/BenchmarkStartWithKube", Metric: "ns/op", Op: "<=", Value: 10, Unit: "s", Anchor: "issue 3: sim + apiserver < 10 s together", Scale: 1e-9},
@@ -211,6 +211,14 @@ func notes() string {
   quorum check after it done in 10–90 ms (was 270–770 ms). Three runs on 2026-12-03: 1.9 %,
   1.7 %, 4.6 % (201–488 ms per roll; 11.1–12.2 s per roll, was 12.5–13.5 s). The sim's apid
   keeps Talos's backoff: calls through an endpoint still wait for it.
+- **Goals the open issues set (issues 30 and 33), not yet worked on.** The plugin cold start
+  and per-call rows carried issue 2's ≤ 60 ms and ≤ 300 µs after issue 30 asked ≤ 30 ms and
+  ≤ 150 µs (or the measured floor with its profile), and the drill ratio was "informational,
+  ≤ 5 ×" after issue 33 (P8) asked ≤ 1.5 ×. The figures above are from before the SDK module and
+  the plugin config sections; no profile of either has been taken, so both are open. Issue 33's
+  fleet figure (P9: one bot, 20 simulated clusters of 10 nodes, the health gate on all at once
+  against on one, goal ≤ 3 ×; the daily checks across the fleet ≤ 2 × one cluster) has no
+  benchmark yet.
 - **Snapshot peak RSS.** Measured in a fresh process of the test binary that writes one snapshot
   and nothing else; most of it is the binary's own mapped text. It does not grow with the size.
 - **Bot idle memory** (met; not a miss, noted because it once was). talosbot serve links no

@@ -41,6 +41,7 @@ const (
 	phaseHealthy    = "Cluster in healthy state"
 	phaseSwitchover = "Switchover in progress"
 	phaseFailOver   = "Failing over"
+	phaseWaiting    = "Waiting for the instances to become active" // PhaseWaitingForInstancesToBeActive
 	// pkg/utils/labels_annotations.go
 	labelCluster  = "cnpg.io/cluster"
 	labelInstance = "cnpg.io/instanceName"
@@ -340,7 +341,9 @@ func (c *Controller) update(ctx context.Context, gvr schema.GroupVersionResource
 // status.targetPrimary differs from status.currentPrimary (a switchover,
 // as `kubectl cnpg promote` sets it: internal/cmd/plugin/promote/promote.go)
 // the target is promoted after SwitchoverTime, and status.currentPrimary,
-// the pods' cnpg.io/instanceRole labels and the phase follow. A primary
+// the pods' cnpg.io/instanceRole labels and the phase follow (healthy only
+// with every instance ready, else "Waiting for the instances to become
+// active"). A primary
 // whose node goes down with no switchover is failed over to a ready
 // replica: the uncontrolled failover recorded in FailedOver.
 func (c *Controller) cnpg(ctx context.Context, up func(string) bool) error {
@@ -413,7 +416,12 @@ func (c *Controller) cnpg(ctx context.Context, up func(string) bool) error {
 			}
 		}
 		if cur == target {
+			// The operator registers PhaseWaitingForInstancesToBeActive
+			// while an instance pod is not active, healthy only with all.
 			phase = phaseHealthy
+			if len(failed) > 0 {
+				phase = phaseWaiting
+			}
 		}
 		_ = unstructured.SetNestedField(cl.Object, int64(len(healthy)), "status", "readyInstances")
 		_ = unstructured.SetNestedField(cl.Object, int64(len(pods.Items)), "status", "instances")

@@ -14,9 +14,9 @@ func TestFollowupLinesFromEvidence(t *testing.T) {
 		return sdk.GitFollowup{Variable: "talos_version", Value: "v1.13.9", Branch: "talosbot/b", OperationID: "op1",
 			Base: "main", State: st, PullRequestURL: "https://forge/pr/1", Error: "remote gone"}
 	}
-	lines := FollowupLines(&sdk.Settings{GitFollowups: []sdk.GitFollowup{
+	lines := FollowupLines([]sdk.GitFollowup{
 		f(sdk.GitFollowupOpen), f(sdk.GitFollowupMerged), f(sdk.GitFollowupDeleted), f(sdk.GitFollowupUnchecked),
-	}})
+	})
 	want := []string{
 		`branch talosbot/b (talos_version → "v1.13.9", operation op1) is not merged into main yet: merge it, then plan and apply. Pull request: https://forge/pr/1`,
 		"is merged into main.",
@@ -31,7 +31,11 @@ func TestFollowupLinesFromEvidence(t *testing.T) {
 			t.Errorf("line %d = %q, want %q", i, lines[i], w)
 		}
 	}
-	if FollowupLines(&sdk.Settings{}) != nil {
+	if got := FollowupLines([]sdk.GitFollowup{f(sdk.GitFollowupUnspecified)}); len(got) != 1 || strings.Contains(got[0], "could not check") ||
+		!strings.Contains(got[0], "state this plugin does not know (0)") {
+		t.Errorf("unknown state = %q, want it said, not an empty \"could not check\"", got)
+	}
+	if FollowupLines(nil) != nil {
 		t.Error("no evidence must print nothing")
 	}
 }

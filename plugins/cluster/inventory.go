@@ -41,16 +41,16 @@ type Inventory struct {
 // InventoryFrom converts and validates the request's cluster target.
 func InventoryFrom(c *sdk.Cluster) (Inventory, error) {
 	if c == nil {
-		c = &sdk.Cluster{} // a nil input reads as unset, as the wire getters did
-	}
-	if c == nil {
 		return Inventory{}, errors.New("request has no cluster target: the host must send the cluster inventory")
 	}
 	inv := Inventory{Name: c.Name, Environment: c.Environment}
 	seen := map[string]bool{}
 	for _, n := range c.Nodes {
-		node := Node{Name: n.Name, Address: n.Address, Role: n.Role, Host: n.Host,
-			Platform: n.Platform, InstallerClass: n.InstallerClass}
+		var node Node // a nil entry has no name, as with the wire getters
+		if n != nil {
+			node = Node{Name: n.Name, Address: n.Address, Role: n.Role, Host: n.Host,
+				Platform: n.Platform, InstallerClass: n.InstallerClass}
+		}
 		switch {
 		case node.Name == "":
 			return Inventory{}, fmt.Errorf("cluster %s: a node has no name; fix the inventory (config nodes or Terraform outputs)", inv.Name)

@@ -74,7 +74,7 @@ func (*Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.Operatio
 	if err != nil {
 		return nil, err
 	}
-	d := declared(&req.Cluster)
+	d := declared(req.Cluster.Declared)
 	plan := &sdk.OperationPlan{
 		Summary: fmt.Sprintf("Drift of %s: declared %s=%q, %s=%q vs %d nodes (read-only)", inv.Name,
 			VarTalosVersion, d.talos, VarKubernetesVersion, d.kube, len(inv.Nodes)),
@@ -97,11 +97,7 @@ func (*Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.Operatio
 
 type decl struct{ talos, kube string }
 
-func declared(c *sdk.Cluster) decl {
-	if c == nil {
-		c = &sdk.Cluster{} // a nil input reads as unset, as the wire getters did
-	}
-	d := c.Declared
+func declared(d map[string]string) decl {
 	k := d[DeclaredKubernetes]
 	if k == "" {
 		k = d[VarKubernetesVersion]
@@ -410,7 +406,7 @@ func (*Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporte
 		return err
 	}
 	defer clients.Close()
-	d := declared(&req.Cluster)
+	d := declared(req.Cluster.Declared)
 	rep := Analyze(inv, d.talos, d.kube, Observe(ctx, clients, inv))
 	for _, s := range []string{"talos", "kubernetes", "membership"} {
 		var texts []string
@@ -432,7 +428,7 @@ func (*Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporte
 		}
 	}
 	// The prepared Git change (if any) says whether the drift is being fixed.
-	res := &sdk.Result{OK: len(rep.Findings) == 0, Lines: append(rep.Lines(), cluster.FollowupLines(&req.Settings)...)}
+	res := &sdk.Result{OK: len(rep.Findings) == 0, Lines: append(rep.Lines(), cluster.FollowupLines(req.Settings.GitFollowups)...)}
 	if res.OK {
 		res.Summary = inv.Name + ": no drift between Terraform and the cluster"
 	} else {

@@ -105,6 +105,15 @@ func Order(ms []Member, minFrag int) (todo, skipped []Member) {
 	return append(todo, leader...), skipped
 }
 
+// skipWhy is why Order skips m: a member not read or reporting errors (an
+// alarm such as NOSPACE among them) is not "under the threshold".
+func (m Member) skipWhy(minFrag int) string {
+	if m.Err != "" {
+		return "status error: " + m.Err
+	}
+	return fmt.Sprintf("%d%% free, %s; under %d%% or 1 MiB", m.Fragmentation(), mib(m.DBSize-m.InUse), minFrag)
+}
+
 func minFrag(req *sdk.OperationRequest) (int, error) {
 	s := req.Args["min-fragmentation"]
 	if s == "" {
@@ -204,7 +213,7 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 		steps = append(steps, &sdk.Step{ID: "defrag/" + m.Node, Title: fmt.Sprintf("%s: defragment (%d%% free)", m.Node, m.Fragmentation()), Node: m.Node, Kind: "etcd"})
 	}
 	for _, m := range skipped {
-		steps = append(steps, &sdk.Step{ID: "skip/" + m.Node, Title: fmt.Sprintf("%s: skipped (%d%% free, %s; under %d%% or 1 MiB)", m.Node, m.Fragmentation(), mib(m.DBSize-m.InUse), min), Node: m.Node, Kind: "etcd"})
+		steps = append(steps, &sdk.Step{ID: "skip/" + m.Node, Title: fmt.Sprintf("%s: skipped (%s)", m.Node, m.skipWhy(min)), Node: m.Node, Kind: "etcd"})
 	}
 	return &sdk.OperationPlan{
 		Summary: fmt.Sprintf("defragment etcd on %s one member at a time, the leader last, quorum checked before and after each: %s (%d skipped under %d%%)",
@@ -248,7 +257,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	}
 	todo, skipped := Order(ms, min)
 	for _, m := range skipped {
-		_ = r.StepSkipped("skip/"+m.Node, fmt.Sprintf("%d%% free, %s; under %d%% or 1 MiB", m.Fragmentation(), mib(m.DBSize-m.InUse), min))
+		_ = r.StepSkipped("skip/"+m.Node, m.skipWhy(min))
 	}
 	within := p.QuorumWithin
 	if within <= 0 {

@@ -160,3 +160,53 @@ func TestOrderLeaderLastAndThreshold(t *testing.T) {
 		t.Fatalf("todo %v skipped %v", todo, skipped)
 	}
 }
+
+// A defrag while a member is down stops before the first member: the quorum
+// check (R16's CheckDisruption) refuses, and no member is sent
+// EtcdDefragment. Without the check before each member, the first one
+// would be defragmented with the quorum already one member short.
+func TestDefragStopsWhileAMemberIsDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 3, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fragment(t, ctx, c)
+
+	rec, _ := sdktest.Run(ctx, &Plugin{}, request(c, CmdStatus, nil), nil)
+	down := ""
+	for _, l := range rec.FinalResult().Lines {
+		if !strings.Contains(l, ", leader") {
+			down = strings.SplitN(l, ":", 2)[0]
+		}
+	}
+	if down == "" {
+		t.Fatalf("no follower in %v", rec.FinalResult().Lines)
+	}
+	if err := c.Inject(ctx, down, sim.Fault{EtcdStopped: true}); err != nil {
+		t.Fatal(err)
+	}
+	p := &Plugin{QuorumWithin: 3 * time.Second}
+	rec, _ = sdktest.Run(ctx, p, request(c, CmdDefrag, nil), nil)
+	res := rec.FinalResult()
+	// The stopped member is skipped for what it is, not as under the threshold.
+	skipped := ""
+	for _, s := range rec.Steps() {
+		if s.StepID == "skip/"+down && s.Status == sdk.StepSkipped {
+			skipped = s.Detail
+		}
+	}
+	if !strings.HasPrefix(skipped, "status error: ") {
+		t.Fatalf("%s skipped as %q, want its status error", down, skipped)
+	}
+	if res.OK || !strings.Contains(res.Summary, "stopped before") {
+		t.Fatalf("defrag with %s down: %v", down, res)
+	}
+	for _, n := range c.Nodes() {
+		if got := c.Calls(n.Name, "EtcdDefragment"); got != 0 {
+			t.Fatalf("%s got %d EtcdDefragment call(s) while %s was down", n.Name, got, down)
+		}
+	}
+}

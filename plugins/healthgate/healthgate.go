@@ -46,7 +46,7 @@ func (*Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.Operatio
 	if err != nil {
 		return nil, err
 	}
-	timeout, wait := gate.Timeout(&req.Settings), gate.HealthWait(&req.Settings)
+	timeout, wait := gate.Timeout(req.Settings), gate.HealthWait(req.Settings)
 	plan := &sdk.OperationPlan{
 		Summary: fmt.Sprintf("Health gate of %s: %d probes in parallel over %d nodes, re-run until it passes for up to %s, each run within %s (read-only)",
 			inv.Name, len(gate.Probes()), len(inv.Nodes), wait, timeout),
@@ -85,9 +85,9 @@ func (*Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporte
 	// With a kubeconfig configured, an API that does not answer is the
 	// cluster's problem, as it is for talosctl health: the probes fail. Only
 	// without one are they "not checked".
-	opts := gate.OptionsFrom(&req.Settings)
+	opts := gate.OptionsFrom(req.Settings)
 	opts.RequireKubernetes = len(req.Credentials.Kubeconfig) > 0
-	res := gate.Until(ctx, clients, inv, opts, gate.HealthWait(&req.Settings))
+	res := gate.Until(ctx, clients, inv, opts, gate.HealthWait(req.Settings))
 	if err := gate.Report(r, "", res); err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func (p *kubePath) refused() *sdk.Refusal {
 	for _, h := range p.hops {
 		if h.refusal != nil {
 			if p.multi() {
-				return refuse(h.refusal.Rule, strings.TrimSuffix(h.hop.title(), ": ")+" (path "+p.spelledOr()+"): "+h.refusal.Reason, h.refusal.Fix)
+				return sdk.Refuse(h.refusal.Rule, strings.TrimSuffix(h.hop.title(), ": ")+" (path "+p.spelledOr()+"): "+h.refusal.Reason, h.refusal.Fix)
 			}
 			return h.refusal
 		}
@@ -133,7 +133,7 @@ func assessPath(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, 
 	var rf *releases.Refusal
 	switch {
 	case errors.As(err, &rf):
-		out.refusal = refuse(rf.Rule, rf.Reason, rf.Fix)
+		out.refusal = sdk.Refuse(rf.Rule, rf.Reason, rf.Fix)
 		return out, nil
 	case err != nil:
 		return nil, err
@@ -171,12 +171,12 @@ func knownTarget(req *sdk.OperationRequest, target string) *sdk.Refusal {
 	v, err := releases.Parse(target)
 	if err != nil {
 		// A pre-release or build ("1.36.0-rc.1") is not a release.
-		return refuse("R20", fmt.Sprintf("%s is not a Kubernetes release (%v)", target, err),
+		return sdk.Refuse("R20", fmt.Sprintf("%s is not a Kubernetes release (%v)", target, err),
 			"give a released version (MAJOR.MINOR.PATCH) listed in releases.kubernetes")
 	}
 	var rf *releases.Refusal
 	if errors.As(n.AllowedKubernetes(v), &rf) {
-		return refuse(rf.Rule, rf.Reason, rf.Fix)
+		return sdk.Refuse(rf.Rule, rf.Reason, rf.Fix)
 	}
 	return nil
 }

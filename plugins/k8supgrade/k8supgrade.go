@@ -24,6 +24,8 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/api/common"
 	"github.com/siderolabs/talos/pkg/machinery/config"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/talosbot/talosbot/internal/version"
 	"github.com/talosbot/talosbot/plugins/cluster"
@@ -108,7 +110,7 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 		return nil, err
 	}
 	if len(req.Credentials.Kubeconfig) == 0 {
-		return &sdk.OperationPlan{Target: target, Refusal: refuse("R20",
+		return &sdk.OperationPlan{Target: target, Refusal: sdk.Refuse("R20",
 			"no kubeconfig for "+inv.Name+": the running Kubernetes versions cannot be read, so the version rules cannot be checked",
 			"configure the cluster's kubeconfig (Terraform output or file)")}, nil
 	}
@@ -171,7 +173,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		return err
 	}
 	if len(req.Credentials.Kubeconfig) == 0 {
-		return r.Result(&sdk.Result{OK: false, Summary: "refused", Refusal: refuse("R20",
+		return r.Result(&sdk.Result{OK: false, Summary: "refused", Refusal: sdk.Refuse("R20",
 			"no kubeconfig for "+inv.Name, "configure the cluster's kubeconfig (Terraform output or file)")})
 	}
 	clients, err := cluster.Connect(ctx, inv, &req.Credentials)
@@ -249,7 +251,7 @@ func (ru *run) execute(ctx context.Context, req *sdk.OperationRequest, now func(
 
 	// R5: with plan_before_upgrade, no upgrade on top of a Terraform
 	// migration (the same guard as the Talos upgrade's).
-	if ref := planguard.BeforeUpgrade(ctx, first.cluster, &req.Settings, r); ref != nil {
+	if ref := planguard.BeforeUpgrade(ctx, first.cluster, req.Settings, r); ref != nil {
 		return r.Result(sdk.RefusedResult(ref, "Kubernetes upgrade of "+first.cluster+" refused: the Terraform plan guard stopped it; nothing was changed"))
 	}
 	for i, h := range ru.path.hops {
@@ -264,7 +266,7 @@ func (ru *run) execute(ctx context.Context, req *sdk.OperationRequest, now func(
 				return ru.stop(ctx, "the checks before the hop (nothing of it was changed)", err)
 			}
 			if live.refusal != nil {
-				res := sdk.RefusedResult(sdk.Refuse(live.refusal.Rule, live.refusal.Reason, live.refusal.Fix),
+				res := sdk.RefusedResult(live.refusal,
 					fmt.Sprintf("Kubernetes upgrade of %s stopped before hop %d/%d (→ %s): its checks refused it; nothing of it was changed", h.cluster, h.hop.hop, h.hop.hops, h.target))
 				res.Lines = append(append(ru.lines, "❌ "+live.refusal.Reason+" — "+live.refusal.Fix), ru.reached()...)
 				return ru.end(res)
@@ -297,7 +299,7 @@ func (ru *run) hop(ctx context.Context, req *sdk.OperationRequest, now func() ti
 	}
 	ru.lines = append(ru.lines, "✅ "+a.hop.title()+"etcd snapshot "+snap.ID+" ("+snap.Path+")")
 
-	gopts := gate.OptionsFrom(&req.Settings)
+	gopts := gate.OptionsFrom(req.Settings)
 	gopts.RequireKubernetes = true
 	verdict := gate.Run(ctx, ru.c, inv, gopts)
 	if err := gate.Report(r, px+gateBefore, verdict); err != nil {
@@ -346,7 +348,7 @@ func (ru *run) hop(ctx context.Context, req *sdk.OperationRequest, now func() ti
 		return ru.stop(ctx, "the bootstrap manifest sync", err)
 	}
 
-	verdict = gate.Until(ctx, ru.c, inv, gopts, gate.AfterWait(&req.Settings))
+	verdict = gate.Until(ctx, ru.c, inv, gopts, gate.AfterWait(req.Settings))
 	if err := gate.Report(r, px+gateAfter, verdict); err != nil {
 		return err
 	}
@@ -411,7 +413,10 @@ func (ru *run) prePull(ctx context.Context) error {
 		limit := min(ru.timeout, talosPullTimeout-time.Minute)
 		pctx, cancel := context.WithTimeout(ctx, limit)
 		err := k8s.PullImage(pctx, ru.c, n, ns, image)
-		if err != nil && errors.Is(pctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+		// The limit can show as the gRPC status before pctx's own timer fires: the
+		// deadline travels to the node, whose side may end the call first.
+		timedOut := errors.Is(pctx.Err(), context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded
+		if err != nil && timedOut && ctx.Err() == nil {
 			err = fmt.Errorf("pull %s on %s did not finish within %s (Talos retries a registry it cannot reach for up to %s): check that the node reaches the registry (network, DNS, registry mirrors), or raise timeouts.node",
 				image, n.Name, limit, talosPullTimeout)
 		}

@@ -64,11 +64,6 @@ type assessment struct {
 	manifests []k8s.ManifestChange
 }
 
-// refuse is sdk.Refusal in protocol form, for the assessment's refusal.
-func refuse(rule, reason, fix string) *sdk.Refusal {
-	return sdk.Refuse(rule, reason, fix)
-}
-
 // assess reads the cluster and applies rules R20 and R21. A nil error with a refusal means
 // the cluster answered and the rules say no.
 //
@@ -78,7 +73,7 @@ func assess(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req 
 	ids *identity.Map, v *k8s.Versions, table preflight.Table) (*assessment, error) {
 	target := h.target
 	a := &assessment{cluster: inv.Name, target: target, inv: inv, dryRun: req.Args[sdk.ArgDryRun] == "true",
-		snapshotDir: req.Settings.SnapshotDir, planGuard: planguard.Wanted(&req.Settings), hop: h}
+		snapshotDir: req.Settings.SnapshotDir, planGuard: planguard.Wanted(req.Settings), hop: h}
 	// Names are resolved, never assumed: a mirror pod and a Node are found by the Node name
 	// the node's kubelet registered, which need not be its inventory name.
 	a.ids = ids
@@ -99,7 +94,7 @@ func assess(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req 
 	}
 	a.versions = v
 	if rule, reason, fix := versionRule(v, h); rule != "" {
-		a.refusal = refuse(rule, reason, fix)
+		a.refusal = sdk.Refuse(rule, reason, fix)
 		return a, nil
 	}
 	all, bad, err := k8s.CheckTalosSupport(ctx, c, inv, target)
@@ -108,7 +103,7 @@ func assess(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req 
 	}
 	a.talos = all
 	if len(bad) > 0 {
-		a.refusal = refuse("R20", fmt.Sprintf("the running Talos does not support Kubernetes %s on %d node(s): %s",
+		a.refusal = sdk.Refuse("R20", fmt.Sprintf("the running Talos does not support Kubernetes %s on %d node(s): %s",
 			target, len(bad), k8s.DescribeTalosSupport(bad)),
 			"upgrade Talos first (/talos upgrade talos …, a separate operation: R11) to a version whose compatibility covers "+target+", then run this again")
 		return a, nil
@@ -123,7 +118,7 @@ func assess(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req 
 	a.pre = pre
 	if len(pre.findings) > 0 { // rule:R20-preflight
 		reason, fix := pre.refusal(target)
-		a.refusal = refuse("R20", reason, fix)
+		a.refusal = sdk.Refuse("R20", reason, fix)
 		return a, nil
 	}
 	_, t, _ := k8s.ParseVersion(target)

@@ -209,7 +209,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	}
 	n := t.node
 	after := t.ids.Without(n.Name)
-	nodeTO := talos.NodeTimeout(&req.Settings)
+	nodeTO := talos.NodeTimeout(req.Settings)
 	fail := func(summary string, err error) error {
 		// Talos's graceful reset drains the node, cordoning its Node: a removal that fails
 		// after it says so, as no later step will uncordon it (soak seed 1156).
@@ -250,7 +250,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		}
 	default:
 		// Gate before (R1), the node to remove being the one drained.
-		gopts := gate.OptionsFor(s, &req.Settings, []string{n.Name})
+		gopts := gate.OptionsFor(s, req.Settings, []string{n.Name})
 		gopts.Identity = t.ids
 		verdict := gate.Run(ctx, s.Clients, inv, gopts)
 		if err := gate.Report(r, "gate-before/", verdict); err != nil {
@@ -308,9 +308,9 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	}
 
 	// Gate after (R1), on the cluster as it now is.
-	aopts := gate.OptionsFor(s, &req.Settings, []string{})
+	aopts := gate.OptionsFor(s, req.Settings, []string{})
 	aopts.Identity = after
-	verdict := gate.Until(ctx, s.Clients, after.Inventory(), aopts, gate.AfterWait(&req.Settings))
+	verdict := gate.Until(ctx, s.Clients, after.Inventory(), aopts, gate.AfterWait(req.Settings))
 	if err := gate.Report(r, "gate-after/", verdict); err != nil {
 		return err
 	}

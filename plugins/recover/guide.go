@@ -165,7 +165,7 @@ func (p *Plugin) runGuide(ctx context.Context, req *sdk.OperationRequest, r sdk.
 	}
 	var view *View
 	if s, err := cluster.OpenRequest(ctx, req); err == nil {
-		v := ReadView(ctx, s.Clients, inv, evidenceTimeout(&req.Settings))
+		v := ReadView(ctx, s.Clients, inv, evidenceTimeout(req.Settings))
 		_ = s.Close()
 		if v.Count(Unreachable) < len(v.Members) {
 			view = &v

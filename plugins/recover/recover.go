@@ -102,10 +102,7 @@ func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
 
 // evidenceTimeout bounds the reading of every control plane's etcd service:
 // an unreachable node answers only at the deadline.
-func evidenceTimeout(s *sdk.Settings) time.Duration {
-	if s == nil {
-		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
-	}
+func evidenceTimeout(s sdk.Settings) time.Duration {
 	return min(talos.NodeTimeout(s), 10*time.Second)
 }
 
@@ -133,7 +130,7 @@ func (p *Plugin) check(ctx context.Context, req *sdk.OperationRequest, s *cluste
 	if err != nil || maxAge <= 0 {
 		return nil, &sdk.Refusal{Reason: fmt.Sprintf("--max-age %q is not a positive duration", req.Args["max-age"]), Fix: "for example --max-age 24h"}
 	}
-	c := &checked{maxAge: maxAge, view: ReadView(ctx, s.Clients, s.Inv, evidenceTimeout(&req.Settings))}
+	c := &checked{maxAge: maxAge, view: ReadView(ctx, s.Clients, s.Inv, evidenceTimeout(req.Settings))}
 	resumed := req.Attempt > 1
 	// On a resumed run after the restore (a member is healthy or joined) an
 	// unreachable control plane is most likely the rejoin reset rebooting
@@ -395,7 +392,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 
 	// etcd from the restore, then the Kubernetes API on it.
 	_ = r.StepStarted(StepEtcd, "")
-	nodeTO := talos.NodeTimeout(&req.Settings)
+	nodeTO := talos.NodeTimeout(req.Settings)
 	if err := waitEtcd(ctx, s, n, nodeTO); err != nil {
 		return fail(StepEtcd, "etcd on "+n.Node+" did not come up from the snapshot", err)
 	}
@@ -414,7 +411,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	// restored cluster (Joined; its health check may not have run yet, or it
 	// is a learner) and is never reset, and a Running member whose
 	// EtcdStatus did not answer is not reset on that evidence.
-	now := ReadView(ctx, s.Clients, s.Inv, evidenceTimeout(&req.Settings))
+	now := ReadView(ctx, s.Clients, s.Inv, evidenceTimeout(req.Settings))
 	var reset []string
 	for _, m := range now.Members {
 		// A member that gave up joining has an empty data dir but no join
@@ -451,7 +448,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	// Members are matched to control planes by peer URL: the restore gave
 	// every member a new id, so names are resolved now, not before.
 	ids := identity.Resolve(ctx, s.Clients, s.Inv, identity.Options{})
-	q, err := etcd.WaitQuorum(ctx, s.Clients, ids, gate.Timeout(&req.Settings), func(q etcd.Quorum) error {
+	q, err := etcd.WaitQuorum(ctx, s.Clients, ids, gate.Timeout(req.Settings), func(q etcd.Quorum) error {
 		if err := q.CheckRestored(); err != nil {
 			return err
 		}
@@ -465,7 +462,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	}
 	_ = r.StepOK(StepMembers, q.Summary())
 
-	verdict := gate.Until(ctx, s.Clients, s.Inv, gate.OptionsFor(s, &req.Settings, []string{}), gate.Timeout(&req.Settings))
+	verdict := gate.Until(ctx, s.Clients, s.Inv, gate.OptionsFor(s, req.Settings, []string{}), gate.Timeout(req.Settings))
 	if err := gate.Report(r, "gate/", verdict); err != nil {
 		return err
 	}

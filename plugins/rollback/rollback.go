@@ -204,7 +204,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	// Gate before (R1). The node itself may be what is wrong (workloads
 	// failing after an upgrade), so only the rest of the cluster must pass:
 	// failures that name nothing but this node are tolerated.
-	gopts := gate.OptionsFor(s, &req.Settings, []string{t.node.Name})
+	gopts := gate.OptionsFor(s, req.Settings, []string{t.node.Name})
 	gopts.Identity = t.ids
 	verdict := gate.Run(ctx, s.Clients, inv, gopts)
 	if err := gate.Report(r, "gate-before/", verdict); err != nil {
@@ -248,7 +248,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	if err := talos.StartRollback(ctx, s, t.node); err != nil {
 		return failRes(err)
 	}
-	res, err := talos.TrackReboot(ctx, s, t.node, talos.TrackOptions{Timeout: talos.NodeTimeout(&req.Settings), OldBootID: bootID,
+	res, err := talos.TrackReboot(ctx, s, t.node, talos.TrackOptions{Timeout: talos.NodeTimeout(req.Settings), OldBootID: bootID,
 		Log: func(msg string) { _ = r.Log("info", "rollback", msg) }})
 	if err != nil {
 		return failRes(err)
@@ -264,7 +264,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 
 	if t.node.IsControlPlane() {
 		_ = r.StepStarted("quorum-after", "")
-		q, err := etcd.WaitQuorum(ctx, s.Clients, t.ids, gate.Timeout(&req.Settings), etcd.Quorum.CheckRestored)
+		q, err := etcd.WaitQuorum(ctx, s.Clients, t.ids, gate.Timeout(req.Settings), etcd.Quorum.CheckRestored)
 		if err != nil {
 			_ = r.StepFailed("quorum-after", err.Error())
 			return r.Result(&sdk.Result{OK: false, Summary: t.node.Name + " is back on " + res.Version + " but etcd is not healthy", Error: err.Error(), Lines: lines, Invalidated: invalidated})
@@ -278,9 +278,9 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		}
 		lines = append(lines, after...)
 	}
-	aopts := gate.OptionsFor(s, &req.Settings, []string{})
+	aopts := gate.OptionsFor(s, req.Settings, []string{})
 	aopts.Identity = t.ids
-	verdict = gate.Until(ctx, s.Clients, inv, aopts, gate.AfterWait(&req.Settings))
+	verdict = gate.Until(ctx, s.Clients, inv, aopts, gate.AfterWait(req.Settings))
 	if err := gate.Report(r, "gate-after/", verdict); err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package rollback
 
 import (
 	"context"
-	"strings"
 
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/gate"
@@ -33,10 +32,7 @@ func forecast(ctx context.Context, s *cluster.Session, t *target, req *sdk.Opera
 	if err != nil {
 		return err
 	}
-	if lines := f.Lines(); !strings.HasPrefix(lines[0], "drain forecast: nothing") {
-		plan.Warnings = append(plan.Warnings, lines...)
-	}
-	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "drain forecast", OK: true, Rule: storage.Rule, Detail: f.Checked})
+	f.AddTo(plan)
 	return nil
 }
 

@@ -3,6 +3,7 @@ package sdk
 import (
 	"bytes"
 	"context"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,12 +97,25 @@ func DecodeConfig(raw []byte, v any) error {
 	return errs.Err()
 }
 
-var jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+var (
+	jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
 
 func decodeValue(path string, raw json.RawMessage, v reflect.Value, errs *ConfigErrors) {
 	if reflect.PointerTo(v.Type()).Implements(jsonUnmarshaler) {
 		if err := v.Addr().Interface().(json.Unmarshaler).UnmarshalJSON(raw); err != nil {
 			errs.Add(path, "%v", err)
+		}
+		return
+	}
+	if reflect.PointerTo(v.Type()).Implements(textUnmarshaler) {
+		// As encoding/json: a type that reads text (netip.Addr) takes a string.
+		var s string
+		if json.Unmarshal(raw, &s) != nil {
+			errs.Add(path, "is %s, want a string", describeJSON(raw))
+		} else if err := v.Addr().Interface().(encoding.TextUnmarshaler).UnmarshalText([]byte(s)); err != nil {
+			errs.Add(path, "is not a valid %s", v.Type())
 		}
 		return
 	}
@@ -129,7 +143,12 @@ func decodeValue(path string, raw json.RawMessage, v reflect.Value, errs *Config
 				errs.Add(p, "%s", unknownConfigKey(key, fields))
 				continue
 			}
-			decodeValue(p, obj[key], v.FieldByIndex(idx), errs)
+			f, ok := fieldByIndexAlloc(v, idx)
+			if !ok {
+				errs.Add(p, "sdk.DecodeConfig: cannot set %q through an unexported embedded pointer", key)
+				continue
+			}
+			decodeValue(p, obj[key], f, errs)
 		}
 	case reflect.Map:
 		if v.Type().Key().Kind() != reflect.String {
@@ -160,6 +179,20 @@ func decodeValue(path string, raw json.RawMessage, v reflect.Value, errs *Config
 			decodeValue(fmt.Sprintf("%s[%d]", path, i), item, out.Index(i), errs)
 		}
 		v.Set(out)
+	case reflect.Array:
+		var list []json.RawMessage
+		if json.Unmarshal(raw, &list) != nil {
+			errs.Add(path, "is %s, want a list", describeJSON(raw))
+			return
+		}
+		if len(list) > v.Len() {
+			errs.Add(path, "has %d items, want at most %d", len(list), v.Len())
+			return
+		}
+		v.SetZero()
+		for i, item := range list {
+			decodeValue(fmt.Sprintf("%s[%d]", path, i), item, v.Index(i), errs)
+		}
 	default:
 		if err := json.Unmarshal(raw, v.Addr().Interface()); err != nil {
 			errs.Add(path, "is %s, want %s", describeJSON(raw), kindName(v.Type()))
@@ -179,7 +212,7 @@ func jsonFields(t reflect.Type) map[string][]int {
 		if name == "-" {
 			continue
 		}
-		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+		if t := f.Type; f.Anonymous && name == "" && (t.Kind() == reflect.Struct || t.Kind() == reflect.Pointer && t.Elem().Kind() == reflect.Struct) {
 			continue // its fields are visible on their own
 		}
 		if name == "" {
@@ -188,6 +221,25 @@ func jsonFields(t reflect.Type) map[string][]int {
 		out[name] = f.Index
 	}
 	return out
+}
+
+// fieldByIndexAlloc is v.FieldByIndex, allocating the nil embedded pointers
+// on the way (as encoding/json does) instead of panicking; false when one
+// is unexported and so cannot be allocated.
+func fieldByIndexAlloc(v reflect.Value, index []int) (reflect.Value, bool) {
+	for i, x := range index {
+		if i > 0 && v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				if !v.CanSet() {
+					return reflect.Value{}, false
+				}
+				v.Set(reflect.New(v.Type().Elem()))
+			}
+			v = v.Elem()
+		}
+		v = v.Field(x)
+	}
+	return v, true
 }
 
 func sortedJSONKeys(m map[string]json.RawMessage) []string {
@@ -221,7 +273,11 @@ func unknownConfigKey(key string, fields map[string][]int) string {
 	return fmt.Sprintf("unknown key %q; valid keys here: %s", key, strings.Join(names, ", "))
 }
 
-// describeJSON names a JSON value for an error: its kind, and a scalar's text.
+// describeJSON names a JSON value for an error: its kind, and the text of a
+// number, true, false or null. A string's text is never quoted back: a
+// value in the wrong place may be a secret (a token written where the
+// section wants a mapping such as {env: VAR}), and config check's output
+// goes to terminals and CI logs; the path says where it is.
 func describeJSON(raw json.RawMessage) string {
 	s := strings.TrimSpace(string(raw))
 	switch {
@@ -229,6 +285,8 @@ func describeJSON(raw json.RawMessage) string {
 		return "a mapping"
 	case strings.HasPrefix(s, "["):
 		return "a list"
+	case strings.HasPrefix(s, `"`):
+		return "a string"
 	case len(s) > 40:
 		return s[:40] + "…"
 	}
@@ -367,17 +425,35 @@ func ValidateConfigOf(ctx context.Context, p any, raw []byte, clusters []string)
 		}
 		return nil
 	}
-	err := v.ValidateConfig(ctx, raw, slices.Clone(clusters))
-	if err == nil {
-		return nil
-	}
-	var ce ConfigErrors
-	if !errors.As(err, &ce) {
-		return []*lifecyclev1.ConfigProblem{{Message: err.Error()}}
-	}
-	out := make([]*lifecyclev1.ConfigProblem, 0, len(ce))
-	for _, p := range ce {
-		out = append(out, &lifecyclev1.ConfigProblem{Path: p.Path, Message: p.Message})
-	}
+	var out []*lifecyclev1.ConfigProblem
+	configProblems(v.ValidateConfig(ctx, raw, slices.Clone(clusters)), &out)
 	return out
+}
+
+// configProblems appends err's problems to out: each ConfigErrors in it
+// with its paths, and every other error (each of a join) for the section as
+// a whole. A join is walked to its end, so an empty ConfigErrors joined
+// with another error cannot hide that error (errors.As stops at the first
+// ConfigErrors, empty or not).
+func configProblems(err error, out *[]*lifecyclev1.ConfigProblem) {
+	if err == nil {
+		return
+	}
+	if ce, ok := err.(ConfigErrors); ok {
+		for _, p := range ce {
+			*out = append(*out, &lifecyclev1.ConfigProblem{Path: p.Path, Message: p.Message})
+		}
+		return
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			configProblems(e, out)
+		}
+		return
+	}
+	if u := errors.Unwrap(err); u != nil && errors.As(u, new(ConfigErrors)) {
+		configProblems(u, out) // a wrapped ConfigErrors keeps its paths
+		return
+	}
+	*out = append(*out, &lifecyclev1.ConfigProblem{Message: err.Error()})
 }

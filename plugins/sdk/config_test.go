@@ -3,9 +3,13 @@ package sdk
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 type testOffsite struct {
@@ -103,5 +107,118 @@ func TestValidateConfigOf(t *testing.T) {
 	}
 	if p := ValidateConfigOf(ctx, configPlugin{}, []byte(`{"keep":1}`), []string{"a"}); p != nil {
 		t.Fatalf("valid: %v", p)
+	}
+}
+
+// TestDecodeConfigQuotesNoStringBack: a string where the section wants a
+// mapping, a list or a number is named by its kind, never its text: it may
+// be a secret written in the wrong place, and config check's output goes to
+// CI logs.
+func TestDecodeConfigQuotesNoStringBack(t *testing.T) {
+	const secret = "ghp_s3cr3tT0kenValue0123456789abcdefghij"
+	var c testSection
+	err := DecodeConfig([]byte(`{"offsite": "`+secret+`", "keep": "`+secret+`", "lists": "`+secret+`"}`), &c)
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	if strings.Contains(err.Error(), "s3cr3t") {
+		t.Fatalf("the error quotes the value back: %v", err)
+	}
+	for _, want := range []string{"offsite: is a string, want a mapping", "keep: is a string, want a whole number", "lists: is a string, want a list"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want it to contain %q", err, want)
+		}
+	}
+}
+
+// TestDecodeConfigArraysAreStrict: a fixed-size array of structs is decoded
+// item by item like a slice, so an unknown key inside one is an error (it
+// went to encoding/json, which drops unknown keys).
+func TestDecodeConfigArraysAreStrict(t *testing.T) {
+	var c struct {
+		Pair [2]testOffsite `json:"pair"`
+	}
+	err := DecodeConfig([]byte(`{"pair": [{"bucket": "a"}, {"buckt": "b"}]}`), &c)
+	if err == nil || !strings.Contains(err.Error(), `pair[1].buckt: unknown key "buckt"`) {
+		t.Fatalf("got %v, want the unknown key in the array named", err)
+	}
+	if err := DecodeConfig([]byte(`{"pair": [{}, {}, {}]}`), &c); err == nil || !strings.Contains(err.Error(), "at most 2") {
+		t.Fatalf("three items for two: %v", err)
+	}
+	if err := DecodeConfig([]byte(`{"pair": [{"port": 1}]}`), &c); err != nil || c.Pair[0].Port != 1 {
+		t.Fatalf("valid: %v %+v", err, c)
+	}
+}
+
+type TestEmbedded struct {
+	Region string `json:"region"`
+}
+
+// TestDecodeConfigEmbeddedPointer: the fields of an embedded *struct are
+// the section's keys, as with encoding/json: the nil pointer is allocated
+// (DecodeConfig panicked on it, and the plugin's ValidateConfig with it),
+// and the embedded type's own name is no key.
+func TestDecodeConfigEmbeddedPointer(t *testing.T) {
+	var c struct {
+		*TestEmbedded
+		Keep int `json:"keep"`
+	}
+	if err := DecodeConfig([]byte(`{"region": "eu", "keep": 1}`), &c); err != nil || c.TestEmbedded == nil || c.Region != "eu" {
+		t.Fatalf("got %v %+v", err, c)
+	}
+	if err := DecodeConfig([]byte(`{"TestEmbedded": {}}`), &c); err == nil || !strings.Contains(err.Error(), "unknown key") {
+		t.Fatalf("the embedded type's name must not be a key: %v", err)
+	}
+}
+
+// TestDecodeConfigTextTypes: a field whose type reads text (netip.Addr)
+// takes a string, as with encoding/json; it was refused as "want a mapping
+// of keys" because the type is a struct.
+func TestDecodeConfigTextTypes(t *testing.T) {
+	var c struct {
+		Addr netip.Addr `json:"addr"`
+	}
+	if err := DecodeConfig([]byte(`{"addr": "10.0.0.1"}`), &c); err != nil || c.Addr.String() != "10.0.0.1" {
+		t.Fatalf("got %v %+v", err, c)
+	}
+	if err := DecodeConfig([]byte(`{"addr": "10.0.0"}`), &c); err == nil || !strings.Contains(err.Error(), "addr: is not a valid netip.Addr") {
+		t.Fatalf("a bad address: %v", err)
+	}
+	if err := DecodeConfig([]byte(`{"addr": 7}`), &c); err == nil || !strings.Contains(err.Error(), "addr: is 7, want a string") {
+		t.Fatalf("a number: %v", err)
+	}
+}
+
+type joinPlugin struct{}
+
+// ValidateConfig collects its problems in a ConfigErrors and joins another
+// check's error to it without calling Err: the ConfigErrors is empty but
+// not nil.
+func (joinPlugin) ValidateConfig(_ context.Context, raw []byte, _ []string) error {
+	var errs ConfigErrors
+	if strings.Contains(string(raw), "bad") {
+		errs.Add("greeting", "is bad")
+	}
+	return errors.Join(errs, errors.New("the clusters have no staging"))
+}
+
+// TestValidateConfigOfWalksJoins: an error joined to an empty ConfigErrors
+// is still a problem; errors.As stopped at the empty ConfigErrors and
+// reported none, so the section was accepted.
+func TestValidateConfigOfWalksJoins(t *testing.T) {
+	ctx := context.Background()
+	p := ValidateConfigOf(ctx, joinPlugin{}, []byte(`{}`), nil)
+	if len(p) != 1 || p[0].GetPath() != "" || !strings.Contains(p[0].GetMessage(), "no staging") {
+		t.Fatalf("got %v, want the joined error", p)
+	}
+	p = ValidateConfigOf(ctx, joinPlugin{}, []byte(`{"bad":1}`), nil)
+	if len(p) != 2 || p[0].GetPath() != "greeting" || p[1].GetPath() != "" {
+		t.Fatalf("got %v, want the path-named problem and the joined error", p)
+	}
+	wrapped := fmt.Errorf("plugins.x: %w", ConfigErrors{{Path: "keep", Message: "too big"}})
+	var out []*lifecyclev1.ConfigProblem
+	configProblems(wrapped, &out)
+	if len(out) != 1 || out[0].GetPath() != "keep" {
+		t.Fatalf("a wrapped ConfigErrors keeps its paths: %v", out)
 	}
 }

@@ -210,7 +210,6 @@ func RequestToWire(r *OperationRequest) *pb.OperationRequest {
 	}
 }
 
-// RequestFromWire never returns nil: Plan and Run always get a request.
 // RequestFromWire converts a wire request; it never returns nil, as Plan and Run always get a request.
 func RequestFromWire(r *pb.OperationRequest) *OperationRequest {
 	c := r.GetCredentials()
@@ -292,7 +291,6 @@ func ResultFromWire(r *pb.Result) *Result {
 	return out
 }
 
-// EventToWire converts a validated event (exactly one part set).
 // EventToWire converts a validated event (exactly one part set) to a wire Progress.
 func EventToWire(e *Event) *pb.Progress {
 	p := &pb.Progress{UnixNano: e.UnixNano}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -338,5 +339,22 @@ func TestUnknownCommandRefusedBySDK(t *testing.T) {
 	}
 	if _, err := c.Plan(t.Context(), &lifecyclev1.OperationRequest{Command: "x"}); err != nil {
 		t.Fatalf("declared command: %v", err)
+	}
+}
+
+// TestCredentialsPrintNoSecret: a request printed or logged whole shows
+// how long each credential is, never its bytes (the wire message's String
+// printed them, and so did the plain struct).
+func TestCredentialsPrintNoSecret(t *testing.T) {
+	req := OperationRequest{Command: "roll", Credentials: Credentials{Talosconfig: []byte("tc-s3cret"), OffsiteSecretAccessKey: []byte("sk-s3cret")}}
+	var logged strings.Builder
+	slog.New(slog.NewTextHandler(&logged, nil)).Info("req", "creds", req.Credentials, "req", req)
+	for _, out := range []string{fmt.Sprintf("%v", req), fmt.Sprintf("%+v", req), fmt.Sprintf("%#v", req), fmt.Sprintf("%s", req.Credentials), fmt.Sprintf("%x", req.Credentials), logged.String()} {
+		if strings.Contains(out, "s3cret") || strings.Contains(out, "115 51 99") || strings.Contains(out, "733363726574") {
+			t.Errorf("a credential is printed: %s", out)
+		}
+		if !strings.Contains(out, "9 bytes") {
+			t.Errorf("want the lengths: %s", out)
+		}
 	}
 }

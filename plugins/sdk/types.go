@@ -13,7 +13,11 @@ package sdk
 // "not refused") are pointers; the optional Settings parts have nil-safe
 // accessors because plugins chain them.
 
-import "strconv"
+import (
+	"fmt"
+	"log/slog"
+	"strconv"
+)
 
 // Effect is what a command changes; the host's policy is derived from it.
 type Effect int32
@@ -169,6 +173,16 @@ type Credentials struct {
 	// AgeIdentity is sent only to operations that read a snapshot back.
 	AgeIdentity []byte
 }
+
+// Format prints only how long each credential is, for every verb, so that
+// a request logged whole (log.Printf("%+v", req)) shows no secret.
+func (c Credentials) Format(f fmt.State, _ rune) {
+	fmt.Fprintf(f, "{Talosconfig:%d bytes Kubeconfig:%d bytes OffsiteAccessKeyID:%d bytes OffsiteSecretAccessKey:%d bytes AgeIdentity:%d bytes}",
+		len(c.Talosconfig), len(c.Kubeconfig), len(c.OffsiteAccessKeyID), len(c.OffsiteSecretAccessKey), len(c.AgeIdentity))
+}
+
+// LogValue is Format for log/slog.
+func (c Credentials) LogValue() slog.Value { return slog.StringValue(fmt.Sprint(c)) }
 
 // Settings are the host's settings for this call (lifecycle.proto Settings).
 type Settings struct {

@@ -11,7 +11,7 @@ func TestValidateConfigIsStrict(t *testing.T) {
 	p := &Plugin{}
 	for raw, want := range map[string]string{
 		`{"refuse_non_latest_pach": true}`:   `refuse_non_latest_pach: unknown key "refuse_non_latest_pach"; did you mean "refuse_non_latest_patch"?`,
-		`{"refuse_non_latest_patch": "yes"}`: `refuse_non_latest_patch: is "yes", want true or false`,
+		`{"refuse_non_latest_patch": "yes"}`: `refuse_non_latest_patch: is a string, want true or false`,
 	} {
 		err := p.ValidateConfig(t.Context(), []byte(raw), nil)
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -18,10 +18,7 @@ import (
 // knownReleases are the releases the target may be checked against: the
 // bot's release data (Image Factory or its cache, docs/RELEASES.md), else
 // the configured known_talos_releases.
-func knownReleases(st *sdk.Settings) (talos, kube []releases.Version) {
-	if st == nil {
-		st = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
-	}
+func knownReleases(st sdk.Settings) (talos, kube []releases.Version) {
 	return releases.Known(st.Extra, st.KnownTalosReleases)
 }
 
@@ -32,7 +29,7 @@ func knownReleases(st *sdk.Settings) (talos, kube []releases.Version) {
 // (releases.CheckTarget, the rule's one place). It runs before the
 // cluster is read, so a version that does not exist changes nothing. The
 // stops before the target come from the same list (knownReleases).
-func allowedTarget(st *sdk.Settings, target talos.Release) error {
+func allowedTarget(st sdk.Settings, target talos.Release) error {
 	n := releases.NotesOrConfigured(st.Extra, st.KnownTalosReleases)
 	err := n.Allowed(releases.Version(target))
 	if rf := (*releases.Refusal)(nil); errors.As(err, &rf) {
@@ -67,10 +64,7 @@ func runningKubernetes(ctx context.Context, s *cluster.Session, ids *identity.Ma
 // It returns the stops and the Kubernetes support line for the plan, and
 // leaves every other problem to the per-node checks (CheckUpgradePath,
 // PatchCheck): then the only stop is the target.
-func pathCheck(oldest, target releases.Version, kube releases.Version, st *sdk.Settings) ([]releases.Version, string, error) {
-	if st == nil {
-		st = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
-	}
+func pathCheck(oldest, target releases.Version, kube releases.Version, st sdk.Settings) ([]releases.Version, string, error) {
 	known, knownKube := knownReleases(st)
 	p, err := releases.PlanTalos(compat.Machinery{}, releases.TalosRequest{Running: oldest, Target: target, Kubernetes: kube, Known: known, KnownKubernetes: knownKube})
 	var rf *releases.Refusal

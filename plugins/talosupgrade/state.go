@@ -145,7 +145,7 @@ func (x *run) pullAll(ctx context.Context) error {
 	for i, n := range todo {
 		_ = x.r.StepStarted(n.id("pull"), n.image)
 		wg.Go(func() {
-			errs[i] = talos.PullInstaller(ctx, x.s, n.node, n.image, talos.PullOptions{Stall: talos.PullStall(&x.req.Settings),
+			errs[i] = talos.PullInstaller(ctx, x.s, n.node, n.image, talos.PullOptions{Stall: talos.PullStall(x.req.Settings),
 				Log: func(msg string) { _ = x.r.Log("warn", n.id("pull"), n.node.Name+": "+msg) }})
 			if errs[i] != nil {
 				_ = x.r.StepFailed(n.id("pull"), errs[i].Error())

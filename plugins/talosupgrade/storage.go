@@ -45,16 +45,6 @@ func planStorage(ctx context.Context, s *cluster.Session, pa *path, set storage.
 	return f, installed, err
 }
 
-// addForecast puts the forecast on the plan: a risk per node with
-// findings (the card shows them, Details in full), and the check.
-func addForecast(plan *sdk.OperationPlan, f storage.Forecast) {
-	lines := f.Lines()
-	if len(f.Nodes) > 0 && !strings.HasPrefix(lines[0], "drain forecast: nothing") {
-		plan.Warnings = append(plan.Warnings, lines...)
-	}
-	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "drain forecast", OK: true, Rule: storage.Rule, Detail: f.Checked})
-}
-
 // storageSteps are a node's storage steps, around its upgrade.
 func storageBeforeStep(r *roll, n nodeStep) *sdk.Step {
 	return &sdk.Step{ID: n.id("storage-before"), Title: n.node.Name + ": storage before the drain (switch primaries over, last replicas elsewhere)", Node: n.node.Name, Kind: "storage"}

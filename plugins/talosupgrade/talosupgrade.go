@@ -222,7 +222,7 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 		return sdk.RefusalPlan(err)
 	}
 	plan := pa.operationPlan(req)
-	addForecast(plan, forecast)
+	forecast.AddTo(plan)
 	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "node identity", OK: true, Rule: identity.Rule, Detail: strings.Join(pa.hops[0].ids.Lines(), "; ")})
 	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "target pre-flight", OK: true, Rule: "R10", Detail: pa.preflight})
 	return plan, nil
@@ -320,7 +320,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		// A node can answer once and still be on its way back (its API goes
 		// down again as the boot goes on), so a node that cannot be read
 		// (R1) is waited for again, within the node timeout.
-		deadline := time.Now().Add(talos.NodeTimeout(&req.Settings))
+		deadline := time.Now().Add(talos.NodeTimeout(req.Settings))
 		for {
 			settle(ctx, s, time.Until(deadline))
 			ro, err = compute(ctx, req, s)
@@ -350,8 +350,8 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	for _, w := range ro.warnings {
 		_ = r.Log("warn", "", w)
 	}
-	x := &run{p: p, req: req, s: s, r: r, path: ro, nodeTO: talos.NodeTimeout(&req.Settings), pulled: map[string]bool{},
-		gateTO: gate.Timeout(&req.Settings), afterTO: gate.AfterWait(&req.Settings), cluster: inv.Name, resumed: resumed}
+	x := &run{p: p, req: req, s: s, r: r, path: ro, nodeTO: talos.NodeTimeout(req.Settings), pulled: map[string]bool{},
+		gateTO: gate.Timeout(req.Settings), afterTO: gate.AfterWait(req.Settings), cluster: inv.Name, resumed: resumed}
 	if err := x.hops(ctx); err != nil && !errors.Is(err, errReported) {
 		return err
 	}
@@ -520,7 +520,7 @@ func (x *run) execute(ctx context.Context) error {
 
 // gateOptions are the gate's options of this run, with the resolved names.
 func (x *run) gateOptions(drain []string) gate.Options {
-	o := gate.OptionsFor(x.s, &x.req.Settings, drain)
+	o := gate.OptionsFor(x.s, x.req.Settings, drain)
 	o.Identity = x.roll.ids
 	return o
 }
@@ -596,7 +596,7 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	}
 	o.p, err = talos.StartUpgrade(ctx, x.s, talos.NodeUpgrade{Node: n.node, KubeNode: o.kubeNode, From: n.from, To: x.roll.target, Image: n.image, Pulled: x.pulled[n.node.Name]},
 		talos.UpgradeOptions{Drain: k8s.DrainOptions{Timeout: min(x.nodeTO/2, k8s.DefaultDrainTimeout), Log: logf}, Log: logf,
-			Pull: talos.PullOptions{Stall: talos.PullStall(&x.req.Settings)}})
+			Pull: talos.PullOptions{Stall: talos.PullStall(x.req.Settings)}})
 	if err != nil {
 		return failNode(err)
 	}

@@ -50,7 +50,7 @@ func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
 // Plan describes the check. It does not run Terraform.
 func (p *Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
 	name := req.Cluster.Name
-	o, err := planguard.OptionsFrom(name, &req.Settings)
+	o, err := planguard.OptionsFrom(name, req.Settings)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +73,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	if err := r.StepStarted("plan", ""); err != nil {
 		return err
 	}
-	plan, vs, err := planguard.Check(ctx, name, &req.Settings, p.Env, p.TempDir)
+	plan, vs, err := planguard.Check(ctx, name, req.Settings, p.Env, p.TempDir)
 	if err != nil {
 		_ = r.StepFailed("plan", err.Error())
 		return r.Result(&sdk.Result{OK: false, Summary: name + ": Terraform plan failed", Error: err.Error()})
@@ -81,7 +81,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	if err := r.StepOK("plan", plan.Summary()); err != nil {
 		return err
 	}
-	lines := append(plan.Lines(), cluster.FollowupLines(&req.Settings)...)
+	lines := append(plan.Lines(), cluster.FollowupLines(req.Settings.GitFollowups)...)
 	if len(vs) > 0 {
 		if err := r.StepFailed("guard", terraform.Describe(vs)); err != nil {
 			return err

@@ -67,6 +67,16 @@ func TestSecretsReplacementIsRefusedWithR5(t *testing.T) {
 		t.Fatalf("unchanged root: %v", res)
 	}
 
+	// The bot's Git follow-up evidence is part of the report (R5 guard or
+	// not, an unmerged Terraform change is what to do next).
+	withFollowup := *req
+	withFollowup.Settings.GitFollowups = []sdk.GitFollowup{{Variable: "talos_version", Value: "v1.13.9", Branch: "talosbot/b",
+		OperationID: "op0", Base: "main", State: sdk.GitFollowupOpen}}
+	res = run(t, &tfguard.Plugin{Env: env, TempDir: tmp}, &withFollowup)
+	if !res.OK || !strings.Contains(strings.Join(res.Lines, "\n"), "Git: branch talosbot/b (talos_version → \"v1.13.9\", operation op0) is not merged into main yet") {
+		t.Fatalf("follow-up evidence: %v", res)
+	}
+
 	// An in-place change passes and is summarised.
 	res = run(t, &tfguard.Plugin{Env: append(env, "TF_VAR_config_revision=7"), TempDir: tmp}, req)
 	if !res.OK || !strings.Contains(res.Summary, "Plan: 0 to add, 1 to change, 0 to destroy.") ||

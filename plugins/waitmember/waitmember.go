@@ -102,8 +102,10 @@ func (*Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.Operatio
 func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
 	inv, t, err := check(req)
 	if err != nil {
-		re, _ := sdk.AsRefusal(err)
-		return r.Result(&sdk.Result{OK: false, Summary: "refused", Error: err.Error(), Refusal: re})
+		if res := sdk.RefusedResult(err, "refused"); res != nil {
+			return r.Result(res)
+		}
+		return err // not a rule: a bad inventory is the host's error, as in Plan
 	}
 	clients, err := cluster.Connect(ctx, inv, &req.Credentials)
 	if err != nil {

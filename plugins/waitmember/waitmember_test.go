@@ -131,3 +131,20 @@ func TestWaitMemberNeedsEveryMemberUnderOneLeader(t *testing.T) {
 		t.Fatalf("cp-2 without an etcd leader: %v; want a timeout naming the missing leader", res)
 	}
 }
+
+// A request whose inventory is unusable is an error in Run as in Plan, not a
+// "refused" result without the rule that refused.
+func TestWaitMemberBadInventoryIsAnErrorNotARefusal(t *testing.T) {
+	req := &sdk.OperationRequest{OperationID: "op-1", Command: Command, Args: map[string]string{"node": "w-1"},
+		Cluster: sdk.Cluster{Name: "production", Nodes: []*sdk.Node{{Name: "w-1", Address: "10.0.0.9", Role: "worker"}}}}
+	if _, err := (&Plugin{}).Plan(context.Background(), req); err == nil || !strings.Contains(err.Error(), "no control-plane node") {
+		t.Fatalf("Plan: %v", err)
+	}
+	rec, err := sdktest.Run(context.Background(), &Plugin{}, req, nil)
+	if err == nil || !strings.Contains(err.Error(), "no control-plane node") {
+		t.Fatalf("Run: err %v, result %+v", err, rec.FinalResult())
+	}
+	if res := rec.FinalResult(); res != nil && res.Summary == "refused" && res.Refusal == nil {
+		t.Fatalf("Run reported a refusal without a rule: %+v", res)
+	}
+}

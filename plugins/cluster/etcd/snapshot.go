@@ -131,10 +131,7 @@ type SnapshotOptions struct {
 
 // SnapshotOptionsFrom reads the host settings. Settings.backups.local wins
 // over the older snapshot_keep/snapshot_max_age_seconds fields.
-func SnapshotOptionsFrom(s *sdk.Settings) SnapshotOptions {
-	if s == nil {
-		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
-	}
+func SnapshotOptionsFrom(s sdk.Settings) SnapshotOptions {
 	o := SnapshotOptions{
 		Dir: s.SnapshotDir,
 		Retention: retention.Policy{Keep: int(s.SnapshotKeep),
@@ -155,7 +152,7 @@ func SnapshotOptionsFrom(s *sdk.Settings) SnapshotOptions {
 // SnapshotOptionsFor reads the host settings and, for the off-site copy,
 // the S3 credentials the host resolved for this call.
 func SnapshotOptionsFor(req *sdk.OperationRequest) SnapshotOptions {
-	o := SnapshotOptionsFrom(&req.Settings)
+	o := SnapshotOptionsFrom(req.Settings)
 	o.Operation = req.OperationID
 	b := req.Settings.Backups
 	if t := b.GetOffsite(); t != nil {

@@ -100,11 +100,8 @@ type Options struct {
 }
 
 // OptionsFrom reads the host settings (gate_timeout_ms).
-func OptionsFrom(s *sdk.Settings) Options {
+func OptionsFrom(s sdk.Settings) Options {
 	var o Options
-	if s == nil {
-		return o
-	}
 	if ms := s.GateTimeoutMs; ms > 0 {
 		o.Timeout = time.Duration(ms) * time.Millisecond
 	}
@@ -398,10 +395,7 @@ func runProbe(ctx context.Context, g *gateRun, p probe) (r ProbeResult) {
 
 // Timeout reads settings.gate_timeout_ms (default DefaultTimeout): one gate
 // run, and with it the gate before a node.
-func Timeout(s *sdk.Settings) time.Duration {
-	if s == nil {
-		return DefaultTimeout
-	}
+func Timeout(s sdk.Settings) time.Duration {
 	if ms := s.GateTimeoutMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
@@ -426,10 +420,7 @@ const (
 )
 
 // AfterWait reads settings.gate_after_timeout_ms (default DefaultAfterWait).
-func AfterWait(s *sdk.Settings) time.Duration {
-	if s == nil {
-		return DefaultAfterWait
-	}
+func AfterWait(s sdk.Settings) time.Duration {
 	if ms := s.GateAfterTimeoutMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
@@ -437,10 +428,7 @@ func AfterWait(s *sdk.Settings) time.Duration {
 }
 
 // HealthWait reads settings.health_timeout_ms (default DefaultHealthWait).
-func HealthWait(s *sdk.Settings) time.Duration {
-	if s == nil {
-		return DefaultHealthWait
-	}
+func HealthWait(s sdk.Settings) time.Duration {
 	if ms := s.HealthTimeoutMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
@@ -468,7 +456,7 @@ func Until(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, opts 
 // settings, with Kubernetes required whenever a kubeconfig was given (a
 // disruptive operation must not pass a gate that silently skipped the
 // Kubernetes probes), draining the given nodes (nil: every node).
-func OptionsFor(s *cluster.Session, settings *sdk.Settings, drain []string) Options {
+func OptionsFor(s *cluster.Session, settings sdk.Settings, drain []string) Options {
 	o := OptionsFrom(settings)
 	o.RequireKubernetes = s.Kube != nil
 	o.DrainNodes = drain

@@ -235,14 +235,14 @@ func TestUnresolvableAddressFailsByNode(t *testing.T) {
 }
 
 func TestWaitsDefaultsAndSettings(t *testing.T) {
-	var none *sdk.Settings
+	var none sdk.Settings
 	if Timeout(none) != DefaultTimeout || AfterWait(none) != DefaultAfterWait || HealthWait(none) != DefaultHealthWait {
 		t.Fatalf("defaults: %s %s %s", Timeout(none), AfterWait(none), HealthWait(none))
 	}
 	if DefaultTimeout != time.Minute || DefaultAfterWait != 10*time.Minute || DefaultHealthWait != 2*time.Minute {
 		t.Fatal("the documented defaults (docs/HEALTHGATE.md) changed")
 	}
-	s := &sdk.Settings{GateTimeoutMs: 5000, GateAfterTimeoutMs: 7000, HealthTimeoutMs: 9000}
+	s := sdk.Settings{GateTimeoutMs: 5000, GateAfterTimeoutMs: 7000, HealthTimeoutMs: 9000}
 	if Timeout(s) != 5*time.Second || AfterWait(s) != 7*time.Second || HealthWait(s) != 9*time.Second {
 		t.Fatalf("settings: %s %s %s", Timeout(s), AfterWait(s), HealthWait(s))
 	}

@@ -14,8 +14,8 @@ import (
 
 // probeStorage: every attached Longhorn volume healthy (status.robustness)
 // and every CloudNativePG cluster with all its instances ready and its
-// primary settled (storage.Postgres.Healthy). With neither installed it is
-// "not checked", never a pass (docs/UPGRADES.md, "Storage").
+// primary settled (storage.Postgres.Healthy). With neither installed, or
+// nothing attached or declared, it is "not checked", never a pass (docs/UPGRADES.md, "Storage").
 func probeStorage(ctx context.Context, g *gateRun) ProbeResult {
 	st, err := storage.Read(ctx, g.c.Kube, g.c.Dynamic, storage.Defaults())
 	if err != nil {
@@ -48,6 +48,11 @@ func probeStorage(ctx context.Context, g *gateRun) ProbeResult {
 	}
 	if len(bad) > 0 {
 		return ProbeResult{Status: StatusFail, Detail: strings.Join(bad, "; ")}
+	}
+	if vols == 0 && len(st.Postgres) == 0 {
+		// Installed, but nothing to look at: a pass would claim a check
+		// that read nothing.
+		return ProbeResult{Status: StatusNotChecked, Detail: NotChecked + ": no attached Longhorn volume and no CloudNativePG cluster"}
 	}
 	return ProbeResult{Status: StatusOK, Detail: fmt.Sprintf("%d attached Longhorn volume(s) healthy; %d CloudNativePG cluster(s) with every instance ready", vols, len(st.Postgres))}
 }

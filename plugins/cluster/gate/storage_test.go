@@ -12,7 +12,7 @@ import (
 )
 
 // TestStorageProbe: "not checked" (never a pass) without Longhorn and
-// CNPG; with their real CRDs, a degraded volume fails naming it, and
+// CNPG, or with them and nothing to read; with their real CRDs, a degraded volume fails naming it, and
 // passes once it is healthy again.
 func TestStorageProbe(t *testing.T) {
 	dir, err := storagetest.FixturesDir()
@@ -31,6 +31,9 @@ func TestStorageProbe(t *testing.T) {
 	}
 	if err := storagetest.CreateNodes(ctx, k.Client, "a", "b"); err != nil {
 		t.Fatal(err)
+	}
+	if r := probeStorage(ctx, g); r.Status != StatusNotChecked || !strings.Contains(r.Detail, "no attached Longhorn volume") {
+		t.Fatalf("CRDs installed, nothing to read: %+v, want not checked", r)
 	}
 	if err := storagetest.CreateVolume(ctx, k.Client, k.Dynamic, storagetest.Volume{Name: "pvc-data", Nodes: []string{"a", "b"}, PVC: "data", PVCNamespace: "app"}); err != nil {
 		t.Fatal(err)

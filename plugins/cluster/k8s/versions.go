@@ -210,7 +210,7 @@ func MinorRefusal(v *Versions, target string) (rule, reason, fix string) {
 	if sdkversions.SkipsMinor(plain(lo.parsed), plain(t)) {
 		return "R20", fmt.Sprintf("v%s skips a minor: the lowest running version is %s (%s); Kubernetes upgrades go one minor at a time",
 				t, lo.Version, lo.Where),
-			fmt.Sprintf("upgrade one minor at a time: first to the newest %d.%d release declared under releases.kubernetes, then to %s", lo.parsed.Major, sdkversions.NextMinor(plain(lo.parsed)).Minor, t)
+			fmt.Sprintf("upgrade one minor at a time: first to the newest %s release declared under releases.kubernetes, then to %s", sdkversions.NextMinor(plain(lo.parsed)).MinorPlain(), t)
 	}
 	return "", "", ""
 }

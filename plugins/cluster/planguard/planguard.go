@@ -43,10 +43,7 @@ type Options struct {
 
 // OptionsFrom reads Settings.terraform and Settings.extra. A missing root is an error that says
 // which configuration to set.
-func OptionsFrom(cluster string, s *sdk.Settings) (Options, error) {
-	if s == nil {
-		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
-	}
+func OptionsFrom(cluster string, s sdk.Settings) (Options, error) {
 	x := s.Extra
 	tf := s.Terraform
 	o := Options{Config: terraform.Config{Root: tf.GetRoot(), Binary: tf.GetBinary(), ConfigKey: tf.GetConfigKey()}}
@@ -91,7 +88,7 @@ func (o Options) Protected() string {
 
 // Check plans the root in settings and applies the R5 guard. A non-empty
 // violation list means: refuse (see Refusal).
-func Check(ctx context.Context, cluster string, s *sdk.Settings, env []string, tempDir string) (*terraform.Plan, []terraform.Violation, error) {
+func Check(ctx context.Context, cluster string, s sdk.Settings, env []string, tempDir string) (*terraform.Plan, []terraform.Violation, error) {
 	o, err := OptionsFrom(cluster, s)
 	if err != nil {
 		return nil, nil, err
@@ -122,16 +119,13 @@ func Step() *sdk.Step {
 }
 
 // Wanted reports whether the host asked for the guard before upgrades.
-func Wanted(s *sdk.Settings) bool {
-	if s == nil {
-		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
-	}
+func Wanted(s sdk.Settings) bool {
 	return s.Terraform.GetPlanBeforeUpgrade()
 }
 
 // WithStep returns steps with Step first when the guard is Wanted: an
 // upgrade's plan shows the guard it will run.
-func WithStep(s *sdk.Settings, steps []*sdk.Step) []*sdk.Step {
+func WithStep(s sdk.Settings, steps []*sdk.Step) []*sdk.Step {
 	if !Wanted(s) {
 		return steps
 	}
@@ -142,7 +136,7 @@ func WithStep(s *sdk.Settings, steps []*sdk.Step) []*sdk.Step {
 // Wanted. It returns a refusal when the plan would replace or delete cluster
 // secrets or a node VM, or when Terraform could not plan: an upgrade must not
 // start on top of a migration nobody looked at. nil: go ahead.
-func BeforeUpgrade(ctx context.Context, cluster string, s *sdk.Settings, r sdk.Reporter) *sdk.Refusal {
+func BeforeUpgrade(ctx context.Context, cluster string, s sdk.Settings, r sdk.Reporter) *sdk.Refusal {
 	if !Wanted(s) {
 		return nil
 	}

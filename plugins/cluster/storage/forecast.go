@@ -194,6 +194,27 @@ func (f Forecast) Lines() []string {
 	return out
 }
 
+// hasFindings: some node's drain would be blocked or hurt.
+func (f Forecast) hasFindings() bool {
+	for _, n := range f.Nodes {
+		if len(n.Findings) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// AddTo puts the forecast on a plan, as every plugin that drains shows
+// it: its lines as warnings when a node has findings (the card shows
+// them, Details in full), and the "drain forecast" precondition saying
+// what was read.
+func (f Forecast) AddTo(plan *sdk.OperationPlan) {
+	if f.hasFindings() {
+		plan.Warnings = append(plan.Warnings, f.Lines()...)
+	}
+	plan.Preconditions = append(plan.Preconditions, &sdk.Precondition{Name: "drain forecast", OK: true, Rule: Rule, Detail: f.Checked})
+}
+
 // LocalData lists, per node (Kubernetes names), the evictable pods with an
 // emptyDir volume or a PVC bound to a local or hostPath PersistentVolume:
 // their data does not survive the drain.

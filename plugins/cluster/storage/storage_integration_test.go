@@ -195,6 +195,11 @@ func TestStorageThroughRealCRDs(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, "pg-1 not ready", func() bool { return !postgres(e.read(t), "db/pg").PodReady["pg-1"] })
+		// CNPG is not "healthy" with an instance down: the phase says it
+		// waits for the instances (PhaseWaitingForInstancesToBeActive).
+		waitFor(t, "the phase waiting for pg-1", func() bool {
+			return postgres(e.read(t), "db/pg").Phase == "Waiting for the instances to become active"
+		})
 		if fo := e.ctrl.FailedOver(); len(fo) != 0 {
 			t.Fatalf("uncontrolled failover: %v", fo)
 		}
@@ -238,16 +243,20 @@ func TestStorageThroughRealCRDs(t *testing.T) {
 	})
 
 	t.Run("after a node: the limit passing is a LimitError (the roll pauses)", func(t *testing.T) {
-		s := storage.Defaults()
-		s.RebuildWait = 300 * time.Millisecond
-		w := e.waiter(s)
+		// The default 2 h limit, measured on the waiter's clock: each
+		// reading moves it on 30 min, so the limit passes after a few
+		// polls and the test never sleeps it out.
+		w := e.waiter(storage.Defaults())
+		w.Now = (&clock{t: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC), step: 30 * time.Minute}).Now
 		if err := storagetest.SetNodeReady(ctx, kube, "n3", false); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, "degraded", func() bool { return volume(e.read(t), "pvc-data").Robustness == "degraded" })
-		_, err := w.After(ctx, "n3", []string{"pvc-data"})
-		if !storage.IsLimit(err) || !strings.Contains(err.Error(), "app/data: degraded") {
-			t.Fatalf("After with n3 down = %v, want a LimitError naming app/data", err)
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		_, err := w.After(wctx, "n3", []string{"pvc-data"})
+		if !storage.IsLimit(err) || !strings.Contains(err.Error(), "app/data: degraded") || !strings.Contains(err.Error(), "within 2h0m0s") {
+			t.Fatalf("After with n3 down = %v, want a LimitError after 2h naming app/data", err)
 		}
 		if err := storagetest.SetNodeReady(ctx, kube, "n3", true); err != nil {
 			t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
@@ -40,8 +39,39 @@ type Waiter struct {
 	// Progress, when set, gets the wait's state for the live message
 	// ("pvc-data: rebuilding 62 %, 1 of 3 volumes").
 	Progress func(line string)
-	// Now stamps the switchover (status.targetPrimaryTimestamp). Nil: time.Now.
+	// Now is the clock: it stamps the switchover
+	// (status.targetPrimaryTimestamp) and measures each wait against its
+	// limit. Nil: time.Now.
 	Now func() time.Time
+}
+
+func (w Waiter) now() time.Time {
+	if w.Now == nil {
+		return time.Now()
+	}
+	return w.Now()
+}
+
+// poll calls done every Interval until it holds (true), ctx ends (its
+// error), or limit has passed on w's clock (false): the limit is measured
+// on Now, so a test moves it with its clock instead of sleeping it out.
+func (w Waiter) poll(ctx context.Context, limit time.Duration, done func(context.Context) bool) (bool, error) {
+	deadline := w.now().Add(limit)
+	tick := time.NewTicker(w.interval())
+	defer tick.Stop()
+	for {
+		if done(ctx) {
+			return true, nil
+		}
+		if !w.now().Before(deadline) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-tick.C:
+		}
+	}
 }
 
 func (w Waiter) interval() time.Duration {
@@ -83,23 +113,15 @@ func (w Waiter) Before(ctx context.Context, node string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Every refusal before anything changes: a refused node is left as it was.
+	// Every refusal before anything changes, by the forecast's own rule
+	// (R3 is decided in one place): a refused node is left as it was.
+	if err := Build(st, Input{Order: []string{node}}, w.Settings).Refusal(); err != nil {
+		return nil, err
+	}
 	var last []string
 	for _, v := range st.Volumes {
-		if v.State != volumeAttached || !v.OnlyHealthyOn(node) {
-			continue
-		}
-		if fd, _ := volumeFinding(v, node, w.Settings); fd.Blocks {
-			return nil, Forecast{Nodes: []NodeForecast{{Node: node, Findings: []Finding{fd}}}}.Refusal()
-		}
-		last = append(last, v.Name)
-	}
-	for _, p := range st.Postgres {
-		if p.PrimaryNode() != node {
-			continue
-		}
-		if fd, _ := postgresFinding(p, node, w.Settings); fd.Blocks {
-			return nil, Forecast{Nodes: []NodeForecast{{Node: node, Findings: []Finding{fd}}}}.Refusal()
+		if v.State == volumeAttached && v.OnlyHealthyOn(node) {
+			last = append(last, v.Name)
 		}
 	}
 	var lines []string
@@ -130,10 +152,6 @@ func (w Waiter) Before(ctx context.Context, node string) ([]string, error) {
 // the phase is healthy and every instance is ready.
 func (w Waiter) switchover(ctx context.Context, p Postgres, node string) (string, error) {
 	cand := p.Candidate(node) // Before refused when there is none
-	now := time.Now
-	if w.Now != nil {
-		now = w.Now
-	}
 	res := w.Dyn.Resource(clusterGVR).Namespace(p.Namespace)
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cl, err := res.Get(ctx, p.Name, metav1.GetOptions{})
@@ -145,7 +163,7 @@ func (w Waiter) switchover(ctx context.Context, p Postgres, node string) (string
 			st = map[string]any{}
 		}
 		st["targetPrimary"] = cand
-		st["targetPrimaryTimestamp"] = now().UTC().Format(time.RFC3339Nano)
+		st["targetPrimaryTimestamp"] = w.now().UTC().Format(time.RFC3339Nano)
 		st["phase"] = phaseSwitchover
 		st["phaseReason"] = "Switching over to " + cand
 		cl.Object["status"] = st
@@ -157,23 +175,23 @@ func (w Waiter) switchover(ctx context.Context, p Postgres, node string) (string
 	}
 	w.progress(fmt.Sprintf("%s: switching the primary over from %s to %s", p.Key(), p.CurrentPrimary, cand))
 	var last Postgres
-	err = wait.PollUntilContextTimeout(ctx, w.interval(), w.Settings.SwitchoverWait, true, func(ctx context.Context) (bool, error) {
+	ok, err := w.poll(ctx, w.Settings.SwitchoverWait, func(ctx context.Context) bool {
 		st, err := Read(ctx, w.Kube, w.Dyn, w.Settings)
 		if err != nil {
-			return false, nil //nolint:nilerr // a read that fails is tried again until the limit
+			return false // a read that fails is tried again until the limit
 		}
 		for _, q := range st.Postgres {
 			if q.Key() == p.Key() {
 				last = q
-				return q.CurrentPrimary == cand && q.Phase == phaseHealthy && q.PodReady[cand], nil
+				return q.CurrentPrimary == cand && q.Phase == phaseHealthy && q.PodReady[cand]
 			}
 		}
-		return false, nil
+		return false
 	})
 	if err != nil {
-		if ctx.Err() != nil {
-			return "", ctx.Err()
-		}
+		return "", err
+	}
+	if !ok {
 		return "", &LimitError{What: fmt.Sprintf("CloudNativePG %s: switchover to %s not done within %s (current primary %s, phase %q)",
 			p.Key(), cand, w.Settings.SwitchoverWait, last.CurrentPrimary, last.Phase)}
 	}
@@ -184,10 +202,10 @@ func (w Waiter) switchover(ctx context.Context, p Postgres, node string) (string
 // node other than node.
 func (w Waiter) waitHealthyElsewhere(ctx context.Context, node string, names []string) error {
 	var pending []string
-	err := wait.PollUntilContextTimeout(ctx, w.interval(), w.Settings.RebuildWait, true, func(ctx context.Context) (bool, error) {
+	ok, err := w.poll(ctx, w.Settings.RebuildWait, func(ctx context.Context) bool {
 		st, err := Read(ctx, w.Kube, w.Dyn, w.Settings)
 		if err != nil {
-			return false, nil //nolint:nilerr // tried again until the limit
+			return false // tried again until the limit
 		}
 		pending = pending[:0]
 		var prog []string
@@ -205,12 +223,12 @@ func (w Waiter) waitHealthyElsewhere(ctx context.Context, node string, names []s
 		if len(pending) > 0 {
 			w.progress(fmt.Sprintf("before %s: waiting for a healthy replica elsewhere of %s %s", node, strings.Join(pending, ", "), strings.Join(prog, "; ")))
 		}
-		return len(pending) == 0, nil
+		return len(pending) == 0
 	})
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
+		return err
+	}
+	if !ok {
 		return &LimitError{What: fmt.Sprintf("before %s: %s still had its last healthy replica on %s after %s",
 			node, strings.Join(pending, ", "), node, w.Settings.RebuildWait)}
 	}
@@ -225,10 +243,10 @@ func (w Waiter) After(ctx context.Context, node string, names []string) ([]strin
 		return nil, nil
 	}
 	var line string
-	err := wait.PollUntilContextTimeout(ctx, w.interval(), w.Settings.RebuildWait, true, func(ctx context.Context) (bool, error) {
+	ok, err := w.poll(ctx, w.Settings.RebuildWait, func(ctx context.Context) bool {
 		st, err := Read(ctx, w.Kube, w.Dyn, w.Settings)
 		if err != nil {
-			return false, nil //nolint:nilerr // tried again until the limit
+			return false // tried again until the limit
 		}
 		var parts []string
 		done := 0
@@ -247,16 +265,16 @@ func (w Waiter) After(ctx context.Context, node string, names []string) ([]strin
 			}
 		}
 		if len(parts) == 0 {
-			return true, nil
+			return true
 		}
 		line = fmt.Sprintf("%s, %d of %d volumes healthy", strings.Join(parts, "; "), done, len(names))
 		w.progress(line)
-		return false, nil
+		return false
 	})
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
+		return nil, err
+	}
+	if !ok {
 		return nil, &LimitError{What: fmt.Sprintf("after %s: Longhorn not healthy again within %s (%s)", node, w.Settings.RebuildWait, line)}
 	}
 	return []string{fmt.Sprintf("💽 after %s: %d Longhorn volume(s) healthy again", node, len(names))}, nil

@@ -35,10 +35,7 @@ type PullOptions struct {
 // (settings.node_timeout_ms, timeouts.node in the bot's configuration), since the pull is part
 // of one node's upgrade, capped below Talos's own 20 minutes so that the bot's clear failure
 // comes first. No setting of its own: the core's configuration stays free of plugin settings.
-func PullStall(s *sdk.Settings) time.Duration {
-	if s == nil {
-		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
-	}
+func PullStall(s sdk.Settings) time.Duration {
 	return min(NodeTimeout(s), TalosPullTimeout-time.Minute)
 }
 
@@ -57,7 +54,7 @@ var ErrPullStalled = errors.New("the pull made no progress")
 // 20-minute wait nor a bare timeout.
 func pullImage(ctx context.Context, s *cluster.Session, ci *common.ContainerdInstance, image string, o PullOptions) error {
 	if o.Stall <= 0 {
-		o.Stall = PullStall(nil)
+		o.Stall = PullStall(sdk.Settings{})
 	}
 
 	ctx, cancel := context.WithCancel(ctx)

@@ -24,10 +24,7 @@ import (
 const DefaultNodeTimeout = 10 * time.Minute
 
 // NodeTimeout reads settings.node_timeout_ms (default DefaultNodeTimeout).
-func NodeTimeout(s *sdk.Settings) time.Duration {
-	if s == nil {
-		s = &sdk.Settings{} // a nil input reads as unset, as the wire getters did
-	}
+func NodeTimeout(s sdk.Settings) time.Duration {
 	if ms := s.NodeTimeoutMs; ms > 0 {
 		return time.Duration(ms) * time.Millisecond
 	}
@@ -231,7 +228,7 @@ func StartUpgrade(ctx context.Context, s *cluster.Session, u NodeUpgrade, opts U
 // reported as a pull's is, and bounded by the same no-progress limit.
 func legacyUpgrade(ctx context.Context, s *cluster.Session, image string, o PullOptions) (*machineapi.UpgradeResponse, error) {
 	if o.Stall <= 0 {
-		o.Stall = PullStall(nil)
+		o.Stall = PullStall(sdk.Settings{})
 	}
 	start := time.Now()
 	parent := ctx

@@ -26,7 +26,7 @@ func Parse(s string) (Version, error) {
 	var v [3]int
 	for i, p := range parts {
 		n, err := strconv.Atoi(p)
-		if err != nil || n < 0 || (len(p) > 1 && p[0] == '0') {
+		if err != nil || p[0] < '0' || p[0] > '9' || (len(p) > 1 && p[0] == '0') { // Atoi takes "+9"
 			return Version{}, fmt.Errorf("version %q is not MAJOR.MINOR.PATCH (e.g. v1.13.9 or 1.36.3)", s)
 		}
 		v[i] = n

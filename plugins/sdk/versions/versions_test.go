@@ -67,3 +67,17 @@ func TestReadNotes(t *testing.T) {
 		t.Fatalf("ReadNotes = %+v, %v", n, ok)
 	}
 }
+
+// TestParseRefusesSigns: a component is digits only. strconv.Atoi takes a
+// sign, so "v1.13.+9" parsed as v1.13.9 and a target that is no release
+// tag was accepted and respelt.
+func TestParseRefusesSigns(t *testing.T) {
+	for _, s := range []string{"v1.13.+9", "v+1.13.9", "v1.-0.9", "v1.13.-9", "v1..9"} {
+		if v, err := Parse(s); err == nil {
+			t.Errorf("Parse(%q) = %v, want an error", s, v)
+		}
+	}
+	if v, err := Parse("v1.13.9"); err != nil || v.Tag() != "v1.13.9" {
+		t.Fatalf("Parse(v1.13.9) = %v, %v", v, err)
+	}
+}
