@@ -416,10 +416,6 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 		// Where the plugin looks for a pause between nodes (pause.go).
 		extra[sdk.ExtraPauseMark] = e.pauseMark(op.ID)
 	}
-	if ids := interruptedSteps(op); len(ids) > 0 {
-		// A resume: the steps the stopped run left in flight (resume.go).
-		extra[sdk.ExtraInterruptedSteps] = strings.Join(ids, "\n")
-	}
 	var drills *lifecyclev1.StagingDrills
 	if spec, ok := e.grammar.Lookup(op.Command); ok && slices.Contains(spec.GetNeeds(), lifecyclev1.Need_NEED_STAGING_DRILLS) {
 		if drills, err = e.stagingDrills(ctx); err != nil {
@@ -446,6 +442,8 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 		Attempt:     int32(max(op.Attempts, 1)),
 		Credentials: pcreds,
 		Config:      section,
+		// A resume: the steps the stopped run left in flight (resume.go).
+		InterruptedSteps: interruptedSteps(op),
 		Settings: &lifecyclev1.Settings{
 			SnapshotDir: c.SnapshotDir, GateTimeoutMs: c.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: c.Timeouts.Node.D().Milliseconds(),
 			GateAfterTimeoutMs: c.Timeouts.GateAfter.D().Milliseconds(), HealthTimeoutMs: c.Timeouts.Health.D().Milliseconds(),

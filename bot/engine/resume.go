@@ -131,15 +131,16 @@ func planChanges(oldRaw []byte, now *lifecyclev1.OperationPlan) []string {
 	return out
 }
 
-// interruptedSteps are the ids of the steps a stopped attempt left in flight
+// interruptedSteps are the steps a stopped attempt left in flight
 // (StepStopped) that no later attempt has run since: a resumed run is told
-// them (sdk.ExtraInterruptedSteps), because the cluster alone cannot show
+// them (OperationRequest.interrupted_steps), because the cluster alone cannot show
 // whether an upgrade in flight was issued and fell back or never began. The
 // attempts are read in order, so a step a later attempt finished (or found
 // done) is no longer in flight, and one a later attempt never reached (it
 // stopped again before) still is.
-func interruptedSteps(op *state.Operation) []string {
+func interruptedSteps(op *state.Operation) []*lifecyclev1.InterruptedStep {
 	last := map[string]string{}
+	node := map[string]string{}
 	var order []string
 	see := func(steps []state.Step) {
 		for _, s := range steps {
@@ -150,16 +151,17 @@ func interruptedSteps(op *state.Operation) []string {
 				order = append(order, s.ID)
 			}
 			last[s.ID] = s.Status
+			node[s.ID] = s.Node
 		}
 	}
 	for _, a := range op.History {
 		see(a.Steps)
 	}
 	see(op.Steps)
-	var out []string
+	var out []*lifecyclev1.InterruptedStep
 	for _, id := range order {
 		if st := last[id]; st == StepStopped || st == "running" {
-			out = append(out, id)
+			out = append(out, &lifecyclev1.InterruptedStep{Id: id, Node: node[id]})
 		}
 	}
 	return out

@@ -15,7 +15,7 @@ func TestInterruptedSteps(t *testing.T) {
 			{N: 1, End: "interrupted", Steps: []state.Step{
 				{ID: "snapshot", Status: "ok"},
 				{ID: "node/cp-1/upgrade", Status: "ok"},
-				{ID: "node/cp-2/upgrade", Status: StepStopped},
+				{ID: "node/cp-2/upgrade", Node: "cp-2", Status: StepStopped},
 				{ID: "node/cp-3/upgrade", Status: "pending"},
 			}},
 			{N: 2, End: "interrupted", Steps: []state.Step{
@@ -27,14 +27,18 @@ func TestInterruptedSteps(t *testing.T) {
 		},
 		Steps: []state.Step{
 			{ID: "snapshot", Status: "ok"},
-			{ID: "node/worker-1/upgrade", Status: StepStopped},
+			{ID: "node/worker-1/upgrade", Node: "worker-1", Status: StepStopped},
 			{ID: "node/cp-3/upgrade", Status: "pending"},
 		},
 	}
-	if got, want := interruptedSteps(op), []string{"node/cp-2/upgrade", "node/worker-1/upgrade"}; !slices.Equal(got, want) {
+	var got []string
+	for _, s := range interruptedSteps(op) {
+		got = append(got, s.GetId()+"@"+s.GetNode())
+	}
+	if want := []string{"node/cp-2/upgrade@cp-2", "node/worker-1/upgrade@worker-1"}; !slices.Equal(got, want) {
 		t.Fatalf("interruptedSteps = %q, want %q", got, want)
 	}
 	if got := interruptedSteps(&state.Operation{Steps: []state.Step{{ID: "a", Status: "pending"}, {ID: "b", Status: "ok"}}}); len(got) != 0 {
-		t.Fatalf("a first run has nothing in flight, got %q", got)
+		t.Fatalf("a first run has nothing in flight, got %v", got)
 	}
 }

@@ -113,7 +113,7 @@ func TestResumeWithResetInFlightWaitsInsteadOfR9(t *testing.T) {
 
 	req := request(c, kube, "cp-3")
 	req.Attempt = 2
-	req.Settings.Extra = map[string]string{sdk.ExtraInterruptedSteps: "membership"}
+	req.InterruptedSteps = []sdk.InterruptedStep{{ID: "membership", Node: "cp-3"}}
 	plan, err := sdktest.Plan(ctx, New(), req)
 	if err != nil || plan.Refusal != nil {
 		t.Fatalf("the resumed removal's plan under the alarm: %v %v", plan.Refusal, err)
@@ -155,7 +155,7 @@ func TestFailureAfterResetNamesTheCordon(t *testing.T) {
 	req := request(c, kube, "worker-1")
 	req.Attempt = 2
 	req.Settings.NodeTimeoutMs = 3000
-	req.Settings.Extra = map[string]string{sdk.ExtraInterruptedSteps: "reset"}
+	req.InterruptedSteps = []sdk.InterruptedStep{{ID: "reset", Node: "worker-1"}}
 	rec, _ := sdktest.Run(ctx, New(), req, nil)
 	res := rec.FinalResult()
 	if res.OK || res.Summary != "worker-1 did not leave the cluster" {

@@ -18,7 +18,7 @@ import (
 // TestResumeAfterFallbackDoesNotUpgradeAgain: the bot dies right after it issued worker-1's
 // Upgrade; the new image does not boot and Talos falls back to v1.12.6 while the bot is
 // gone. The resumed run is told worker-1's upgrade step was in flight (the host's
-// sdk.ExtraInterruptedSteps): it stops there, naming the fallback, and never sends worker-1
+// sdk.OperationRequest.InterruptedSteps): it stops there, naming the fallback, and never sends worker-1
 // a second Upgrade, nor touches a later node. (Without the check it sees v1.12.6 and
 // upgrades worker-1 again.)
 func TestResumeAfterFallbackDoesNotUpgradeAgain(t *testing.T) {
@@ -59,7 +59,7 @@ func TestResumeAfterFallbackDoesNotUpgradeAgain(t *testing.T) {
 	}
 
 	req.Attempt = 2
-	req.Settings.Extra = map[string]string{sdk.ExtraInterruptedSteps: inFlight}
+	req.InterruptedSteps = []sdk.InterruptedStep{{ID: inFlight, Node: "worker-1"}}
 	rec, _ = sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
 	if res.OK || !strings.Contains(res.Error, "worker-1's upgrade to "+target+" was in flight when talosbot stopped, and worker-1 runs "+from) ||
@@ -109,7 +109,7 @@ func TestResumeUncordonsItsOwnLandedNode(t *testing.T) {
 	}
 
 	req.Attempt = 2
-	req.Settings.Extra = map[string]string{sdk.ExtraInterruptedSteps: inFlight}
+	req.InterruptedSteps = []sdk.InterruptedStep{{ID: inFlight, Node: "worker-1"}}
 	rec, _ = sdktest.Run(ctx, &Plugin{}, req, nil)
 	if res := rec.FinalResult(); !res.OK {
 		t.Fatalf("the resumed run: %s: %s", res.Summary, res.Error)
