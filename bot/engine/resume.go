@@ -21,6 +21,24 @@ import (
 // step results move to the operation's history, so the record keeps every
 // attempt.
 func (e *Engine) resumeReplanned(ctx context.Context, from Origin, op *state.Operation) error {
+	// One resume at a time: planning the rest reads the whole cluster and
+	// can take a minute on a cluster that is settling, during which the
+	// operation still reads interrupted. A second resume would plan again
+	// only to find the first one running it (soak seed 1055: a resume every
+	// 10 s, each refused "illegal state transition from running to running"
+	// a minute later).
+	e.mu.Lock()
+	busy := e.resuming[op.ID]
+	e.resuming[op.ID] = true
+	e.mu.Unlock()
+	if busy {
+		return e.refuseAction(ctx, from, op, "resume", fmt.Sprintf("operation %s is being resumed already (the rest is being planned); its message shows when it runs", op.ID))
+	}
+	defer func() {
+		e.mu.Lock()
+		delete(e.resuming, op.ID)
+		e.mu.Unlock()
+	}()
 	next := *op
 	next.Attempts = op.Attempts + 1 // the plugin plans the attempt it will run
 	// Built once: the run that follows uses it too (executeWith), so the
