@@ -54,6 +54,7 @@ func wantDenied(t *testing.T, what string, err error) {
 // on a node reached through another's apid (the roles travel with the request), and refuses
 // the sensitive MachineConfig resource to non-admins.
 func TestAccessRoles(t *testing.T) {
+	t.Parallel()
 	c, admin := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1})
 
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)

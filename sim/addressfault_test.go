@@ -19,6 +19,7 @@ import (
 // answer at its inventory address, its etcd member still names the old peer URL, the
 // Kubernetes Node's InternalIP is the new address; clearing the fault restores all three.
 func TestAddressChangedFault(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kc := fake.NewClientset()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, Kube: kc})

@@ -85,6 +85,7 @@ func waitVersion(ctx context.Context, t *testing.T, cli *client.Client, ip, want
 // The four names of a node are independent: inventory, Talos hostname, Kubernetes Node name and
 // etcd member name; everything keyed by one of them uses the right one.
 func TestNamesCanAllDiffer(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	naming := func(info sim.NodeInfo) sim.NodeNames {
@@ -191,6 +192,7 @@ func healthCheck(ctx context.Context, cli *client.Client, node string, wait time
 // HealthCheck runs pkg/cluster/check's default checks in their order, on control planes only,
 // with node infos as IP literals; an unexpected Kubernetes Node or a cordoned one fails it.
 func TestHealthCheck(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, Kube: kube.Client, Kubeconfig: kube.Kubeconfig,
@@ -286,6 +288,7 @@ func cordon(ctx context.Context, t *testing.T, kc kubernetes.Interface, name str
 // A second sequence is acknowledged and then refused by a LOCKED event without the caller's
 // actor id; reboot takes over a reset but not an upgrade.
 func TestSecondSequenceIsLocked(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 2, Kube: kube.Client, Kubeconfig: kube.Kubeconfig,
@@ -409,6 +412,7 @@ func createPodWithPDBNamed(ctx context.Context, t *testing.T, kc kubernetes.Inte
 // reference the registry has is accepted (a tag that is not a version, a digest); a single
 // control plane upgrades without --preserve.
 func TestLegacyUpgradeImages(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
@@ -444,6 +448,7 @@ func TestLegacyUpgradeImages(t *testing.T) {
 
 // LifecycleService.Upgrade runs only an installer already pulled into the namespace it names.
 func TestLifecycleUpgradeNeedsPulledImage(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.0", RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
 	nctx := client.WithNode(ctx, nodeIP(t, c, "worker-1"))
@@ -513,6 +518,7 @@ func TestLifecycleUpgradeNeedsPulledImage(t *testing.T) {
 
 // preserve=true skips ValidateForUpgrade and the cluster-wide upgrade mutex.
 func TestPreserveSkipsEtcdChecks(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
@@ -558,6 +564,7 @@ func TestPreserveSkipsEtcdChecks(t *testing.T) {
 // A stopped etcd makes local etcd calls wait for the caller's deadline; cluster-wide ones are
 // answered by the other members.
 func TestStoppedEtcdWaitsForDeadline(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3})
 	ctx := t.Context()
@@ -598,6 +605,7 @@ func TestStoppedEtcdWaitsForDeadline(t *testing.T) {
 // A graceful reset publishes Talos's reset sequence, stopAllServices included, and the node
 // leaves etcd and stays down.
 func TestGracefulResetSequence(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, HealthCheckInterval: 200 * time.Millisecond})
 	ctx := t.Context()
@@ -655,6 +663,7 @@ func TestGracefulResetSequence(t *testing.T) {
 
 // At boot Talos uncordons only the nodes it cordoned itself (annotation talos.dev/cordoned).
 func TestBootUncordonsOnlyTalosCordons(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, Kube: kube.Client, Kubeconfig: kube.Kubeconfig, RebootDelay: 100 * time.Millisecond})
@@ -715,6 +724,7 @@ func TestBootUncordonsOnlyTalosCordons(t *testing.T) {
 
 // Memory, Dmesg, Logs and Disks answer as far as talosctl's health check and the bot need.
 func TestDiagnosticRPCs(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1})
 	ctx := t.Context()
 	all := ips(c, "")
@@ -773,6 +783,7 @@ func TestDiagnosticRPCs(t *testing.T) {
 
 // Two nodes with one hostname would collide in discovery, Kubernetes and etcd: refused.
 func TestNamingCollisionRefused(t *testing.T) {
+	t.Parallel()
 	_, err := sim.Start(t.Context(), sim.Options{Dir: t.TempDir(), ControlPlanes: 1, Workers: 1,
 		Naming: func(sim.NodeInfo) sim.NodeNames { return sim.NodeNames{Hostname: "same"} }})
 	if err == nil || !strings.Contains(err.Error(), `the same hostname "same"`) {

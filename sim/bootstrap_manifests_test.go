@@ -32,6 +32,7 @@ var talosManifestIDs = []string{
 // images of the Talos version the control plane runs, and served as Manifest resources. CoreDNS
 // runs its two replicas Ready, and a drained node's CoreDNS pod comes back on another node.
 func TestBootstrapManifests(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	kc := kube.Client
@@ -198,6 +199,7 @@ func TestBootstrapManifests(t *testing.T) {
 // the inventory annotation and records every object in the inventory ConfigMap, keyed as
 // go-kubernetes' ssa inventory keys them (which talosctl upgrade-k8s reads back).
 func TestBootstrapManifestsInventory(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	kc := kube.Client

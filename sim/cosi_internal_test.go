@@ -13,6 +13,7 @@ import (
 // TestResourceSetsUnique: every served type is registered once (a second registration would
 // fail every boot's state) and every node writes each resource once per refresh.
 func TestResourceSetsUnique(t *testing.T) {
+	t.Parallel()
 	seen := map[string]bool{}
 
 	for _, r := range cosiResourceTypes() {
@@ -61,6 +62,7 @@ func TestResourceSetsUnique(t *testing.T) {
 // TestFoldStage: the machine stage follows the runtime events as MachineStatusController's
 // event watcher folds them.
 func TestFoldStage(t *testing.T) {
+	t.Parallel()
 	seqEv := func(seq string, a machineapi.SequenceEvent_Action, fatal bool) simEvent {
 		ev := &machineapi.SequenceEvent{Sequence: seq, Action: a}
 		if fatal {

@@ -50,6 +50,7 @@ func machineConfig(ctx context.Context, t *testing.T, cli *client.Client, ip str
 }
 
 func TestMachineConfigResourceReplacesStateFile(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.12.6"})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -93,6 +94,7 @@ func TestMachineConfigResourceReplacesStateFile(t *testing.T) {
 }
 
 func TestStateFileBeforeV112(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, TalosVersion: "v1.11.5"})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -155,6 +157,7 @@ func unmet(ms *runtime.MachineStatus) string {
 }
 
 func TestResourcesFollowLifecycle(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 200 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -378,6 +381,7 @@ func TestResourcesFollowLifecycle(t *testing.T) {
 // TestResourcesWithKubernetes: with a kube-apiserver, StaticPodStatus mirrors the control
 // plane's static pods and NodeStatus the Node, and both feed MachineStatus readiness.
 func TestResourcesWithKubernetes(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, Kube: kube.Client, StaticPods: true, StaticPodReadyDelay: 50 * time.Millisecond})

@@ -16,6 +16,7 @@ import (
 // Rollback with no previous boot entry is GRUB's plain error, and EtcdMemberList without a
 // leader fails with etcd's "no leader" (WithRequireLeader) instead of waiting.
 func TestSmallerDifferences(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1})
 

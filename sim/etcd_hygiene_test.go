@@ -19,6 +19,7 @@ import (
 // EtcdDefragment gives them back on that member only, and a worker refuses
 // the call as Talos does.
 func TestEtcdDefragmentShrinksTheDatabase(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -85,6 +86,7 @@ func TestEtcdDefragmentShrinksTheDatabase(t *testing.T) {
 // alarm (and writes work again), but while the space is not back (the etcdNoSpace fault holds)
 // NOSPACE is raised again, as etcd's quota check does at the next write.
 func TestEtcdAlarmDisarmComesBackWithoutSpace(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()

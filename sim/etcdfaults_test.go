@@ -59,6 +59,7 @@ func etcdService(ctx context.Context, t *testing.T, c *sim.Cluster, node, state 
 // its service Preparing until 30 minutes passed on the sim's clock, then the service is Failed
 // with Talos's pre-stage error and stays so.
 func TestEtcdJoinGivesUpAfter30Minutes(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	clock := &fakeClock{t: time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)}
 	c, _ := startSim(t, sim.Options{ControlPlanes: 3, Now: clock.Now})

@@ -17,6 +17,7 @@ import (
 // TestEtcdNoSpaceFault: the NOSPACE alarm is etcd's own: the alarm list names it, writes are
 // refused with etcd's "database space exceeded", and clearing the fault disarms it.
 func TestEtcdNoSpaceFault(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1})
 
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -78,6 +79,7 @@ func TestEtcdNoSpaceFault(t *testing.T) {
 // TestApidCertificateFaults: an expired apid certificate, and one that does not name the
 // node's address, fail the client's TLS handshake with Go's x509 errors; clearing restores it.
 func TestApidCertificateFaults(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1})
 
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -136,6 +138,7 @@ func TestApidCertificateFaults(t *testing.T) {
 // TestEtcdRejoinFailureFault: after a normal reboot the member's etcd exits at start and the
 // service waits to restart it forever; clearing the fault lets it start and rejoin.
 func TestEtcdRejoinFailureFault(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3})
 

@@ -10,6 +10,7 @@ import (
 // controller's map starts empty), deleted 60 minutes after that; the kubelet's image and the
 // k8s.io namespace are left alone.
 func TestImageGCSchedule(t *testing.T) {
+	t.Parallel()
 	boot := time.Date(2026, 12, 3, 6, 0, 0, 0, time.UTC)
 	installer := image{name: "ghcr.io/siderolabs/installer:v1.13.9", pinned: "ghcr.io/siderolabs/installer@sha256:aa"}
 	kubelet := image{name: "ghcr.io/siderolabs/kubelet:v1.36.3", pinned: "ghcr.io/siderolabs/kubelet@sha256:bb"}

@@ -88,6 +88,7 @@ func install(ctx context.Context, cli *client.Client, ref string) ([]string, int
 // or an installer of a version never released) is NotFound at once, in the words containerd
 // and Talos's ImageService.Pull use; a released installer pulls.
 func TestRegistryServesOnlyCataloguedImages(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.9"})
 	nctx := client.WithNode(t.Context(), nodeIP(t, c, "worker-1"))
 
@@ -116,6 +117,7 @@ func TestRegistryServesOnlyCataloguedImages(t *testing.T) {
 // version cannot upgrade (machinery's compatibility table): it prints why and exits 1; the
 // RPC itself succeeds, and the node keeps booting its version.
 func TestInstallerPreflightRefusesDowngradeTooFar(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.9", RebootDelay: 50 * time.Millisecond})
 	ctx := t.Context()
 	nctx := client.WithNode(ctx, nodeIP(t, c, "worker-1"))
@@ -185,6 +187,7 @@ func TestInstallerPreflightRefusesDowngradeTooFar(t *testing.T) {
 // left alone is installable an hour later and gone by 75 minutes: LifecycleService.Upgrade then
 // fails as Talos's does, and a pull brings it back.
 func TestImageGCRemovesAnIdleInstaller(t *testing.T) {
+	t.Parallel()
 	clock := newTestClock()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.0", Now: clock.Now})
 	nctx := client.WithNode(t.Context(), nodeIP(t, c, "worker-1"))
@@ -253,6 +256,7 @@ func listImages(t *testing.T, ctx context.Context, cli *client.Client) string {
 // (then it pulls), or 20 minutes pass on the sim's clock (then it fails as image.Pull's retry
 // gives up). An image the node already has does not need the registry.
 func TestRegistryUnreachablePullRetries(t *testing.T) {
+	t.Parallel()
 	clock := newTestClock()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.0", Now: clock.Now})
 	ctx := t.Context()

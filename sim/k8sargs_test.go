@@ -26,6 +26,7 @@ import (
 // kubelet's configuration, as Talos renders them; a -fat kubelet image runs a kubelet that
 // reports the plain version. These are what talosctl upgrade-k8s's pre-flight checks read.
 func TestExtraArgs(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 
@@ -102,6 +103,7 @@ func TestExtraArgs(t *testing.T) {
 // pulls into the namespace asked for, refuses an unknown namespace, and fails under the
 // ImagePullFailure fault.
 func TestLegacyImagePull(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, TalosVersion: "v1.13.9"})
 	cp := c.Nodes()[0]
 

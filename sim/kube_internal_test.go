@@ -12,6 +12,7 @@ import (
 )
 
 func TestKubeSideFake(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	kc := fake.NewClientset()
 	k := &kubeSide{client: kc, hostLabel: DefaultHostLabel, drainTimeout: time.Second, log: slog.New(slog.DiscardHandler)}
@@ -92,6 +93,7 @@ func TestKubeSideFake(t *testing.T) {
 }
 
 func TestImageVersions(t *testing.T) {
+	t.Parallel()
 	for ref, want := range map[string]string{
 		"factory.talos.dev/nocloud-installer/abc:v1.13.9": "v1.13.9",
 		"registry:5000/installer:v1.12.6@sha256:0123":     "v1.12.6",
@@ -111,6 +113,7 @@ func TestImageVersions(t *testing.T) {
 }
 
 func TestMachineConfigRoundTrip(t *testing.T) {
+	t.Parallel()
 	img := defaultImages(installerImage(DefaultSchematic, "v1.12.6"), "v1.35.2")
 
 	b, err := machineConfig("c", RoleControlPlane, "https://127.0.0.1:6443", []byte("ca"), []byte("k8s-ca"), []byte("etcd-ca"), img)

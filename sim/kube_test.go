@@ -78,6 +78,7 @@ func createPodWithPDB(ctx context.Context, t *testing.T, kc kubernetes.Interface
 // a reboot, and the legacy upgrade's server-side drain through the eviction API, which a
 // PodDisruptionBudget blocks until it allows a disruption.
 func TestKubeSide(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	kc := kube.Client
@@ -259,6 +260,7 @@ func BenchmarkStartWithKube(b *testing.B) {
 // planes' etcd members, so the Node objects the sim registers are /registry keys in that cluster
 // (and so in its snapshots), as on a Talos control plane.
 func TestKubeStoresIntoSimEtcd(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	startKube := testenv.KubeStarter(t)
 
@@ -327,6 +329,7 @@ func TestKubeStoresIntoSimEtcd(t *testing.T) {
 
 // TestKubeOnEtcdRefusesBoth: Kube and KubeOnEtcd are two ways to give the sim a Kubernetes side.
 func TestKubeOnEtcdRefusesBoth(t *testing.T) {
+	t.Parallel()
 	_, err := sim.Start(t.Context(), sim.Options{
 		ControlPlanes: 1, Kube: fake.NewClientset(),
 		KubeOnEtcd: func(context.Context, []string) (sim.KubeBackend, error) { return sim.KubeBackend{}, nil },
@@ -341,6 +344,7 @@ func TestKubeOnEtcdRefusesBoth(t *testing.T) {
 // one Ready pod per node at the template's image and a status that says so; a new image in
 // the DaemonSet rolls every pod.
 func TestKubeProxyBootstrapManifest(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	kc := kube.Client

@@ -56,6 +56,7 @@ func readBoot(ctx context.Context, cli *client.Client, ip string) (string, strin
 // sequence fails and says so in the events, machined counts down and reboots into the old
 // version (a third boot id), which ends running and ready; the booted entry is the old one.
 func TestABFallbackSequence(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
@@ -139,6 +140,7 @@ func TestABFallbackSequence(t *testing.T) {
 // TestNoRebootKeepsBootID: with noReboot a reboot request is acknowledged and its sequence ends,
 // but the node keeps its boot id.
 func TestNoRebootKeepsBootID(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
 	ip := nodeIP(t, c, "worker-1")
@@ -183,6 +185,7 @@ func TestNoRebootKeepsBootID(t *testing.T) {
 // command line and its booted entry; an upgrade lands the installer's, and the faults
 // landSchematic and kernelArgsNotApplied land something else.
 func TestLandingResources(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 2, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
@@ -301,6 +304,7 @@ func TestLandingResources(t *testing.T) {
 // RUNNING but not ready, naming the conditions as Talos's MachineStatusController does;
 // clearing the fault publishes ready.
 func TestUnmetConditionsHoldReadiness(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()

@@ -16,6 +16,7 @@ import (
 // running, and a reset without reboot as down, then reset; a node reported down has
 // already stopped its etcd member (the soak's quorum invariant reads it there).
 func TestOnTransitionSeesRebootAndReset(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	var (
 		mu          sync.Mutex

@@ -17,6 +17,7 @@ import (
 // PodGC deletes the pods of a node that no longer exists (podgc.go); the other control planes'
 // pods stay. (Before, they stayed for ever and Talos's health check counted them.)
 func TestPodGCDeletesADeletedNodesPods(t *testing.T) {
+	t.Parallel()
 	kube := testenv.StartKube(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Kube: kube.Client, Kubeconfig: kube.Kubeconfig, StaticPods: true,
 		PodGCQuarantine: time.Second, HealthCheckInterval: 200 * time.Millisecond})

@@ -75,6 +75,7 @@ func waitService(ctx context.Context, t *testing.T, c *sim.Cluster, node, state,
 // joining once its EPHEMERAL is wiped; then one leader, three voters, and the apiserver serves
 // exactly what the snapshot held.
 func TestEtcdDisasterRecovery(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	startKube := testenv.KubeStarter(t)
 
@@ -243,6 +244,7 @@ func TestEtcdDisasterRecovery(t *testing.T) {
 // heals by itself, as on Talos: the node's etcd service finds the cluster, removes its old
 // member by name, joins as a learner and is promoted. The fault comes over the control API.
 func TestEtcdDataLostOnOneMemberRejoins(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, _ := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1})
 
@@ -277,6 +279,7 @@ func TestEtcdDataLostOnOneMemberRejoins(t *testing.T) {
 // TestControlAPIEtcdLoseQuorum: the control API loses quorum (POST /etcd/lose-quorum) and
 // shows each control plane's etcd (GET /etcd), for the demo and for guides run by hand.
 func TestControlAPIEtcdLoseQuorum(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, _ := startSim(t, sim.Options{ControlPlanes: 3})
 
@@ -349,6 +352,7 @@ func TestControlAPIEtcdLoseQuorum(t *testing.T) {
 // The control API's JSON follows Fault's tags: every key round-trips, durations are duration
 // strings, and an unknown key is refused with the known ones named.
 func TestFaultJSONFollowsTheStruct(t *testing.T) {
+	t.Parallel()
 	in := sim.Fault{Latency: 250 * time.Millisecond, SlowReboot: 5 * time.Second, Unreachable: true, UnhealthyService: "kubelet", StaticPodNotReady: "kube-apiserver"}
 	b, err := json.Marshal(in)
 	if err != nil {

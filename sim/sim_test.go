@@ -159,6 +159,7 @@ func bootID(ctx context.Context, t *testing.T, cli *client.Client, ip string) st
 }
 
 func TestClusterBasics(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 2})
 	ctx := t.Context()
@@ -431,6 +432,7 @@ func TestClusterBasics(t *testing.T) {
 }
 
 func TestUnreachableNode(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 2})
 	ctx := t.Context()
@@ -488,6 +490,7 @@ func watchEvents(ctx context.Context, t *testing.T, cli *client.Client, ip strin
 }
 
 func TestUpgradeRollback(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 0, RebootDelay: 300 * time.Millisecond})
 	ctx := t.Context()
@@ -615,6 +618,7 @@ func TestUpgradeRollback(t *testing.T) {
 }
 
 func TestUpgradeEtcdSafetyAndReset(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 200 * time.Millisecond})
 	ctx := t.Context()
@@ -697,6 +701,7 @@ func TestUpgradeEtcdSafetyAndReset(t *testing.T) {
 }
 
 func TestLifecycleUpgradeV113(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.0", RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
@@ -784,6 +789,7 @@ func TestLifecycleUpgradeV113(t *testing.T) {
 }
 
 func TestApplyConfigurationNoReboot(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1})
 	ctx := client.WithNode(t.Context(), c.Nodes()[0].IP)
 
@@ -806,6 +812,7 @@ func TestApplyConfigurationNoReboot(t *testing.T) {
 }
 
 func TestControlAPIFaults(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
@@ -989,6 +996,7 @@ func BenchmarkStart(b *testing.B) {
 // knows it has no leader (raft steps it down only after its election
 // timeout, and a gate read in between once saw the old leader).
 func TestNoEtcdLeaderHoldsWhenInjectReturns(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, _ := startSim(t, sim.Options{ControlPlanes: 3})
 	ctx := t.Context()

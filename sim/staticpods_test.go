@@ -62,6 +62,7 @@ func waitStaticPod(t *testing.T, kc kubernetes.Interface, comp, node, image stri
 // fault keeps one from becoming Ready until it is cleared; the kubelet version follows
 // machine.kubelet.image.
 func TestStaticPods(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	kc := kube.Client
@@ -121,6 +122,7 @@ func TestStaticPods(t *testing.T) {
 }
 
 func TestStaticPodFaultJSON(t *testing.T) {
+	t.Parallel()
 	var f sim.Fault
 	if err := json.Unmarshal([]byte(`{"staticPodNotReady":"kube-apiserver"}`), &f); err != nil || f.StaticPodNotReady != "kube-apiserver" {
 		t.Fatalf("unmarshal: %+v %v", f, err)
@@ -139,6 +141,7 @@ func TestStaticPodFaultJSON(t *testing.T) {
 // (its Service resource is destroyed, then running and healthy again) after which the Node
 // reports the new version. A terminating pod on a sim node is then finished, as a kubelet does.
 func TestUpgradeK8sProtocol(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	kc := kube.Client

@@ -72,6 +72,7 @@ func (tc *realTalosctl) must(ctx context.Context, args ...string) string {
 // takes 2 s lets them see the node down, as they do with a real machine.
 
 func TestTalosctlBehaviourRebootWaitAndRollback(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, RebootDelay: 2 * time.Second})
 	tc := newRealTalosctl(t, c)
@@ -103,6 +104,7 @@ func TestTalosctlBehaviourRebootWaitAndRollback(t *testing.T) {
 }
 
 func TestTalosctlBehaviourUpgradeNewAPI(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.0", RebootDelay: 2 * time.Second,
@@ -132,6 +134,7 @@ func TestTalosctlBehaviourUpgradeNewAPI(t *testing.T) {
 }
 
 func TestTalosctlBehaviourResetGracefulWait(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, RebootDelay: 300 * time.Millisecond})
 	tc := newRealTalosctl(t, c)
@@ -150,6 +153,7 @@ func TestTalosctlBehaviourResetGracefulWait(t *testing.T) {
 }
 
 func TestTalosctlBehaviourHealth(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	c, _ := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, Kube: kube.Client, Kubeconfig: kube.Kubeconfig,

@@ -14,6 +14,7 @@ import (
 // 75 minutes after the pull on the sim's clock), and a registry the node cannot reach (the pull
 // waits, then fails with image.Pull's timeout).
 func TestTalosctlImageFailures(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	bin := needTalosctl(t)
 	clock := newTestClock()

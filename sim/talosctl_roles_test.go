@@ -16,6 +16,7 @@ import (
 // a rollback with no previous entry, etcd's NOSPACE in the alarm list, and x509 errors for an
 // apid certificate that expired or does not name the node's address.
 func TestTalosctlRolesAndFaults(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	bin := needTalosctl(t)
 	c, _ := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.9"})

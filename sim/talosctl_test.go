@@ -74,6 +74,7 @@ func mustContain(t *testing.T, what, out string, want ...string) {
 }
 
 func TestTalosctlResources(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	bin := needTalosctl(t)
 	c, _ := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, TalosVersion: "v1.13.9"})
@@ -135,6 +136,7 @@ func TestTalosctlResources(t *testing.T) {
 // control plane), so plain `talosctl version`, as the demo prints it, works
 // without -n; a real talosconfig from `talosctl config node` does the same.
 func TestTalosctlWithoutNodes(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	bin := needTalosctl(t)
 	c, _ := startSim(t, sim.Options{ControlPlanes: 3, Workers: 1, TalosVersion: "v1.13.9"})
@@ -146,6 +148,7 @@ func TestTalosctlWithoutNodes(t *testing.T) {
 // Talos: `get extensions` (Image Factory's "schematic" extension), `get kernelcmdline`,
 // `get bootedentry`; and `get machinestatus` shows unmet conditions while a fault holds them.
 func TestTalosctlLandingResources(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	bin := needTalosctl(t)
 	c, _ := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.9"})

@@ -23,6 +23,7 @@ import (
 // before the upgrade are still there after it, and machine.install.image is still the one
 // the config names, not the image the upgrade ran.
 func TestUpgradeKeepsMachineConfig(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.12.6", RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
 	w1 := nodeIP(t, c, "worker-1")

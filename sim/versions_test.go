@@ -31,6 +31,7 @@ func installerFor(v string) string {
 }
 
 func TestReleaseCatalogue(t *testing.T) {
+	t.Parallel()
 	rs := sim.Releases()
 	var names []string
 
@@ -162,6 +163,7 @@ func applyReboot(t *testing.T, cli *client.Client, ip string, cfg []byte) error 
 // upgrade API only from v1.13, apply-config's REBOOT mode refused only on v1.14, and etcd at
 // the version of the release the node runs.
 func TestMultiHopAcrossMixedVersions(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.12.6", RebootDelay: 100 * time.Millisecond})
 	ctx := t.Context()
@@ -283,6 +285,7 @@ func checkTalosShape(t *testing.T, b []byte, cluster string) (*x509.Certificate,
 // TestKubeconfigTalosShape: without a kube-apiserver the Kubeconfig RPC issues, on every call,
 // a new admin certificate from the Kubernetes CA the machine config names as cluster.ca.
 func TestKubeconfigTalosShape(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{Name: "shape", ControlPlanes: 1, Workers: 1, TalosVersion: "v1.14.1"})
 	cp := nodeIP(t, c, "cp-1")
 
@@ -325,6 +328,7 @@ func TestKubeconfigTalosShape(t *testing.T) {
 // TestKubeconfigFromBackendAuthenticates: with a real kube-apiserver, the RPC's kubeconfig
 // (Talos's shape, no bearer token) is accepted by the apiserver through client-go.
 func TestKubeconfigFromBackendAuthenticates(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	c, cli := startSim(t, sim.Options{Name: "backend", ControlPlanes: 1, Kube: kube.Client, Kubeconfig: kube.Kubeconfig})
@@ -351,6 +355,7 @@ func TestKubeconfigFromBackendAuthenticates(t *testing.T) {
 // (ImageService.Pull, MachineService.ImagePull) fail at once with the attempt's error, where a
 // v1.13 node's keep retrying until the caller gives up (TestRegistryUnreachablePullRetries).
 func TestAPIPullOnV114IsOneAttempt(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.14.1"})
 	ctx := t.Context()
 

@@ -9,6 +9,7 @@ import (
 // (bot/engine/endings.go, Ending.Lines) as they appear in a stopped run's
 // message; a pattern that matched nothing would make the check vacuous.
 func TestEndingLinesParse(t *testing.T) {
+	t.Parallel()
 	text := `upgrade of cp-3 failed; the roll stopped, no later node was touched. cp-3 is unchanged: it runs v1.11.6
 Where every node was left:
 • worker-1: partly done, at v1.12.6

@@ -20,6 +20,7 @@ import (
 //   - an etcd read, then cp-3 rebooted with cp-2's etcd still stopped: quorum lost;
 //   - worker-1 held down (neverReturn), then cp-1 rebooted: two nodes down.
 func TestObserverCatchesTwoDownAndQuorum(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	obs := NewObserver()
@@ -113,6 +114,7 @@ func TestObserverCatchesTwoDownAndQuorum(t *testing.T) {
 // member cut off (sim/addressfault.go); a quorum lost to that, set after the bot's last etcd
 // read, is no break of the bot's (soak seeds 1031, 1068, 1097, 1123, 1126 counted it).
 func TestObserverExcusesAnAddressChange(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	obs := NewObserver()

@@ -23,6 +23,7 @@ import (
 // each printed with its schedule before it runs, and fails naming the seed of
 // any scenario whose invariants broke. SOAK_SEED=N SOAK_SCENARIOS=1 replays one.
 func TestSoak(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs talosbot against simulated clusters")
 	}
@@ -87,6 +88,7 @@ func envOr(k, def string) string {
 // that sets it, so a fault added to the sim is drawn by the soak (or this
 // test names it).
 func TestRegistryCoversEveryFault(t *testing.T) {
+	t.Parallel()
 	covered := map[string]bool{}
 	names := map[string]bool{}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -117,6 +119,7 @@ func TestRegistryCoversEveryFault(t *testing.T) {
 
 // TestDrawReplays: a seed draws the same scenario every time, and seeds differ.
 func TestDrawReplays(t *testing.T) {
+	t.Parallel()
 	kinds := map[string]bool{}
 	faults := map[string]bool{}
 	for seed := uint64(1); seed <= 200; seed++ {

@@ -93,6 +93,7 @@ func everyComponentAt(t *testing.T, e *env, version string) {
 // boundary (the health gate between hops), a kill inside the next hop, and the resume that
 // continues at that hop.
 func TestKubernetesMultiHop(t *testing.T) {
+	t.Parallel()
 	kube := testenv.StartKube(t)
 
 	t.Run("the plan shows the whole path, each hop with its checks, under one digest", func(t *testing.T) {
@@ -223,6 +224,7 @@ func TestKubernetesMultiHop(t *testing.T) {
 // TestPauseBetweenSteps: the host's pause mark stops the run before the next step that
 // touches a node, with sdk.PausedResult; the next run carries on and does not redo it.
 func TestPauseBetweenSteps(t *testing.T) {
+	t.Parallel()
 	kube := testenv.StartKube(t)
 	e := startEnv(t, kube, supportsTarget)
 	ctx := ctxFor(t, 5*time.Minute)

@@ -26,6 +26,7 @@ const (
 )
 
 func TestDescribe(t *testing.T) {
+	t.Parallel()
 	m, err := New().Describe(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -47,6 +48,7 @@ func TestDescribe(t *testing.T) {
 }
 
 func TestPlanRejectsBadInput(t *testing.T) {
+	t.Parallel()
 	req := &sdk.OperationRequest{Command: Command, Args: map[string]string{"version": "1.36"},
 		Cluster: sdk.Cluster{Name: "x", Nodes: []*sdk.Node{{Name: "cp-1", Address: "127.0.0.1", Role: "controlplane"}}}}
 	if _, err := New().Plan(context.Background(), req); err == nil || !strings.Contains(err.Error(), "v1.36.3") {

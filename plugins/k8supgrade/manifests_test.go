@@ -21,6 +21,7 @@ import (
 // second run finds them in sync and skips the step; an object another inventory owns stops
 // the sync, named.
 func TestManifestSync(t *testing.T) {
+	t.Parallel()
 	e := startSideEnv(t)
 	defer func() { _ = e.c.Close() }()
 	ctx := ctxFor(t, 5*time.Minute)

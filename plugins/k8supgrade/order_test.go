@@ -96,6 +96,7 @@ func patchNode(t testing.TB, e *env, name string, patch func(*v1alpha1.Config)) 
 // TestPreflightRefusesAtPlanTime: something the target removed that a node still uses is
 // refused when the operation is planned, before any change, naming what and where.
 func TestPreflightRefusesAtPlanTime(t *testing.T) {
+	t.Parallel()
 	kube := testenv.StartKube(t)
 
 	t.Run("a kube-apiserver feature gate removed in 1.36 (real data)", func(t *testing.T) {
@@ -254,6 +255,7 @@ func talosctlOrder() []string {
 // then each scheduler, then the kubelets, control planes first), the pre-pull of every target
 // image before the first change, and that the kubelet's variant is kept.
 func TestOrderSeenByKubernetes(t *testing.T) {
+	t.Parallel()
 	kube := testenv.StartKube(t)
 	e := startEnv(t, kube, supportsTarget)
 	for _, n := range []string{"cp-1", "worker-1"} {

@@ -15,6 +15,7 @@ import (
 // ImagePull of the new kubelet for up to 20 minutes. The pre-pull gives up after the node
 // timeout with a failure that says what to check, and nothing was applied.
 func TestPrePullStalledRegistryStops(t *testing.T) {
+	t.Parallel()
 	kube := testenv.StartKube(t)
 	e := startEnv(t, kube, supportsTarget)
 	ctx := ctxFor(t, 3*time.Minute)

@@ -262,6 +262,7 @@ func talosctl(t *testing.T, bin string, e *env, args ...string) string {
 // in, and the bootstrap manifest sync: the add-ons (CoreDNS, flannel) set back to an older
 // Talos's images come out at the images the nodes' Talos renders.
 func TestSideBySideWithTalosctl(t *testing.T) {
+	t.Parallel()
 	bin := os.Getenv(envTalosctl)
 	if bin == "" {
 		t.Skipf("skipping: %s is unset; point it at a talosctl v1.13.9 binary, e.g. export %s=\"$(cd ../shared/tools && pwd)/talosctl\" "+

@@ -91,6 +91,7 @@ func nodeName(t *testing.T, c *sim.Cluster, name string) string {
 // TestRemoveControlPlane: 3 control planes, remove one: 2 members remain and
 // the Kubernetes Node is gone; the result carries the Terraform follow-up.
 func TestRemoveControlPlane(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	c := startSim(t, kube)
@@ -132,6 +133,7 @@ func TestRemoveControlPlane(t *testing.T) {
 // TestRemovalRefusedWhileAMemberIsDown: with cp-2 down, removing cp-1 would
 // leave one healthy member of three (R9).
 func TestRemovalRefusedWhileAMemberIsDown(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c := startSim(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -157,6 +159,7 @@ func TestRemovalRefusedWhileAMemberIsDown(t *testing.T) {
 }
 
 func TestRemovalRefusesTwoMembers(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 2, Naming: sim.DistinctNames})
@@ -171,6 +174,7 @@ func TestRemovalRefusesTwoMembers(t *testing.T) {
 }
 
 func TestRemovalOfUnknownNodeRefused(t *testing.T) {
+	t.Parallel()
 	c := startSim(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -191,6 +195,7 @@ func TestRemovalOfUnknownNodeRefused(t *testing.T) {
 }
 
 func TestRemoveWorker(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c := startSim(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -207,6 +212,7 @@ func TestRemoveWorker(t *testing.T) {
 // TestFailingBeforeGateRefusesRemoval is R1 in the removal: cp-2's kubelet
 // is unhealthy, so cp-3 is not reset and etcd keeps three members.
 func TestFailingBeforeGateRefusesRemoval(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c := startSim(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -28,6 +28,7 @@ import (
 // skipping it left the Node cordoned and failed the gate after ("unexpected
 // nodes").
 func TestResumeAfterResetDeletesTheNode(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	kube := testenv.StartKube(t)
 	c := startSim(t, kube)
@@ -84,6 +85,7 @@ func TestResumeAfterResetDeletesTheNode(t *testing.T) {
 // is disarmed it does not reset again: it waits for cp-3 to leave and deletes its Node, which
 // the reset's drain left cordoned.
 func TestResumeWithResetInFlightWaitsInsteadOfR9(t *testing.T) {
+	t.Parallel()
 	kube := testenv.StartKube(t)
 	c := startSim(t, kube)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -143,6 +145,7 @@ func TestResumeWithResetInFlightWaitsInsteadOfR9(t *testing.T) {
 // resumed run whose node never leaves within the node timeout) says that the node's Node is
 // cordoned, as nothing later uncordons it (soak seed 1156: the ending said nothing of it).
 func TestFailureAfterResetNamesTheCordon(t *testing.T) {
+	t.Parallel()
 	kube := testenv.StartKube(t)
 	c := startSim(t, kube)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -175,6 +178,7 @@ func TestFailureAfterResetNamesTheCordon(t *testing.T) {
 // resetting) and, under the NOSPACE alarm that would make R9 refuse, plans to wait for cp-3
 // to leave rather than refusing or resetting it again.
 func TestResumeSeesTheResetTheStoreMissed(t *testing.T) {
+	t.Parallel()
 	kube := testenv.StartKube(t)
 	c := startSim(t, kube)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -18,6 +18,7 @@ import (
 // over before the reset drains the node (no uncontrolled failover), and a
 // volume whose only replica is there refuses the plan (R3).
 func TestRemovalSwitchesThePrimaryOverFirst(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	dir, err := storagetest.FixturesDir()
 	if err != nil {

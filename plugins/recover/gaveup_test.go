@@ -38,6 +38,7 @@ func (c *simClock) advance(d time.Duration) {
 // (not refused as a failed restore would be), resets the other and the stale survivor so they
 // join, and ends with three voters.
 func TestRecoverMembersThatGaveUpJoining(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	clock := &simClock{t: time.Now()}
 	f := setupSim(t, nil, sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 200 * time.Millisecond, Now: clock.now})
@@ -91,6 +92,7 @@ func TestRecoverMembersThatGaveUpJoining(t *testing.T) {
 // EPHEMERAL leaves etcd's data in place, so the stale survivor would never rejoin the restored
 // cluster; the recovery wipes EPHEMERAL and ETCD there and ends with three voters.
 func TestRecoverV114WithADedicatedEtcdVolume(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	f := setupSim(t, nil, sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 200 * time.Millisecond,
 		TalosVersion: "v1.14.1", EtcdVolume: true})

@@ -25,6 +25,7 @@ var guideCmd = regexp.MustCompile("^\\d+\\. `(talosctl [^`]+)`$")
 // has three voters, one leader and the snapshot's data. No command names a
 // credential (talosctl reads TALOSCONFIG).
 func TestGuideRunsAsWrittenWithTalosctl(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	bin := os.Getenv("TALOSBOT_TALOSCTL")
 	if bin == "" {
@@ -137,6 +138,7 @@ func TestGuideRunsAsWrittenWithTalosctl(t *testing.T) {
 // the first control plane restores, every other one is listed for the
 // EPHEMERAL reset with the condition to check first.
 func TestGuideWithoutAnyAnswer(t *testing.T) {
+	t.Parallel()
 	inv, err := cluster.InventoryFrom(&sdk.Cluster{Name: "production", Nodes: []*sdk.Node{
 		{Name: "cp-1", Address: "10.0.0.1", Role: "controlplane"}, {Name: "cp-2", Address: "10.0.0.2", Role: "controlplane"},
 		{Name: "cp-3", Address: "10.0.0.3", Role: "controlplane"}, {Name: "w-1", Address: "10.0.0.9", Role: "worker"}}})

@@ -13,6 +13,7 @@ import (
 )
 
 func TestObjectName(t *testing.T) {
+	t.Parallel()
 	for key, want := range map[string]string{
 		"/registry/configmaps/default/after":                         "configmaps default/after",
 		"/registry/secrets/kube-system/token":                        "secrets kube-system/token",
@@ -42,6 +43,7 @@ func TestObjectName(t *testing.T) {
 // TestLostSince writes etcd's key bucket as the backend lays it out (etcd's
 // own revision encoding) and reads what changed after revision 10.
 func TestLostSince(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "db")
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 // (sha256 and etcd's trailer) and removed when the guide is rendered, so a
 // path to it would name a file that is gone.
 func TestGuideFromAnOffsiteOnlySnapshotDownloadsItFirst(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	endpoint, _ := s3test.Start(t, "snaps")
 	cfg := offsite.Config{Endpoint: endpoint, Bucket: "snaps", Prefix: "tb/", Region: "us-east-1", Insecure: true, AccessKeyID: "key", SecretAccessKey: "secret"}

@@ -10,6 +10,7 @@ import (
 // and its data is newer than any snapshot. One fewer is lost quorum.
 // (Issue 34: the refusal at exactly a majority survived mutation.)
 func TestHasQuorumAtExactlyAMajority(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		members, healthy int
 		want             bool

@@ -167,6 +167,7 @@ func (f *fixture) calls(method string) map[string]int {
 // one leader and three voters and the data of the snapshot; a resumed run
 // afterwards changes nothing.
 func TestRecoverRefusalsThenRestore(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	f := setup(t)
 	p := f.plugin(time.Hour)
@@ -271,6 +272,7 @@ func TestRecoverRefusalsThenRestore(t *testing.T) {
 // before etcd came up). The resumed run uploads to the same node only,
 // never bootstraps a second time, and finishes the recovery.
 func TestRecoverResumeAfterUploadAndAfterBootstrap(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	for _, stage := range []string{"upload", "bootstrap"} {
 		t.Run(stage, func(t *testing.T) {
@@ -371,6 +373,7 @@ func (k *killAt) StepOK(id, detail string) error {
 // members step, then attempt 2 runs. It never uploads, bootstraps or
 // resets again, and finishes with the snapshot's data on three voters.
 func TestRecoverResumeAfterRejoinAndAfterMembers(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	for _, stage := range []string{StepRejoin, StepMembers} {
 		t.Run(stage, func(t *testing.T) {
@@ -452,6 +455,7 @@ func equal(a, b map[string]int) bool {
 // the identity it is not verified and the plan is refused. The read-only
 // guide locates it without the identity and says to decrypt it.
 func TestRecoverEncryptedSnapshot(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	id, err := age.GenerateX25519Identity()
 	if err != nil {
@@ -508,6 +512,7 @@ func TestRecoverEncryptedSnapshot(t *testing.T) {
 // revision is the member's, so nothing is refused without --accept-loss,
 // and the write made after the bot's snapshot survives the recovery.
 func TestRecoverFromSurvivorKeepsNewerData(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	f := setup(t)
 	p := f.plugin(time.Hour)
@@ -604,6 +609,7 @@ func (f *fixture) waitJoined(node string) error {
 // Members that run with a leader but whose health checks have not passed
 // are a cluster with quorum: the recovery is refused, naming them.
 func TestRecoverRefusedWhileMembersHaveLeader(t *testing.T) {
+	t.Parallel()
 	f := setup(t)
 	for _, n := range []string{"cp-1", "cp-2", "cp-3"} {
 		f.setHealthFault(t, n, true)
@@ -615,6 +621,7 @@ func TestRecoverRefusedWhileMembersHaveLeader(t *testing.T) {
 // check has not passed yet (Running, unhealthy, with a leader) is not reset
 // by the rejoin step; only the stale survivor (no leader) is.
 func TestRecoverDoesNotResetJoinedMember(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	f := setup(t)
 	p := f.plugin(time.Hour)
@@ -665,6 +672,7 @@ func TestRecoverDoesNotResetJoinedMember(t *testing.T) {
 // the restore as done and never uploads to or bootstraps a second node
 // (two clusters from one snapshot), nor resets the restored one.
 func TestRecoverResumeRestoredNotYetHealthy(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	f := setup(t)
 	p := f.plugin(time.Hour)

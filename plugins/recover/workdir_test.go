@@ -13,6 +13,7 @@ import (
 // A leftover work dir (no live holder) is removed by the sweep, with its
 // contents; a dir a live call holds is kept until that call releases it.
 func TestSweepWorkDirs(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	left := filepath.Join(base, workDirPrefix+"x")
 	if err := os.MkdirAll(left, 0o700); err != nil {
@@ -50,6 +51,7 @@ func TestSweepWorkDirs(t *testing.T) {
 // while that process lives and removed by the next sweep after it died:
 // the lock dies with the process.
 func TestSweepWorkDirAfterSIGKILL(t *testing.T) {
+	t.Parallel()
 	if dir := os.Getenv("TALOSBOT_RECOVER_WORKDIR_CHILD"); dir != "" {
 		w, err := newWorkDir(dir)
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 // The section is decoded strictly: a misspelt key or a wrong type is an
 // error naming its path, never a silently ignored setting.
 func TestValidateConfigIsStrict(t *testing.T) {
+	t.Parallel()
 	p := &Plugin{}
 	for raw, want := range map[string]string{
 		`{"refuse_non_latest_pach": true}`:   `refuse_non_latest_pach: unknown key "refuse_non_latest_pach"; did you mean "refuse_non_latest_patch"?`,

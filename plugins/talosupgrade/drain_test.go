@@ -89,6 +89,7 @@ func cordonWatch(t *testing.T, e *env) func() []string {
 // version is its default boot entry without a reboot, and the node is
 // uncordoned. No later node is touched.
 func TestPDBBlockingTheDrainNeverReboots(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 2, true, func(o *sim.Options) { o.TalosVersion = "v1.13.2" })
 	ctx := ctxFor(t, 3*time.Minute)
@@ -135,6 +136,7 @@ func TestPDBBlockingTheDrainNeverReboots(t *testing.T) {
 // pull the installer on every node first; a registry failure on the last
 // node of the roll stops it before the first node is cordoned or changed.
 func TestInstallerPullFailureOnTheLastNodeStopsBeforeAnyCordon(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 2, true, func(o *sim.Options) { o.TalosVersion = "v1.13.2" })
 	ctx := ctxFor(t, 3*time.Minute)

@@ -45,6 +45,7 @@ func requireRollbackOffered(t *testing.T, res *sdk.Result, node string) {
 // control plane is upgraded; the quorum check after it stops the roll and no
 // later node is touched.
 func TestQuorumFailureMidRollStops(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 3, 1, false, nil)
 	ctx := ctxFor(t, 3*time.Minute)
@@ -99,6 +100,7 @@ func TestQuorumFailureMidRollStops(t *testing.T) {
 // countdown, a second reboot). The operation fails saying the node fell back (no Rollback offered: there is nothing left to roll back),
 // worker-2 is not touched.
 func TestBootFailureAutomaticRollback(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
@@ -122,6 +124,7 @@ func TestBootFailureAutomaticRollback(t *testing.T) {
 // TestNodeNeverReturnsTimesOut: worker-1 goes down for its reboot and stays
 // down; the per-node timeout fails the operation.
 func TestNodeNeverReturnsTimesOut(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
@@ -154,6 +157,7 @@ func TestNodeNeverReturnsTimesOut(t *testing.T) {
 // registry failure is the RPC's error: the node never left its version, the
 // roll stops, and no rollback is offered.
 func TestImagePullFailureLegacyStops(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	if err := e.c.Inject(ctx, "worker-1", sim.Fault{ImagePullFailure: true}); err != nil {
@@ -178,6 +182,7 @@ func TestImagePullFailureLegacyStops(t *testing.T) {
 // rebooting either member leaves 1 of 2, no majority. The roll stops at the
 // first quorum-before and no node is upgraded.
 func TestQuorumBeforeRefusesTwoMemberEtcd(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 2, 0, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)

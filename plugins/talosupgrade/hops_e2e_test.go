@@ -16,6 +16,7 @@ import (
 // again, that node is skipped, and every node ends with exactly one upgrade
 // per hop (the sim's counts) on v1.13.9.
 func TestMultiHopResumeAfterSIGKILL(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs talosbot")
 	}

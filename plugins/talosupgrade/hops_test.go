@@ -48,6 +48,7 @@ func hopOf(id string) string {
 // version; the target the promotion gate (R6) matches spells the path; the
 // one digest covers every hop.
 func TestMultiHopPlan(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e, req := startHops(t, 1, 1)
 	ctx := ctxFor(t, time.Minute)
@@ -109,6 +110,7 @@ func TestMultiHopPlan(t *testing.T) {
 // Kubernetes is refused naming the Kubernetes upgrade; neither touches a
 // node.
 func TestMultiHopRefusals(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e, req := startHops(t, 1, 1)
 	req.Args["nodes"] = "worker-1"
@@ -125,6 +127,7 @@ func TestMultiHopRefusals(t *testing.T) {
 // its snapshot and gate and closing with its verification and gate before
 // the next hop starts; the result declares the final version.
 func TestMultiHopRun(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e, req := startHops(t, 3, 1)
 	ctx := ctxFor(t, 8*time.Minute)
@@ -192,6 +195,7 @@ func checkHopOrder(t *testing.T, steps []*sdk.StepEvent, stops []string) {
 // lands on hop 2: hop 1 is not run again, the node done in hop 2 is
 // skipped, and every node ends with exactly one upgrade per hop.
 func TestMultiHopResume(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e, req := startHops(t, 1, 2)
 	p := &Plugin{}
@@ -247,6 +251,7 @@ func TestMultiHopResume(t *testing.T) {
 // the path at that hop (hop 3 never starts), and the result says which hop
 // each node reached.
 func TestMultiHopFailureSaysWhereEachNodeIs(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e, req := startHops(t, 1, 1)
 	p := &Plugin{}
@@ -285,6 +290,7 @@ var _ sdk.Reporter = (*watcher)(nil)
 // it (a hop before the last asks for its target or later, R17); the path
 // goes on and ends with every node on the target.
 func TestMultiHopNodeAlreadyPastAHop(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e, req := startHops(t, 1, 1)
 	ctx := ctxFor(t, 8*time.Minute)

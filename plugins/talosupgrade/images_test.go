@@ -48,6 +48,7 @@ func logText(rec *sdktest.Recorder) string {
 // pulls it again and installs: the roll finishes. Without that, worker-2's
 // upgrade fails.
 func TestInstallerRemovedByImageGCIsPulledAgain(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	// The sim's clock starts 80 minutes behind and catches up once worker-1
 	// is done: every installer the roll pre-pulled is then past Talos's GC
@@ -90,6 +91,7 @@ func TestInstallerRemovedByImageGCIsPulledAgain(t *testing.T) {
 // an error that says what to check; the roll stops before any node is
 // cordoned, installed or rebooted.
 func TestInstallerPullWithoutProgressStopsTheRoll(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.TalosVersion = "v1.13.2" })
 	ctx := ctxFor(t, 2*time.Minute)
@@ -121,6 +123,7 @@ func TestInstallerPullWithoutProgressStopsTheRoll(t *testing.T) {
 // the plugin reports the wait and fails the node after the node timeout, the
 // node unchanged.
 func TestLegacyUpgradeWithoutProgressFails(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 1, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
@@ -150,6 +153,7 @@ func TestLegacyUpgradeWithoutProgressFails(t *testing.T) {
 // v1.9.0) exits 1; StartUpgrade fails with the installer's last line, the
 // node is not installed, cordoned or rebooted.
 func TestInstallerExitCodeIsAFailure(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.TalosVersion = "v1.13.9" })
 	ctx := ctxFor(t, time.Minute)

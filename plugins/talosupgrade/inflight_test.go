@@ -22,6 +22,7 @@ import (
 // a second Upgrade, nor touches a later node. (Without the check it sees v1.12.6 and
 // upgrades worker-1 again.)
 func TestResumeAfterFallbackDoesNotUpgradeAgain(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 4*time.Minute)
 	if err := e.c.Inject(ctx, "worker-1", sim.Fault{BootFailure: true}); err != nil {
@@ -87,6 +88,7 @@ func TestResumeAfterFallbackDoesNotUpgradeAgain(t *testing.T) {
 // goes on; each node gets one Upgrade. (Without it the gate before refuses: worker-1
 // cordoned.)
 func TestResumeUncordonsItsOwnLandedNode(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, true, nil)
 	ctx := ctxFor(t, 4*time.Minute)
 	req := e.request(t, target)

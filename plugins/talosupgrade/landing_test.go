@@ -75,6 +75,7 @@ func (e *env) requireStopped(t *testing.T, res *sdk.Result, wantErr, wantState s
 // TestLandingSchematicMismatch: worker-1 comes back on the target, running and ready, but
 // with another schematic than its installer's. The roll stops naming both ids.
 func TestLandingSchematicMismatch(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	other := strings.Repeat("ab", 32)
@@ -92,6 +93,7 @@ func TestLandingSchematicMismatch(t *testing.T) {
 // target without it (as LifecycleService.Upgrade does, siderolabs/talos#13967) and the roll
 // stops there.
 func TestLandingKernelArgsDropped(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	e.declareKernelArgs(t, "worker-1", "net.ifnames=0")
@@ -115,6 +117,7 @@ func TestLandingKernelArgsDropped(t *testing.T) {
 // the node timeout the roll says it never rebooted (its boot id is unchanged), not that it
 // did not come back.
 func TestLandingNeverRebooted(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
@@ -136,6 +139,7 @@ func TestLandingNeverRebooted(t *testing.T) {
 // and a static pod pending, so Talos never reports it ready. The roll says it booted and
 // which conditions are unmet, not that it did not come back.
 func TestLandingBootedNotReady(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)

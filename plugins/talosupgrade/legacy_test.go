@@ -17,6 +17,7 @@ import (
 // plane. While another upgrader holds the mutex, Talos refuses the upgrade
 // and the roll stops with the control plane untouched.
 func TestLegacyUpgradeTakesTalosUpgradeMutex(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 3, 0, false, nil)
 	ctx := ctxFor(t, 3*time.Minute)

@@ -20,6 +20,7 @@ import (
 // Reboot; the drained node is uncordoned once back. A second run skips every
 // node (idempotent, what a resume relies on).
 func TestLifecyclePathV113(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.TalosVersion = "v1.13.2" })
 	ctx := ctxFor(t, 3*time.Minute)

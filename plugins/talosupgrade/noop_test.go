@@ -13,6 +13,7 @@ import (
 // plan says "already at" and has no steps, so the host neither takes a
 // snapshot nor runs a gate; the same holds for the nodes --nodes selects.
 func TestNoOpUpgradePlansNothing(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, func(o *sim.Options) { o.TalosVersion = target })
 	ctx := ctxFor(t, time.Minute)
 	for _, nodes := range []string{"", "worker-1"} {
@@ -43,6 +44,7 @@ func TestNoOpUpgradePlansNothing(t *testing.T) {
 // TestVersionWithoutVIsSaid: "1.13.9" plans v1.13.9 and the plan says it
 // read it that way.
 func TestVersionWithoutVIsSaid(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	plan, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), e.request(t, "1.13.9"))
 	if err != nil || plan.Refusal != nil {
@@ -56,6 +58,7 @@ func TestVersionWithoutVIsSaid(t *testing.T) {
 // TestMinorAloneGetsDidYouMean: "v1.13" is refused (R10) with its newest
 // known patch as the fix, spelled as a command; nothing is read or changed.
 func TestMinorAloneGetsDidYouMean(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	refusedEverywhere(t, e, e.request(t, "v1.13"), "R10", "did you mean v1.13.9, the newest known v1.13 patch? /talos upgrade talos v1.13.9")
 }

@@ -14,6 +14,7 @@ import (
 // (R12 is not met), touches no node, keeps the verified local copy and says
 // what to do next.
 func TestFailedOffsiteUploadStopsTheUpgrade(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 1, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)

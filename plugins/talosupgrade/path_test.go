@@ -16,6 +16,7 @@ import (
 // Kubernetes upgrade to do first, and no node is touched. On a supported
 // version the plan says so.
 func TestRefusesAnUpgradeThatStrandsKubernetes(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.KubernetesVersion = "v1.30.4" })
 	req := e.request(t, target)
@@ -32,6 +33,7 @@ func TestRefusesAnUpgradeThatStrandsKubernetes(t *testing.T) {
 }
 
 func TestPlanShowsKubernetesSupport(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 1, true, nil) // the sim's Kubernetes: v1.35.2
 	plan, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), e.request(t, target))
@@ -51,6 +53,7 @@ func TestPlanShowsKubernetesSupport(t *testing.T) {
 // says so in a warning and has no "ok" Kubernetes support precondition
 // (the card showed "✅ ok Kubernetes support (R20): … unknown", issue 31).
 func TestUnknownKubernetesIsNotAPassedPrecondition(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	plan, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), e.request(t, target))
 	if err != nil || plan.Refusal != nil {
@@ -76,6 +79,7 @@ func TestUnknownKubernetesIsNotAPassedPrecondition(t *testing.T) {
 // that stopped with kube-controller-manager still on 1.30.4 leaves
 // Kubernetes 1.30.4 running, which Talos v1.13 does not support.
 func TestRunningKubernetesIsTheLowestComponent(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.KubernetesVersion = "v1.31.4" })
 	ctx := ctxFor(t, time.Minute)

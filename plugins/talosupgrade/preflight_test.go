@@ -107,6 +107,7 @@ func hasWarning(p *sdk.OperationPlan, parts ...string) bool {
 // is touched, naming the node, its arguments and the schematic fix. With
 // grubUseUKICmdline the arguments had no effect anyway: a warning.
 func TestPreflightExtraKernelArgsOnTheLifecyclePath(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	// A v1.13 node is drained before its reboot: Kubernetes must be
 	// there, or the plan is refused for that first (R3).
@@ -146,6 +147,7 @@ func TestPreflightExtraKernelArgsOnTheLifecyclePath(t *testing.T) {
 // a legacy upgrade, which keeps the arguments; the second hop starts on
 // v1.13.9, on the LifecycleService path: the plan is refused for hop 2.
 func TestPreflightChecksEveryHop(t *testing.T) {
+	t.Parallel()
 	e := startAt(t, "v1.12.6", false)
 	w := worker(e, t)
 	e.patchConfig(t, w, func(c *v1alpha1.Config) {
@@ -165,6 +167,7 @@ func TestPreflightChecksEveryHop(t *testing.T) {
 // 3.6 and tls-min-version in the extraArgs of etcd or kube-apiserver (R10,
 // which v1.14's deny lists reject, so the component would not start).
 func TestPreflightV114Refusals(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := startAt(t, "v1.13.9", true)
 	w, cp := worker(e, t), controlPlane(e, t)
@@ -229,6 +232,7 @@ func TestPreflightV114Refusals(t *testing.T) {
 // /metrics on 2383 from v1.14) and in-tree iSCSI PersistentVolumes
 // (workload isolation stops them), and names them on the card.
 func TestPreflightWarnsFromKubernetes(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := startAt(t, "v1.13.9", true)
 	ctx := ctxFor(t, time.Minute)
@@ -289,6 +293,7 @@ func BenchmarkTargetPreflight(b *testing.B) {
 // refused, cipher suites and FlexVolume warned about; a hop within v1.14
 // runs none of the v1.14 crossing checks.
 func TestPreflightChecksOnFacts(t *testing.T) {
+	t.Parallel()
 	inv := cluster.Inventory{Name: "staging", Nodes: []cluster.Node{
 		{Name: "cp-1", Role: cluster.RoleControlPlane, Address: "10.0.0.1"},
 		{Name: "w-1", Role: cluster.RoleWorker, Address: "10.0.0.2"}}}

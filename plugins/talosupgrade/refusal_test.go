@@ -36,6 +36,7 @@ func refusedEverywhere(t *testing.T, e *env, req *sdk.OperationRequest, rule, wa
 }
 
 func TestRefusesSkippingAMinor(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, "v1.14.1")
 	// Only a known release is a target: declare v1.14.1, and no release of
@@ -52,6 +53,7 @@ func TestRefusesSkippingAMinor(t *testing.T) {
 }
 
 func TestRefusesDowngrade(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, "v1.12.1")
 	req.Settings.KnownTalosReleases = append(req.Settings.KnownTalosReleases, "v1.12.1") // a known release, lower
@@ -59,6 +61,7 @@ func TestRefusesDowngrade(t *testing.T) {
 }
 
 func TestRefusesGenericInstallerOnNocloudNode(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
 	// The inventory lost worker-1's platform: the derived image would be the
@@ -68,6 +71,7 @@ func TestRefusesGenericInstallerOnNocloudNode(t *testing.T) {
 }
 
 func TestRefusesSchematicClassChange(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 2, false, nil)
 	req := e.request(t, target)
 	// worker-2 is declared a Longhorn worker, but it runs the default
@@ -78,6 +82,7 @@ func TestRefusesSchematicClassChange(t *testing.T) {
 }
 
 func TestRefusesWithoutDeclaredSchematic(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
 	delete(req.Cluster.Declared, talos.DeclaredSchematic)
@@ -85,6 +90,7 @@ func TestRefusesWithoutDeclaredSchematic(t *testing.T) {
 }
 
 func TestNonLatestPatchWarnsOrRefuses(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	ctx := ctxFor(t, time.Minute)
 	req := e.request(t, "v1.13.2")
@@ -104,6 +110,7 @@ func TestNonLatestPatchWarnsOrRefuses(t *testing.T) {
 }
 
 func TestFailingBeforeGateRefuses(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 3, 1, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
@@ -131,6 +138,7 @@ func TestFailingBeforeGateRefuses(t *testing.T) {
 }
 
 func TestUnknownNodeInSelectionRefused(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
 	req.Args["nodes"] = "worker-1,worker-9"
@@ -140,6 +148,7 @@ func TestUnknownNodeInSelectionRefused(t *testing.T) {
 // TestRefusesWithoutSnapshotDir is R12's precondition: with nowhere off the
 // cluster to keep the snapshot, the upgrade is refused before anything runs.
 func TestRefusesWithoutSnapshotDir(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
 	req.Settings.SnapshotDir = ""
@@ -150,6 +159,7 @@ func TestRefusesWithoutSnapshotDir(t *testing.T) {
 // bot's release data says so), a target outside releases.talos is refused
 // (R10) naming the fix, and a listed one is planned.
 func TestListedOnlyRefusesAnUnlistedTarget(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
 	req.Settings.Extra = map[string]string{releases.NoteVersions: "v1.12.6,v1.13.2,v1.13.9", releases.NoteTargets: "v1.12.6,v1.13.2",
@@ -170,6 +180,7 @@ func TestListedOnlyRefusesAnUnlistedTarget(t *testing.T) {
 // invented version (no "newest v1.14.x patch", no "v9.9"). A release
 // declared in releases.talos that the factory does not list is planned.
 func TestRefusesATargetThatIsNotARelease(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	// The bot's release data: the factory's list and releases.talos.
 	l := &releases.List{Versions: releases.ParseAll([]string{"v1.12.0", "v1.12.6", "v1.13.0", "v1.13.2", "v1.13.9"}),
@@ -196,6 +207,7 @@ func TestRefusesATargetThatIsNotARelease(t *testing.T) {
 // factory unreachable, nothing cached) and releases.talos empty, every
 // target is refused, even a real release.
 func TestRefusesEveryTargetWithoutAKnownRelease(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
 	req.Settings.KnownTalosReleases = nil
@@ -216,6 +228,7 @@ func plan(t *testing.T, req *sdk.OperationRequest) *sdk.OperationPlan {
 // naming the role, and no node is asked to upgrade; the sim would refuse those calls with
 // PermissionDenied part way through.
 func TestRefusesATalosconfigWithoutAdmin(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
 	tc, err := e.c.TalosconfigWithRole("os:operator")

@@ -16,6 +16,7 @@ import (
 // done, the bot restarts, `/talos resume` continues it: nodes 1–2 are
 // skipped and nodes 3–5 are upgraded, each exactly once (the sim's counts).
 func TestResumeAfterSIGKILL(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs talosbot")
 	}

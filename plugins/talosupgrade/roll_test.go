@@ -38,6 +38,7 @@ func bootIDs(t *testing.T, e *env, req *sdk.OperationRequest) map[string]string 
 
 // TestRollHappyPath: 3 control planes + 2 workers from v1.12.6 to v1.13.9.
 func TestRollHappyPath(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 3, 2, true, nil)
 	req := e.request(t, target)

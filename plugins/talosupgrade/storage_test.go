@@ -50,6 +50,7 @@ func storageEnv(t *testing.T, e *env) *storagetest.Controller {
 // each node waits for the rebuild, and no volume is ever faulted nor the
 // database failed over uncontrolled.
 func TestRollWithLonghornAndCNPG(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 2, true, func(o *sim.Options) { o.TalosVersion = "v1.13.2" })
 	ctrl := storageEnv(t, e)
@@ -106,6 +107,7 @@ func TestRollWithLonghornAndCNPG(t *testing.T) {
 // A volume whose only replica is on a node to drain refuses the plan (R3),
 // naming the node, the volume and the fix.
 func TestRollRefusesASingleReplicaVolume(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.TalosVersion = "v1.13.2" })
 	dir, err := storagetest.FixturesDir()

@@ -119,6 +119,7 @@ func readState(t *testing.T, e *env, s *cluster.Session, n cluster.Node, b befor
 // the Kubernetes Node (Ready, schedulable), the evicted pod and the RPCs
 // the node served.
 func TestSameStateAsTalosctlUpgrade(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	bin := os.Getenv("TALOSBOT_TALOSCTL")
 	if bin == "" {

@@ -17,6 +17,7 @@ import (
 // never reboots a node undrained: the bot fetches the kubeconfig Talos serves, as talosctl does,
 // cordons and drains the worker (its pod is evicted) before the reboot, and uncordons it after.
 func TestV113NodeDrainedWithTheTalosKubeconfig(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.TalosVersion = "v1.13.2" })
 	ctx := ctxFor(t, 3*time.Minute)
@@ -58,6 +59,7 @@ func TestV113NodeDrainedWithTheTalosKubeconfig(t *testing.T) {
 // serves does not reach a Kubernetes API: the v1.13 upgrade is refused before anything runs
 // (R3), rather than rebooting nodes undrained.
 func TestV113WithoutKubernetesAccessRefusedAtPlan(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, func(o *sim.Options) { o.TalosVersion = "v1.13.2" })
 	req := e.request(t, target)
 	refusedEverywhere(t, e, req, "R3", "no Kubernetes access to drain with")

@@ -15,6 +15,7 @@ import (
 // the check, each named with what it runs; in a hop before the last, a node
 // already past the hop's target is accepted, in the last hop it is not.
 func TestFinalCheckNeedsEveryNodeOnTheTarget(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	ctx := ctxFor(t, time.Minute)
 	s, err := cluster.OpenRequest(ctx, e.request(t, target))

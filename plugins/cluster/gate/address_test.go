@@ -15,6 +15,7 @@ import (
 // not answer at its inventory address; Kubernetes knows it at the new one and its etcd member
 // still names the old one. The gate says so with the fix instead of only "unreachable".
 func TestGateExplainsAddressChange(t *testing.T) {
+	t.Parallel()
 	kube := testenv.StartKube(t)
 	c := simtest.Start(t, sim.Options{ControlPlanes: 3, Workers: 1, Kube: kube.Client})
 	inv, cl := simtest.Connect(t, c, kube.Kubeconfig)

@@ -18,6 +18,7 @@ import (
 // at start after its reboot, and a node whose apid certificate expired or does not name its
 // address.
 func TestGateExplainsEtcdAndCertificateFaults(t *testing.T) {
+	t.Parallel()
 	c := simtest.Start(t, sim.Options{ControlPlanes: 3, Workers: 1, RebootDelay: 200 * time.Millisecond})
 	inv, cl := simtest.Connect(t, c, nil)
 	ctx := simtest.Ctx(t, 3*time.Minute)

@@ -72,6 +72,7 @@ func waitPass(t *testing.T, cl *cluster.Clients, inv cluster.Inventory) *gate.Re
 }
 
 func TestGateAgainstSimAndKube(t *testing.T) {
+	t.Parallel()
 	kube := testenv.StartKube(t)
 	c := simtest.Start(t, sim.Options{ControlPlanes: 3, Workers: 2, Kube: kube.Client})
 	inv, cl := simtest.Connect(t, c, kube.Kubeconfig)
@@ -280,6 +281,7 @@ func createBlockingPDB(t *testing.T, ctx context.Context, kube *testenv.Kube, no
 // one etcd status call per control plane (the single one on a 1-CP
 // cluster), none on workers.
 func TestEtcdCallsTargetEveryControlPlane(t *testing.T) {
+	t.Parallel()
 	for _, cps := range []int{1, 3} {
 		t.Run(fmt.Sprintf("%d control plane(s)", cps), func(t *testing.T) {
 			c := simtest.Start(t, sim.Options{ControlPlanes: cps, Workers: 1})
@@ -320,6 +322,7 @@ func TestEtcdCallsTargetEveryControlPlane(t *testing.T) {
 // TestGateClusterDown: with every node down the gate fails within its
 // timeout and names every node.
 func TestGateClusterDown(t *testing.T) {
+	t.Parallel()
 	c := simtest.Start(t, sim.Options{ControlPlanes: 3, Workers: 2})
 	inv, cl := simtest.Connect(t, c, nil)
 	ctx := simtest.Ctx(t, time.Minute)
@@ -355,6 +358,7 @@ func TestGateClusterDown(t *testing.T) {
 // TestGateHungNode: a node that accepts calls but never answers in time is
 // named, and the gate still returns within its timeout.
 func TestGateHungNode(t *testing.T) {
+	t.Parallel()
 	c := simtest.Start(t, sim.Options{ControlPlanes: 1, Workers: 2})
 	inv, cl := simtest.Connect(t, c, nil)
 	ctx := simtest.Ctx(t, time.Minute)

@@ -116,6 +116,7 @@ func runEtcd(f *fakeMachine) ProbeResult {
 }
 
 func TestEtcdTargetsAreEveryControlPlane(t *testing.T) {
+	t.Parallel()
 	if got := strings.Join(cluster.EtcdTargets(threeCP()), ","); got != "10.0.0.1,10.0.0.2,10.0.0.3" {
 		t.Fatalf("EtcdTargets = %s", got)
 	}
@@ -143,6 +144,7 @@ func TestEtcdTargetsAreEveryControlPlane(t *testing.T) {
 }
 
 func TestEtcdStatusStopConditions(t *testing.T) {
+	t.Parallel()
 	cases := map[string]struct {
 		mutate func(f *fakeMachine)
 		want   string
@@ -201,6 +203,7 @@ func (slowHealth) HealthCheck(ctx context.Context, _ *clusterapi.HealthCheckRequ
 }
 
 func TestGateWithoutKubernetesNeverPassesSilently(t *testing.T) {
+	t.Parallel()
 	res := Run(context.Background(), &cluster.Clients{Machine: slowMachine{}, Health: slowHealth{}}, threeCP(), Options{Timeout: 300 * time.Millisecond})
 	if res.Passed {
 		t.Fatal("gate passed against a silent cluster")
@@ -235,6 +238,7 @@ func kubeGate(objs ...runtime.Object) *gateRun {
 }
 
 func TestPodsWorstFirst(t *testing.T) {
+	t.Parallel()
 	pod := func(name string, phase corev1.PodPhase, waiting string, restarts int32) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Status: corev1.PodStatus{Phase: phase}}
 		if waiting != "" {
@@ -255,6 +259,7 @@ func TestPodsWorstFirst(t *testing.T) {
 }
 
 func TestKubeNodesReadyAndSchedulable(t *testing.T) {
+	t.Parallel()
 	node := func(name string, ready corev1.ConditionStatus, cordoned bool) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Unschedulable: cordoned},
 			Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready}}}}
@@ -269,6 +274,7 @@ func TestKubeNodesReadyAndSchedulable(t *testing.T) {
 }
 
 func TestBlockingPDBIgnoresDaemonSetPods(t *testing.T) {
+	t.Parallel()
 	labels := map[string]string{"app": "x"}
 	yes := true
 	pod := func(name, node string, ds bool) *corev1.Pod {
@@ -294,6 +300,7 @@ func TestBlockingPDBIgnoresDaemonSetPods(t *testing.T) {
 }
 
 func TestFluxStalledAndSuspended(t *testing.T) {
+	t.Parallel()
 	ks := func(name string, ready string, suspend bool) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",

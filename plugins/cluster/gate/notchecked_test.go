@@ -42,6 +42,7 @@ func noFlux() *dynfake.FakeDynamicClient {
 }
 
 func TestFluxWithNothingToCheckIsNotChecked(t *testing.T) {
+	t.Parallel()
 	for name, dyn := range map[string]*dynfake.FakeDynamicClient{
 		"not installed":       noFlux(),
 		"installed but empty": dynfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), fluxLists),
@@ -59,6 +60,7 @@ func TestFluxWithNothingToCheckIsNotChecked(t *testing.T) {
 }
 
 func TestKubernetesUnreachableNotRequiredIsNotChecked(t *testing.T) {
+	t.Parallel()
 	kube := kubefake.NewClientset()
 	kube.PrependReactor("list", "*", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, errors.New("dial tcp 10.0.0.1:6443: connect: connection refused")
@@ -86,6 +88,7 @@ func TestKubernetesUnreachableNotRequiredIsNotChecked(t *testing.T) {
 // and the steps Report sends, a probe that could not run is "not checked"
 // and SKIPPED, never ✅ or OK.
 func TestNotCheckedIsNeverReportedAsPassed(t *testing.T) {
+	t.Parallel()
 	res := &Result{Passed: true, Probes: []ProbeResult{
 		{Name: "talos-version", Title: "Talos version", Status: StatusOK, Detail: "v1.13.9 on all 4 nodes"},
 		{Name: "flux", Title: "Flux", Status: StatusNotChecked, Detail: "not checked: " + FluxNotInstalled},
@@ -164,6 +167,7 @@ func (r fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Ad
 }
 
 func TestClusterHealthAsksControlPlanesOnlyWithIPLiterals(t *testing.T) {
+	t.Parallel()
 	inv := threeCP()
 	inv.Nodes[2].Address = "cp-3.lan"   // a name in the inventory: resolved
 	inv.Nodes[3].Address = "worker.lan" // the worker, too
@@ -207,6 +211,7 @@ func TestClusterHealthAsksControlPlanesOnlyWithIPLiterals(t *testing.T) {
 }
 
 func TestClusterHealthFailureNamesTheCheckStillWaiting(t *testing.T) {
+	t.Parallel()
 	h := &recordingHealth{lines: []string{
 		"discovered nodes: [...]",
 		"waiting for etcd to be healthy: OK",
@@ -224,6 +229,7 @@ func TestClusterHealthFailureNamesTheCheckStillWaiting(t *testing.T) {
 }
 
 func TestUnresolvableAddressFailsByNode(t *testing.T) {
+	t.Parallel()
 	inv := threeCP()
 	inv.Nodes[3].Address = "gone.lan"
 	h := &recordingHealth{}
@@ -235,6 +241,7 @@ func TestUnresolvableAddressFailsByNode(t *testing.T) {
 }
 
 func TestWaitsDefaultsAndSettings(t *testing.T) {
+	t.Parallel()
 	var none sdk.Settings
 	if Timeout(none) != DefaultTimeout || AfterWait(none) != DefaultAfterWait || HealthWait(none) != DefaultHealthWait {
 		t.Fatalf("defaults: %s %s %s", Timeout(none), AfterWait(none), HealthWait(none))
@@ -249,6 +256,7 @@ func TestWaitsDefaultsAndSettings(t *testing.T) {
 }
 
 func TestPlanWarningsWhenKubernetesProbesCannotRun(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	w := PlanWarnings(ctx, &cluster.Clients{})
 	if len(w) != 1 || !strings.Contains(w[0], "no kubeconfig") || !strings.Contains(w[0], "Kubernetes nodes, Pods, Flux, PodDisruptionBudgets") ||
@@ -273,6 +281,7 @@ func TestPlanWarningsWhenKubernetesProbesCannotRun(t *testing.T) {
 // their count, and a gate that passed without some probes says how many ran
 // and why the others did not (issue 31).
 func TestSummaryNamesWhatItCounts(t *testing.T) {
+	t.Parallel()
 	ok := func(name string) ProbeResult {
 		return ProbeResult{Name: name, Title: name, Status: StatusOK, Detail: "fine"}
 	}
@@ -299,6 +308,7 @@ func TestSummaryNamesWhatItCounts(t *testing.T) {
 // probe that did not pass (they say what went wrong) and never one that
 // passed, whose line counts them (issue 31).
 func TestLinesListChecksOnlyWhenTheyExplain(t *testing.T) {
+	t.Parallel()
 	checks := []string{"waiting for etcd to be healthy: OK", "waiting for apid to be ready: OK"}
 	passed := &Result{Passed: true, Probes: []ProbeResult{{Title: "Cluster health", Status: StatusOK, Detail: "2 checks passed on cp-1", Checks: checks}}}
 	if got := strings.Join(passed.Lines(), "\n"); got != "✅ Cluster health: 2 checks passed on cp-1" {

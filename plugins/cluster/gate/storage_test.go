@@ -15,6 +15,7 @@ import (
 // CNPG, or with them and nothing to read; with their real CRDs, a degraded volume fails naming it, and
 // passes once it is healthy again.
 func TestStorageProbe(t *testing.T) {
+	t.Parallel()
 	dir, err := storagetest.FixturesDir()
 	if err != nil {
 		t.Skip(err)
