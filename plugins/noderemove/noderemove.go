@@ -73,7 +73,7 @@ func (t *target) kubeNode() string { return t.ids.KubeNode(t.node.Name) }
 func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session) (*target, error) {
 	name := strings.TrimSpace(req.Args["node"])
 	n, ok := s.Inv.Node(name)
-	if !ok {
+	if !ok { // rule:R8
 		return nil, &sdk.Refusal{Rule: "R8",
 			Reason: fmt.Sprintf("%s is not in the inventory of %s: the bot removes a node only while the inventory (Terraform) still has its address and credentials", sdk.Quote(name), s.Inv.Name),
 			Fix: fmt.Sprintf("check the name (nodes: %s); if the entry was already removed from Terraform, restore it, apply, then remove the node here first",
