@@ -104,6 +104,9 @@ mutate R9/noderemove plugins/cluster/etcd/quorum.go 's/case (.*): (\/\/ rule:R9)
 # and for the path's hops (talosupgrade's pathCheck).
 mutate R10/talos plugins/sdk/versions/versions.go "$(never R10)" ./plugins/cluster/talos '^TestCheckUpgradePath$'
 mutate R10/talosupgrade plugins/sdk/versions/versions.go "$(never R10)" ./plugins/talosupgrade '^TestMultiHopPlan$'
+# R10 pre-flight of a hop into v1.14 (talosupgrade/preflight.go): etcd below 3.6, tls-min-version in extraArgs.
+mutate R10-etcd36/talosupgrade plugins/talosupgrade/preflight.go 's/case (.*): (\/\/ rule:R10-etcd36)$/case false \&\& ($1): $2/' ./plugins/talosupgrade '^TestPreflightChecksOnFacts$'
+mutate R10-tls13/talosupgrade plugins/talosupgrade/preflight.go "$(never R10-tls13)" ./plugins/talosupgrade '^TestPreflightChecksOnFacts$'
 # R20: the same rule for Kubernetes, k8s.MinorRefusal's skipped minor.
 mutate R20-minor/k8s plugins/sdk/versions/versions.go "$(never R10)" ./plugins/cluster/k8s '^TestK8sPathRefusal$'
 # R11: a target of the other kind (a Kubernetes release to the Talos upgrade, or the reverse) is refused naming the other operation, releases.CheckKind.
@@ -120,11 +123,16 @@ mutate R12/snapshot plugins/cluster/rules.go "$(always R12)" ./plugins/snapshot 
 mutate R20-preflight/k8supgrade plugins/k8supgrade/plan.go 's/if (len\(pre\.findings\) > 0) \{ (\/\/ rule:R20-preflight)$/if false \&\& $1 { $2/' ./plugins/k8supgrade '^TestPreflightRefusesAtPlanTime$/feature_gate'
 # R13: the installer's schematic comes from the declared (Terraform) schematic, talos.TargetInstaller.
 mutate R13/talos plugins/cluster/talos/installer.go "$(never R13)" ./plugins/cluster/talos '^TestInstallerDerivationAndR14$'
+# R13 pre-flight (talosupgrade/preflight.go): a non-factory installer into v1.14, extraKernelArgs the LifecycleService path drops.
+mutate R13-factory/talosupgrade plugins/talosupgrade/preflight.go "$(never R13-factory)" ./plugins/talosupgrade '^TestPreflightInstallerChecksOnFacts$'
+mutate R13-kernelargs/talosupgrade plugins/talosupgrade/preflight.go "$(never R13-kernelargs)" ./plugins/talosupgrade '^TestPreflightInstallerChecksOnFacts$'
 # R14: talos.CheckInstallerChange keeps the node's platform and its schematic class.
 mutate R14-platform/talos plugins/cluster/talos/installer.go "$(never R14-platform)" ./plugins/cluster/talos '^TestInstallerDerivationAndR14$'
 mutate R14-schematic/talos plugins/cluster/talos/installer.go "$(never R14-schematic)" ./plugins/cluster/talos '^TestInstallerDerivationAndR14$'
 # R15: workers first, one at a time (talos.UpgradeOrder); the mutation leaves the workers out.
 mutate R15-order/talos plugins/cluster/talos/upgrade.go 's/inv\.Workers\(\) (\/\/ rule:R15-order)$/[]cluster.Node(nil) $1/' ./plugins/cluster/talos '^TestUpgradeOrderLeaderLast$'
+# R15: the gate after each node stops the roll (talosupgrade's node step); no later node is touched.
+mutate R15-gate/talosupgrade plugins/talosupgrade/talosupgrade.go "$(never R15-gate)" ./plugins/talosupgrade '^TestGateAfterAWorkerStopsTheRoll$'
 # R17: after the roll every node runs the target and Flux is Ready (talosupgrade's verify).
 mutate R17/talosupgrade plugins/talosupgrade/talosupgrade.go "$(never R17)" ./plugins/talosupgrade '^TestFinalCheckNeedsEveryNodeOnTheTarget$'
 # R18: the Terraform bump is told only once every node runs the target (talos.DriftNote).
