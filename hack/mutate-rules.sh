@@ -78,6 +78,9 @@ mutate R23-role/cluster plugins/cluster/roles.go "$(always R23-role)" ./plugins/
 mutate R23-role/builtin plugins/cluster/roles.go "$(always R23-role)" ./plugins/builtin '^TestDisruptivePluginsRefuseATalosconfigWithoutTheRole$'
 mutate R23-role/talosupgrade plugins/cluster/roles.go "$(always R23-role)" ./plugins/talosupgrade '^TestRefusesATalosconfigWithoutAdmin$'
 
+# R23 (policy): Terraform's private run directory (it holds the variables file with the secrets) is 0700 while Terraform runs, and removed after.
+mutate R23-private/terraform internal/terraform/terraform.go 's/os\.Chmod\(dir, 0o700\)(; err != nil \{ \/\/ rule:R23-private)$/os.Chmod(dir, 0o755)$1/' ./internal/terraform '^TestRunDirectoryIsOwnerOnlyWhileTerraformRuns$'
+mutate R23-removed/terraform internal/terraform/terraform.go 's/os\.RemoveAll\(dir\)(; rmErr != nil \{ \/\/ rule:R23-removed)$/error(nil)$1/' ./internal/terraform '^TestRunDirectoryIsOwnerOnlyWhileTerraformRuns$'
 # R1: the one gate-before refusal, cluster.CheckGateBefore, in each plugin that runs it.
 mutate R1/talosupgrade plugins/cluster/rules.go "$(always R1)" ./plugins/talosupgrade '^TestFailingBeforeGateRefuses$'
 mutate R1/k8supgrade plugins/cluster/rules.go "$(always R1)" ./plugins/k8supgrade '^TestUpgradeK8s$/gate_before_fails'
