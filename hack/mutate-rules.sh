@@ -82,6 +82,7 @@ mutate R23-role/talosupgrade plugins/cluster/roles.go "$(always R23-role)" ./plu
 mutate R23-private/terraform internal/terraform/terraform.go 's/os\.Chmod\(dir, 0o700\)(; err != nil \{ \/\/ rule:R23-private)$/os.Chmod(dir, 0o755)$1/' ./internal/terraform '^TestRunDirectoryIsOwnerOnlyWhileTerraformRuns$'
 mutate R23-removed/terraform internal/terraform/terraform.go 's/os\.RemoveAll\(dir\)(; rmErr != nil \{ \/\/ rule:R23-removed)$/error(nil)$1/' ./internal/terraform '^TestRunDirectoryIsOwnerOnlyWhileTerraformRuns$'
 # R1: the one gate-before refusal, cluster.CheckGateBefore, in each plugin that runs it.
+mutate R1/cluster plugins/cluster/rules.go "$(always R1)" ./plugins/cluster '^TestCheckGateBefore$'
 mutate R1/talosupgrade plugins/cluster/rules.go "$(always R1)" ./plugins/talosupgrade '^TestFailingBeforeGateRefuses$'
 mutate R1/k8supgrade plugins/cluster/rules.go "$(always R1)" ./plugins/k8supgrade '^TestUpgradeK8s$/gate_before_fails'
 mutate R1/noderemove plugins/cluster/rules.go "$(always R1)" ./plugins/noderemove '^TestFailingBeforeGateRefusesRemoval$'
@@ -102,6 +103,7 @@ mutate R7/waitmember plugins/waitmember/waitmember.go 's/restored == nil \{ (\/\
 # R8: a node the inventory no longer has is never reset (noderemove's check).
 mutate R8/noderemove plugins/noderemove/noderemove.go "$(never R8)" ./plugins/noderemove '^TestRemovalOfUnknownNodeRefused$'
 # R9: removal leaving fewer healthy members than a majority.
+mutate R9/etcd plugins/cluster/etcd/quorum.go 's/case (.*): (\/\/ rule:R9)$/case false \&\& ($1): $2/' ./plugins/cluster/etcd '^TestQuorumRules$'
 mutate R9/noderemove plugins/cluster/etcd/quorum.go 's/case (.*): (\/\/ rule:R9)$/case false \&\& ($1): $2/' ./plugins/noderemove '^TestRemovalRefusedWhileAMemberIsDown$'
 # R10: the adjacent-minor rule's one place, versions.SkipsMinor (plugins/sdk/versions), for a node's step (talos.CheckUpgradePath)
 # and for the path's hops (talosupgrade's pathCheck).
@@ -119,6 +121,7 @@ mutate R11/releases internal/releases/target.go "$(always R11)" ./internal/relea
 mutate known-release/releases internal/releases/target.go "$(always known-release)" ./internal/releases '^TestOnlyRealTalosReleasesAreTargets$'
 mutate known-release/talosupgrade internal/releases/target.go "$(always known-release)" ./plugins/talosupgrade '^TestRefusesATargetThatIsNotARelease$'
 mutate known-release/k8supgrade internal/releases/target.go "$(always known-release)" ./plugins/k8supgrade '^TestUpgradeK8s$/not_a_known_release'
+mutate R12/cluster plugins/cluster/rules.go "$(always R12)" ./plugins/cluster '^TestCheckSnapshotDir$'
 mutate R12/talosupgrade plugins/cluster/rules.go "$(always R12)" ./plugins/talosupgrade '^TestRefusesWithoutSnapshotDir$'
 mutate R12/k8supgrade plugins/cluster/rules.go "$(always R12)" ./plugins/k8supgrade '^TestUpgradeK8s$/without_a_snapshot_directory'
 mutate R12/snapshot plugins/cluster/rules.go "$(always R12)" ./plugins/snapshot '^TestPlanRefusesWithoutSnapshotDir$'
