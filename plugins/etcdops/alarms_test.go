@@ -128,3 +128,18 @@ func TestDisarmBlockersNameSizesAndFix(t *testing.T) {
 		}
 	}
 }
+
+// Only the defrag is a maintenance command (maintenance_schedule runs it);
+// the disarm is disruptive but never scheduled: it needs the cause gone,
+// which a person checks.
+func TestOnlyDefragIsMaintenance(t *testing.T) {
+	m, err := (&Plugin{}).Describe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range m.Commands {
+		if c.Maintenance != (c.Name == CmdDefrag) {
+			t.Errorf("%s: maintenance %v", c.Name, c.Maintenance)
+		}
+	}
+}

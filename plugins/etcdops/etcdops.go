@@ -61,7 +61,10 @@ func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
 			Args: []*sdk.Arg{cl}, Effect: sdk.EffectReadOnly, Example: "/talos etcd status production"},
 		{Name: CmdDefrag, Summary: "defragment etcd one member at a time, the leader last, quorum checked before and after each; members under the fragmentation threshold are skipped",
 			Args:   []*sdk.Arg{cl, {Name: "min-fragmentation", Flag: true, Description: fmt.Sprintf("percent of the database that must be free pages to defragment a member (default %d)", DefaultMinFragmentation)}},
-			Effect: sdk.EffectDisruptive, Example: "/talos etcd defrag production"},
+			Effect: sdk.EffectDisruptive, Example: "/talos etcd defrag production",
+			// It checks the quorum before and after each member and refuses
+			// when nothing is over the threshold: safe for maintenance_schedule.
+			Maintenance: true},
 		{Name: CmdAlarms, Summary: "every etcd alarm and its member, as talosctl etcd alarm list shows them (read-only)",
 			Args: []*sdk.Arg{cl}, Effect: sdk.EffectReadOnly, Example: "/talos etcd alarms production"},
 		{Name: CmdDisarm, Summary: "disarm etcd's alarms once their cause is gone (every member's database back under its quota)",
@@ -219,6 +222,17 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 	}
 	defer c.Close()
 	todo, skipped := Order(read(ctx, c, inv), min)
+	if len(todo) == 0 {
+		// Nothing to do is said at the plan, so neither a person nor a
+		// maintenance schedule is asked to approve a defragmentation of
+		// nothing.
+		var why []string
+		for _, m := range skipped {
+			why = append(why, m.Node+": "+m.skipWhy(min))
+		}
+		return sdk.RefusalPlan(&sdk.Refusal{Rule: "R16", Reason: fmt.Sprintf("no etcd member of %s needs a defragmentation: %s", inv.Name, strings.Join(why, "; ")),
+			Fix: fmt.Sprintf("nothing to do; /talos etcd status %s shows the fragmentation, --min-fragmentation lowers the threshold", inv.Name)})
+	}
 	steps := []*sdk.Step{}
 	var names []string
 	for _, m := range todo {
