@@ -118,6 +118,9 @@ func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session) (
 
 // Plan reads the node and the quorum; it changes nothing.
 func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	if _, err := decodeConfig(req.Config); err != nil {
+		return nil, err
+	}
 	if err := cluster.CheckRole(req.Credentials.Talosconfig, "the rollback", cluster.GateMethods, cluster.RollbackMethods); err != nil {
 		return sdk.RefusalPlan(err)
 	}
@@ -176,6 +179,9 @@ func (p *Plugin) claim(clusterName, node string) (func(), error) {
 
 // Run rolls the node back and tracks it.
 func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	if _, err := decodeConfig(req.Config); err != nil {
+		return err
+	}
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return err
@@ -205,7 +211,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	// failing after an upgrade), so only the rest of the cluster must pass:
 	// failures that name nothing but this node are tolerated.
 	gopts := gate.OptionsFor(s, req.Settings, []string{t.node.Name})
-	gopts.Identity = t.ids
+	gopts.Identity, gopts.Storage = t.ids, gateStorage(req)
 	verdict := gate.Run(ctx, s.Clients, inv, gopts)
 	if err := gate.Report(r, "gate-before/", verdict); err != nil {
 		return err
@@ -279,7 +285,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		lines = append(lines, after...)
 	}
 	aopts := gate.OptionsFor(s, req.Settings, []string{})
-	aopts.Identity = t.ids
+	aopts.Identity, aopts.Storage = t.ids, gateStorage(req)
 	verdict = gate.Until(ctx, s.Clients, inv, aopts, gate.AfterWait(req.Settings))
 	if err := gate.Report(r, "gate-after/", verdict); err != nil {
 		return err

@@ -13,9 +13,22 @@ import (
 // the same forecast, the wait before the node goes down, and the wait for
 // its volumes to be healthy again before the closing gate.
 
-// storageSettings are the plugin's storage settings.
-func storageSettings(*sdk.OperationRequest) storage.Settings {
-	return storage.Defaults()
+// storageSettings are the plugin's storage settings: the storage key of
+// its section (plugins.rollback.storage), over the defaults.
+func storageSettings(req *sdk.OperationRequest) (storage.Settings, error) {
+	cfg, err := decodeConfig(req.Config)
+	return cfg.Storage.Settings(), err
+}
+
+// gateStorage is what the gate's Storage probe reads: the integrations
+// this plugin's settings enable (nil, the defaults, on a section that does
+// not decode; Plan and Run refuse it before any gate).
+func gateStorage(req *sdk.OperationRequest) *storage.Settings {
+	set, err := storageSettings(req)
+	if err != nil {
+		return nil
+	}
+	return &set
 }
 
 // forecast adds the node's forecast to the plan, or refuses (R3).
@@ -28,7 +41,11 @@ func forecast(ctx context.Context, s *cluster.Session, t *target, req *sdk.Opera
 	if err != nil {
 		return err
 	}
-	f, _, err := storage.Plan(ctx, s.Kube, s.Dynamic, []string{kn}, pdbs, storageSettings(req))
+	set, err := storageSettings(req)
+	if err != nil {
+		return err
+	}
+	f, _, err := storage.Plan(ctx, s.Kube, s.Dynamic, []string{kn}, pdbs, set)
 	if err != nil {
 		return err
 	}
@@ -42,6 +59,7 @@ func waiter(s *cluster.Session, t *target, req *sdk.OperationRequest, r sdk.Repo
 	if kn == "" || s.Kube == nil || s.Dynamic == nil {
 		return nil, ""
 	}
-	return &storage.Waiter{Kube: s.Kube, Dyn: s.Dynamic, Settings: storageSettings(req),
+	set, _ := storageSettings(req) // Run decoded the section before anything
+	return &storage.Waiter{Kube: s.Kube, Dyn: s.Dynamic, Settings: set,
 		Progress: func(line string) { _ = r.Log("info", "rollback", line) }}, kn
 }

@@ -17,12 +17,16 @@ import (
 // primary settled (storage.Postgres.Healthy). With neither installed, or
 // nothing attached or declared, it is "not checked", never a pass (docs/UPGRADES.md, "Storage").
 func probeStorage(ctx context.Context, g *gateRun) ProbeResult {
-	st, err := storage.Read(ctx, g.c.Kube, g.c.Dynamic, storage.Defaults())
+	set := storage.Defaults()
+	if g.opts.Storage != nil {
+		set = *g.opts.Storage
+	}
+	st, err := storage.Read(ctx, g.c.Kube, g.c.Dynamic, set)
 	if err != nil {
 		return kubeErr(g, "cannot read Longhorn or CloudNativePG", err)
 	}
 	if !st.LonghornInstalled && !st.CNPGInstalled {
-		return ProbeResult{Status: StatusNotChecked, Detail: NotChecked + ": neither Longhorn nor CloudNativePG is installed"}
+		return ProbeResult{Status: StatusNotChecked, Detail: NotChecked + ": neither Longhorn nor CloudNativePG is installed (or enabled in the plugin's storage settings)"}
 	}
 	var bad []string
 	vols := 0
