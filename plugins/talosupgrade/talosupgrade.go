@@ -217,7 +217,7 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 			Fix: "nothing to do; /talos status shows the running versions"})
 	}
 	pa.warnings = append(pa.warnings, gate.PlanWarnings(ctx, s.Clients)...)
-	forecast, _, err := planStorage(ctx, s, pa, storageSettings(req))
+	forecast, _, err := planStorage(ctx, s, pa, req)
 	if err != nil {
 		return sdk.RefusalPlan(err)
 	}
@@ -339,7 +339,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		}
 		return err
 	}
-	if _, _, err := planStorage(ctx, s, ro, storageSettings(req)); err != nil {
+	if _, _, err := planStorage(ctx, s, ro, req); err != nil {
 		// The waits before each node make the forecast's warnings true;
 		// only what cannot finish stops the run here (R3).
 		if re, ok := sdk.AsRefusal(err); ok {
@@ -521,7 +521,7 @@ func (x *run) execute(ctx context.Context) error {
 // gateOptions are the gate's options of this run, with the resolved names.
 func (x *run) gateOptions(drain []string) gate.Options {
 	o := gate.OptionsFor(x.s, x.req.Settings, drain)
-	o.Identity = x.roll.ids
+	o.Identity, o.Storage = x.roll.ids, gateStorage(x.req)
 	return o
 }
 

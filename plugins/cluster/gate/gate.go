@@ -8,6 +8,7 @@ import (
 
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
+	"github.com/talosbot/talosbot/plugins/cluster/storage"
 	"github.com/talosbot/talosbot/plugins/sdk"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -97,6 +98,10 @@ type Options struct {
 	WorstPods int
 	// Now stamps Result.Started (default time.Now).
 	Now func() time.Time
+	// Storage are the storage settings of the plugin that runs the gate:
+	// the Storage probe reads only the integrations they enable. Nil:
+	// storage.Defaults (both).
+	Storage *storage.Settings
 }
 
 // OptionsFrom reads the host settings (gate_timeout_ms).
