@@ -55,6 +55,12 @@ export TALOSBOT_TALOSCTL=${TALOSBOT_TALOSCTL:-/work/shared/tools/talosctl}
 if [ "${MUTATE_SHORT:-1}" != 0 ]; then
 	export GOFLAGS="${GOFLAGS:+$GOFLAGS }-short"
 fi
+# Each mutant is a fresh compile and link of the package's test binary; on a
+# shared 2-core machine that is the whole cost (a test run of approvals spends
+# ~9 s of CPU, the tests themselves 0.1 s). go vet (which go test runs first)
+# and the binary's DWARF tables cannot change a test's verdict, and leaving
+# them out saves about a quarter of that CPU (measured on approvals).
+export GOFLAGS="${GOFLAGS:+$GOFLAGS }-vet=off -ldflags=-w"
 mkdir -p "$out"
 
 # The listed rows this run covers.
