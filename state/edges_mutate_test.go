@@ -1,6 +1,7 @@
 package state
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -160,4 +161,29 @@ func clip(s string) string {
 		return s[:12] + "…"
 	}
 	return s
+}
+
+// TestOpenReadOnlyZeroTimeoutWaitsTheDefault: a zero timeout means
+// DefaultVerifyTimeout (the CLI's short wait), not Open's zero (its longer
+// DefaultTimeout): with the bot holding the file, the CLI gets ErrLockedByBot
+// naming the wait it gave up after.
+func TestOpenReadOnlyZeroTimeoutWaitsTheDefault(t *testing.T) {
+	_, _, path := openTest(t) // held open (and locked) until the test ends
+	done := make(chan error, 1)
+	go func() {
+		s, err := OpenReadOnly(path, 0)
+		if err == nil {
+			_ = s.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		// The refusal names the wait it gave up after.
+		if !errors.Is(err, ErrLockedByBot) || !strings.Contains(err.Error(), "for more than "+DefaultVerifyTimeout.String()) {
+			t.Fatalf("OpenReadOnly(locked file, 0) = %v; want ErrLockedByBot after %s", err, DefaultVerifyTimeout)
+		}
+	case <-time.After(10 * DefaultVerifyTimeout):
+		t.Fatalf("OpenReadOnly(locked file, 0) still waiting after %s; a zero timeout must mean DefaultVerifyTimeout (%s)", 10*DefaultVerifyTimeout, DefaultVerifyTimeout)
+	}
 }
