@@ -1,0 +1,78 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/state"
+)
+
+// TestButtonsOfAVoidPlanAreRefused: approve, deny and confirm buttons are
+// bound to the plan they were shown with. Once the operation's plan changes
+// (a re-plan gives it a new digest and voids its approvals), a click on any
+// of them is refused, audited against the operation, and changes nothing:
+// no approval of the new plan, no denial, the operation still awaits approval.
+func TestButtonsOfAVoidPlanAreRefused(t *testing.T) {
+	e := newEnvConfig(t, windowConfig)
+	e.clock.Add(24*time.Hour + 7*time.Hour + 30*time.Minute) // inside Tuesday's window
+	e.promote("v4")
+	id, err := e.submit("alice", "prd", "/talos roll v4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateAwaitingApproval)
+	ctx := context.Background()
+	approve := e.sink.Button(t, id, "Approve")
+	deny := e.sink.Button(t, id, "Deny")
+	// alice may approve her own request (allow_self_approval): the first
+	// click asks her to confirm.
+	if err := e.eng.Act(ctx, engine.Origin{User: "alice"}, approve); err != nil {
+		t.Fatal(err)
+	}
+	confirm := e.sink.Button(t, "reply", "Confirm my approval")
+
+	// The plan changes under the buttons.
+	if err := e.store.Update(ctx, func(tx *state.Tx) error {
+		op, err := tx.Operation(id)
+		if err != nil {
+			return err
+		}
+		op.Digest = "sha256:" + strings.Repeat("e", 64)
+		return tx.PutOperation(op)
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct{ name, button string }{{"Confirm my approval", confirm}, {"Approve", approve}, {"Deny", deny}} {
+		err := e.eng.Act(ctx, engine.Origin{User: "alice"}, c.button)
+		var ae *engine.ActionError
+		if !errors.As(err, &ae) || !strings.Contains(ae.Msg, "earlier plan of "+id+" that is void") {
+			t.Errorf("%s of the void plan: err = %v; want the earlier-plan refusal", c.name, err)
+		}
+	}
+	op, err := e.eng.Operation(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if op.State != state.StateAwaitingApproval {
+		t.Fatalf("after clicks on a void plan's buttons the operation is %s; want it still awaiting approval", op.State)
+	}
+	var apps []state.Approval
+	if err := e.store.View(ctx, func(tx *state.Tx) error { var err error; apps, err = tx.Approvals(id); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if len(apps) != 0 {
+		t.Fatalf("a void plan's button recorded approvals: %+v", apps)
+	}
+	recs, err := e.store.QueryAudit(ctx, state.AuditQuery{OpID: id, Action: "action refused"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 3 {
+		t.Fatalf("audited refusals of %s = %d; want 3 (one per click)", id, len(recs))
+	}
+}
