@@ -76,3 +76,48 @@ func TestButtonsOfAVoidPlanAreRefused(t *testing.T) {
 		t.Fatalf("audited refusals of %s = %d; want 3 (one per click)", id, len(recs))
 	}
 }
+
+// TestCancelIsTheRequestersOrAnApprovers: only the requester or one of the
+// cluster's approvers may cancel an operation; anyone else (a viewer) is
+// refused and the operation goes on. An operation that has ended cannot be
+// cancelled, and only an interrupted one can be resumed or abandoned.
+func TestCancelIsTheRequestersOrAnApprovers(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		var ae *engine.ActionError
+		if !errors.As(err, &ae) || !strings.Contains(ae.Msg, want) {
+			t.Fatalf("%s: err = %v; want a refusal saying %q", what, err, want)
+		}
+	}
+	first, err := e.submit("alice", "prd", "/talos push")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(first, state.StateAwaitingApproval)
+	// carol is a production viewer: neither the requester nor an approver.
+	refused("carol's cancel", e.eng.Cancel(ctx, engine.Origin{User: "carol", Channel: "prd"}, first), "only the requester or an approver may cancel "+first)
+	if op, _ := e.eng.Operation(ctx, first); op.State != state.StateAwaitingApproval {
+		t.Fatalf("after a refused cancel the operation is %s; want it still awaiting approval", op.State)
+	}
+	refused("resume of an operation awaiting approval", e.eng.Resume(ctx, engine.Origin{User: "alice", Channel: "prd"}, first), "only interrupted operations can be resumed")
+	refused("abandon of an operation awaiting approval", e.eng.Abandon(ctx, engine.Origin{User: "alice", Channel: "prd"}, first), "only interrupted operations can be abandoned")
+	// bob approves production operations: he may cancel alice's.
+	if err := e.eng.Cancel(ctx, engine.Origin{User: "bob", Channel: "prd"}, first); err != nil {
+		t.Fatalf("an approver's cancel: %v", err)
+	}
+	e.await(first, state.StateCancelled)
+	refused("cancel of a cancelled operation", e.eng.Cancel(ctx, engine.Origin{User: "bob", Channel: "prd"}, first), "operation "+first+" is already cancelled")
+
+	// The requester may cancel her own.
+	second, err := e.submit("alice", "prd", "/talos push")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(second, state.StateAwaitingApproval)
+	if err := e.eng.Cancel(ctx, engine.Origin{User: "alice", Channel: "prd"}, second); err != nil {
+		t.Fatalf("the requester's cancel: %v", err)
+	}
+	e.await(second, state.StateCancelled)
+}
