@@ -121,3 +121,36 @@ func TestCancelIsTheRequestersOrAnApprovers(t *testing.T) {
 	}
 	e.await(second, state.StateCancelled)
 }
+
+// TestDenyIsTheRequestersOrAnApprovers: the Deny button works for the
+// requester (withdrawing her own request) and for approvers; anyone else is
+// refused and the operation still awaits approval. Once denied, there is
+// nothing left to deny.
+func TestDenyIsTheRequestersOrAnApprovers(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	id, err := e.submit("alice", "prd", "/talos push")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateAwaitingApproval)
+	deny := e.sink.Button(t, id, "Deny")
+	var ae *engine.ActionError
+	if err := e.eng.Act(ctx, engine.Origin{User: "carol", Channel: "prd"}, deny); !errors.As(err, &ae) {
+		t.Fatalf("a viewer's deny: err = %v; want a refusal", err)
+	}
+	if op, _ := e.eng.Operation(ctx, id); op.State != state.StateAwaitingApproval {
+		t.Fatalf("after a viewer's refused deny the operation is %s; want it still awaiting approval", op.State)
+	}
+	// alice requested it and is no production approver: she may still deny it.
+	if err := e.eng.Act(ctx, engine.Origin{User: "alice", Channel: "prd"}, deny); err != nil {
+		t.Fatalf("the requester's deny: %v", err)
+	}
+	if op := e.await(id, state.StateDenied); op.Result != "denied by alice" {
+		t.Fatalf("result = %q; want denied by alice", op.Result)
+	}
+	err = e.eng.Act(ctx, engine.Origin{User: "bob", Channel: "prd"}, deny)
+	if !errors.As(err, &ae) || !strings.Contains(ae.Msg, "is denied; there is nothing to deny") {
+		t.Fatalf("deny of a denied operation: err = %v; want the nothing-to-deny refusal", err)
+	}
+}
