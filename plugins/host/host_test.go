@@ -674,34 +674,6 @@ func TestHCLogAdapterRespectsLevel(t *testing.T) {
 	}
 }
 
-func BenchmarkColdStart(b *testing.B) {
-	for b.Loop() {
-		m, err := New(Options{Executable: testPluginPath, ExecutableSHA256: sha256File(b, testPluginPath), BuiltIn: []string{"alpha"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := m.Manifest(b.Context(), "alpha"); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		m.Close()
-		b.StartTimer()
-	}
-}
-
-func BenchmarkPlanCall(b *testing.B) {
-	m := newManager(b, Options{BuiltIn: []string{"alpha"}})
-	r := req("noop")
-	if _, err := m.Plan(b.Context(), "alpha", r); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		if _, err := m.Plan(b.Context(), "alpha", r); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // TestDescribeInProcessStartsNothing: with Options.Describe, reading a
 // built-in's manifest does not start its process (the executable here does
 // not even exist), so an idle bot runs no plugin processes.
