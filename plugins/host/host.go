@@ -688,11 +688,17 @@ func (m *Manager) start(ctx context.Context, p *managed, abort context.CancelFun
 		SecureConfig:     secure,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
-		SkipHostEnv:      true,
-		StartTimeout:     m.opts.CallTimeout,
-		Logger:           newHCLogger(log),
-		SyncStdout:       newLineLogger(log, "stdout"),
-		SyncStderr:       newLineLogger(log, "stderr"),
+		// A fixed window turns off gRPC's bandwidth-delay estimator and its
+		// PING per call (plugins/sdk sets the same on the plugin's side).
+		GRPCDialOptions: []grpc.DialOption{
+			grpc.WithInitialWindowSize(sdk.WindowSize),
+			grpc.WithInitialConnWindowSize(sdk.WindowSize),
+		},
+		SkipHostEnv:  true,
+		StartTimeout: m.opts.CallTimeout,
+		Logger:       newHCLogger(log),
+		SyncStdout:   newLineLogger(log, "stdout"),
+		SyncStderr:   newLineLogger(log, "stderr"),
 	})
 	// fail kills what was started (the process group first, so that
 	// go-plugin's Kill does not wait on pipes a child holds) and returns err.
