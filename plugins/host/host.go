@@ -201,6 +201,8 @@ type Manager struct {
 
 	// verified remembers the executables already hashed (verified.go).
 	verified verifiedFiles
+	// hostCert is the client certificate of the plugin connections (tls.go).
+	hostCert hostCert
 	// hashes counts the executables hashed for a launch (tests).
 	hashes atomic.Int64
 
@@ -678,6 +680,13 @@ func (m *Manager) start(ctx context.Context, p *managed, abort context.CancelFun
 		secure = &plugin.SecureConfig{Checksum: want, Hash: sha256.New()}
 	}
 
+	tlsConfig, tlsPipe, err := m.launchTLS(cmd)
+	if err != nil {
+		abort()
+		return nil, fmt.Errorf("plugin %q: %w", p.name, err)
+	}
+	defer func() { _ = tlsPipe.Close() }() // the process has its copy
+
 	log := m.log.With("plugin", p.name)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig: sdk.HandshakeConfig(),
@@ -687,7 +696,7 @@ func (m *Manager) start(ctx context.Context, p *managed, abort context.CancelFun
 		Cmd:              cmd,
 		SecureConfig:     secure,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
+		TLSConfig:        tlsConfig, // mTLS with keys the host makes (tls.go)
 		// A fixed window turns off gRPC's bandwidth-delay estimator and its
 		// PING per call (plugins/sdk sets the same on the plugin's side).
 		GRPCDialOptions: []grpc.DialOption{

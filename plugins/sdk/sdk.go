@@ -106,7 +106,8 @@ func Serve(p Plugin) {
 		VersionedPlugins: map[int]plugin.PluginSet{
 			ProtocolVersion: {PluginName: &grpcPlugin{impl: p}},
 		},
-		GRPCServer: newGRPCServer,
+		GRPCServer:  newGRPCServer,
+		TLSProvider: hostTLS(), // nil: go-plugin's automatic mTLS (tls.go)
 	})
 }
 
