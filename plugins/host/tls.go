@@ -33,7 +33,7 @@ import (
 // only the host's certificate. A plugin built without plugins/sdk's
 // tls.go (plain go-plugin) ignores the pipe and answers with go-plugin's
 // own certificate on its handshake line, which go-plugin then trusts
-// instead (TestOldPluginStillServes covers it).
+// instead (TestValidateConfigOfAPluginThatPredatesIt runs such a plugin).
 
 // tlsIdentity is a certificate and key, as tls wants it and as PEM.
 type tlsIdentity struct {
