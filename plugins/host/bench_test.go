@@ -7,6 +7,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // The plugin-cost benchmarks (issue 30, docs/BENCHMARKS.md). Besides wall
@@ -91,4 +94,67 @@ func procCPU(b *testing.B, pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// BenchmarkGRPCFloor is the floor under BenchmarkPlanCall: a gRPC health
+// check (an empty unary call go-plugin serves) to the same plugin process
+// on the same connection, without the host's call wrapper or the SDK's
+// adapter. What PlanCall costs above it is this package's and the SDK's.
+func BenchmarkGRPCFloor(b *testing.B) {
+	m := newManager(b, Options{BuiltIn: []string{"alpha"}})
+	if _, err := m.Plan(b.Context(), "alpha", req("noop")); err != nil {
+		b.Fatal(err)
+	}
+	inst := m.plugins["alpha"].cur
+	health := grpc_health_v1.NewHealthClient(inst.conn)
+	hreq := &grpc_health_v1.HealthCheckRequest{Service: plugin.GRPCServiceName}
+	cpu := startCPU()
+	cpu.plugin = procCPU(b, inst.pid)
+	for b.Loop() {
+		if _, err := health.Check(b.Context(), hreq); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu.report(b, inst.pid)
+}
+
+// BenchmarkColdStartBuiltIn starts real built-ins from the talosbot-plugins
+// binary named by TALOSBOT_PLUGINS_BIN (skipped without it): "first" is a
+// Manager's first start (it hashes the ~90 MB binary), "next" another
+// built-in of the same binary in the same Manager (remembered, not hashed).
+// Informational: the goal is on BenchmarkColdStart's small plugin, which
+// measures the host's part; this shows what a large plugin binary adds.
+func BenchmarkColdStartBuiltIn(b *testing.B) {
+	bin := os.Getenv("TALOSBOT_PLUGINS_BIN")
+	if bin == "" {
+		b.Skip("TALOSBOT_PLUGINS_BIN is not set")
+	}
+	sum := sha256File(b, bin)
+	names := []string{"healthgate", "drift"}
+	start := func(b *testing.B, second bool) {
+		cpu := startCPU()
+		for b.Loop() {
+			b.StopTimer()
+			m, err := New(Options{Executable: bin, ExecutableSHA256: sum, BuiltIn: names})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if second {
+				if _, err := m.Manifest(b.Context(), names[0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StartTimer()
+			if _, err := m.Manifest(b.Context(), names[1]); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			m.Close()
+			b.StartTimer()
+		}
+		// With "next" this counts both starts: an upper bound.
+		cpu.report(b, 0)
+	}
+	b.Run("first", func(b *testing.B) { start(b, false) })
+	b.Run("next", func(b *testing.B) { start(b, true) })
 }

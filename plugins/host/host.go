@@ -699,9 +699,13 @@ func (m *Manager) start(ctx context.Context, p *managed, abort context.CancelFun
 		TLSConfig:        tlsConfig, // mTLS with keys the host makes (tls.go)
 		// A fixed window turns off gRPC's bandwidth-delay estimator and its
 		// PING per call (plugins/sdk sets the same on the plugin's side).
+		// Retries are the host's to decide (unary, callError): gRPC's own
+		// would only buffer every request for a replay that never helps on
+		// a unix socket to one process.
 		GRPCDialOptions: []grpc.DialOption{
 			grpc.WithInitialWindowSize(sdk.WindowSize),
 			grpc.WithInitialConnWindowSize(sdk.WindowSize),
+			grpc.WithDisableRetry(),
 		},
 		SkipHostEnv:  true,
 		StartTimeout: m.opts.CallTimeout,
