@@ -404,6 +404,10 @@ func (x *run) fail(summary string, err error, actions ...*sdk.SuggestedAction) e
 
 func (x *run) execute(ctx context.Context) error {
 	ro := x.roll
+	// 0. A resume: first the nodes whose upgrade was in flight (inflight.go).
+	if err := x.resumeInFlight(ctx); err != nil {
+		return err
+	}
 	// 1. Verified snapshot, off-cluster (R12). (The R5 plan guard ran
 	// once, before the first hop: hops.)
 	opts := etcd.SnapshotOptionsFor(x.req)
