@@ -307,3 +307,52 @@ func TestParseSnooze(t *testing.T) {
 		}
 	}
 }
+
+// barrierInspector answers only once every cluster's read is in flight, so
+// a check that reads one cluster after the other never gets an answer.
+type barrierInspector struct {
+	want    int
+	mu      sync.Mutex
+	arrived int
+	all     chan struct{}
+}
+
+func (b *barrierInspector) Inspect(ctx context.Context, cluster string) (*certexpiry.Inventory, error) {
+	b.mu.Lock()
+	b.arrived++
+	if b.arrived == b.want {
+		close(b.all)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.all:
+		return &certexpiry.Inventory{Cluster: cluster}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// A fleet is read side by side (P9: the daily check across the fleet in
+// about one cluster's time), and the outcomes keep the config's order.
+func TestCheckReadsClustersSideBySide(t *testing.T) {
+	doc := "clusters:\n"
+	for i := range 5 {
+		doc += "  - {name: c" + string(rune('0'+i)) + ", environment: staging, channels: [st], endpoints: [10.0.20.204], " +
+			"nodes: [{name: cp-1, address: 10.0.20.204, role: controlplane, host: pve5}], credentials: {source: files, talosconfig: file:/etc/tc}}\n"
+	}
+	cfg := parseConfig(t, doc+"policy:\n  staging: {operators: [\"*\"]}\n")
+	st := openStore(t, filepath.Join(t.TempDir(), "s.db"))
+	defer func() { _ = st.Close() }()
+	in := &barrierInspector{want: 5, all: make(chan struct{})}
+	n, err := certnotice.New(certnotice.Options{Config: cfg, Store: st, Inspector: in, Poster: &poster{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i, oc := range n.Check(ctx, time.Now()) {
+		if oc.Err != nil || oc.Cluster != "c"+string(rune('0'+i)) {
+			t.Errorf("outcome %d: %+v", i, oc)
+		}
+	}
+}
