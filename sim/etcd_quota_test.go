@@ -84,6 +84,7 @@ func etcdAlarms(ctx context.Context, t *testing.T, cli *client.Client, cp string
 // disarm sticks and writes work. The quota shows in the EtcdSpec resource's
 // extra arguments, as Talos publishes cluster.etcd.extraArgs.
 func TestEtcdQuotaFaultRaisesNoSpaceUntilDefragmented(t *testing.T) {
+	t.Parallel()
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()

@@ -19,6 +19,7 @@ import (
 // and the reset with it; once the fault is cleared, every member the fault stopped runs
 // again under a leader, and the membership still has all three.
 func TestNoEtcdLeaderWithALeavingMember(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, HealthCheckInterval: 200 * time.Millisecond})
 	ctx := t.Context()
@@ -78,6 +79,7 @@ func TestNoEtcdLeaderWithALeavingMember(t *testing.T) {
 // once the fault is cleared every member still in the membership runs under a leader (the
 // fault restarts what it stopped, never a member that left: Talos wiped its data directory).
 func TestNoEtcdLeaderWhileAMemberLeaves(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 3, HealthCheckInterval: 200 * time.Millisecond})
 	ctx := t.Context()

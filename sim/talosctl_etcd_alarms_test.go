@@ -20,6 +20,7 @@ import (
 // the disarm holds (the list prints its header only). `get etcdspecs` shows
 // the quota among the extra arguments.
 func TestTalosctlEtcdAlarmsUnderQuota(t *testing.T) {
+	t.Parallel()
 	slow(t)
 	bin := needTalosctl(t)
 	c, cli := startSim(t, sim.Options{ControlPlanes: 1, Workers: 1, TalosVersion: "v1.13.9"})

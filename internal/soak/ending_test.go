@@ -38,6 +38,7 @@ Where every node was left:
 // "ended or resumable"); the harness reads its end from a copy of the store, as the bot's
 // message words it, and nothing for an operation that has not ended.
 func TestStoreMessageReadsAnEndedOperation(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "talosbot.db")
 	st, err := state.Open(db, state.Options{})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 // InvStorage breaks when a primary's node goes down without a switchover
 // (an uncontrolled failover) and when a volume loses every healthy replica.
 func TestStorageInvariantCatchesFaultsAndFailovers(t *testing.T) {
+	t.Parallel()
 	if _, err := storagetest.FixturesDir(); err != nil {
 		t.Skip(err)
 	}

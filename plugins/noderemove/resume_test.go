@@ -229,6 +229,7 @@ func TestResumeSeesTheResetTheStoreMissed(t *testing.T) {
 // silent node as the reset's drain: its plan is not refused, it never resets again, and when
 // cp-3 does not leave within the node timeout it fails naming the cordon.
 func TestResumeSeesASilentDrainedNode(t *testing.T) {
+	t.Parallel()
 	kube := testenv.StartKube(t)
 	c := startSim(t, kube)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -18,6 +18,7 @@ import (
 // after worker-1 is upgraded; the gate after worker-1 fails, the roll
 // stops there, and no later node (worker-2, the control plane) is touched.
 func TestGateAfterAWorkerStopsTheRoll(t *testing.T) {
+	t.Parallel()
 	e := start(t, 1, 2, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	req := e.request(t, target)
@@ -65,6 +66,7 @@ func TestGateAfterAWorkerStopsTheRoll(t *testing.T) {
 // that path drops, unless grubUseUKICmdline makes them inert anyway (a
 // warning). The refusal names the node and the argument, never its value.
 func TestPreflightInstallerChecksOnFacts(t *testing.T) {
+	t.Parallel()
 	inv := cluster.Inventory{Name: "staging", Nodes: []cluster.Node{
 		{Name: "cp-1", Role: cluster.RoleControlPlane, Address: "10.0.0.1"},
 		{Name: "w-1", Role: cluster.RoleWorker, Address: "10.0.0.2"}}}

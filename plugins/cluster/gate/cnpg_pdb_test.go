@@ -23,6 +23,7 @@ import (
 // budgets as CNPG v1.30.0 builds them, their status as the disruption
 // controller computes it.
 func TestCNPGPrimaryBudgetMovesWithTheSwitchover(t *testing.T) {
+	t.Parallel()
 	dir, err := storagetest.FixturesDir()
 	if err != nil {
 		t.Skip(err)

@@ -19,6 +19,7 @@ import (
 // plus R3's PodDisruptionBudget stop, and each is its own line of the
 // result, even when the cluster does not answer.
 func TestGateReportsOneLinePerRunbookItem(t *testing.T) {
+	t.Parallel()
 	res := Run(context.Background(), &cluster.Clients{Machine: slowMachine{}, Health: slowHealth{}}, threeCP(), Options{Timeout: 300 * time.Millisecond})
 	items := []string{"Talos version", "Cluster health", "Control-plane services", "etcd status",
 		"Kubernetes nodes", "Pods", "Flux", "PodDisruptionBudgets"}
@@ -46,6 +47,7 @@ func TestGateReportsOneLinePerRunbookItem(t *testing.T) {
 // TestGateFailsWithEveryReason is R3: the gate is pass/fail, and a failed
 // gate lists every failing probe's reason, each named by its probe.
 func TestGateFailsWithEveryReason(t *testing.T) {
+	t.Parallel()
 	res := Run(context.Background(), &cluster.Clients{Machine: slowMachine{}, Health: slowHealth{}}, threeCP(),
 		Options{Timeout: 300 * time.Millisecond, RequireKubernetes: true})
 	if res.Passed || res.Err() == nil {
@@ -88,6 +90,7 @@ func (h hungMachine) Version(context.Context, *emptypb.Empty, ...grpc.CallOption
 // fails naming the probe that got no answer, instead of waiting for the
 // cluster.
 func TestGateAnswersWhileANodeHangs(t *testing.T) {
+	t.Parallel()
 	h := hungMachine{release: make(chan struct{})}
 	t.Cleanup(func() { close(h.release) })
 	done := make(chan *Result, 1)
