@@ -776,7 +776,10 @@ func (e *Engine) executeWith(ctx context.Context, id string, req *lifecyclev1.Op
 		e.finish(ctx, id, e.cancelledBy(id), state.StateCancelled, "cancelled", "", nil)
 	case err != nil:
 		e.finish(ctx, id, "system", state.StateFailed, "failed", err.Error(), nil)
-	case op.Disruptive && res.GetSummary() == sdk.PausedSummary && e.pauseRequested(id):
+	case op.Disruptive && res.GetSummary() == sdk.PausedSummary:
+		// Asked (Pause, PauseFor) or the plugin's own (a storage wait
+		// past its limit, docs/UPGRADES.md): either way the run stopped
+		// between nodes and waits for Resume or Abandon; it did not fail.
 		e.paused(ctx, id, res.GetLines())
 		return
 	default:
