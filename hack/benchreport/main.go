@@ -262,6 +262,9 @@ func notes() string {
     cores: CPU of bot and plugin per cold start 70.8 → 34.2 ms (cpu-µs/op, with the fixed
     harness on both); per call 131 → 104 µs of CPU. Wall time at that load is noise (cold
     start 870 → 240 ms, per call 228 → 253 µs), so the wall-time rows wait for a quiet make bench.
+    The last hand run (-count 5 medians, load 35–44, after merging main on 2026-12-03 16:00 UTC):
+    cold start 118 ms wall, 36.8 ms CPU; per call 245 µs wall, and the gRPC floor 295 µs in
+    the same run: at that load wall time measures the wait for a core, not the call.
   - The floor. Cold start, by perf samples of bot and plugin together: the sha256 of the
     executable is about 40 % and reading it into the hash about 10 % (the check itself: a launch
     never runs an unverified file); the rest is fork and exec, the plugin's Go runtime and

@@ -1,6 +1,7 @@
 // Package host is the bot side of the talosbot plugin runtime: it launches
-// lifecycle plugins as subprocesses (hashicorp/go-plugin, gRPC only, automatic
-// mTLS) and calls Describe, Plan and Run on them.
+// lifecycle plugins as subprocesses (hashicorp/go-plugin, gRPC only, mutual
+// TLS with keys the host makes: tls.go) and calls Describe, Plan and Run on
+// them.
 //
 // Lifecycle of a plugin process:
 //

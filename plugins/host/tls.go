@@ -34,6 +34,9 @@ import (
 // tls.go (plain go-plugin) ignores the pipe and answers with go-plugin's
 // own certificate on its handshake line, which go-plugin then trusts
 // instead (TestValidateConfigOfAPluginThatPredatesIt runs such a plugin).
+// Such a plugin leaves descriptor 3 unread and open, so processes it starts
+// may inherit it: it holds only that plugin's own, unused key, never the
+// host's.
 
 // tlsIdentity is a certificate and key, as tls wants it and as PEM.
 type tlsIdentity struct {

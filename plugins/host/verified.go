@@ -31,6 +31,11 @@ import (
 //     the launch, a check the second hash by go-plugin's SecureConfig made
 //     only for the time between the two hashes).
 //
+// Neither this nor the second hash it replaces stops bytes written in the
+// instant between the check and the exec from running (the post-start check
+// then kills that process and refuses the launch, which the second hash did
+// not): keep plugin executables writable only by whoever installs them.
+//
 // The cache lives in the Manager (one bot, one set of verified files); a new
 // Manager hashes again.
 

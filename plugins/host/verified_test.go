@@ -148,3 +148,27 @@ func TestWriteDuringTheLaunchIsRefused(t *testing.T) {
 		t.Fatalf("hashed %d times, want 2", n)
 	}
 }
+
+// TestFreshFileIsNotRemembered: a file changed less than settleTime before
+// it was hashed may change again within the same timestamp tick without its
+// ctime moving, so it is hashed again on the next launch.
+func TestFreshFileIsNotRemembered(t *testing.T) {
+	path, sum := copyPlugin(t) // written just now
+	m := newManager(t, Options{Executable: path, ExecutableSHA256: sum, BuiltIn: []string{"alpha"}})
+	if m.verified.settle != settleTime {
+		t.Fatalf("settle = %v, want settleTime", m.verified.settle)
+	}
+	// settleTime (2 s) could pass on a loaded machine between the copy and
+	// the hash; an hour cannot, so the test does not depend on the load.
+	m.verified.settle = time.Hour
+	if _, err := m.Plan(t.Context(), "alpha", req("ok")); err != nil {
+		t.Fatal(err)
+	}
+	killCurrent(t, m, "alpha")
+	if _, err := m.Plan(t.Context(), "alpha", req("ok")); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	if n := m.hashes.Load(); n != 2 {
+		t.Fatalf("hashed %d times, want 2: a file younger than settleTime must not be remembered", n)
+	}
+}

@@ -12,8 +12,10 @@
 //     for that plugin, and reuses it for every later call, concurrently. A
 //     plugin must therefore keep no per-call state in globals.
 //   - Serve performs the go-plugin handshake (HandshakeConfig, protocol
-//     version 1, gRPC, automatic mTLS) and then serves until the host closes
-//     it. Running the binary by hand prints a hint and exits.
+//     version 1, gRPC, mutual TLS with the identity the host passes, or
+//     go-plugin's automatic mTLS from a host that passes none: tls.go) and
+//     then serves until the host closes it. Running the binary by hand
+//     prints a hint and exits.
 //   - If the process dies (panic in a goroutine, os.Exit, OOM kill), the host
 //     fails the calls in flight with "plugin exited during run" and starts a
 //     fresh process on the next use. Runs are idempotent (a step already in
