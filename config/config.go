@@ -51,6 +51,8 @@ type Config struct {
 	AlertPause AlertPause `yaml:"alert_pause,omitempty"`
 	// Escalation speaks up about late steps (escalation.go).
 	Escalation Escalation `yaml:"escalation,omitempty"`
+	// MaintenanceSchedule runs maintenance commands in the window (maintenance.go).
+	MaintenanceSchedule map[string]string `yaml:"maintenance_schedule,omitempty"`
 	// Certificates is the daily certificate-expiry check (certs.go).
 	Certificates Certificates `yaml:"certificates,omitempty"`
 
