@@ -29,6 +29,7 @@ done <<'LIST'
 ./internal/testenv|^BenchmarkStartKube$|3x
 ./plugins/talosupgrade|^BenchmarkRoll3Nodes$|1x
 ./cmd/talosbot|^BenchmarkServeStartToReady$|3x
+./cmd/talosbot|^BenchmarkFleet$|2x
 LIST
 go run ./hack/benchreport -in "$out" -out docs/BENCHMARKS.md
 echo "wrote docs/BENCHMARKS.md" >&2

@@ -65,6 +65,11 @@ func goals() []goal {
 		{Figure: "Bot idle memory (PSS: its own pages, shared pages split)", Bench: "talosbot/BenchmarkServeStartToReady", Metric: "idle-pss-MiB", Op: "<=", Value: 40, Unit: "MiB", Anchor: "issue 11: < 40 MiB", Scale: 1},
 		{Figure: "Bot idle RSS (counts shared pages in full)", Bench: "talosbot/BenchmarkServeStartToReady", Metric: "idle-rss-MiB", Op: "<=", Value: 40, Unit: "MiB", Anchor: "issue 11: < 40 MiB", Scale: 1},
 		{Figure: "Bot idle RSS incl. plugin processes", Bench: "talosbot/BenchmarkServeStartToReady", Metric: "idle-rss-with-plugins-MiB", Op: "<=", Value: 1000, Unit: "MiB", Anchor: "informational", Scale: 1},
+		{Figure: "Fleet (P9): `/talos health` on 20 clusters of 10 nodes at once / on one, through one bot (sims in their own process)", Bench: "talosbot/BenchmarkFleet", Metric: "health-ratio", Op: "<=", Value: 3, Unit: "×", Anchor: "issue 33 (P9): ≤ 3 ×", Scale: 1},
+		{Figure: "Fleet (P9): one `/talos health` through the bot", Bench: "talosbot/BenchmarkFleet", Metric: "health-one-ms", Op: "<=", Value: 30000, Unit: "ms", Anchor: "informational: gate timeout 30 s", Scale: 1},
+		{Figure: "Fleet (P9): the daily reads (`/talos certs` + `/talos etcd status`) on 20 clusters / on one", Bench: "talosbot/BenchmarkFleet", Metric: "daily-ratio", Op: "<=", Value: 2, Unit: "×", Anchor: "issue 33 (P9): ≤ 2 ×", Scale: 1},
+		{Figure: "Fleet (P9): bot RSS after the rounds", Bench: "talosbot/BenchmarkFleet", Metric: "bot-rss-MiB", Op: "<=", Value: 100, Unit: "MiB", Anchor: "issue 33 (P9): memory bounded", Scale: 1},
+		{Figure: "Fleet (P9): bot goroutines after the rounds", Bench: "talosbot/BenchmarkFleet", Metric: "bot-goroutines", Op: "<=", Value: 200, Unit: "", Anchor: "issue 33 (P9): goroutines bounded", Scale: 1},
 	}
 }
 
