@@ -287,9 +287,10 @@ func (e *Engine) Submit(ctx context.Context, from Origin, text string) (string, 
 		return "", err
 	}
 	if from.System && disruptive {
-		err := fmt.Errorf("a scheduled run may not run %s: it disrupts the cluster; run it from chat", inv.Spec.Name)
-		e.Refuse(ctx, from, cl.Name, inv, err)
-		return "", err
+		if err := e.scheduledDisruption(inv, cl); err != nil {
+			e.Refuse(ctx, from, cl.Name, inv, err)
+			return "", err
+		}
 	}
 	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: disruptive, Writes: writes, Args: inv.Args, Now: e.now(), Frozen: frozen}); err != nil && !from.System {
 		e.Refuse(ctx, from, cl.Name, inv, err)

@@ -81,7 +81,7 @@ func (t *target) kubeNode() string { return t.ids.KubeNode(t.node.Name) }
 func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session, resetIssued bool) (*target, error) {
 	name := strings.TrimSpace(req.Args["node"])
 	n, ok := s.Inv.Node(name)
-	if !ok {
+	if !ok { // rule:R8
 		return nil, &sdk.Refusal{Rule: "R8",
 			Reason: fmt.Sprintf("%s is not in the inventory of %s: the bot removes a node only while the inventory (Terraform) still has its address and credentials", sdk.Quote(name), s.Inv.Name),
 			Fix: fmt.Sprintf("check the name (nodes: %s); if the entry was already removed from Terraform, restore it, apply, then remove the node here first",
@@ -94,6 +94,15 @@ func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session, r
 	// runs (stage resetting, the sequence machined runs for it).
 	if !resetIssued && verr == nil && req.Attempt > 1 {
 		resetIssued = resetting(ctx, s, n)
+	}
+	// Or the reset got further than Talos's API: the node no longer answers, and its Node is
+	// cordoned, as the reset's drain leaves it (soak seed 1000: killed right after the reset,
+	// the resume found cp-2 silent and still an etcd member, refused on R9 and left the cordon
+	// unsaid). A node that merely does not answer keeps its Node schedulable. The run then
+	// waits for the node to leave and, if it never does, fails naming the cordon; it never
+	// resets twice.
+	if !resetIssued && verr != nil && req.Attempt > 1 {
+		resetIssued = drainedAndSilent(ctx, s, t.kubeNode())
 	}
 	t.resetIssued = resetIssued
 	if verr == nil {
@@ -123,6 +132,16 @@ func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session, r
 func resetting(ctx context.Context, s *cluster.Session, n cluster.Node) bool {
 	ms, err := safe.StateGetByID[*runtime.MachineStatus](client.WithNode(ctx, n.Address), s.COSI, runtime.MachineStatusID)
 	return err == nil && ms.TypedSpec().Stage == runtime.MachineStageResetting
+}
+
+// drainedAndSilent reports whether the Kubernetes Node kn of a node that does not answer is
+// cordoned (the caller has seen it silent).
+func drainedAndSilent(ctx context.Context, s *cluster.Session, kn string) bool {
+	if s.Kube == nil || kn == "" {
+		return false
+	}
+	c, err := k8s.Cordoned(ctx, s.Kube, kn)
+	return err == nil && c
 }
 
 // resetInFlight: this is a resumed run and the stopped one had its reset in flight (the host

@@ -669,7 +669,7 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	directGate := x.s.DirectClients()
 	verdict := gate.Until(ctx, directGate, x.s.Inv, x.gateOptions(drain), x.afterTO)
 	_ = directGate.Close()
-	if !verdict.Passed {
+	if !verdict.Passed { // rule:R15-gate
 		_ = x.r.StepFailed(n.id("gate"), strings.Join(verdict.Reasons, "; "))
 		x.lines = append(x.lines, "🩺 "+o.line())
 		return x.fail(fmt.Sprintf("health gate after %s failed; the roll stopped, no later node was touched. %s", n.node.Name, o.line()), verdict.Err(),
@@ -728,7 +728,7 @@ func (x *run) verify(ctx context.Context) (map[string]string, string, error) {
 			}
 		}
 	}
-	if len(problems) > 0 {
+	if len(problems) > 0 { // rule:R17
 		return running, "", fmt.Errorf("after the roll (R17): %s", strings.Join(problems, "; "))
 	}
 	return running, flux, nil
