@@ -211,6 +211,9 @@ func TestConfigCheckAndServeAgree(t *testing.T) {
 		// case takes.
 		{"a built-in's section", policy + "plugins:\n  talosupgrade: {refuse_non_latest_pach: true}\n", nil,
 			[]string{`plugins.talosupgrade.refuse_non_latest_pach: unknown key "refuse_non_latest_pach"; did you mean "refuse_non_latest_patch"?`}},
+		{"a built-in's storage key", policy + "plugins:\n  rollback: {storage: {last_replica: maybe}}\n  noderemove: {storage: {swichover: refuse}}\n", nil,
+			[]string{`plugins.rollback.storage.last_replica: is "maybe": use "wait" or "refuse"`,
+				`plugins.noderemove.storage.swichover: unknown key "swichover"; did you mean "switchover"?`}},
 		{"a setting that moved into its plugin", policy + "releases: {talos: [v1.13.9], refuse_non_latest_patch: true}\n", nil,
 			[]string{"releases.refuse_non_latest_patch: moved to plugins.talosupgrade.refuse_non_latest_patch (the talosupgrade plugin owns it now): delete it here and write it under plugins: as `plugins: {talosupgrade: {refuse_non_latest_patch: VALUE}}`"}},
 		{"min_approvals 0", strings.Replace(policy, "approvers: [bob]", "approvers: [bob], min_approvals: 0", 1), nil,
