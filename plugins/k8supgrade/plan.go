@@ -73,7 +73,7 @@ func assess(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req 
 	ids *identity.Map, v *k8s.Versions, table preflight.Table) (*assessment, error) {
 	target := h.target
 	a := &assessment{cluster: inv.Name, target: target, inv: inv, dryRun: req.Args[sdk.ArgDryRun] == "true",
-		snapshotDir: req.Settings.SnapshotDir, planGuard: planguard.Wanted(req.Settings), hop: h}
+		snapshotDir: req.Evidence.Backups.GetDir(), planGuard: planguard.Wanted(req.Evidence), hop: h}
 	// Names are resolved, never assumed: a mirror pod and a Node are found by the Node name
 	// the node's kubelet registered, which need not be its inventory name.
 	a.ids = ids

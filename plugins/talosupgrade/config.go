@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
@@ -14,6 +15,9 @@ type Config struct {
 	// RefuseNonLatestPatch makes R10's warning about a target that is not
 	// the newest known patch of its minor a refusal (default: a warning).
 	RefuseNonLatestPatch bool `json:"refuse_non_latest_patch"`
+	// TerraformGuard tunes the R5 plan guard that runs before the upgrade
+	// when the cluster's plan_before_upgrade is set.
+	TerraformGuard planguard.Config `json:"terraform_guard"`
 }
 
 // decodeConfig reads the section strictly (unknown keys are errors).

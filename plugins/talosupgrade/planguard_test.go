@@ -19,7 +19,7 @@ func TestPlanGuardBeforeUpgradeRefuses(t *testing.T) {
 	root := tftest.Root(t, bin, nil)
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
-	req.Settings.Terraform = &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
+	req.Evidence.Terraform = &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
 	ctx := ctxFor(t, 2*time.Minute)
 	plan, err := (&Plugin{}).Plan(ctx, req)
 	if err != nil || plan.Steps[0].ID != planguard.Step().ID {
@@ -50,7 +50,7 @@ func TestPlanGuardRunsOnceForAPath(t *testing.T) {
 	bin := tftest.Binary(t)
 	root := tftest.Root(t, bin, nil)
 	_, req := startHops(t, 1, 1)
-	req.Settings.Terraform = &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
+	req.Evidence.Terraform = &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
 	t.Setenv("TF_CLI_CONFIG_FILE", "")
 	rec := runWatched(ctxFor(t, 8*time.Minute), &Plugin{}, req, nil)
 	if res := rec.FinalResult(); !res.OK {
