@@ -211,6 +211,13 @@ func TestConfigCheckAndServeAgree(t *testing.T) {
 		// case takes.
 		{"a built-in's section", policy + "plugins:\n  talosupgrade: {refuse_non_latest_pach: true}\n", nil,
 			[]string{`plugins.talosupgrade.refuse_non_latest_pach: unknown key "refuse_non_latest_pach"; did you mean "refuse_non_latest_patch"?`}},
+		// The settings that were Settings.extra keys, which no config
+		// could reach, are the plugins' own sections now.
+		{"the gates' section", policy + "plugins:\n  gates: {flux_pth: ./clusters/production}\n", nil,
+			[]string{`plugins.gates.flux_pth: unknown key "flux_pth"; did you mean "flux_path"?`}},
+		{"a terraform guard's section", policy + "plugins:\n  tfguard: {terraform_guard: {protected_vm: [talos_node]}}\n  k8supgrade: {terraform_guard: {no_refresh: maybe}}\n", nil,
+			[]string{`plugins.tfguard.terraform_guard.protected_vm: unknown key "protected_vm"; did you mean "protected_vms"?`,
+				`plugins.k8supgrade.terraform_guard.no_refresh: `}},
 		{"a setting that moved into its plugin", policy + "releases: {talos: [v1.13.9], refuse_non_latest_patch: true}\n", nil,
 			[]string{"releases.refuse_non_latest_patch: moved to plugins.talosupgrade.refuse_non_latest_patch (the talosupgrade plugin owns it now): delete it here and write it under plugins: as `plugins: {talosupgrade: {refuse_non_latest_patch: VALUE}}`"}},
 		{"min_approvals 0", strings.Replace(policy, "approvers: [bob]", "approvers: [bob], min_approvals: 0", 1), nil,

@@ -80,7 +80,7 @@ func TestOnlyRealTalosReleasesAreTargets(t *testing.T) {
 
 // TestNoKnownReleaseRefusesEveryTarget: with the factory unreachable,
 // nothing cached and releases.talos empty there is no list, the plugins
-// get none (Settings.known_talos_releases is empty too), and every target
+// get none (releases.talos is empty too), and every target
 // is refused, naming how to declare one; without releases.kubernetes every
 // Kubernetes target is.
 func TestNoKnownReleaseRefusesEveryTarget(t *testing.T) {

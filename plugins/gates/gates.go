@@ -2,7 +2,7 @@
 // Talos lifecycle runbook's production readiness gates, each reported as
 // pass, fail or manual. It changes nothing.
 //
-// Settings.extra keys (all optional):
+// Its section, plugins.gates (config.go; all keys optional):
 //
 //	host_label                          Node label carrying the Proxmox host (default topology.kubernetes.io/zone)
 //	longhorn_volume                     Talos UserVolumeConfig name (default longhorn)
@@ -10,7 +10,7 @@
 //	flux_path                           expected spec.path of the flux-system Kustomization
 //	                                    (default: any path containing "production" and not "staging")
 //
-// The command needs NEED_STAGING_DRILLS: the host fills Settings.staging_drills
+// The command needs NEED_STAGING_DRILLS: the host fills Evidence.staging_drills
 // from the audit trail with the newest succeeded staging run of every command
 // whose manifest declares a drill (e.g. `upgrade talos` declares
 // DRILL_TALOS_UPGRADE). Unset means the host did not look, and the drill gate
