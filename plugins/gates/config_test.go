@@ -11,7 +11,7 @@ func TestConfigIsStrictWithDefaults(t *testing.T) {
 	p := &Plugin{}
 	for raw, want := range map[string]string{
 		`{"flux_pth": "./clusters/production"}`: `flux_pth: unknown key "flux_pth"; did you mean "flux_path"?`,
-		`{"host_label": 7}`:                      `host_label: is 7, want a string`,
+		`{"host_label": 7}`:                     `host_label: is 7, want a string`,
 	} {
 		err := p.ValidateConfig(t.Context(), []byte(raw), nil)
 		if err == nil || !strings.Contains(err.Error(), want) {
