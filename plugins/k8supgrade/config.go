@@ -10,8 +10,10 @@ import (
 
 // Config is the plugin's own section, plugins.k8supgrade (docs/CONFIG.md).
 type Config struct {
-	// TerraformGuard tunes the R5 plan guard that runs before the upgrade
-	// when the cluster's plan_before_upgrade is set.
+	// PlanBeforeUpgrade lists the clusters whose upgrades start with the R5
+	// Terraform plan guard (was clusters[].credentials.terraform.plan_before_upgrade).
+	PlanBeforeUpgrade []string `json:"plan_before_upgrade"`
+	// TerraformGuard tunes that guard.
 	TerraformGuard planguard.Config `json:"terraform_guard"`
 }
 
@@ -26,7 +28,12 @@ func decodeConfig(raw []byte) (Config, error) {
 
 // ValidateConfig implements sdk.ConfigValidator: config check and serve
 // ask it before anything runs.
-func (*Plugin) ValidateConfig(_ context.Context, raw []byte, _ []string) error {
-	_, err := decodeConfig(raw)
-	return err
+func (*Plugin) ValidateConfig(_ context.Context, raw []byte, clusters []string) error {
+	c, err := decodeConfig(raw)
+	if err != nil {
+		return err
+	}
+	var errs sdk.ConfigErrors
+	planguard.CheckClusters("plan_before_upgrade", c.PlanBeforeUpgrade, clusters, &errs)
+	return errs.Err()
 }

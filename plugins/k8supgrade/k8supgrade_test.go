@@ -266,14 +266,15 @@ func TestUpgradeK8s(t *testing.T) {
 	})
 
 	t.Run("the Terraform plan guard stops it (R5)", func(t *testing.T) {
-		// With plan_before_upgrade, a plan that would replace the cluster secrets
+		// With plan_before_upgrade listing the cluster, a plan that would replace the cluster secrets
 		// stops the upgrade before the snapshot and any machine-config change.
 		bin := tftest.Binary(t)
 		root := tftest.Root(t, bin, nil)
 		e := startEnv(t, kube, supportsTarget)
 		ctx := ctxFor(t, 2*time.Minute)
 		req := e.request(target)
-		req.Evidence.Terraform = &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
+		req.Evidence.Terraform = &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform"}
+		req.Config = []byte(`{"plan_before_upgrade": ["staging"]}`) // plugins.k8supgrade
 		plan, err := New().Plan(ctx, req)
 		if err != nil || plan.Steps[0].ID != planguard.Step().ID {
 			t.Fatalf("the plan does not start with the guard: %v %v", plan, err)

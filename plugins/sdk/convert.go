@@ -163,7 +163,7 @@ func evidenceToProto(e *Evidence) *pb.Evidence {
 			Base: f.Base, State: pb.GitFollowupState(f.State), PullRequestUrl: f.PullRequestURL, Error: f.Error})
 	}
 	if t := e.Terraform; t != nil {
-		out.Terraform = &pb.Terraform{Root: t.Root, Binary: t.Binary, ConfigKey: t.ConfigKey, PlanBeforeUpgrade: t.PlanBeforeUpgrade}
+		out.Terraform = &pb.Terraform{Root: t.Root, Binary: t.Binary, ConfigKey: t.ConfigKey}
 	}
 	if d := e.StagingDrills; d != nil {
 		out.StagingDrills = &pb.StagingDrills{}
@@ -186,7 +186,7 @@ func evidenceFromProto(e *pb.Evidence) Evidence {
 			Base: f.GetBase(), State: GitFollowupState(f.GetState()), PullRequestURL: f.GetPullRequestUrl(), Error: f.GetError()})
 	}
 	if t := e.GetTerraform(); t != nil {
-		out.Terraform = &Terraform{Root: t.GetRoot(), Binary: t.GetBinary(), ConfigKey: t.GetConfigKey(), PlanBeforeUpgrade: t.GetPlanBeforeUpgrade()}
+		out.Terraform = &Terraform{Root: t.GetRoot(), Binary: t.GetBinary(), ConfigKey: t.GetConfigKey()}
 	}
 	if d := e.GetStagingDrills(); d != nil {
 		out.StagingDrills = &StagingDrills{}

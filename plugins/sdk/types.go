@@ -246,10 +246,9 @@ const (
 
 // Terraform tells the Terraform plugins where the cluster's root is.
 type Terraform struct {
-	Root              string
-	Binary            string
-	ConfigKey         string
-	PlanBeforeUpgrade bool
+	Root      string
+	Binary    string
+	ConfigKey string
 }
 
 // GetRoot returns t.Root; nil-safe ("" when the cluster has no root).
@@ -275,9 +274,6 @@ func (t *Terraform) GetConfigKey() string {
 	}
 	return t.ConfigKey
 }
-
-// GetPlanBeforeUpgrade returns t.PlanBeforeUpgrade; nil-safe.
-func (t *Terraform) GetPlanBeforeUpgrade() bool { return t != nil && t.PlanBeforeUpgrade }
 
 // StagingDrills is the newest succeeded staging run of each drill.
 type StagingDrills struct {

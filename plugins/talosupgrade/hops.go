@@ -50,6 +50,9 @@ type path struct {
 	// kubeUnknown: the running Kubernetes version could not be read, so
 	// R20 was not checked; the plan says so as a warning, never as a ✅.
 	kubeUnknown bool
+	// guard: plugins.talosupgrade.plan_before_upgrade lists the cluster, so
+	// the R5 Terraform plan guard runs before the first hop.
+	guard bool
 	// at is every node's version as read when the path was computed, then
 	// as each node finishes a hop: what the result reports on a failure.
 	at map[string]talos.Release
@@ -175,6 +178,7 @@ func compute(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session)
 	if err != nil {
 		return nil, err
 	}
+	p.guard = planguard.Wanted(req.Cluster.Name, cfg.PlanBeforeUpgrade)
 	warn, re := talos.PatchCheck(target, known, cfg.RefuseNonLatestPatch)
 	if re != nil {
 		return nil, re
@@ -266,7 +270,7 @@ func (p *path) operationPlan(req *sdk.OperationRequest) *sdk.OperationPlan {
 	for _, h := range p.hops {
 		steps = append(steps, planSteps(h)...)
 	}
-	plan.Steps = planguard.WithStep(req.Evidence, steps)
+	plan.Steps = planguard.WithStep(p.guard, steps)
 	plan.Preconditions = []*sdk.Precondition{
 		{Name: "upgrade path", OK: true, Rule: "R10", Detail: detail},
 		{Name: "installer platform and schematic", OK: true, Rule: "R14", Detail: "unchanged on every node"},
@@ -294,13 +298,14 @@ func (r *roll) titlePrefix() string {
 // start; each later hop is decided again when it starts, from the nodes'
 // versions and the etcd leader then. A failure stops at that hop: no later
 // hop starts. Before the first hop, once for the whole path, the R5 plan
-// guard (with plan_before_upgrade): no upgrade on top of a migration.
+// guard (plugins.talosupgrade.plan_before_upgrade): no upgrade on top of a migration.
 func (x *run) hops(ctx context.Context) error {
 	cfg, err := decodeConfig(x.req.Config)
 	if err != nil {
 		return err // Plan decoded the same section: only a changed host gets here
 	}
-	if ref := planguard.BeforeUpgrade(ctx, x.cluster, x.req.Evidence, cfg.TerraformGuard, x.r); ref != nil {
+	guard := planguard.Wanted(x.req.Cluster.Name, cfg.PlanBeforeUpgrade)
+	if ref := planguard.BeforeUpgrade(ctx, x.cluster, guard, x.req.Evidence, cfg.TerraformGuard, x.r); ref != nil {
 		return x.fail("refused: the Terraform plan guard stopped the upgrade; no node was touched", ref)
 	}
 	for i, h := range x.path.hops {

@@ -3,23 +3,24 @@
 // cluster's machine secrets or a node VM — that is a cluster migration, not
 // maintenance. `/talos tf plan` (plugins/tfguard) runs it on request; every
 // upgrade (Talos and Kubernetes) runs it as its first step when the
-// cluster's clusters[].credentials.terraform.plan_before_upgrade is set, so
+// upgrade plugin's section lists the cluster under plan_before_upgrade, so
 // no upgrade starts on top of a migration nobody looked at. The plan and the
 // guard itself are internal/terraform's; this package reads the settings and
 // speaks in steps and refusals.
 //
 // The host passes the root as evidence, OperationRequest.Evidence.Terraform
-// (root, binary, config_key, plan_before_upgrade: the bot resolves
-// credentials from the same root, so it is core configuration). The guard's
-// own tunables are a Config in the section of each plugin that runs it
-// (terraform_guard: in plugins.tfguard, plugins.talosupgrade,
-// plugins.k8supgrade; docs/CONFIG.md).
+// (root, binary, config_key: the bot resolves credentials from the same
+// root, so it is core configuration). The guard's own tunables are a Config
+// in the section of each plugin that runs it (terraform_guard: in
+// plugins.tfguard, plugins.talosupgrade, plugins.k8supgrade), and whether
+// an upgrade runs it is that plugin's plan_before_upgrade (docs/CONFIG.md).
 package planguard
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/talosbot/talosbot/internal/terraform"
@@ -122,16 +123,31 @@ func Step() *sdk.Step {
 	return &sdk.Step{ID: "tf-plan-guard", Title: "Terraform plan guard (R5)", Kind: "guard"}
 }
 
-// Wanted reports whether the cluster's configuration asks for the guard
-// before upgrades.
-func Wanted(ev sdk.Evidence) bool {
-	return ev.Terraform.GetPlanBeforeUpgrade()
+// Wanted reports whether an upgrade of cluster runs the guard first: the
+// upgrade plugin's plan_before_upgrade lists it.
+func Wanted(cluster string, before []string) bool {
+	return slices.Contains(before, cluster)
 }
 
-// WithStep returns steps with Step first when the guard is Wanted: an
+// CheckClusters adds a problem for each name in before (a plugin's
+// plan_before_upgrade, at path) that is not a configured cluster: a typo
+// would silently leave a cluster's upgrades unguarded.
+func CheckClusters(path string, before, clusters []string, errs *sdk.ConfigErrors) {
+	for i, name := range before {
+		if !slices.Contains(clusters, name) {
+			hint := ""
+			if best := sdk.ClosestName(name, clusters); best != "" {
+				hint = fmt.Sprintf("; did you mean %q?", best)
+			}
+			errs.Add(fmt.Sprintf("%s[%d]", path, i), "no cluster is named %q%s", name, hint)
+		}
+	}
+}
+
+// WithStep returns steps with Step first when wanted (Wanted): an
 // upgrade's plan shows the guard it will run.
-func WithStep(ev sdk.Evidence, steps []*sdk.Step) []*sdk.Step {
-	if !Wanted(ev) {
+func WithStep(wanted bool, steps []*sdk.Step) []*sdk.Step {
+	if !wanted {
 		return steps
 	}
 	return append([]*sdk.Step{Step()}, steps...)
@@ -141,8 +157,8 @@ func WithStep(ev sdk.Evidence, steps []*sdk.Step) []*sdk.Step {
 // Wanted. It returns a refusal when the plan would replace or delete cluster
 // secrets or a node VM, or when Terraform could not plan: an upgrade must not
 // start on top of a migration nobody looked at. nil: go ahead.
-func BeforeUpgrade(ctx context.Context, cluster string, ev sdk.Evidence, c Config, r sdk.Reporter) *sdk.Refusal {
-	if !Wanted(ev) {
+func BeforeUpgrade(ctx context.Context, cluster string, wanted bool, ev sdk.Evidence, c Config, r sdk.Reporter) *sdk.Refusal {
+	if !wanted {
 		return nil
 	}
 	id := Step().ID
@@ -151,7 +167,7 @@ func BeforeUpgrade(ctx context.Context, cluster string, ev sdk.Evidence, c Confi
 	if err != nil {
 		_ = r.StepFailed(id, err.Error())
 		return sdk.Refuse("R5", "the Terraform plan before the upgrade failed: "+err.Error(),
-			"fix the Terraform root (/talos tf plan shows the error) or turn off plan_before_upgrade")
+			"fix the Terraform root (/talos tf plan shows the error) or remove the cluster from the plugin's plan_before_upgrade")
 	}
 	if len(vs) > 0 { // rule:R5
 		_ = r.StepFailed(id, terraform.Describe(vs))

@@ -109,8 +109,8 @@ func inputs(req *sdk.OperationRequest) string {
 	if len(last) > 2 {
 		last = last[:2]
 	}
-	return fmt.Sprintf("attempt=%d drills=%s terraform=%s,%s,%s,%t last_drill=%s", req.Attempt, drills,
-		tf.GetRoot(), tf.GetBinary(), tf.GetConfigKey(), tf.GetPlanBeforeUpgrade(), strings.Join(last, " "))
+	return fmt.Sprintf("attempt=%d drills=%s terraform=%s,%s,%s last_drill=%s", req.Attempt, drills,
+		tf.GetRoot(), tf.GetBinary(), tf.GetConfigKey(), strings.Join(last, " "))
 }
 
 func (p *plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {

@@ -1452,12 +1452,9 @@ type Terraform struct {
 	Binary string `protobuf:"bytes,2,opt,name=binary,proto3" json:"binary,omitempty"`
 	// config_key is the configuration path for messages, e.g.
 	// clusters[0].credentials.terraform.
-	ConfigKey string `protobuf:"bytes,3,opt,name=config_key,json=configKey,proto3" json:"config_key,omitempty"`
-	// plan_before_upgrade runs the R5 plan guard as the first step of every
-	// upgrade (clusters[].credentials.terraform.plan_before_upgrade).
-	PlanBeforeUpgrade bool `protobuf:"varint,4,opt,name=plan_before_upgrade,json=planBeforeUpgrade,proto3" json:"plan_before_upgrade,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	ConfigKey     string `protobuf:"bytes,3,opt,name=config_key,json=configKey,proto3" json:"config_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Terraform) Reset() {
@@ -1509,13 +1506,6 @@ func (x *Terraform) GetConfigKey() string {
 		return x.ConfigKey
 	}
 	return ""
-}
-
-func (x *Terraform) GetPlanBeforeUpgrade() bool {
-	if x != nil {
-		return x.PlanBeforeUpgrade
-	}
-	return false
 }
 
 // StagingDrills is the newest succeeded staging run of each drill, from the
@@ -2979,13 +2969,12 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x04base\x18\x05 \x01(\tR\x04base\x12=\n" +
 	"\x05state\x18\x06 \x01(\x0e2'.talosbot.lifecycle.v1.GitFollowupStateR\x05state\x12(\n" +
 	"\x10pull_request_url\x18\a \x01(\tR\x0epullRequestUrl\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\"\x86\x01\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"q\n" +
 	"\tTerraform\x12\x12\n" +
 	"\x04root\x18\x01 \x01(\tR\x04root\x12\x16\n" +
 	"\x06binary\x18\x02 \x01(\tR\x06binary\x12\x1d\n" +
 	"\n" +
-	"config_key\x18\x03 \x01(\tR\tconfigKey\x12.\n" +
-	"\x13plan_before_upgrade\x18\x04 \x01(\bR\x11planBeforeUpgrade\"M\n" +
+	"config_key\x18\x03 \x01(\tR\tconfigKeyJ\x04\b\x04\x10\x05R\x13plan_before_upgrade\"M\n" +
 	"\rStagingDrills\x12<\n" +
 	"\x06drills\x18\x01 \x03(\v2$.talosbot.lifecycle.v1.DrillEvidenceR\x06drills\"\x9f\x01\n" +
 	"\rDrillEvidence\x122\n" +
