@@ -14,7 +14,8 @@ type Config struct {
 	// HostLabel is the node label that names the physical host (default
 	// topology.kubernetes.io/zone): control planes must be on distinct hosts.
 	HostLabel string `json:"host_label"`
-	// LonghornVolume is the StorageClass the storage gate checks (default longhorn).
+	// LonghornVolume is the Talos UserVolumeConfig the Longhorn gate looks
+	// for on every node (default longhorn).
 	LonghornVolume string `json:"longhorn_volume"`
 	// LonghornNamespace is where Longhorn runs (default longhorn-system).
 	LonghornNamespace string `json:"longhorn_namespace"`

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/talosbot/talosbot/plugins/cluster/planguard"
+	"github.com/talosbot/talosbot/plugins/cluster/storage"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
@@ -20,12 +21,17 @@ type Config struct {
 	PlanBeforeUpgrade []string `json:"plan_before_upgrade"`
 	// TerraformGuard tunes that guard.
 	TerraformGuard planguard.Config `json:"terraform_guard"`
+	// Storage tunes the storage-aware drain (docs/UPGRADES.md, "Storage").
+	Storage storage.Config `json:"storage"`
 }
 
 // decodeConfig reads the section strictly (unknown keys are errors).
 func decodeConfig(raw []byte) (Config, error) {
-	var c Config
+	c := Config{Storage: storage.DefaultConfig()}
 	if err := sdk.DecodeConfig(raw, &c); err != nil {
+		return c, fmt.Errorf("plugins.%s: %w", Name, err)
+	}
+	if err := c.Storage.Validate("storage"); err != nil {
 		return c, fmt.Errorf("plugins.%s: %w", Name, err)
 	}
 	return c, nil
