@@ -96,6 +96,7 @@ func (c *Config) Validate() []FieldError {
 	}
 	errs = append(errs, c.validatePolicy()...)
 	errs = append(errs, c.Releases.validate()...)
+	errs = append(errs, c.Certificates.validate()...)
 	if c.Timeouts.Gate <= 0 || c.Timeouts.GateAfter <= 0 || c.Timeouts.Health <= 0 || c.Timeouts.Node <= 0 || c.Timeouts.Run <= 0 || c.Timeouts.Status <= 0 {
 		add("timeouts", "gate, gate_after, health, node, run and status timeouts must be positive")
 	} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/talosbot/talosbot/bot/render"
 	"github.com/talosbot/talosbot/internal/servetest"
 	"github.com/talosbot/talosbot/internal/testenv"
 	"github.com/talosbot/talosbot/sim"
@@ -57,7 +59,10 @@ const (
 	// upgradeAnswer bounds how long a SIGKILL waits for an Upgrade request to
 	// be answered (UpgradeInFlight).
 	upgradeAnswer = 20 * time.Second
-	nodesBack     = 90 * time.Second
+	// lostMessage is how long after a restart an operation without a
+	// message is taken to have ended before it (storeMessage).
+	lostMessage = 20 * time.Second
+	nodesBack   = 90 * time.Second
 )
 
 // users are the console's users: alice requests, bob and carol approve production.
@@ -224,6 +229,8 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 	// killed process's log for a break's report: an operation that does not
 	// end is diagnosed from every process it ran in, not only the last.
 	var lives []string
+	var restarted time.Time // the last restart of the bot during this operation
+	db := filepath.Join(filepath.Dir(b.Config), "data", "talosbot.db")
 	kill := func(why string) {
 		_ = b.Cmd.Process.Signal(syscall.SIGKILL)
 		_ = b.Cmd.Wait()
@@ -269,12 +276,25 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 			_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, upgradeAnswer, true, func(context.Context) (bool, error) {
 				return !obs.UpgradeInFlight(5 * time.Second), nil
 			})
+			// The operation may have ended meanwhile (the answer awaited was
+			// its last call's): a kill now tests nothing of it, and the web
+			// console keeps no message across a restart, so its ending would
+			// be known only from the store (seeds 1037, 1062).
+			if m, ok := opMessage(b, id); ok && finalState(m.Field("State")) {
+				break
+			}
 			sch.count(KindSIGKILL)
 			kill("by the schedule")
-			lastResume = time.Time{}
+			restarted, lastResume = time.Now(), time.Time{}
 		case <-time.After(200 * time.Millisecond):
 		}
 		m, ok := opMessage(b, id)
+		if !ok && !restarted.IsZero() && time.Since(restarted) > lostMessage {
+			// A restarted bot posts the operations it must resume or have
+			// approved; one that ended right before the kill has no message
+			// in the new console: its end is read from the store.
+			m, ok = storeMessage(db, id)
+		}
 		if !ok {
 			continue
 		}
@@ -282,19 +302,19 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 			runs = true
 			sch.running(true)
 		}
-		switch st := m.Field("State"); st {
-		case "succeeded", "failed", "refused", "cancelled", "denied", "expired":
+		switch st := m.Field("State"); {
+		case finalState(st):
 			final = st
 			res.Endings = append(res.Endings, o.text+" → "+st+":\n"+m.Text)
 			res.Breaks = append(res.Breaks, checkEnd(ctx, kube, c, s, o, id, st, m.Text, before)...)
-		case "awaiting approval":
+		case st == "awaiting approval":
 			for _, u := range users()[1:] {
 				if a := m.Button("Approve"); a != "" && !clicked[m.ID+a+u] {
 					clicked[m.ID+a+u] = true
 					b.Post("/api/console/actions", map[string]string{"user": u, "message_id": m.ID, "action_id": a})
 				}
 			}
-		case "interrupted":
+		case st == "interrupted":
 			if time.Since(lastResume) > 10*time.Second {
 				lastResume = time.Now()
 				b.Command("alice", "ops", "/talos resume "+id)
@@ -317,6 +337,51 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 		final = "hung"
 	}
 	return final
+}
+
+// finalState reports whether an operation's State field names an end.
+func finalState(st string) bool {
+	switch st {
+	case "succeeded", "failed", "refused", "cancelled", "denied", "expired":
+		return true
+	}
+	return false
+}
+
+// storeMessage reads operation id's end from a copy of the bot's store (the
+// running bot holds the store's lock; it is idle for an operation that has
+// ended). The message is the state and the result with its ending lines, as
+// the operation's message shows them; false unless the operation has ended.
+func storeMessage(db, id string) (servetest.Message, bool) {
+	raw, err := os.ReadFile(db)
+	if err != nil {
+		return servetest.Message{}, false
+	}
+	cp := db + ".soak-copy"
+	defer os.Remove(cp)
+	if err := os.WriteFile(cp, raw, 0o600); err != nil {
+		return servetest.Message{}, false
+	}
+	st, err := state.Open(cp, state.Options{ReadOnly: true})
+	if err != nil {
+		return servetest.Message{}, false
+	}
+	defer st.Close()
+	var op *state.Operation
+	_ = st.View(context.Background(), func(tx *state.Tx) error {
+		op, err = tx.Operation(id)
+		return err
+	})
+	if op == nil || !finalState(render.StateLabel(op)) {
+		return servetest.Message{}, false
+	}
+	// The message the bot would show: the renderer's, without its facts.
+	m := render.Render(op, nil, nil, time.Now())
+	out := servetest.Message{Title: m.Title, Text: m.Text}
+	for _, f := range m.Fields {
+		out.Fields = append(out.Fields, struct{ Label, Value string }{f.Label, f.Value})
+	}
+	return out, true
 }
 
 func opMessage(b *servetest.Bot, id string) (servetest.Message, bool) {

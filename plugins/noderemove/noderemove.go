@@ -95,6 +95,15 @@ func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session, r
 	if !resetIssued && verr == nil && req.Attempt > 1 {
 		resetIssued = resetting(ctx, s, n)
 	}
+	// Or the reset got further than Talos's API: the node no longer answers, and its Node is
+	// cordoned, as the reset's drain leaves it (soak seed 1000: killed right after the reset,
+	// the resume found cp-2 silent and still an etcd member, refused on R9 and left the cordon
+	// unsaid). A node that merely does not answer keeps its Node schedulable. The run then
+	// waits for the node to leave and, if it never does, fails naming the cordon; it never
+	// resets twice.
+	if !resetIssued && verr != nil && req.Attempt > 1 {
+		resetIssued = drainedAndSilent(ctx, s, t.kubeNode())
+	}
 	t.resetIssued = resetIssued
 	if verr == nil {
 		// The reset goes to this machine and the Node deleted is its own:
@@ -123,6 +132,16 @@ func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session, r
 func resetting(ctx context.Context, s *cluster.Session, n cluster.Node) bool {
 	ms, err := safe.StateGetByID[*runtime.MachineStatus](client.WithNode(ctx, n.Address), s.COSI, runtime.MachineStatusID)
 	return err == nil && ms.TypedSpec().Stage == runtime.MachineStageResetting
+}
+
+// drainedAndSilent reports whether the Kubernetes Node kn of a node that does not answer is
+// cordoned (the caller has seen it silent).
+func drainedAndSilent(ctx context.Context, s *cluster.Session, kn string) bool {
+	if s.Kube == nil || kn == "" {
+		return false
+	}
+	c, err := k8s.Cordoned(ctx, s.Kube, kn)
+	return err == nil && c
 }
 
 // resetInFlight: this is a resumed run and the stopped one had its reset in flight (the host

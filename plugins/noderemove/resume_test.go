@@ -217,3 +217,66 @@ func TestResumeSeesTheResetTheStoreMissed(t *testing.T) {
 		t.Fatalf("%d resets", c.Calls("cp-3", "Reset"))
 	}
 }
+
+// TestResumeSeesASilentDrainedNode: talosbot was killed right after its reset reached cp-3 and
+// before it recorded the reset step; by the resume cp-3 no longer answers (no MachineStatus to
+// read) and is still an etcd member, under the NOSPACE alarm that makes R9 refuse (soak seed
+// 1000: refused, cp-3's Node left cordoned and unsaid). The resumed run takes the cordon of a
+// silent node as the reset's drain: its plan is not refused, it never resets again, and when
+// cp-3 does not leave within the node timeout it fails naming the cordon.
+func TestResumeSeesASilentDrainedNode(t *testing.T) {
+	kube := testenv.StartKube(t)
+	c := startSim(t, kube)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg, err := clientconfig.FromBytes(c.Talosconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := client.New(ctx, client.WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	var ip string
+	for _, n := range c.Nodes() {
+		if n.Name == "cp-3" {
+			ip = n.IP
+		}
+	}
+	if err := c.Inject(ctx, "cp-1", sim.Fault{EtcdNoSpace: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Reset(client.WithNode(ctx, ip), true, false); err != nil {
+		t.Fatal(err)
+	}
+	kn := nodeName(t, c, "cp-3")
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		cordoned, err := k8s.Cordoned(ctx, kube.Client, kn)
+		return err == nil && cordoned, nil
+	}); err != nil {
+		t.Fatal("the reset's drain never cordoned cp-3")
+	}
+	if err := c.Inject(ctx, "cp-3", sim.Fault{Unreachable: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	req := request(c, kube, "cp-3")
+	req.Attempt = 2
+	req.Settings.NodeTimeoutMs = 3000
+	plan, err := sdktest.Plan(ctx, New(), req)
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("the resumed removal's plan with cp-3 silent and drained: %v %v", plan.Refusal, err)
+	}
+	rec, _ := sdktest.Run(ctx, New(), req, nil)
+	res := rec.FinalResult()
+	if res.OK || res.Refusal != nil || res.Summary != "cp-3 did not leave the cluster" {
+		t.Fatalf("want the removal failed waiting for cp-3 to leave, got %+v", res)
+	}
+	if want := "🩺 Kubernetes node " + kn + " (cp-3) is cordoned: the graceful reset's drain cordoned it"; !slices.Contains(res.Lines, want) {
+		t.Fatalf("the result does not name the cordon %q: %q", want, res.Lines)
+	}
+	if c.Calls("cp-3", "Reset") != 1 {
+		t.Fatalf("%d resets", c.Calls("cp-3", "Reset"))
+	}
+}
