@@ -98,9 +98,6 @@ type Terraform struct {
 	Root    string            `yaml:"root"`
 	Binary  string            `yaml:"binary"`
 	Outputs map[string]string `yaml:"outputs"`
-	// PlanBeforeUpgrade runs the R5 plan guard as the first step of every
-	// Talos and Kubernetes upgrade of this cluster.
-	PlanBeforeUpgrade bool `yaml:"plan_before_upgrade,omitempty"`
 }
 
 // Policy is the per-environment approval and safety policy.

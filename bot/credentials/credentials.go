@@ -160,7 +160,7 @@ func (t TerraformCredentials) Resolve(ctx context.Context, cl *config.Cluster) (
 	return c, nil
 }
 
-// TerraformSettings is Settings.terraform for cl: where the Terraform
+// TerraformSettings is Evidence.terraform for cl: where the Terraform
 // plugins (tf plan, drift) and the R5 plan guard find the cluster's root. It
 // is nil for a cluster without a Terraform root.
 func TerraformSettings(cfg *config.Config, cl *config.Cluster) *lifecyclev1.Terraform {
@@ -169,7 +169,7 @@ func TerraformSettings(cfg *config.Config, cl *config.Cluster) *lifecyclev1.Terr
 		return nil
 	}
 	return &lifecyclev1.Terraform{
-		Root: tf.Root, Binary: tf.Binary, PlanBeforeUpgrade: tf.PlanBeforeUpgrade,
+		Root: tf.Root, Binary: tf.Binary,
 		ConfigKey: clusterKey(cfg, cl) + ".credentials.terraform",
 	}
 }

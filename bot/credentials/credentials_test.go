@@ -112,10 +112,9 @@ func TestSourceCredentialsUnknownSource(t *testing.T) {
 
 func TestTerraformSettings(t *testing.T) {
 	cl := tfCluster("a", "/srv/tf", "tofu")
-	cl.Credentials.Terraform.PlanBeforeUpgrade = true
 	cfg := &config.Config{Clusters: []config.Cluster{cl}}
 	got := credentials.TerraformSettings(cfg, &cfg.Clusters[0])
-	if got.GetRoot() != "/srv/tf" || got.GetBinary() != "tofu" || got.GetConfigKey() != "clusters[0].credentials.terraform" || !got.GetPlanBeforeUpgrade() {
+	if got.GetRoot() != "/srv/tf" || got.GetBinary() != "tofu" || got.GetConfigKey() != "clusters[0].credentials.terraform" {
 		t.Fatalf("terraform = %v", got)
 	}
 	if credentials.TerraformSettings(cfg, &config.Cluster{Name: "b"}) != nil {

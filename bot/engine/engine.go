@@ -414,20 +414,18 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.Address, Role: n.Role, Host: n.Host, Platform: n.Platform, InstallerClass: n.InstallerClass})
 	}
 	c := e.o.Config
-	extra := map[string]string{}
-	e.requestNotes(ctx, cl.Name, extra)
+	ev := &lifecyclev1.Evidence{Releases: e.releaseEvidence(ctx, cl.Name), GitFollowups: e.gitFollowups(ctx, cl.Name),
+		Terraform: credentials.TerraformSettings(c, cl)}
 	if op.Disruptive {
-		// Where the plugin looks for a pause between nodes (pause.go).
-		extra[sdk.ExtraPauseMark] = e.pauseMark(op.ID)
+		// Where the plugin looks for a pause between nodes (sdk.PauseRequested).
+		ev.PauseMark = e.pauseMark(op.ID)
 	}
-	var drills *lifecyclev1.StagingDrills
 	if spec, ok := e.grammar.Lookup(op.Command); ok && slices.Contains(spec.GetNeeds(), lifecyclev1.Need_NEED_STAGING_DRILLS) {
-		if drills, err = e.stagingDrills(ctx); err != nil {
+		if ev.StagingDrills, err = e.stagingDrills(ctx); err != nil {
 			return nil, err
 		}
 	}
-	backups, err := e.backupSettings(ctx, cl)
-	if err != nil {
+	if ev.Backups, err = e.backupSettings(ctx, cl); err != nil {
 		return nil, err
 	}
 	// The plugin's own section, unread (config check had the plugin validate it).
@@ -449,13 +447,10 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 		// A resume: the steps the stopped run left in flight (resume.go).
 		InterruptedSteps: interruptedSteps(op),
 		Settings: &lifecyclev1.Settings{
-			SnapshotDir: c.SnapshotDir, GateTimeoutMs: c.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: c.Timeouts.Node.D().Milliseconds(),
+			GateTimeoutMs: c.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: c.Timeouts.Node.D().Milliseconds(),
 			GateAfterTimeoutMs: c.Timeouts.GateAfter.D().Milliseconds(), HealthTimeoutMs: c.Timeouts.Health.D().Milliseconds(),
-			KnownTalosReleases: c.Releases.Talos,
-			SnapshotKeep:       int32(c.Snapshots.Keep), SnapshotMaxAgeSeconds: int64(c.Snapshots.MaxAge.D().Seconds()),
-			Backups: backups, Terraform: credentials.TerraformSettings(c, cl), StagingDrills: drills, Extra: extra,
-			GitFollowups: e.gitFollowups(ctx, cl.Name),
 		},
+		Evidence: ev,
 	}, nil
 }
 

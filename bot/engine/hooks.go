@@ -25,12 +25,12 @@ type RunHook interface {
 	RunEnded(ctx context.Context, op *state.Operation, out RunOutput) []string
 }
 
-// RequestNotes is implemented by hooks that have something to tell the
-// plugins about a cluster, e.g. whether a prepared Git change was merged
-// yet. The values are added to every request's Settings.Extra; they never
-// hold secrets.
-type RequestNotes interface {
-	RequestNotes(ctx context.Context, cluster string) map[string]string
+// ReleaseEvidence is implemented by the hook that keeps the bot's release
+// data (Image Factory's list, releases:): every request carries it as
+// typed evidence (Evidence.releases), so plugins never read the core's
+// release settings.
+type ReleaseEvidence interface {
+	ReleaseEvidence(ctx context.Context, cluster string) *lifecyclev1.Releases
 }
 
 // FollowupEvidence is implemented by the hook that prepares Terraform
@@ -51,15 +51,17 @@ func (e *Engine) gitFollowups(ctx context.Context, cluster string) []*lifecyclev
 	return out
 }
 
-// requestNotes adds what the hooks know about cluster to extra.
-func (e *Engine) requestNotes(ctx context.Context, cluster string, extra map[string]string) {
+// releaseEvidence is the first hook's release data; nil when no hook has
+// any (plugins then know no release and refuse every target).
+func (e *Engine) releaseEvidence(ctx context.Context, cluster string) *lifecyclev1.Releases {
 	for _, h := range e.o.Hooks {
-		if n, ok := h.(RequestNotes); ok {
-			for k, v := range n.RequestNotes(ctx, cluster) {
-				extra[k] = v
+		if n, ok := h.(ReleaseEvidence); ok {
+			if r := n.ReleaseEvidence(ctx, cluster); r != nil {
+				return r
 			}
 		}
 	}
+	return nil
 }
 
 // RunOutput is the generic data a run's plugin reported in its final result.

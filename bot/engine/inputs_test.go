@@ -17,7 +17,7 @@ import (
 func TestTypedInputsServedByDeclaration(t *testing.T) {
 	e := newEnvConfig(t, strings.Replace(testConfig,
 		`credentials: {source: files, talosconfig: "file:%s"}`,
-		`credentials: {source: files, talosconfig: "file:%s", terraform: {root: /srv/tf/staging, binary: tofu, plan_before_upgrade: true}}`, 1))
+		`credentials: {source: files, talosconfig: "file:%s", terraform: {root: /srv/tf/staging, binary: tofu}}`, 1))
 	out := filepath.Join(t.TempDir(), "inputs")
 	read := func(cmd string) string {
 		t.Helper()
@@ -32,7 +32,7 @@ func TestTypedInputsServedByDeclaration(t *testing.T) {
 		}
 		return string(b)
 	}
-	const tf = "terraform=/srv/tf/staging,tofu,clusters[0].credentials.terraform,true"
+	const tf = "terraform=/srv/tf/staging,tofu,clusters[0].credentials.terraform"
 	if got, want := read("drills"), "attempt=1 drills=[] "+tf+" last_drill="; got != want {
 		t.Fatalf("before any drill: %q, want %q (evidence looked up, none found)", got, want)
 	}

@@ -11,13 +11,15 @@ import (
 	"github.com/talosbot/talosbot/state"
 )
 
-// backupSettings is what a plugin needs to know about backups beyond
-// snapshot_dir: the retention policies, encryption recipients, the off-site
-// target, and, because plugins never read the store, the artifact ids that
-// operation records of cl still name (docs/BACKUPS.md).
+// backupSettings is what a plugin needs to know about backups: snapshot_dir,
+// the retention policies, encryption recipients, the off-site target, and,
+// because plugins never read the store, the artifact ids that operation
+// records of cl still name (docs/BACKUPS.md). The bot keeps these settings
+// (its scheduler and secret references read them); plugins get them as
+// evidence.
 func (e *Engine) backupSettings(ctx context.Context, cl *config.Cluster) (*lifecyclev1.Backups, error) {
 	s := e.o.Config.Snapshots
-	b := &lifecyclev1.Backups{Local: retentionMsg(s.Local())}
+	b := &lifecyclev1.Backups{Local: retentionMsg(s.Local()), Dir: e.o.Config.SnapshotDir}
 	var err error
 	if b.ProtectedBy, err = e.protectedArtifacts(ctx, cl.Name, s.Soak.D()); err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/releases"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
@@ -57,8 +58,8 @@ func (p *PluginInspector) Inspect(ctx context.Context, cluster string, known []r
 	if p.Now != nil {
 		now = p.Now
 	}
-	extra := releases.NotesOf(list, p.Config.Releases.Kubernetes, now())
-	extra[releases.NoteVersions] = joinTags(known) // exactly what the caller asks about
+	rel := releases.NotesOf(list, p.Config.Releases.Kubernetes, now())
+	rel.Versions = releases.Tags(known) // exactly what the caller asks about
 	pc := &lifecyclev1.Cluster{Name: cl.Name, Environment: cl.Environment, Endpoints: cl.Endpoints}
 	for _, n := range cl.Nodes {
 		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.Address, Role: n.Role, Host: n.Host, Platform: n.Platform, InstallerClass: n.InstallerClass})
@@ -72,8 +73,8 @@ func (p *PluginInspector) Inspect(ctx context.Context, cluster string, known []r
 		Credentials: &lifecyclev1.Credentials{Talosconfig: tc, Kubeconfig: kc},
 		Settings: &lifecyclev1.Settings{
 			GateTimeoutMs: p.Config.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: p.Config.Timeouts.Node.D().Milliseconds(),
-			KnownTalosReleases: releases.Tags(list.Targets()), Extra: extra,
 		},
+		Evidence: &lifecyclev1.Evidence{Releases: releasesMsg(rel)},
 	}
 	plan, err := p.Plugins.Plan(ctx, PluginName, req)
 	if err != nil {
@@ -85,45 +86,37 @@ func (p *PluginInspector) Inspect(ctx context.Context, cluster string, known []r
 	return releases.InspectionFromPlan(plan.GetCanonicalInputs())
 }
 
-func joinTags(vs []releases.Version) string {
-	out := ""
-	for i, v := range vs {
-		if i > 0 {
-			out += ","
-		}
-		out += v.Tag()
-	}
-	return out
+// releasesMsg is the wire form of the release evidence.
+func releasesMsg(r *sdk.Releases) *lifecyclev1.Releases {
+	return &lifecyclev1.Releases{Versions: r.Versions, Targets: r.Targets, Kubernetes: r.Kubernetes,
+		Origin: r.Origin, FactoryUrl: r.FactoryURL, ListedOnly: r.ListedOnly}
 }
 
 // User is the identity of the release check in requests and records.
 const User = "talosbot-releases"
 
-// Notes gives every plugin request the release data (Settings.Extra, see
-// internal/releases notes.go) from the cached list: it never waits for the
-// factory (Source.Run keeps the cache fresh).
+// Notes gives every plugin request the release data as typed evidence
+// (Evidence.releases, internal/releases notes.go) from the cached list: it
+// never waits for the factory (Source.Run keeps the cache fresh).
 type Notes struct {
 	Source *releases.Source
 	Config *config.Config
 	Now    func() time.Time
 }
 
-// RequestNotes is the bot's RequestNotes hook method.
-func (n *Notes) RequestNotes(ctx context.Context, _ string) map[string]string {
+// ReleaseEvidence is the bot's ReleaseEvidence hook method.
+func (n *Notes) ReleaseEvidence(ctx context.Context, _ string) *lifecyclev1.Releases {
 	l, err := n.Source.Cached(ctx)
 	if err != nil {
-		if !n.Config.Releases.ListedOnly {
-			return nil // plugins fall back to Settings.known_talos_releases
-		}
-		// listed_only is an allow-list, and plugins learn it only from
-		// these notes: it must hold when the release data cannot be read
-		// (a store error), so they get the configured list alone.
+		// The release data cannot be read (a store error): plugins get
+		// the configured releases.talos alone, and with listed_only it
+		// stays the allow-list it is.
 		conf := releases.ParseAll(n.Config.Releases.Talos)
-		l = &releases.List{Versions: conf, Configured: conf, ListedOnly: true, Origin: releases.OriginConfig, Err: err}
+		l = &releases.List{Versions: conf, Configured: conf, ListedOnly: n.Config.Releases.ListedOnly, Origin: releases.OriginConfig, Err: err}
 	}
 	now := time.Now
 	if n.Now != nil {
 		now = n.Now
 	}
-	return releases.NotesOf(l, n.Config.Releases.Kubernetes, now())
+	return releasesMsg(releases.NotesOf(l, n.Config.Releases.Kubernetes, now()))
 }

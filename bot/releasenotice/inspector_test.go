@@ -81,16 +81,17 @@ policy:
 	}
 	// The notes hook hands plugins the cached list, without a request.
 	hits := f.Hits("/versions")
-	notes := (&releasenotice.Notes{Source: src, Config: cfg, Now: func() time.Time { return now }}).RequestNotes(ctx, "staging")
-	if notes[releases.NoteVersions] != "v1.12.6,v1.13.9" || !strings.HasPrefix(notes[releases.NoteOrigin], "Image Factory") || f.Hits("/versions") != hits {
+	notes := (&releasenotice.Notes{Source: src, Config: cfg, Now: func() time.Time { return now }}).ReleaseEvidence(ctx, "staging")
+	if strings.Join(notes.GetVersions(), ",") != "v1.12.6,v1.13.9" || !strings.HasPrefix(notes.GetOrigin(), "Image Factory") || f.Hits("/versions") != hits {
 		t.Errorf("notes %v (hits %d → %d)", notes, hits, f.Hits("/versions"))
 	}
 }
 
-// TestListedOnlyHoldsWhenTheReleaseDataCannotBeRead: with releases.listed_only the notes still
-// carry the allow-list when the cached release data cannot be read, so a plugin never falls
-// back to "any version" (it learns listed_only only from the notes). Without listed_only the
-// hook sends nothing, as before.
+// TestListedOnlyHoldsWhenTheReleaseDataCannotBeRead: with releases.listed_only the evidence
+// still carries the allow-list when the cached release data cannot be read, so a plugin never
+// falls back to "any version" (it learns listed_only only from the evidence). Without
+// listed_only the hook sends the configured releases.talos: plugins no longer read the core's
+// settings, so the evidence is the only list they have.
 func TestListedOnlyHoldsWhenTheReleaseDataCannotBeRead(t *testing.T) {
 	st, err := state.Open(filepath.Join(t.TempDir(), "s.db"), state.Options{})
 	if err != nil {
@@ -105,14 +106,14 @@ func TestListedOnlyHoldsWhenTheReleaseDataCannotBeRead(t *testing.T) {
 		if _, err := src.Cached(context.Background()); err == nil {
 			t.Fatal("the cache read of a closed store succeeded; the test needs it to fail")
 		}
-		notes := (&releasenotice.Notes{Source: src, Config: cfg}).RequestNotes(context.Background(), "staging")
+		notes := (&releasenotice.Notes{Source: src, Config: cfg}).ReleaseEvidence(context.Background(), "staging")
+		n, ok := releases.ReadNotes(&sdk.Releases{Versions: notes.GetVersions(), Targets: notes.GetTargets(), ListedOnly: notes.GetListedOnly()})
 		if !listed {
-			if notes != nil {
-				t.Errorf("without listed_only an unreadable cache sends notes %v, want none", notes)
+			if !ok || n.ListedOnly || len(n.Targets) != 1 || n.Targets[0].Tag() != "v1.12.6" || n.Allowed(releases.Version{Major: 1, Minor: 12, Patch: 6}) != nil {
+				t.Errorf("without listed_only an unreadable cache sends %v, want releases.talos", notes)
 			}
 			continue
 		}
-		n, ok := releases.ReadNotes(notes)
 		if !ok || !n.ListedOnly {
 			t.Fatalf("listed_only with an unreadable cache: notes %v, want the allow-list", notes)
 		}

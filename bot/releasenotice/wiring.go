@@ -18,8 +18,8 @@ import (
 type Hook struct{ *Notes }
 
 var (
-	_ engine.RunHook      = Hook{}
-	_ engine.RequestNotes = Hook{}
+	_ engine.RunHook         = Hook{}
+	_ engine.ReleaseEvidence = Hook{}
 )
 
 // RunStarting does nothing.

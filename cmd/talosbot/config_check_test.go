@@ -214,8 +214,19 @@ func TestConfigCheckAndServeAgree(t *testing.T) {
 		{"a built-in's storage key", policy + "plugins:\n  rollback: {storage: {last_replica: maybe}}\n  noderemove: {storage: {swichover: refuse}}\n", nil,
 			[]string{`plugins.rollback.storage.last_replica: is "maybe": use "wait" or "refuse"`,
 				`plugins.noderemove.storage.swichover: unknown key "swichover"; did you mean "switchover"?`}},
+		// The settings that were Settings.extra keys, which no config
+		// could reach, are the plugins' own sections now.
+		{"the gates' section", policy + "plugins:\n  gates: {flux_pth: ./clusters/production}\n", nil,
+			[]string{`plugins.gates.flux_pth: unknown key "flux_pth"; did you mean "flux_path"?`}},
+		{"a terraform guard's section", policy + "plugins:\n  tfguard: {terraform_guard: {protected_vm: [talos_node]}}\n  k8supgrade: {terraform_guard: {no_refresh: maybe}}\n", nil,
+			[]string{`plugins.tfguard.terraform_guard.protected_vm: unknown key "protected_vm"; did you mean "protected_vms"?`,
+				`plugins.k8supgrade.terraform_guard.no_refresh: `}},
 		{"a setting that moved into its plugin", policy + "releases: {talos: [v1.13.9], refuse_non_latest_patch: true}\n", nil,
 			[]string{"releases.refuse_non_latest_patch: moved to plugins.talosupgrade.refuse_non_latest_patch (the talosupgrade plugin owns it now): delete it here and write it under plugins: as `plugins: {talosupgrade: {refuse_non_latest_patch: VALUE}}`"}},
+		{"a cluster's setting that moved into two plugins", policy, nil,
+			[]string{"clusters[0].credentials.terraform.plan_before_upgrade: moved to plugins.talosupgrade.plan_before_upgrade and plugins.k8supgrade.plan_before_upgrade (the talosupgrade and the k8supgrade plugins own it now): delete it here and write it under plugins: as `plugins: {talosupgrade: {plan_before_upgrade: [CLUSTER, ...]}, k8supgrade: {plan_before_upgrade: [CLUSTER, ...]}}`"}},
+		{"plan_before_upgrade names no cluster", policy + "plugins:\n  talosupgrade: {plan_before_upgrade: [stagin]}\n", nil,
+			[]string{`plugins.talosupgrade.plan_before_upgrade[0]: no cluster is named "stagin"; did you mean "staging"?`}},
 		{"min_approvals 0", strings.Replace(policy, "approvers: [bob]", "approvers: [bob], min_approvals: 0", 1), nil,
 			[]string{"policy.production.min_approvals: is 0"}},
 		{"second document", policy + "---\npolicy: {production: {min_approvals: 2}}\n", nil, []string{"a second YAML document"}},
@@ -226,6 +237,9 @@ func TestConfigCheckAndServeAgree(t *testing.T) {
 			clusters := checkClusters
 			if tc.name == "terraform root" {
 				clusters = strings.Replace(clusters, `{source: files, talosconfig: "file:/etc/tc"}`, `{source: terraform, terraform: {root: ../../etc}}`, 1)
+			}
+			if tc.name == "a cluster's setting that moved into two plugins" {
+				clusters = strings.Replace(clusters, `{source: files, talosconfig: "file:/etc/tc"}`, `{source: terraform, terraform: {root: /srv/tf, plan_before_upgrade: true}}`, 1)
 			}
 			p := writeConfig(t, fmt.Sprintf("data_dir: %s\nlisten: 127.0.0.1:0\n%s%s", t.TempDir(), clusters, tc.doc))
 			for _, args := range [][]string{{"config", "check", "--config", p}, {"serve", "--config", p}} {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -89,12 +90,32 @@ func movedKeys(errs []config.FieldError) ([]config.FieldError, error) {
 		return errs, err
 	}
 	for i, fe := range errs {
-		s, ok := moved[fe.Path]
+		ss, ok := moved[clusterIndex.ReplaceAllString(fe.Path, "clusters[].")]
 		if !ok || !strings.HasPrefix(fe.Msg, "unknown key") {
 			continue
 		}
-		errs[i].Msg = fmt.Sprintf("moved to %s (the %s plugin owns it now): delete it here and write it under plugins: as `plugins: {%s: {%s: VALUE}}`",
-			s.Path(), s.Plugin, s.Plugin, s.Key)
+		var paths, owners, sections []string
+		for _, s := range ss {
+			value := "VALUE"
+			if s.PerCluster() {
+				value = "[CLUSTER, ...]" // the clusters it was set for
+			}
+			paths, owners = append(paths, s.Path()), append(owners, s.Plugin)
+			sections = append(sections, fmt.Sprintf("%s: {%s: %s}", s.Plugin, s.Key, value))
+		}
+		plugin := "the " + strings.Join(owners, " and the ") + " plugin"
+		if len(owners) > 1 {
+			plugin += "s"
+		}
+		errs[i].Msg = fmt.Sprintf("moved to %s (%s own it now): delete it here and write it under plugins: as `plugins: {%s}`",
+			strings.Join(paths, " and "), plugin, strings.Join(sections, ", "))
+		if len(owners) == 1 {
+			errs[i].Msg = strings.Replace(errs[i].Msg, " own it now", " owns it now", 1)
+		}
 	}
 	return errs, nil
 }
+
+// clusterIndex matches the cluster of a path, clusters[0]. or
+// clusters[name]., which settings.txt writes as clusters[].
+var clusterIndex = regexp.MustCompile(`^clusters\[[^\]]*\]\.`)

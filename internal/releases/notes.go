@@ -1,23 +1,10 @@
 package releases
 
 import (
-	"strconv"
-	"strings"
+	"slices"
 	"time"
 
-	"github.com/talosbot/talosbot/plugins/sdk/versions"
-)
-
-// Settings.Extra keys by which the bot hands the release data to plugins
-// (bot/releasenotice.Hook sets them): defined in the SDK
-// (plugins/sdk/versions), which external plugins read them with.
-const (
-	NoteVersions   = versions.NoteVersions
-	NoteTargets    = versions.NoteTargets
-	NoteOrigin     = versions.NoteOrigin
-	NoteKubernetes = versions.NoteKubernetes
-	NoteFactory    = versions.NoteFactory
-	NoteListedOnly = versions.NoteListedOnly
+	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
 // Notes is the release data as a plugin receives it.
@@ -48,44 +35,38 @@ func (n Notes) AllowedKubernetes(v Version) error {
 	return CheckTarget(KindKubernetes, v, n.Kubernetes, n.Kubernetes, false)
 }
 
-// NotesOf is what the bot puts in Settings.Extra.
-func NotesOf(l *List, kubernetes []string, now time.Time) map[string]string {
-	return map[string]string{
-		NoteVersions:   strings.Join(Tags(l.Versions), ","),
-		NoteTargets:    strings.Join(Tags(l.Targets()), ","),
-		NoteOrigin:     l.Describe(now),
-		NoteKubernetes: strings.Join(kubernetes, ","),
-		NoteFactory:    l.URL,
-		NoteListedOnly: strconv.FormatBool(l.ListedOnly),
+// NotesOf is the release evidence the bot sends every request
+// (sdk.Evidence.Releases): l's versions and targets, and the configured
+// Kubernetes releases.
+func NotesOf(l *List, kubernetes []string, now time.Time) *sdk.Releases {
+	return &sdk.Releases{
+		Versions: Tags(l.Versions), Targets: Tags(l.Targets()), Origin: l.Describe(now),
+		Kubernetes: slices.Clone(kubernetes), FactoryURL: l.URL, ListedOnly: l.ListedOnly,
 	}
 }
 
-// ReadNotes reads Settings.Extra. ok is false when the bot sent no release
-// data (an older bot, or no list at all): callers fall back to
-// Settings.known_talos_releases.
-func ReadNotes(extra map[string]string) (Notes, bool) {
-	n, ok := versions.ReadNotes(extra)
+// ReadNotes reads the release evidence. ok is false when the bot sent none.
+func ReadNotes(r *sdk.Releases) (Notes, bool) {
+	n, ok := sdk.ReleaseNotes(r)
 	return Notes(n), ok
 }
 
-// NotesOrConfigured are the releases a plugin plans against and checks
-// targets with: the bot's release data (Settings.Extra, ReadNotes) when
-// there is some, else the configured Talos releases
-// (Settings.known_talos_releases) and no Kubernetes ones — so that a
-// request without release data can target only declared Talos releases
-// and no Kubernetes release at all (fail closed).
-func NotesOrConfigured(extra map[string]string, configuredTalos []string) Notes {
-	if n, ok := ReadNotes(extra); ok {
+// RequestNotes are the releases a plugin plans against and checks targets
+// with: the bot's release evidence, or, when the bot sent none, nothing
+// known, so that every Talos and Kubernetes target is refused (fail
+// closed). The bot sends the configured releases when it has no list
+// (bot/releasenotice.Notes).
+func RequestNotes(r *sdk.Releases) Notes {
+	if n, ok := ReadNotes(r); ok {
 		return n
 	}
-	conf := ParseAll(configuredTalos)
-	return Notes{Versions: conf, Targets: conf, Origin: "releases.talos (the bot sent no release data)"}
+	return Notes{Origin: "none (the bot sent no release data)"}
 }
 
-// Known are the releases a plugin plans against (NotesOrConfigured): the
+// Known are the releases a plugin plans against (RequestNotes): the
 // Talos releases upgrades may target or pass through, and the Kubernetes
 // ones.
-func Known(extra map[string]string, configuredTalos []string) (talos, kubernetes []Version) {
-	n := NotesOrConfigured(extra, configuredTalos)
+func Known(r *sdk.Releases) (talos, kubernetes []Version) {
+	n := RequestNotes(r)
 	return n.Targets, n.Kubernetes
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/talosbot/talosbot/internal/factory/factoryfake"
 	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/internal/releases/compat"
+	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
 // refusal asserts err is a *releases.Refusal of rule whose text has every
@@ -79,7 +80,7 @@ func TestOnlyRealTalosReleasesAreTargets(t *testing.T) {
 
 // TestNoKnownReleaseRefusesEveryTarget: with the factory unreachable,
 // nothing cached and releases.talos empty there is no list, the plugins
-// get none (Settings.known_talos_releases is empty too), and every target
+// get none (releases.talos is empty too), and every target
 // is refused, naming how to declare one; without releases.kubernetes every
 // Kubernetes target is.
 func TestNoKnownReleaseRefusesEveryTarget(t *testing.T) {
@@ -93,7 +94,7 @@ func TestNoKnownReleaseRefusesEveryTarget(t *testing.T) {
 	}
 	// The bot sends no release data then (releasenotice.Notes), and the
 	// plugin plans from the configured releases: none.
-	n := releases.NotesOrConfigured(nil, nil)
+	n := releases.RequestNotes(nil)
 	for _, target := range []string{"v1.13.9", "v1.12.6", "v1.13.99"} {
 		refusal(t, target, n.Allowed(v(target)), "R10",
 			[]string{"no Talos release is known", "every Talos target is refused", "declare the Talos releases you use under releases.talos"}, nil)
@@ -101,10 +102,12 @@ func TestNoKnownReleaseRefusesEveryTarget(t *testing.T) {
 	refusal(t, "Kubernetes", n.AllowedKubernetes(v("1.36.3")), "R20",
 		[]string{"no Kubernetes release is known", "releases.kubernetes"}, nil)
 	// An empty list in the notes is refused the same way.
-	empty, _ := releases.ReadNotes(map[string]string{releases.NoteVersions: "", releases.NoteTargets: ""})
+	empty, _ := releases.ReadNotes(&sdk.Releases{})
 	refusal(t, "empty notes", empty.Allowed(v("v1.13.9")), "R10", []string{"no Talos release is known"}, nil)
 	// Declared releases alone are targets.
-	if err := releases.NotesOrConfigured(nil, []string{"v1.13.9"}).Allowed(v("v1.13.9")); err != nil {
+	conf := releases.ParseAll([]string{"v1.13.9"})
+	declared := releases.NotesOf(&releases.List{Versions: conf, Configured: conf, Origin: releases.OriginConfig}, nil, clk.t)
+	if err := releases.RequestNotes(declared).Allowed(v("v1.13.9")); err != nil {
 		t.Errorf("a declared release refused: %v", err)
 	}
 }

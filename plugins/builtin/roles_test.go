@@ -47,7 +47,7 @@ func TestDisruptivePluginsRefuseATalosconfigWithoutTheRole(t *testing.T) {
 			defer cancel()
 			req := &sdk.OperationRequest{OperationID: "op-role", Command: tc.command, Args: tc.args, Cluster: *cluster,
 				Credentials: sdk.Credentials{Talosconfig: rbactest.Talosconfig(t, tc.role), Kubeconfig: []byte("apiVersion: v1\nkind: Config\n")},
-				Settings:    sdk.Settings{SnapshotDir: t.TempDir()}}
+				Evidence:    sdk.Evidence{Backups: &sdk.Backups{Dir: t.TempDir()}}}
 			plan, err := p.Plan(ctx, req)
 			if err != nil {
 				t.Fatalf("Plan: want an R23 refusal, got error %v", err)

@@ -40,17 +40,22 @@ func Settings() ([]Setting, error) {
 	return out, nil
 }
 
-// MovedKeys maps each old path of a moved setting to the setting.
-func MovedKeys() (map[string]Setting, error) {
+// MovedKeys maps each old path of a moved setting to the settings it
+// became (one, or the same key of several plugins).
+func MovedKeys() (map[string][]Setting, error) {
 	all, err := Settings()
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]Setting{}
+	out := map[string][]Setting{}
 	for _, s := range all {
 		if s.MovedFrom != "" {
-			out[s.MovedFrom] = s
+			out[s.MovedFrom] = append(out[s.MovedFrom], s)
 		}
 	}
 	return out, nil
 }
+
+// PerCluster reports whether the old path was a key of each cluster
+// (clusters[].…): its new value is a list of cluster names.
+func (s Setting) PerCluster() bool { return strings.HasPrefix(s.MovedFrom, "clusters[].") }

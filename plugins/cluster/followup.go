@@ -7,7 +7,7 @@ import (
 )
 
 // FollowupLines renders the bot's evidence about the Terraform changes it
-// prepared as Git branches (Settings.GitFollowups, from bot/gitbump) for
+// prepared as Git branches (Evidence.GitFollowups, from bot/gitbump) for
 // the drift report and the plan guard: one line per change.
 func FollowupLines(followups []sdk.GitFollowup) []string {
 	var lines []string

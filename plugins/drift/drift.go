@@ -428,7 +428,7 @@ func (*Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporte
 		}
 	}
 	// The prepared Git change (if any) says whether the drift is being fixed.
-	res := &sdk.Result{OK: len(rep.Findings) == 0, Lines: append(rep.Lines(), cluster.FollowupLines(req.Settings.GitFollowups)...)}
+	res := &sdk.Result{OK: len(rep.Findings) == 0, Lines: append(rep.Lines(), cluster.FollowupLines(req.Evidence.GitFollowups)...)}
 	if res.OK {
 		res.Summary = inv.Name + ": no drift between Terraform and the cluster"
 	} else {

@@ -2,7 +2,7 @@
 // Talos lifecycle runbook's production readiness gates, each reported as
 // pass, fail or manual. It changes nothing.
 //
-// Settings.extra keys (all optional):
+// Its section, plugins.gates (config.go; all keys optional):
 //
 //	host_label                          Node label carrying the Proxmox host (default topology.kubernetes.io/zone)
 //	longhorn_volume                     Talos UserVolumeConfig name (default longhorn)
@@ -10,7 +10,7 @@
 //	flux_path                           expected spec.path of the flux-system Kustomization
 //	                                    (default: any path containing "production" and not "staging")
 //
-// The command needs NEED_STAGING_DRILLS: the host fills Settings.staging_drills
+// The command needs NEED_STAGING_DRILLS: the host fills Evidence.staging_drills
 // from the audit trail with the newest succeeded staging run of every command
 // whose manifest declares a drill (e.g. `upgrade talos` declares
 // DRILL_TALOS_UPGRADE). Unset means the host did not look, and the drill gate
@@ -48,14 +48,6 @@ const Name = "gates"
 
 // Command is the chat command.
 const Command = "gates"
-
-// Settings.extra keys.
-const (
-	ExtraHostLabel         = "host_label"
-	ExtraLonghornVolume    = "longhorn_volume"
-	ExtraLonghornNamespace = "longhorn_namespace"
-	ExtraFluxPath          = "flux_path"
-)
 
 // Defaults.
 const (
@@ -159,9 +151,14 @@ func (*Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.Operatio
 	if len(req.Credentials.Kubeconfig) == 0 {
 		plan.Warnings = append(plan.Warnings, "no kubeconfig: the Kubernetes gates will fail")
 	}
-	c := sdk.NewCanonical(req).List("nodes", cluster.Names(inv.Nodes)).Map("extra", req.Settings.Extra).
-		Bool("drills_known", req.Settings.StagingDrills != nil)
-	for i, ev := range req.Settings.StagingDrills.GetDrills() {
+	cfg, err := decodeConfig(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	c := sdk.NewCanonical(req).List("nodes", cluster.Names(inv.Nodes)).Str("host_label", cfg.HostLabel).
+		Str("longhorn_volume", cfg.LonghornVolume).Str("longhorn_namespace", cfg.LonghornNamespace).Str("flux_path", cfg.FluxPath).
+		Bool("drills_known", req.Evidence.StagingDrills != nil)
+	for i, ev := range req.Evidence.StagingDrills.GetDrills() {
 		c.Sub("drill", i).Str("kind", ev.Drill.String()).Str("operation", ev.OperationID).Int("ended_unix", ev.EndedUnix)
 	}
 	plan.CanonicalInputs = c.Bytes()
@@ -172,8 +169,9 @@ func (*Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.Operatio
 type Inputs struct {
 	Inventory   cluster.Inventory
 	Talosconfig []byte
-	Extra       map[string]string
-	// Drills is Settings.staging_drills: nil when the host did not look.
+	// Config is the plugin's section with its defaults filled.
+	Config Config
+	// Drills is Evidence.staging_drills: nil when the host did not look.
 	Drills *sdk.StagingDrills
 	// Configs maps node names to their machine configurations; ConfigErr
 	// maps nodes whose configuration could not be read to why.
@@ -181,13 +179,6 @@ type Inputs struct {
 	ConfigErr map[string]string
 	Kube      kubernetes.Interface
 	Dynamic   dynamic.Interface
-}
-
-func extra(x map[string]string, k, def string) string {
-	if v := x[k]; v != "" {
-		return v
-	}
-	return def
 }
 
 // Evaluate computes every gate.
@@ -221,7 +212,7 @@ func controlPlanes(ctx context.Context, in Inputs) (Status, string) {
 	if in.Kube == nil {
 		return Fail, errNoKube.Error()
 	}
-	label := extra(in.Extra, ExtraHostLabel, DefaultHostLabel)
+	label := in.Config.HostLabel
 	nodes, err := in.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: controlPlaneLabel})
 	if err != nil {
 		return Fail, "list control-plane nodes: " + err.Error()
@@ -365,7 +356,7 @@ func hostLabels(ctx context.Context, in Inputs) (Status, string) {
 	if in.Kube == nil {
 		return Fail, errNoKube.Error()
 	}
-	label := extra(in.Extra, ExtraHostLabel, DefaultHostLabel)
+	label := in.Config.HostLabel
 	nodes, err := in.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return Fail, "list nodes: " + err.Error()
@@ -395,7 +386,7 @@ func longhornVolume(_ context.Context, in Inputs) (Status, string) {
 	if bad != "" {
 		return Fail, bad
 	}
-	name := extra(in.Extra, ExtraLonghornVolume, DefaultLonghornVolume)
+	name := in.Config.LonghornVolume
 	var missing []string
 	for _, n := range in.Inventory.Nodes {
 		found := false
@@ -418,7 +409,7 @@ func longhornNamespace(ctx context.Context, in Inputs) (Status, string) {
 	if in.Kube == nil {
 		return Fail, errNoKube.Error()
 	}
-	name := extra(in.Extra, ExtraLonghornNamespace, DefaultLonghornNamespace)
+	name := in.Config.LonghornNamespace
 	ns, err := in.Kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return Fail, fmt.Sprintf("namespace %s does not exist: install Longhorn through Flux", name)
@@ -446,7 +437,7 @@ func fluxPath(ctx context.Context, in Inputs) (Status, string) {
 		return Fail, "get Kustomization flux-system/flux-system: " + err.Error()
 	}
 	path, _, _ := unstructured.NestedString(ks.Object, "spec", "path")
-	if want := in.Extra[ExtraFluxPath]; want != "" {
+	if want := in.Config.FluxPath; want != "" {
 		if strings.TrimPrefix(path, "./") != strings.TrimPrefix(want, "./") {
 			return Fail, fmt.Sprintf("Flux reconciles %q, not the production path %q", path, want)
 		}
@@ -527,8 +518,12 @@ func (*Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporte
 			return err
 		}
 	}
+	cfg, err := decodeConfig(req.Config)
+	if err != nil {
+		return err
+	}
 	creds := &req.Credentials
-	in := Inputs{Inventory: inv, Talosconfig: creds.Talosconfig, Extra: req.Settings.Extra, Drills: req.Settings.StagingDrills}
+	in := Inputs{Inventory: inv, Talosconfig: creds.Talosconfig, Config: cfg, Drills: req.Evidence.StagingDrills}
 	tc, err := cluster.NewTalosClient(ctx, creds.Talosconfig, cluster.Addresses(inv.ControlPlanes()))
 	if err != nil {
 		in.ConfigErr = map[string]string{}

@@ -21,14 +21,14 @@ import (
 	"github.com/talosbot/talosbot/sim"
 )
 
-func request(c *sim.Cluster, kubeconfig []byte, extra map[string]string) *sdk.OperationRequest {
+func request(c *sim.Cluster, kubeconfig []byte, section []byte) *sdk.OperationRequest {
 	pc := &sdk.Cluster{Name: "production", Environment: "production"}
 	for _, n := range c.Nodes() {
 		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host})
 	}
 	return &sdk.OperationRequest{OperationID: "op-1", Command: gates.Command, Cluster: *pc,
 		Credentials: sdk.Credentials{Talosconfig: c.Talosconfig(), Kubeconfig: kubeconfig},
-		Settings:    sdk.Settings{Extra: extra}}
+		Config:      section}
 }
 
 func lines(t *testing.T, ctx context.Context, req *sdk.OperationRequest) (*sdk.Result, map[string]string) {
@@ -170,7 +170,7 @@ func TestGatesAgainstSimAndKube(t *testing.T) {
 		}
 		return ts.Unix()
 	}
-	req.Settings.StagingDrills = &sdk.StagingDrills{Drills: []*sdk.DrillEvidence{
+	req.Evidence.StagingDrills = &sdk.StagingDrills{Drills: []*sdk.DrillEvidence{
 		{Drill: sdk.DrillTalosUpgrade, OperationID: "op-11", EndedUnix: ended("2026-05-01T20:00:00Z")},
 		{Drill: sdk.DrillKubernetesUpgrade, OperationID: "op-12", EndedUnix: ended("2026-05-02T20:00:00Z")},
 		{Drill: sdk.DrillNodeReplacement, OperationID: "op-13", EndedUnix: ended("2026-05-03T20:00:00Z")},
@@ -187,7 +187,7 @@ func TestGatesAgainstSimAndKube(t *testing.T) {
 		t.Fatal("a missing drill must fail the gates")
 	}
 
-	req.Settings.StagingDrills.Drills = append(req.Settings.StagingDrills.Drills,
+	req.Evidence.StagingDrills.Drills = append(req.Evidence.StagingDrills.Drills,
 		&sdk.DrillEvidence{Drill: sdk.DrillEtcdRestore, OperationID: "op-14", EndedUnix: ended("2026-05-04T20:00:00Z")})
 	res, by = lines(t, ctx, req)
 	expect(t, by, "staging-drills", "OK", "etcd restore op-14")

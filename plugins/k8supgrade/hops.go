@@ -167,7 +167,7 @@ func assessPath(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, 
 // that data), before the cluster is read: a version that does not exist
 // would otherwise be rolled to. releases.CheckTarget is the rule's one place.
 func knownTarget(req *sdk.OperationRequest, target string) *sdk.Refusal {
-	n := releases.NotesOrConfigured(req.Settings.Extra, req.Settings.KnownTalosReleases)
+	n := releases.RequestNotes(req.Evidence.Releases)
 	v, err := releases.Parse(target)
 	if err != nil {
 		// A pre-release or build ("1.36.0-rc.1") is not a release.
@@ -209,7 +209,7 @@ func kubeStops(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, r
 			oldest = tv
 		}
 	}
-	knownTalos, knownKube := releases.Known(req.Settings.Extra, req.Settings.KnownTalosReleases)
+	knownTalos, knownKube := releases.Known(req.Evidence.Releases)
 	p, err := releases.PlanKubernetes(compat.Machinery{}, releases.KubeRequest{Talos: oldest, Running: from, Target: to, Known: knownKube, KnownTalos: knownTalos})
 	if err != nil {
 		return nil, err

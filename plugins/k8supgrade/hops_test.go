@@ -20,7 +20,7 @@ import (
 // the images the plugin sets; the apiserver that answers discovery stays v1.36.3).
 const hopFrom = "v1.34.1"
 
-// kubeReleases is releases.kubernetes as the bot hands it over (Settings.Extra).
+// kubeReleases is releases.kubernetes as the bot hands it over (Evidence.Releases).
 var kubeReleases = "1.34.5,1.35.1,1.35.2,1.36.3"
 
 func startEnvAt(t *testing.T, kube *testenv.Kube, talos, kubernetes string) *env {
@@ -39,7 +39,7 @@ func startEnvAt(t *testing.T, kube *testenv.Kube, talos, kubernetes string) *env
 // withReleases adds the bot's release data to a request.
 func withReleases(req *sdk.OperationRequest, kube string) *sdk.OperationRequest {
 	l := &releases.List{Versions: releases.ParseAll([]string{"v1.12.6", "v1.13.9"})}
-	req.Settings.Extra = releases.NotesOf(l, strings.Split(kube, ","), time.Now())
+	req.Evidence.Releases = releases.NotesOf(l, strings.Split(kube, ","), time.Now())
 	return req
 }
 
@@ -230,7 +230,7 @@ func TestPauseBetweenSteps(t *testing.T) {
 	ctx := ctxFor(t, 5*time.Minute)
 	req := e.request(target)
 	mark := filepath.Join(t.TempDir(), "pause")
-	req.Settings.Extra[sdk.ExtraPauseMark] = mark
+	req.Evidence.PauseMark = mark
 	before := e.applies()
 	rec := &onStep{Recorder: sdktest.NewRecorder(nil), step: "kube-apiserver/cp-1", status: sdk.StepOK, do: func() {
 		if err := os.WriteFile(mark, nil, 0o600); err != nil {

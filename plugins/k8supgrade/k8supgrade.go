@@ -105,6 +105,9 @@ func parse(req *sdk.OperationRequest) (cluster.Inventory, string, error) {
 
 // Plan reads the cluster (read-only) and returns the steps, or a refusal.
 func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	if _, err := decodeConfig(req.Config); err != nil {
+		return nil, err
+	}
 	inv, target, err := parse(req)
 	if err != nil {
 		return nil, err
@@ -249,9 +252,14 @@ func (ru *run) reached() []string {
 func (ru *run) execute(ctx context.Context, req *sdk.OperationRequest, now func() time.Time) error {
 	first, r := ru.path.hops[0], ru.r
 
-	// R5: with plan_before_upgrade, no upgrade on top of a Terraform
+	// R5: with plugins.k8supgrade.plan_before_upgrade, no upgrade on top of a Terraform
 	// migration (the same guard as the Talos upgrade's).
-	if ref := planguard.BeforeUpgrade(ctx, first.cluster, req.Settings, r); ref != nil {
+	cfg, err := decodeConfig(req.Config)
+	if err != nil {
+		return err // Plan decoded the same section: only a changed host gets here
+	}
+	guard := planguard.Wanted(req.Cluster.Name, cfg.PlanBeforeUpgrade)
+	if ref := planguard.BeforeUpgrade(ctx, first.cluster, guard, req.Evidence, cfg.TerraformGuard, r); ref != nil {
 		return r.Result(sdk.RefusedResult(ref, "Kubernetes upgrade of "+first.cluster+" refused: the Terraform plan guard stopped it; nothing was changed"))
 	}
 	for i, h := range ru.path.hops {

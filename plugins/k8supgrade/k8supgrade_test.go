@@ -87,7 +87,7 @@ func (e *env) request(version string, args ...string) *sdk.OperationRequest {
 	// with kubeReleases as releases.kubernetes.
 	return withReleases(&sdk.OperationRequest{OperationID: "op-1", Command: Command, Args: a, Cluster: *pc,
 		Credentials: sdk.Credentials{Talosconfig: e.c.Talosconfig(), Kubeconfig: e.kube.Kubeconfig},
-		Settings:    sdk.Settings{SnapshotDir: e.dir, GateTimeoutMs: 10000, NodeTimeoutMs: 20000}}, kubeReleases)
+		Evidence:    sdk.Evidence{Backups: &sdk.Backups{Dir: e.dir}}, Settings: sdk.Settings{GateTimeoutMs: 10000, NodeTimeoutMs: 20000}}, kubeReleases)
 }
 
 // applies counts ApplyConfiguration calls per node.
@@ -224,7 +224,7 @@ func TestUpgradeK8s(t *testing.T) {
 		refused(t, e, e.request("9.9.9"), "R20", "9.9.9 is not a Kubernetes release the bot knows", "the newest known Kubernetes release is 1.36.3")
 		refused(t, e, withReleases(e.request("1.36.3"), ""), "R20", "no Kubernetes release is known", "releases.kubernetes")
 		req := e.request("1.36.3")
-		req.Settings.Extra = nil
+		req.Evidence.Releases = nil
 		refused(t, e, req, "R20", "no Kubernetes release is known")
 	})
 
@@ -249,7 +249,7 @@ func TestUpgradeK8s(t *testing.T) {
 	t.Run("refuses without a snapshot directory (R12)", func(t *testing.T) {
 		e := startEnv(t, kube, supportsTarget)
 		req := e.request(target)
-		req.Settings.SnapshotDir = ""
+		req.Evidence.Backups.Dir = ""
 		refused(t, e, req, "R12", "snapshot_dir", "--dry-run")
 	})
 
@@ -268,14 +268,15 @@ func TestUpgradeK8s(t *testing.T) {
 	})
 
 	t.Run("the Terraform plan guard stops it (R5)", func(t *testing.T) {
-		// With plan_before_upgrade, a plan that would replace the cluster secrets
+		// With plan_before_upgrade listing the cluster, a plan that would replace the cluster secrets
 		// stops the upgrade before the snapshot and any machine-config change.
 		bin := tftest.Binary(t)
 		root := tftest.Root(t, bin, nil)
 		e := startEnv(t, kube, supportsTarget)
 		ctx := ctxFor(t, 2*time.Minute)
 		req := e.request(target)
-		req.Settings.Terraform = &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
+		req.Evidence.Terraform = &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform"}
+		req.Config = []byte(`{"plan_before_upgrade": ["staging"]}`) // plugins.k8supgrade
 		plan, err := New().Plan(ctx, req)
 		if err != nil || plan.Steps[0].ID != planguard.Step().ID {
 			t.Fatalf("the plan does not start with the guard: %v %v", plan, err)

@@ -55,7 +55,8 @@ type assessment struct {
 	warnings []string
 	// snapshotDir is settings.snapshot_dir ("" refuses a real run, R12).
 	snapshotDir string
-	// planGuard: the host asked for the R5 Terraform plan guard before upgrades.
+	// planGuard: plugins.k8supgrade.plan_before_upgrade lists the cluster:
+	// the R5 Terraform plan guard runs before the upgrade.
 	planGuard bool
 	// hop places the assessment in its path (hops.go): 1/1 for one minor.
 	hop hopSpec
@@ -72,8 +73,12 @@ type assessment struct {
 func assess(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, req *sdk.OperationRequest, h hopSpec,
 	ids *identity.Map, v *k8s.Versions, table preflight.Table) (*assessment, error) {
 	target := h.target
+	cfg, err := decodeConfig(req.Config)
+	if err != nil {
+		return nil, err
+	}
 	a := &assessment{cluster: inv.Name, target: target, inv: inv, dryRun: req.Args[sdk.ArgDryRun] == "true",
-		snapshotDir: req.Settings.SnapshotDir, planGuard: planguard.Wanted(req.Settings), hop: h}
+		snapshotDir: req.Evidence.Backups.GetDir(), planGuard: planguard.Wanted(req.Cluster.Name, cfg.PlanBeforeUpgrade), hop: h}
 	// Names are resolved, never assumed: a mirror pod and a Node are found by the Node name
 	// the node's kubelet registered, which need not be its inventory name.
 	a.ids = ids

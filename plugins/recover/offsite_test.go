@@ -37,7 +37,7 @@ func TestGuideFromAnOffsiteOnlySnapshotDownloadsItFirst(t *testing.T) {
 
 	req := f.req(1, nil)
 	req.Command = GuideCommand
-	req.Settings.Backups.Offsite = &sdk.Offsite{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Prefix: cfg.Prefix, Region: cfg.Region, Insecure: true}
+	req.Evidence.Backups.Offsite = &sdk.Offsite{Endpoint: cfg.Endpoint, Bucket: cfg.Bucket, Prefix: cfg.Prefix, Region: cfg.Region, Insecure: true}
 	req.Credentials.OffsiteAccessKeyID, req.Credentials.OffsiteSecretAccessKey = []byte(cfg.AccessKeyID), []byte(cfg.SecretAccessKey)
 	rec, err := sdktest.Run(ctx(t), f.plugin(time.Hour), req, nil)
 	if err != nil || !rec.FinalResult().OK {

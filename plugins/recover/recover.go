@@ -241,7 +241,7 @@ func (c *checked) stale() []string {
 }
 
 func lastDrill(req *sdk.OperationRequest, snap *Snap) string {
-	d := strings.Fields(req.Settings.Backups.GetLastDrill()) // "<op-id> <state> <time>"
+	d := strings.Fields(req.Evidence.Backups.GetLastDrill()) // "<op-id> <state> <time>"
 	if len(d) < 3 {
 		return "none recorded: run /talos restore-drill " + req.Cluster.Name + " --snapshot " + snap.ID + " when you can"
 	}

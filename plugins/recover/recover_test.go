@@ -118,8 +118,8 @@ func (f *fixture) req(attempt int32, args map[string]string) *sdk.OperationReque
 	}
 	return &sdk.OperationRequest{OperationID: "op-1", Command: Command, Cluster: *f.target(), Args: args, Attempt: attempt,
 		Credentials: sdk.Credentials{Talosconfig: f.c.Talosconfig()},
-		Settings: sdk.Settings{SnapshotDir: f.dir, NodeTimeoutMs: 90_000, GateTimeoutMs: 120_000,
-			Backups: &sdk.Backups{LastDrill: "op-7 succeeded " + f.now.Add(time.Minute).UTC().Format(time.RFC3339)}}}
+		Evidence:    sdk.Evidence{Backups: &sdk.Backups{Dir: f.dir, LastDrill: "op-7 succeeded " + f.now.Add(time.Minute).UTC().Format(time.RFC3339)}},
+		Settings:    sdk.Settings{NodeTimeoutMs: 90_000, GateTimeoutMs: 120_000}}
 }
 
 func (f *fixture) plugin(after time.Duration) *Plugin {

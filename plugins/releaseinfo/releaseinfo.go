@@ -5,8 +5,8 @@
 // Kubernetes targets the running Talos supports, and how old the release
 // data is.
 //
-// The release data comes from the bot in Settings.Extra
-// (internal/releases notes: Image Factory, its cache or releases.talos);
+// The release data comes from the bot as evidence (Evidence.Releases,
+// internal/releases notes: Image Factory, its cache or releases.talos);
 // the support matrix is machinery's compatibility (internal/releases/compat).
 // Plan reads the cluster too, and its canonical inputs carry the
 // releases.Inspection that the bot's new-release notices read.
@@ -209,13 +209,9 @@ func versionsOf(talosByNode, unread map[string]string, kubelets []string, kubeNo
 	return out, nil
 }
 
-// notes are the release data from the bot, or the configured list.
+// notes are the release evidence from the bot (none known without it).
 func notes(req *sdk.OperationRequest) releases.Notes {
-	if n, ok := releases.ReadNotes(req.Settings.Extra); ok {
-		return n
-	}
-	known := releases.ParseAll(req.Settings.KnownTalosReleases)
-	return releases.Notes{Versions: known, Targets: known, Origin: "releases.talos"}
+	return releases.RequestNotes(req.Evidence.Releases)
 }
 
 // Plan reads the cluster and returns the inspection in its canonical

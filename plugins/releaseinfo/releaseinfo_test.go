@@ -23,7 +23,7 @@ var factoryVersions = []string{"v1.11.3", "v1.11.6", "v1.12.0", "v1.12.6", "v1.1
 
 // notes is the release data as the bot hands it over: read from a
 // (fake) Image Factory through the release source and its store cache.
-func notes(t *testing.T, kubernetes ...string) (map[string]string, *factoryfake.Factory) {
+func notes(t *testing.T, kubernetes ...string) (*sdk.Releases, *factoryfake.Factory) {
 	t.Helper()
 	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	f := factoryfake.Start(t, factoryVersions...)
@@ -44,14 +44,14 @@ func notes(t *testing.T, kubernetes ...string) (map[string]string, *factoryfake.
 	return releases.NotesOf(l, kubernetes, now.Add(2*time.Hour)), f
 }
 
-func request(c *sim.Cluster, kubeconfig []byte, extra, declared map[string]string) *sdk.OperationRequest {
+func request(c *sim.Cluster, kubeconfig []byte, rel *sdk.Releases, declared map[string]string) *sdk.OperationRequest {
 	pc := &sdk.Cluster{Name: "staging", Environment: "staging", Declared: declared}
 	for _, n := range c.Nodes() {
 		pc.Nodes = append(pc.Nodes, &sdk.Node{Name: n.Name, Address: n.IP, Role: n.Role, Host: n.Host})
 	}
 	return &sdk.OperationRequest{OperationID: "op-1", Command: releaseinfo.Command, Cluster: *pc,
 		Credentials: sdk.Credentials{Talosconfig: c.Talosconfig(), Kubeconfig: kubeconfig},
-		Settings:    sdk.Settings{Extra: extra}}
+		Evidence:    sdk.Evidence{Releases: rel}}
 }
 
 func TestReleasesOnASimCluster(t *testing.T) {
@@ -147,7 +147,7 @@ func mustV(s string) releases.Version {
 }
 
 func TestReportRefusesAPathThatStrandsKubernetes(t *testing.T) {
-	n, _ := releases.ReadNotes(map[string]string{releases.NoteVersions: "v1.12.6,v1.13.9", releases.NoteTargets: "v1.12.6,v1.13.9", releases.NoteOrigin: "releases.talos", releases.NoteKubernetes: "1.31.14"})
+	n, _ := releases.ReadNotes(&sdk.Releases{Versions: []string{"v1.12.6", "v1.13.9"}, Targets: []string{"v1.12.6", "v1.13.9"}, Origin: "releases.talos", Kubernetes: []string{"1.31.14"}})
 	o := releaseinfo.Observed{Talos: mustV("v1.12.6"), ByNode: map[string]string{"cp-1": "v1.12.6"}, Kubernetes: mustV("1.30.4")}
 	rep := releaseinfo.Report(compat.Machinery{}, "production", o, n)
 	all := strings.Join(rep.Lines, "\n")
@@ -181,7 +181,7 @@ func TestStatusLinesSayWhatWasNotRead(t *testing.T) {
 // cluster with v1.14.1 out lists v1.14's breaking changes with what to do
 // and which ones the upgrade's pre-flight checks; none within a minor.
 func TestReportNamesTheBreakingChangesOnTheWay(t *testing.T) {
-	n, _ := releases.ReadNotes(map[string]string{releases.NoteVersions: "v1.13.9,v1.14.0,v1.14.1", releases.NoteTargets: "v1.13.9,v1.14.0,v1.14.1", releases.NoteOrigin: "Image Factory", releases.NoteKubernetes: "1.36.3"})
+	n, _ := releases.ReadNotes(&sdk.Releases{Versions: []string{"v1.13.9", "v1.14.0", "v1.14.1"}, Targets: []string{"v1.13.9", "v1.14.0", "v1.14.1"}, Origin: "Image Factory", Kubernetes: []string{"1.36.3"}})
 	o := releaseinfo.Observed{Talos: mustV("v1.13.9"), ByNode: map[string]string{"cp-1": "v1.13.9"}, Kubernetes: mustV("1.36.3")}
 	rep := releaseinfo.Report(compat.Machinery{}, "production", o, n)
 	all := strings.Join(rep.Lines, "\n")

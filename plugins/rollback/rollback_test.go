@@ -92,8 +92,8 @@ func request(t *testing.T, c *sim.Cluster, command string, args map[string]strin
 	}
 	return &sdk.OperationRequest{OperationID: "op", Command: command, Args: args, Cluster: *pc,
 		Credentials: sdk.Credentials{Talosconfig: c.Talosconfig()},
-		Settings: sdk.Settings{SnapshotDir: t.TempDir(), NodeTimeoutMs: 20_000, GateTimeoutMs: 8_000,
-			KnownTalosReleases: []string{"v1.13.9"}}}
+		Evidence:    sdk.Evidence{Backups: &sdk.Backups{Dir: t.TempDir()}, Releases: sdktest.Releases("v1.13.9")},
+		Settings:    sdk.Settings{NodeTimeoutMs: 20_000, GateTimeoutMs: 8_000}}
 }
 
 // TestRollbackAfterUpgrade: worker-1 is upgraded to v1.13.9, then rolled

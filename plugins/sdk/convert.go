@@ -124,7 +124,7 @@ func backupsToProto(b *Backups) *pb.Backups {
 	}
 	out := &pb.Backups{
 		ProtectedSnapshots: b.ProtectedSnapshots, Local: retentionToProto(b.Local), OffsiteRetention: retentionToProto(b.OffsiteRetention),
-		AgeRecipients: b.AgeRecipients, ProtectedBy: b.ProtectedBy, LastDrill: b.LastDrill,
+		AgeRecipients: b.AgeRecipients, ProtectedBy: b.ProtectedBy, LastDrill: b.LastDrill, Dir: b.Dir,
 	}
 	if o := b.Offsite; o != nil {
 		out.Offsite = &pb.Offsite{Endpoint: o.Endpoint, Bucket: o.Bucket, Prefix: o.Prefix, Region: o.Region, Insecure: o.Insecure}
@@ -138,7 +138,7 @@ func backupsFromProto(b *pb.Backups) *Backups {
 	}
 	out := &Backups{
 		ProtectedSnapshots: b.GetProtectedSnapshots(), Local: retentionFromProto(b.GetLocal()), OffsiteRetention: retentionFromProto(b.GetOffsiteRetention()),
-		AgeRecipients: b.GetAgeRecipients(), ProtectedBy: b.GetProtectedBy(), LastDrill: b.GetLastDrill(),
+		AgeRecipients: b.GetAgeRecipients(), ProtectedBy: b.GetProtectedBy(), LastDrill: b.GetLastDrill(), Dir: b.GetDir(),
 	}
 	if o := b.GetOffsite(); o != nil {
 		out.Offsite = &Offsite{Endpoint: o.GetEndpoint(), Bucket: o.GetBucket(), Prefix: o.GetPrefix(), Region: o.GetRegion(), Insecure: o.GetInsecure()}
@@ -147,49 +147,55 @@ func backupsFromProto(b *pb.Backups) *Backups {
 }
 
 func settingsToProto(s *Settings) *pb.Settings {
-	out := &pb.Settings{
-		SnapshotDir: s.SnapshotDir, GateTimeoutMs: s.GateTimeoutMs, NodeTimeoutMs: s.NodeTimeoutMs,
-		KnownTalosReleases: s.KnownTalosReleases, SnapshotKeep: s.SnapshotKeep, SnapshotMaxAgeSeconds: s.SnapshotMaxAgeSeconds,
-		Extra: s.Extra, Backups: backupsToProto(s.Backups),
-		GateAfterTimeoutMs: s.GateAfterTimeoutMs, HealthTimeoutMs: s.HealthTimeoutMs,
-	}
-	for _, f := range s.GitFollowups {
+	return &pb.Settings{GateTimeoutMs: s.GateTimeoutMs, NodeTimeoutMs: s.NodeTimeoutMs,
+		GateAfterTimeoutMs: s.GateAfterTimeoutMs, HealthTimeoutMs: s.HealthTimeoutMs}
+}
+
+func settingsFromProto(s *pb.Settings) Settings {
+	return Settings{GateTimeoutMs: s.GetGateTimeoutMs(), NodeTimeoutMs: s.GetNodeTimeoutMs(),
+		GateAfterTimeoutMs: s.GetGateAfterTimeoutMs(), HealthTimeoutMs: s.GetHealthTimeoutMs()}
+}
+
+func evidenceToProto(e *Evidence) *pb.Evidence {
+	out := &pb.Evidence{Backups: backupsToProto(e.Backups), PauseMark: e.PauseMark}
+	for _, f := range e.GitFollowups {
 		out.GitFollowups = append(out.GitFollowups, &pb.GitFollowup{Variable: f.Variable, Value: f.Value, Branch: f.Branch, OperationId: f.OperationID,
 			Base: f.Base, State: pb.GitFollowupState(f.State), PullRequestUrl: f.PullRequestURL, Error: f.Error})
 	}
-	if t := s.Terraform; t != nil {
-		out.Terraform = &pb.Terraform{Root: t.Root, Binary: t.Binary, ConfigKey: t.ConfigKey, PlanBeforeUpgrade: t.PlanBeforeUpgrade}
+	if t := e.Terraform; t != nil {
+		out.Terraform = &pb.Terraform{Root: t.Root, Binary: t.Binary, ConfigKey: t.ConfigKey}
 	}
-	if d := s.StagingDrills; d != nil {
+	if d := e.StagingDrills; d != nil {
 		out.StagingDrills = &pb.StagingDrills{}
-		for _, e := range d.Drills {
-			if e != nil {
-				out.StagingDrills.Drills = append(out.StagingDrills.Drills, &pb.DrillEvidence{Drill: pb.Drill(e.Drill), OperationId: e.OperationID, Command: e.Command, EndedUnix: e.EndedUnix})
+		for _, x := range d.Drills {
+			if x != nil {
+				out.StagingDrills.Drills = append(out.StagingDrills.Drills, &pb.DrillEvidence{Drill: pb.Drill(x.Drill), OperationId: x.OperationID, Command: x.Command, EndedUnix: x.EndedUnix})
 			}
 		}
+	}
+	if r := e.Releases; r != nil {
+		out.Releases = &pb.Releases{Versions: r.Versions, Targets: r.Targets, Kubernetes: r.Kubernetes, Origin: r.Origin, FactoryUrl: r.FactoryURL, ListedOnly: r.ListedOnly}
 	}
 	return out
 }
 
-func settingsFromProto(s *pb.Settings) Settings {
-	out := Settings{
-		SnapshotDir: s.GetSnapshotDir(), GateTimeoutMs: s.GetGateTimeoutMs(), NodeTimeoutMs: s.GetNodeTimeoutMs(),
-		KnownTalosReleases: s.GetKnownTalosReleases(), SnapshotKeep: s.GetSnapshotKeep(), SnapshotMaxAgeSeconds: s.GetSnapshotMaxAgeSeconds(),
-		Extra: s.GetExtra(), Backups: backupsFromProto(s.GetBackups()),
-		GateAfterTimeoutMs: s.GetGateAfterTimeoutMs(), HealthTimeoutMs: s.GetHealthTimeoutMs(),
-	}
-	for _, f := range s.GetGitFollowups() {
+func evidenceFromProto(e *pb.Evidence) Evidence {
+	out := Evidence{Backups: backupsFromProto(e.GetBackups()), PauseMark: e.GetPauseMark()}
+	for _, f := range e.GetGitFollowups() {
 		out.GitFollowups = append(out.GitFollowups, GitFollowup{Variable: f.GetVariable(), Value: f.GetValue(), Branch: f.GetBranch(), OperationID: f.GetOperationId(),
 			Base: f.GetBase(), State: GitFollowupState(f.GetState()), PullRequestURL: f.GetPullRequestUrl(), Error: f.GetError()})
 	}
-	if t := s.GetTerraform(); t != nil {
-		out.Terraform = &Terraform{Root: t.GetRoot(), Binary: t.GetBinary(), ConfigKey: t.GetConfigKey(), PlanBeforeUpgrade: t.GetPlanBeforeUpgrade()}
+	if t := e.GetTerraform(); t != nil {
+		out.Terraform = &Terraform{Root: t.GetRoot(), Binary: t.GetBinary(), ConfigKey: t.GetConfigKey()}
 	}
-	if d := s.GetStagingDrills(); d != nil {
+	if d := e.GetStagingDrills(); d != nil {
 		out.StagingDrills = &StagingDrills{}
-		for _, e := range d.GetDrills() {
-			out.StagingDrills.Drills = append(out.StagingDrills.Drills, &DrillEvidence{Drill: Drill(e.GetDrill()), OperationID: e.GetOperationId(), Command: e.GetCommand(), EndedUnix: e.GetEndedUnix()})
+		for _, x := range d.GetDrills() {
+			out.StagingDrills.Drills = append(out.StagingDrills.Drills, &DrillEvidence{Drill: Drill(x.GetDrill()), OperationID: x.GetOperationId(), Command: x.GetCommand(), EndedUnix: x.GetEndedUnix()})
 		}
+	}
+	if r := e.GetReleases(); r != nil {
+		out.Releases = &Releases{Versions: r.GetVersions(), Targets: r.GetTargets(), Kubernetes: r.GetKubernetes(), Origin: r.GetOrigin(), FactoryURL: r.GetFactoryUrl(), ListedOnly: r.GetListedOnly()}
 	}
 	return out
 }
@@ -207,6 +213,7 @@ func RequestToWire(r *OperationRequest) *pb.OperationRequest {
 			OffsiteSecretAccessKey: c.OffsiteSecretAccessKey, AgeIdentity: c.AgeIdentity,
 		},
 		Settings: settingsToProto(&r.Settings), Requester: r.Requester, Attempt: r.Attempt, Config: r.Config,
+		Evidence:         evidenceToProto(&r.Evidence),
 		InterruptedSteps: interruptedToProto(r.InterruptedSteps),
 	}
 }
@@ -239,6 +246,7 @@ func RequestFromWire(r *pb.OperationRequest) *OperationRequest {
 			OffsiteSecretAccessKey: c.GetOffsiteSecretAccessKey(), AgeIdentity: c.GetAgeIdentity(),
 		},
 		Settings: settingsFromProto(r.GetSettings()), Requester: r.GetRequester(), Attempt: r.GetAttempt(), Config: r.GetConfig(),
+		Evidence:         evidenceFromProto(r.GetEvidence()),
 		InterruptedSteps: interruptedFromProto(r.GetInterruptedSteps()),
 	}
 }

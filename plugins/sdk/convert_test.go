@@ -85,11 +85,11 @@ func TestConvertCarriesEveryWireField(t *testing.T) {
 	}
 }
 
-// TestRequestFromWireNeverNil: a request with no cluster, credentials or
-// settings still gives the plugin zero values to read, not nil pointers.
+// TestRequestFromWireNeverNil: a request with no cluster, credentials, settings or
+// evidence still gives the plugin zero values to read, not nil pointers.
 func TestRequestFromWireNeverNil(t *testing.T) {
 	req := RequestFromWire(nil)
-	if req == nil || req.Settings.Extra != nil || req.Cluster.Name != "" || req.Settings.Backups.GetLocal() != nil || req.Settings.Terraform.GetRoot() != "" {
+	if req == nil || req.Evidence.Releases != nil || req.Cluster.Name != "" || req.Evidence.Backups.GetLocal() != nil || req.Evidence.Terraform.GetRoot() != "" || req.Evidence.PauseMark != "" {
 		t.Fatalf("RequestFromWire(nil) = %+v", req)
 	}
 }
@@ -110,5 +110,17 @@ func TestEnumNamesMatchTheWire(t *testing.T) {
 		if got, want := Need(v).String(), pb.Need(v).String(); got != want {
 			t.Errorf("Need(%d) = %q, wire %q", v, got, want)
 		}
+	}
+}
+
+// TestReleaseNotes: the bot's release evidence reads back as versions
+// (pre-releases dropped); without it ok is false and nothing is known.
+func TestReleaseNotes(t *testing.T) {
+	if n, ok := ReleaseNotes(nil); ok || n.Versions != nil {
+		t.Fatalf("no release data read as some: %+v", n)
+	}
+	n, ok := ReleaseNotes(&Releases{Versions: []string{"v1.13.9", "v1.14.0-rc.1"}, Targets: []string{"v1.13.9"}, Kubernetes: []string{"1.36.3"}, ListedOnly: true})
+	if !ok || len(n.Versions) != 1 || n.Targets[0].Tag() != "v1.13.9" || n.Kubernetes[0].Plain() != "1.36.3" || !n.ListedOnly {
+		t.Fatalf("ReleaseNotes = %+v, %v", n, ok)
 	}
 }

@@ -7,11 +7,11 @@ package sdk
 // in a plugin's code. A field's meaning is documented once, on the wire
 // message in lifecycle.proto; the comments here say only what differs.
 //
-// Sub-messages that every request has (Cluster, Credentials, Settings) are
-// values, so req.Settings.NodeTimeoutMs never dereferences nil. Parts whose
-// absence means something ("the host did not look", "no Terraform root",
-// "not refused") are pointers; the optional Settings parts have nil-safe
-// accessors because plugins chain them.
+// Sub-messages that every request has (Cluster, Credentials, Settings,
+// Evidence) are values, so req.Settings.NodeTimeoutMs never dereferences nil.
+// Parts whose absence means something ("the host did not look", "no
+// Terraform root", "not refused") are pointers; the optional Evidence parts
+// have nil-safe accessors because plugins chain them.
 
 import (
 	"fmt"
@@ -39,7 +39,7 @@ type Need int32
 // The needs, with the wire enum's numbers.
 const (
 	NeedUnspecified Need = 0
-	// NeedStagingDrills fills Settings.StagingDrills from the audit trail.
+	// NeedStagingDrills fills Evidence.StagingDrills from the audit trail.
 	NeedStagingDrills Need = 1
 )
 
@@ -187,28 +187,43 @@ func (c Credentials) Format(f fmt.State, _ rune) {
 // LogValue is Format for log/slog.
 func (c Credentials) LogValue() slog.Value { return slog.StringValue(fmt.Sprint(c)) }
 
-// Settings are the host's settings for this call (lifecycle.proto Settings).
+// Settings are what every plugin shares: the host's timeouts
+// (lifecycle.proto Settings). A plugin's own settings are its section
+// (OperationRequest.Config); what only the bot knows is Evidence.
 type Settings struct {
-	SnapshotDir           string
-	GateTimeoutMs         int64
-	NodeTimeoutMs         int64
-	KnownTalosReleases    []string
-	SnapshotKeep          int32
-	SnapshotMaxAgeSeconds int64
-	Extra                 map[string]string
+	GateTimeoutMs      int64
+	NodeTimeoutMs      int64
+	GateAfterTimeoutMs int64
+	HealthTimeoutMs    int64
+}
+
+// Evidence is what only the bot knows, computed for this call
+// (lifecycle.proto Evidence). The optional parts are nil when the host sent
+// none and have nil-safe accessors.
+type Evidence struct {
 	// Backups is nil when the host sent none.
 	Backups *Backups
 	// Terraform is nil when the cluster has no Terraform root.
 	Terraform *Terraform
 	// StagingDrills is nil when the host did not look (the command did not
 	// declare NeedStagingDrills, or the host predates it).
-	StagingDrills      *StagingDrills
-	GateAfterTimeoutMs int64
-	HealthTimeoutMs    int64
+	StagingDrills *StagingDrills
 	// GitFollowups are the Terraform changes the bot prepared as Git
-	// branches for this cluster and whether each is merged yet (evidence
-	// only the bot has).
+	// branches for this cluster and whether each is merged yet.
 	GitFollowups []GitFollowup
+	// Releases is nil when the bot has no release data.
+	Releases *Releases
+	// PauseMark is the file whose existence asks a disruptive run to pause
+	// (PauseRequested); empty for other runs.
+	PauseMark string
+}
+
+// Releases is the bot's release data (lifecycle.proto Releases); the
+// versions package parses it (versions.NotesOf).
+type Releases struct {
+	Versions, Targets, Kubernetes []string
+	Origin, FactoryURL            string
+	ListedOnly                    bool
 }
 
 // GitFollowup is one prepared Terraform change and its state on the remote.
@@ -234,10 +249,9 @@ const (
 
 // Terraform tells the Terraform plugins where the cluster's root is.
 type Terraform struct {
-	Root              string
-	Binary            string
-	ConfigKey         string
-	PlanBeforeUpgrade bool
+	Root      string
+	Binary    string
+	ConfigKey string
 }
 
 // GetRoot returns t.Root; nil-safe ("" when the cluster has no root).
@@ -264,9 +278,6 @@ func (t *Terraform) GetConfigKey() string {
 	return t.ConfigKey
 }
 
-// GetPlanBeforeUpgrade returns t.PlanBeforeUpgrade; nil-safe.
-func (t *Terraform) GetPlanBeforeUpgrade() bool { return t != nil && t.PlanBeforeUpgrade }
-
 // StagingDrills is the newest succeeded staging run of each drill.
 type StagingDrills struct {
 	Drills []*DrillEvidence
@@ -291,8 +302,7 @@ type DrillEvidence struct {
 // Backups is what the host knows about snapshots beyond where they go.
 type Backups struct {
 	ProtectedSnapshots []string
-	// Local is nil when unset: Settings.SnapshotKeep and
-	// SnapshotMaxAgeSeconds apply.
+	// Local is nil when unset: keep everything.
 	Local            *Retention
 	OffsiteRetention *Retention
 	AgeRecipients    []string
@@ -300,6 +310,17 @@ type Backups struct {
 	Offsite     *Offsite
 	ProtectedBy map[string]string
 	LastDrill   string
+	// Dir is where snapshots are written (snapshot_dir); "" when none is
+	// configured.
+	Dir string
+}
+
+// GetDir returns b.Dir; nil-safe.
+func (b *Backups) GetDir() string {
+	if b == nil {
+		return ""
+	}
+	return b.Dir
 }
 
 // GetProtectedSnapshots returns b.ProtectedSnapshots; nil-safe.
@@ -402,6 +423,8 @@ type OperationRequest struct {
 	// Config is the plugin's own section (plugins.NAME) as JSON, unread by
 	// the host; nil when the config has none. Decode it with DecodeConfig.
 	Config []byte
+	// Evidence is what only the bot knows.
+	Evidence Evidence
 	// InterruptedSteps are the steps an earlier attempt of this operation
 	// left in flight (none on a first run); see InterruptedSteps in resume.go.
 	InterruptedSteps []InterruptedStep

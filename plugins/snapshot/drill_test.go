@@ -198,7 +198,7 @@ func TestRestoreDrillOffsiteEncrypted(t *testing.T) {
 	p := &Plugin{now: fixedClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))}
 	req := request(c, dir, 0)
 	withOffsite(req, endpoint, 5)
-	req.Settings.Backups.AgeRecipients = []string{id.Recipient().String()}
+	req.Evidence.Backups.AgeRecipients = []string{id.Recipient().String()}
 	if res := runOK(t, ctx, p, req); !res.OK {
 		t.Fatalf("snapshot: %v", res)
 	}

@@ -43,7 +43,7 @@ func planList(inv cluster.Inventory) *sdk.OperationPlan {
 func (p *Plugin) runList(ctx context.Context, req *sdk.OperationRequest, inv cluster.Inventory, r sdk.Reporter) error {
 	opts := etcd.SnapshotOptionsFor(req)
 	now := p.clock()()
-	by := req.Settings.Backups.GetProtectedBy()
+	by := req.Evidence.Backups.GetProtectedBy()
 	keep := func(id string) string {
 		if op := by[id]; op != "" {
 			return " · 🔒 kept by record " + op
@@ -87,7 +87,7 @@ func (p *Plugin) runList(ctx context.Context, req *sdk.OperationRequest, inv clu
 			lines = append(lines, fmt.Sprintf("  %s · %s old · %s · %s%s", o.ID, ageOf(now, o.At), humanSize(o.Size), enc(o.Encrypted), keep(o.ID)))
 		}
 	}
-	if d := req.Settings.Backups.GetLastDrill(); d != "" {
+	if d := req.Evidence.Backups.GetLastDrill(); d != "" {
 		lines = append(lines, "🧪 last restore drill: "+d)
 	} else {
 		lines = append(lines, "🧪 last restore drill: none; run /talos restore-drill "+inv.Name)

@@ -22,7 +22,7 @@ func startS3(t *testing.T) string {
 }
 
 func withOffsite(req *sdk.OperationRequest, endpoint string, keep int32, protected ...string) {
-	req.Settings.Backups = &sdk.Backups{
+	req.Evidence.Backups = &sdk.Backups{Dir: req.Evidence.Backups.GetDir(),
 		Local:              &sdk.Retention{Keep: 1},
 		OffsiteRetention:   &sdk.Retention{Keep: keep},
 		Offsite:            &sdk.Offsite{Endpoint: endpoint, Bucket: "snaps", Prefix: "tb/", Region: "us-east-1", Insecure: true},
@@ -125,8 +125,8 @@ func TestListShowsLocalOffsiteRecordsAndLastDrill(t *testing.T) {
 	list := request(c, dir, 0)
 	list.Command = ListCommand
 	withOffsite(list, endpoint, 5, id)
-	list.Settings.Backups.ProtectedBy = map[string]string{id: "op-upgrade-7"}
-	list.Settings.Backups.LastDrill = "op-drill-3 succeeded 2026-03-01T11:00:00Z"
+	list.Evidence.Backups.ProtectedBy = map[string]string{id: "op-upgrade-7"}
+	list.Evidence.Backups.LastDrill = "op-drill-3 succeeded 2026-03-01T11:00:00Z"
 	rec, err = sdktest.Run(ctx, p, list, nil)
 	if err != nil || !rec.FinalResult().OK {
 		t.Fatalf("list: %v %v", err, rec.FinalResult())

@@ -66,7 +66,7 @@ func (p *Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.Operat
 	case ListCommand:
 		return planList(inv), nil
 	}
-	opts := etcd.SnapshotOptionsFrom(req.Settings)
+	opts := etcd.SnapshotOptionsFrom(req.Evidence)
 	if err := cluster.CheckSnapshotDir(opts.Dir, "the snapshot"); err != nil {
 		return sdk.RefusalPlan(err)
 	}

@@ -45,7 +45,7 @@ func request(c *sim.Cluster, dir string, keep int32) *sdk.OperationRequest {
 	}
 	return &sdk.OperationRequest{OperationID: "op-1", Command: Command, Cluster: *pc,
 		Credentials: sdk.Credentials{Talosconfig: c.Talosconfig()},
-		Settings:    sdk.Settings{SnapshotDir: dir, SnapshotKeep: keep}}
+		Evidence:    sdk.Evidence{Backups: &sdk.Backups{Dir: dir, Local: &sdk.Retention{Keep: keep}}}}
 }
 
 // fixedClock returns successive times one hour apart.
@@ -247,9 +247,9 @@ func TestRecordNamedSnapshotSurvivesManyRuns(t *testing.T) {
 	var named, newest string
 	for i := range 8 {
 		req := request(c, dir, 1)
-		req.Settings.Backups = &sdk.Backups{Local: &sdk.Retention{Keep: 1}}
+		req.Evidence.Backups = &sdk.Backups{Dir: req.Evidence.Backups.GetDir(), Local: &sdk.Retention{Keep: 1}}
 		if named != "" {
-			req.Settings.Backups.ProtectedSnapshots = []string{named}
+			req.Evidence.Backups.ProtectedSnapshots = []string{named}
 		}
 		rec, err := sdktest.Run(ctx, p, req, nil)
 		if err != nil || !rec.FinalResult().OK {
@@ -288,7 +288,7 @@ func TestEncryptedSnapshotRestores(t *testing.T) {
 	}
 	dir := t.TempDir()
 	req := request(c, dir, 0)
-	req.Settings.Backups = &sdk.Backups{AgeRecipients: []string{id.Recipient().String()}}
+	req.Evidence.Backups = &sdk.Backups{Dir: req.Evidence.Backups.GetDir(), AgeRecipients: []string{id.Recipient().String()}}
 	rec, err := sdktest.Run(ctx, New(), req, nil)
 	if err != nil || !rec.FinalResult().OK {
 		t.Fatalf("run: %v %v", err, rec.FinalResult())

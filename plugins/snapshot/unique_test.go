@@ -146,7 +146,7 @@ func TestRetentionKeepsSnapshotOfConcurrentRun(t *testing.T) {
 	run := func(protected ...string) *sdk.Artifact {
 		t.Helper()
 		req := request(c, dir, 0)
-		req.Settings.Backups = &sdk.Backups{Local: &sdk.Retention{Keep: 1}, ProtectedSnapshots: protected}
+		req.Evidence.Backups = &sdk.Backups{Dir: req.Evidence.Backups.GetDir(), Local: &sdk.Retention{Keep: 1}, ProtectedSnapshots: protected}
 		rec, err := sdktest.Run(ctx, p, req, nil)
 		if err != nil || !rec.FinalResult().OK {
 			t.Fatalf("run: %v %v", err, rec.FinalResult())

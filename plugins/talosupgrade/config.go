@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	"github.com/talosbot/talosbot/plugins/cluster/storage"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
@@ -15,6 +16,11 @@ type Config struct {
 	// RefuseNonLatestPatch makes R10's warning about a target that is not
 	// the newest known patch of its minor a refusal (default: a warning).
 	RefuseNonLatestPatch bool `json:"refuse_non_latest_patch"`
+	// PlanBeforeUpgrade lists the clusters whose upgrades start with the R5
+	// Terraform plan guard (was clusters[].credentials.terraform.plan_before_upgrade).
+	PlanBeforeUpgrade []string `json:"plan_before_upgrade"`
+	// TerraformGuard tunes that guard.
+	TerraformGuard planguard.Config `json:"terraform_guard"`
 	// Storage tunes the storage-aware drain (docs/UPGRADES.md, "Storage").
 	Storage storage.Config `json:"storage"`
 }
@@ -33,7 +39,12 @@ func decodeConfig(raw []byte) (Config, error) {
 
 // ValidateConfig implements sdk.ConfigValidator: config check and serve
 // ask it before anything runs.
-func (*Plugin) ValidateConfig(_ context.Context, raw []byte, _ []string) error {
-	_, err := decodeConfig(raw)
-	return err
+func (*Plugin) ValidateConfig(_ context.Context, raw []byte, clusters []string) error {
+	c, err := decodeConfig(raw)
+	if err != nil {
+		return err
+	}
+	var errs sdk.ConfigErrors
+	planguard.CheckClusters("plan_before_upgrade", c.PlanBeforeUpgrade, clusters, &errs)
+	return errs.Err()
 }

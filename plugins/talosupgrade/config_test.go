@@ -25,3 +25,16 @@ func TestValidateConfigIsStrict(t *testing.T) {
 		}
 	}
 }
+
+// plan_before_upgrade names configured clusters: a typo would silently
+// leave that cluster's upgrades without the R5 guard.
+func TestPlanBeforeUpgradeNamesClusters(t *testing.T) {
+	p := &Plugin{}
+	err := p.ValidateConfig(t.Context(), []byte(`{"plan_before_upgrade": ["staging", "prodution"]}`), []string{"staging", "production"})
+	if err == nil || !strings.Contains(err.Error(), `plan_before_upgrade[1]: no cluster is named "prodution"; did you mean "production"?`) {
+		t.Fatalf("got %v", err)
+	}
+	if err := p.ValidateConfig(t.Context(), []byte(`{"plan_before_upgrade": ["production"], "terraform_guard": {"protected_vms": ["talos_node"]}}`), []string{"staging", "production"}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -74,8 +74,8 @@ func (e *env) request(t testing.TB, version string) *sdk.OperationRequest {
 	}
 	return &sdk.OperationRequest{OperationID: "op-1", Command: Command,
 		Args: map[string]string{"version": version, "cluster": "staging"}, Cluster: *pc, Credentials: *creds,
-		Settings: sdk.Settings{SnapshotDir: t.TempDir(), NodeTimeoutMs: 20_000, GateTimeoutMs: 8_000,
-			KnownTalosReleases: []string{"v1.12.6", "v1.13.2", "v1.13.9"}}}
+		Evidence: sdk.Evidence{Backups: &sdk.Backups{Dir: t.TempDir()}, Releases: sdktest.Releases("v1.12.6", "v1.13.2", "v1.13.9")},
+		Settings: sdk.Settings{NodeTimeoutMs: 20_000, GateTimeoutMs: 8_000}}
 }
 
 func (e *env) node(t testing.TB, req *sdk.OperationRequest, name string) *sdk.Node {

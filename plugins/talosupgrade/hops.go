@@ -30,7 +30,7 @@ import (
 func versionFix(req *sdk.OperationRequest) string {
 	typed := strings.TrimSpace(req.Args["version"])
 	if minor, err := releases.Parse(typed + ".0"); err == nil {
-		known, _ := knownReleases(req.Settings)
+		known, _ := knownReleases(req.Evidence)
 		if lp, ok := releases.LatestPatch(known, minor); ok {
 			return fmt.Sprintf("did you mean %s, the newest known %s patch? /talos upgrade talos %s", lp.Tag(), minor.MinorTag(), lp.Tag())
 		}
@@ -50,6 +50,9 @@ type path struct {
 	// kubeUnknown: the running Kubernetes version could not be read, so
 	// R20 was not checked; the plan says so as a warning, never as a ✅.
 	kubeUnknown bool
+	// guard: plugins.talosupgrade.plan_before_upgrade lists the cluster, so
+	// the R5 Terraform plan guard runs before the first hop.
+	guard bool
 	// at is every node's version as read when the path was computed, then
 	// as each node finishes a hop: what the result reports on a failure.
 	at map[string]talos.Release
@@ -87,7 +90,7 @@ func compute(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session)
 	if err != nil {
 		return nil, &sdk.Refusal{Rule: "R10", Reason: err.Error(), Fix: versionFix(req)}
 	}
-	if err := allowedTarget(req.Settings, target); err != nil {
+	if err := allowedTarget(req.Evidence, target); err != nil {
 		return nil, err
 	}
 	var warnings []string
@@ -134,7 +137,7 @@ func compute(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session)
 	if !oldest.IsZero() && target.Compare(talos.Release(oldest)) > 0 {
 		kube := runningKubernetes(ctx, s, ids)
 		p.kubeUnknown = kube.IsZero()
-		if stops, p.kubeSupport, err = pathCheck(oldest, stops[0], kube, req.Settings); err != nil {
+		if stops, p.kubeSupport, err = pathCheck(oldest, stops[0], kube, req.Evidence); err != nil {
 			return nil, err
 		}
 	}
@@ -170,11 +173,12 @@ func compute(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session)
 			}
 		}
 	}
-	known, _ := knownReleases(req.Settings)
+	known, _ := knownReleases(req.Evidence)
 	cfg, err := decodeConfig(req.Config)
 	if err != nil {
 		return nil, err
 	}
+	p.guard = planguard.Wanted(req.Cluster.Name, cfg.PlanBeforeUpgrade)
 	warn, re := talos.PatchCheck(target, known, cfg.RefuseNonLatestPatch)
 	if re != nil {
 		return nil, re
@@ -241,7 +245,7 @@ func (p *path) canonical(req *sdk.OperationRequest) []byte {
 	}
 	st := &req.Settings
 	c := sdk.NewCanonical(req).Str("target", p.target.String()).Str("path", p.spelled()).Str("leader", p.hops[0].leader).
-		Str("snapshot_dir", st.SnapshotDir).Int("node_timeout_ms", st.NodeTimeoutMs).Int("gate_timeout_ms", st.GateTimeoutMs)
+		Str("snapshot_dir", req.Evidence.Backups.GetDir()).Int("node_timeout_ms", st.NodeTimeoutMs).Int("gate_timeout_ms", st.GateTimeoutMs)
 	for _, h := range p.hops {
 		hc := c.Sub("hop", h.hop).Str("to", h.target.String())
 		h.writeSteps(hc)
@@ -266,7 +270,7 @@ func (p *path) operationPlan(req *sdk.OperationRequest) *sdk.OperationPlan {
 	for _, h := range p.hops {
 		steps = append(steps, planSteps(h)...)
 	}
-	plan.Steps = planguard.WithStep(req.Settings, steps)
+	plan.Steps = planguard.WithStep(p.guard, steps)
 	plan.Preconditions = []*sdk.Precondition{
 		{Name: "upgrade path", OK: true, Rule: "R10", Detail: detail},
 		{Name: "installer platform and schematic", OK: true, Rule: "R14", Detail: "unchanged on every node"},
@@ -294,9 +298,14 @@ func (r *roll) titlePrefix() string {
 // start; each later hop is decided again when it starts, from the nodes'
 // versions and the etcd leader then. A failure stops at that hop: no later
 // hop starts. Before the first hop, once for the whole path, the R5 plan
-// guard (with plan_before_upgrade): no upgrade on top of a migration.
+// guard (plugins.talosupgrade.plan_before_upgrade): no upgrade on top of a migration.
 func (x *run) hops(ctx context.Context) error {
-	if ref := planguard.BeforeUpgrade(ctx, x.cluster, x.req.Settings, x.r); ref != nil {
+	cfg, err := decodeConfig(x.req.Config)
+	if err != nil {
+		return err // Plan decoded the same section: only a changed host gets here
+	}
+	guard := planguard.Wanted(x.req.Cluster.Name, cfg.PlanBeforeUpgrade)
+	if ref := planguard.BeforeUpgrade(ctx, x.cluster, guard, x.req.Evidence, cfg.TerraformGuard, x.r); ref != nil {
 		return x.fail("refused: the Terraform plan guard stopped the upgrade; no node was touched", ref)
 	}
 	for i, h := range x.path.hops {

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/sim"
@@ -27,8 +26,8 @@ func startHops(t *testing.T, cps, workers int) (*env, *sdk.OperationRequest) {
 	t.Helper()
 	e := start(t, cps, workers, true, func(o *sim.Options) { o.TalosVersion, o.KubernetesVersion = hopFrom, "v1.34.5" })
 	req := e.request(t, target)
-	known := "v1.11.3,v1.11.6,v1.12.0,v1.12.6,v1.13.2,v1.13.9"
-	req.Settings.Extra = map[string]string{releases.NoteVersions: known, releases.NoteTargets: known, releases.NoteOrigin: "Image Factory (test)"}
+	known := []string{"v1.11.3", "v1.11.6", "v1.12.0", "v1.12.6", "v1.13.2", "v1.13.9"}
+	req.Evidence.Releases = &sdk.Releases{Versions: known, Targets: known, Origin: "Image Factory (test)"}
 	return e, req
 }
 
@@ -95,7 +94,7 @@ func TestMultiHopPlan(t *testing.T) {
 		}
 	}
 	// Release data with a newer v1.12 patch is another path: another digest.
-	req.Settings.Extra[releases.NoteTargets] += ",v1.12.7"
+	req.Evidence.Releases.Targets = append(slices.Clone(req.Evidence.Releases.Targets), "v1.12.7")
 	other, err := (&Plugin{}).Plan(ctx, req)
 	if err != nil || other.Refusal != nil {
 		t.Fatalf("plan: %v %v", err, other.Refusal)
@@ -118,7 +117,7 @@ func TestMultiHopRefusals(t *testing.T) {
 
 	k := start(t, 1, 1, true, func(o *sim.Options) { o.TalosVersion, o.KubernetesVersion = hopFrom, "v1.30.4" })
 	kreq := k.request(t, target)
-	kreq.Settings.Extra = req.Settings.Extra
+	kreq.Evidence.Releases = req.Evidence.Releases
 	refusedEverywhere(t, k, kreq, "R20", "would leave Kubernetes 1.30.4 unsupported")
 }
 
@@ -297,7 +296,7 @@ func TestMultiHopNodeAlreadyPastAHop(t *testing.T) {
 	p := &Plugin{}
 	ahead := e.request(t, "v1.12.6")
 	ahead.Args["nodes"] = "worker-1"
-	ahead.Settings.Extra = req.Settings.Extra
+	ahead.Evidence.Releases = req.Evidence.Releases
 	if res := runWatched(ctx, p, ahead, nil).FinalResult(); !res.OK || e.c.NodeVersion("worker-1") != "v1.12.6" {
 		t.Fatalf("setup: worker-1 to v1.12.6: %s: %s (runs %s)", res.Summary, res.Error, e.c.NodeVersion("worker-1"))
 	}

@@ -19,7 +19,7 @@ func TestFailedOffsiteUploadStopsTheUpgrade(t *testing.T) {
 	e := start(t, 1, 1, false, nil)
 	ctx := ctxFor(t, 2*time.Minute)
 	req := e.request(t, target)
-	req.Settings.Backups = &sdk.Backups{Offsite: &sdk.Offsite{Endpoint: "127.0.0.1:1", Bucket: "snaps", Region: "us-east-1", Insecure: true}}
+	req.Evidence.Backups = &sdk.Backups{Dir: req.Evidence.Backups.GetDir(), Offsite: &sdk.Offsite{Endpoint: "127.0.0.1:1", Bucket: "snaps", Region: "us-east-1", Insecure: true}}
 	req.Credentials.OffsiteAccessKeyID, req.Credentials.OffsiteSecretAccessKey = []byte("k"), []byte("s")
 	rec, _ := sdktest.Run(ctx, &Plugin{}, req, nil)
 	res := rec.FinalResult()
@@ -33,7 +33,7 @@ func TestFailedOffsiteUploadStopsTheUpgrade(t *testing.T) {
 			t.Fatalf("%s got %d upgrade calls after a failed off-site copy", n, c)
 		}
 	}
-	local, _ := filepath.Glob(filepath.Join(req.Settings.SnapshotDir, "*", "*.db"))
+	local, _ := filepath.Glob(filepath.Join(req.Evidence.Backups.GetDir(), "*", "*.db"))
 	if len(local) != 1 || !strings.Contains(text, "kept at "+local[0]) {
 		t.Fatalf("local copy %v not kept or not named in %q", local, text)
 	}

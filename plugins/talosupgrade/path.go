@@ -16,21 +16,21 @@ import (
 )
 
 // knownReleases are the releases the target may be checked against: the
-// bot's release data (Image Factory or its cache, docs/RELEASES.md), else
-// the configured known_talos_releases.
-func knownReleases(st sdk.Settings) (talos, kube []releases.Version) {
-	return releases.Known(st.Extra, st.KnownTalosReleases)
+// bot's release evidence (Image Factory or its cache, or releases.talos,
+// docs/RELEASES.md); none without it.
+func knownReleases(ev sdk.Evidence) (talos, kube []releases.Version) {
+	return releases.Known(ev.Releases)
 }
 
 // allowedTarget refuses (R10) a target that is not a known Talos release
 // — Image Factory's list (or its cache) and the declared releases.talos,
-// as the bot's release data says, else Settings.known_talos_releases —
+// as the bot's release evidence says, none without it —
 // and, with releases.listed_only, one outside releases.talos
 // (releases.CheckTarget, the rule's one place). It runs before the
 // cluster is read, so a version that does not exist changes nothing. The
 // stops before the target come from the same list (knownReleases).
-func allowedTarget(st sdk.Settings, target talos.Release) error {
-	n := releases.NotesOrConfigured(st.Extra, st.KnownTalosReleases)
+func allowedTarget(ev sdk.Evidence, target talos.Release) error {
+	n := releases.RequestNotes(ev.Releases)
 	err := n.Allowed(releases.Version(target))
 	if rf := (*releases.Refusal)(nil); errors.As(err, &rf) {
 		return sdk.Refuse(rf.Rule, rf.Reason, rf.Fix)
@@ -64,8 +64,8 @@ func runningKubernetes(ctx context.Context, s *cluster.Session, ids *identity.Ma
 // It returns the stops and the Kubernetes support line for the plan, and
 // leaves every other problem to the per-node checks (CheckUpgradePath,
 // PatchCheck): then the only stop is the target.
-func pathCheck(oldest, target releases.Version, kube releases.Version, st sdk.Settings) ([]releases.Version, string, error) {
-	known, knownKube := knownReleases(st)
+func pathCheck(oldest, target releases.Version, kube releases.Version, ev sdk.Evidence) ([]releases.Version, string, error) {
+	known, knownKube := knownReleases(ev)
 	p, err := releases.PlanTalos(compat.Machinery{}, releases.TalosRequest{Running: oldest, Target: target, Kubernetes: kube, Known: known, KnownKubernetes: knownKube})
 	var rf *releases.Refusal
 	switch {

@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/cluster/k8s"
+	"github.com/talosbot/talosbot/plugins/sdk"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -20,8 +21,8 @@ func TestRefusesAnUpgradeThatStrandsKubernetes(t *testing.T) {
 	slow(t)
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.KubernetesVersion = "v1.30.4" })
 	req := e.request(t, target)
-	req.Settings.Extra = map[string]string{releases.NoteVersions: "v1.12.6,v1.13.9", releases.NoteTargets: "v1.12.6,v1.13.9",
-		releases.NoteKubernetes: "1.30.14,1.31.14"}
+	req.Evidence.Releases = &sdk.Releases{Versions: []string{"v1.12.6", "v1.13.9"}, Targets: []string{"v1.12.6", "v1.13.9"},
+		Kubernetes: []string{"1.30.14", "1.31.14"}}
 	refusedEverywhere(t, e, req, "R20", "would leave Kubernetes 1.30.4 unsupported")
 	plan, err := (&Plugin{}).Plan(ctxFor(t, time.Minute), req)
 	if err != nil {
@@ -84,7 +85,7 @@ func TestRunningKubernetesIsTheLowestComponent(t *testing.T) {
 	e := start(t, 1, 1, true, func(o *sim.Options) { o.KubernetesVersion = "v1.31.4" })
 	ctx := ctxFor(t, time.Minute)
 	req := e.request(t, target)
-	req.Settings.Extra = map[string]string{releases.NoteVersions: "v1.12.6,v1.13.9", releases.NoteTargets: "v1.12.6,v1.13.9"}
+	req.Evidence.Releases = sdktest.Releases("v1.12.6", "v1.13.9")
 	if plan, err := (&Plugin{}).Plan(ctx, req); err != nil || plan.Refusal != nil {
 		t.Fatalf("Kubernetes 1.31.4 everywhere: %v %v", err, plan.Refusal)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 )
 
-// TestPlanGuardBeforeUpgradeRefuses: with plan_before_upgrade, a Terraform
+// TestPlanGuardBeforeUpgradeRefuses: with plan_before_upgrade listing the cluster, a Terraform
 // plan that would replace the cluster secrets stops the upgrade (R5) before
 // any snapshot or node call.
 func TestPlanGuardBeforeUpgradeRefuses(t *testing.T) {
@@ -19,7 +19,8 @@ func TestPlanGuardBeforeUpgradeRefuses(t *testing.T) {
 	root := tftest.Root(t, bin, nil)
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
-	req.Settings.Terraform = &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
+	req.Evidence.Terraform = &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform"}
+	req.Config = []byte(`{"plan_before_upgrade": ["staging"]}`) // plugins.talosupgrade
 	ctx := ctxFor(t, 2*time.Minute)
 	plan, err := (&Plugin{}).Plan(ctx, req)
 	if err != nil || plan.Steps[0].ID != planguard.Step().ID {
@@ -42,7 +43,7 @@ func TestPlanGuardBeforeUpgradeRefuses(t *testing.T) {
 	}
 }
 
-// TestPlanGuardRunsOnceForAPath: with plan_before_upgrade, a path of three
+// TestPlanGuardRunsOnceForAPath: with plan_before_upgrade listing the cluster, a path of three
 // hops runs the R5 guard once, before the first hop (as the Kubernetes
 // upgrade does), not once per hop.
 func TestPlanGuardRunsOnceForAPath(t *testing.T) {
@@ -50,7 +51,8 @@ func TestPlanGuardRunsOnceForAPath(t *testing.T) {
 	bin := tftest.Binary(t)
 	root := tftest.Root(t, bin, nil)
 	_, req := startHops(t, 1, 1)
-	req.Settings.Terraform = &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform", PlanBeforeUpgrade: true}
+	req.Evidence.Terraform = &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform"}
+	req.Config = []byte(`{"plan_before_upgrade": ["staging"]}`) // plugins.talosupgrade
 	t.Setenv("TF_CLI_CONFIG_FILE", "")
 	rec := runWatched(ctxFor(t, 8*time.Minute), &Plugin{}, req, nil)
 	if res := rec.FinalResult(); !res.OK {

@@ -19,6 +19,7 @@ import (
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	"github.com/talosbot/talosbot/plugins/sdk"
+	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
 )
 
@@ -63,7 +64,7 @@ func (e *env) patchConfig(t *testing.T, name string, patch func(*v1alpha1.Config
 func (e *env) preflightRequest(t *testing.T, version string) *sdk.OperationRequest {
 	t.Helper()
 	req := e.request(t, version)
-	req.Settings.KnownTalosReleases = known
+	req.Evidence.Releases = sdktest.Releases(known...)
 	return req
 }
 

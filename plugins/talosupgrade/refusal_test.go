@@ -43,7 +43,7 @@ func TestRefusesSkippingAMinor(t *testing.T) {
 	// v1.13 (the minor between), so that no hop-by-hop path exists and the
 	// skipped minor is what is refused. With a v1.13 patch known the same
 	// request plans two hops (TestMultiHop*).
-	req.Settings.KnownTalosReleases = []string{"v1.12.6", "v1.14.1"}
+	req.Evidence.Releases = sdktest.Releases("v1.12.6", "v1.14.1")
 	refusedEverywhere(t, e, req, "R10", "skips a minor")
 	// No advice names a version the bot does not know: no "v1.13.x".
 	r := plan(t, req).Refusal
@@ -56,7 +56,8 @@ func TestRefusesDowngrade(t *testing.T) {
 	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, "v1.12.1")
-	req.Settings.KnownTalosReleases = append(req.Settings.KnownTalosReleases, "v1.12.1") // a known release, lower
+	known := append(req.Evidence.Releases.Versions, "v1.12.1") // a known release, lower
+	req.Evidence.Releases = sdktest.Releases(known...)
 	refusedEverywhere(t, e, req, "R10", "downgrade")
 }
 
@@ -151,7 +152,7 @@ func TestRefusesWithoutSnapshotDir(t *testing.T) {
 	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
-	req.Settings.SnapshotDir = ""
+	req.Evidence.Backups.Dir = ""
 	refusedEverywhere(t, e, req, "R12", "snapshot_dir")
 }
 
@@ -162,8 +163,8 @@ func TestListedOnlyRefusesAnUnlistedTarget(t *testing.T) {
 	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
-	req.Settings.Extra = map[string]string{releases.NoteVersions: "v1.12.6,v1.13.2,v1.13.9", releases.NoteTargets: "v1.12.6,v1.13.2",
-		releases.NoteListedOnly: "true", releases.NoteOrigin: "Image Factory (test)"}
+	req.Evidence.Releases = &sdk.Releases{Versions: []string{"v1.12.6", "v1.13.2", "v1.13.9"}, Targets: []string{"v1.12.6", "v1.13.2"},
+		ListedOnly: true, Origin: "Image Factory (test)"}
 	refusedEverywhere(t, e, req, "R10", "add v1.13.9 to releases.talos once it is reviewed")
 
 	req.Args["version"] = "v1.13.2"
@@ -186,7 +187,7 @@ func TestRefusesATargetThatIsNotARelease(t *testing.T) {
 	l := &releases.List{Versions: releases.ParseAll([]string{"v1.12.0", "v1.12.6", "v1.13.0", "v1.13.2", "v1.13.9"}),
 		Configured: releases.ParseAll([]string{"v1.13.10"}), Origin: releases.OriginFactory}
 	req := e.request(t, "v1.13.99")
-	req.Settings.Extra = releases.NotesOf(l, nil, time.Now())
+	req.Evidence.Releases = releases.NotesOf(l, nil, time.Now())
 	refusedEverywhere(t, e, req, "R10", "v1.13.99 is not a Talos release the bot knows")
 	requireRefusal(t, plan(t, req), "R10", "the newest v1.13 patch is v1.13.10 (declare a release under releases.talos")
 
@@ -210,7 +211,7 @@ func TestRefusesEveryTargetWithoutAKnownRelease(t *testing.T) {
 	t.Parallel()
 	e := start(t, 1, 1, false, nil)
 	req := e.request(t, target)
-	req.Settings.KnownTalosReleases = nil
+	req.Evidence.Releases = nil
 	refusedEverywhere(t, e, req, "R10", "no Talos release is known")
 }
 

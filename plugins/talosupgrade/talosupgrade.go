@@ -169,7 +169,7 @@ func (r *roll) toUpgrade() []nodeStep {
 // moving changes the digest, and so voids an approval.
 func (r *roll) canonical(req *sdk.OperationRequest) []byte {
 	st := &req.Settings
-	c := sdk.NewCanonical(req).Str("target", r.target.String()).Str("leader", r.leader).Str("snapshot_dir", st.SnapshotDir).
+	c := sdk.NewCanonical(req).Str("target", r.target.String()).Str("leader", r.leader).Str("snapshot_dir", req.Evidence.Backups.GetDir()).
 		Int("node_timeout_ms", st.NodeTimeoutMs).Int("gate_timeout_ms", st.GateTimeoutMs)
 	r.writeSteps(c)
 	return c.List("nodes", cluster.Names(r.inv.Nodes)).Bytes()
@@ -189,7 +189,7 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 	if err != nil {
 		return nil, err
 	}
-	if err := cluster.CheckSnapshotDir(req.Settings.SnapshotDir, "an upgrade"); err != nil {
+	if err := cluster.CheckSnapshotDir(req.Evidence.Backups.GetDir(), "an upgrade"); err != nil {
 		return sdk.RefusalPlan(err)
 	}
 	if err := cluster.CheckRole(req.Credentials.Talosconfig, "the Talos upgrade", cluster.GateMethods, cluster.SnapshotMethods, cluster.TalosUpgradeMethods); err != nil {
@@ -300,7 +300,7 @@ type run struct {
 
 // Run executes the roll.
 func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
-	if err := cluster.CheckSnapshotDir(req.Settings.SnapshotDir, "an upgrade"); err != nil {
+	if err := cluster.CheckSnapshotDir(req.Evidence.Backups.GetDir(), "an upgrade"); err != nil {
 		return r.Result(sdk.RefusedResult(err, "refused"))
 	}
 	if err := cluster.CheckRole(req.Credentials.Talosconfig, "the Talos upgrade", cluster.GateMethods, cluster.SnapshotMethods, cluster.TalosUpgradeMethods); err != nil {

@@ -50,7 +50,11 @@ func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
 // Plan describes the check. It does not run Terraform.
 func (p *Plugin) Plan(_ context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
 	name := req.Cluster.Name
-	o, err := planguard.OptionsFrom(name, req.Settings)
+	c, err := decodeConfig(req.Config)
+	if err != nil {
+		return nil, err
+	}
+	o, err := planguard.OptionsFrom(name, req.Evidence, c.TerraformGuard)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +77,11 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	if err := r.StepStarted("plan", ""); err != nil {
 		return err
 	}
-	plan, vs, err := planguard.Check(ctx, name, req.Settings, p.Env, p.TempDir)
+	c, err := decodeConfig(req.Config)
+	if err != nil {
+		return err
+	}
+	plan, vs, err := planguard.Check(ctx, name, req.Evidence, c.TerraformGuard, p.Env, p.TempDir)
 	if err != nil {
 		_ = r.StepFailed("plan", err.Error())
 		return r.Result(&sdk.Result{OK: false, Summary: name + ": Terraform plan failed", Error: err.Error()})
@@ -81,7 +89,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	if err := r.StepOK("plan", plan.Summary()); err != nil {
 		return err
 	}
-	lines := append(plan.Lines(), cluster.FollowupLines(req.Settings.GitFollowups)...)
+	lines := append(plan.Lines(), cluster.FollowupLines(req.Evidence.GitFollowups)...)
 	if len(vs) > 0 {
 		if err := r.StepFailed("guard", terraform.Describe(vs)); err != nil {
 			return err

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/internal/terraform/tftest"
-	"github.com/talosbot/talosbot/plugins/cluster/planguard"
 	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/plugins/tfguard"
@@ -17,7 +16,7 @@ import (
 func request(root, bin string) *sdk.OperationRequest {
 	return &sdk.OperationRequest{OperationID: "op-1", Command: tfguard.Command,
 		Cluster:  sdk.Cluster{Name: "staging", Environment: "staging"},
-		Settings: sdk.Settings{Extra: map[string]string{}, Terraform: &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform"}}}
+		Evidence: sdk.Evidence{Terraform: &sdk.Terraform{Root: root, Binary: bin, ConfigKey: "clusters[0].credentials.terraform"}}}
 }
 
 func run(t *testing.T, p *tfguard.Plugin, req *sdk.OperationRequest) *sdk.Result {
@@ -44,7 +43,7 @@ func TestDescribeIsReadOnly(t *testing.T) {
 func TestPlanNeedsRoot(t *testing.T) {
 	req := request("", "")
 	_, err := tfguard.New().Plan(context.Background(), req)
-	if err == nil || !strings.Contains(err.Error(), "clusters[0].credentials.terraform.root") || !strings.Contains(err.Error(), "settings.terraform") {
+	if err == nil || !strings.Contains(err.Error(), "clusters[0].credentials.terraform.root") || !strings.Contains(err.Error(), "evidence.terraform") {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -70,7 +69,7 @@ func TestSecretsReplacementIsRefusedWithR5(t *testing.T) {
 	// The bot's Git follow-up evidence is part of the report (R5 guard or
 	// not, an unmerged Terraform change is what to do next).
 	withFollowup := *req
-	withFollowup.Settings.GitFollowups = []sdk.GitFollowup{{Variable: "talos_version", Value: "v1.13.9", Branch: "talosbot/b",
+	withFollowup.Evidence.GitFollowups = []sdk.GitFollowup{{Variable: "talos_version", Value: "v1.13.9", Branch: "talosbot/b",
 		OperationID: "op0", Base: "main", State: sdk.GitFollowupOpen}}
 	res = run(t, &tfguard.Plugin{Env: env, TempDir: tmp}, &withFollowup)
 	if !res.OK || !strings.Contains(strings.Join(res.Lines, "\n"), "Git: branch talosbot/b (talos_version → \"v1.13.9\", operation op0) is not merged into main yet") {
@@ -92,7 +91,7 @@ func TestSecretsReplacementIsRefusedWithR5(t *testing.T) {
 	}
 
 	// A configured VM name is protected too.
-	req.Settings.Extra[planguard.ExtraProtectedVMs] = "proxmox_virtual_environment_vm, talos_node"
+	req.Config = []byte(`{"terraform_guard": {"protected_vms": ["proxmox_virtual_environment_vm", " talos_node"]}}`) // plugins.tfguard
 	res = run(t, &tfguard.Plugin{Env: append(env, "TF_VAR_node_generation=2"), TempDir: tmp}, req)
 	if res.OK || !strings.Contains(res.Refusal.Reason, "replace terraform_data.talos_node (node VM)") {
 		t.Fatalf("node replacement: %v", res)

@@ -129,19 +129,11 @@ type SnapshotOptions struct {
 	Waiting func(holder string)
 }
 
-// SnapshotOptionsFrom reads the host settings. Settings.backups.local wins
-// over the older snapshot_keep/snapshot_max_age_seconds fields.
-func SnapshotOptionsFrom(s sdk.Settings) SnapshotOptions {
-	o := SnapshotOptions{
-		Dir: s.SnapshotDir,
-		Retention: retention.Policy{Keep: int(s.SnapshotKeep),
-			MaxAge: time.Duration(s.SnapshotMaxAgeSeconds) * time.Second},
-		Protected: map[string]bool{},
-	}
-	b := s.Backups
-	if l := b.GetLocal(); l != nil {
-		o.Retention = PolicyFrom(l)
-	}
+// SnapshotOptionsFrom reads the host's backup evidence (Evidence.Backups:
+// snapshot_dir, the local retention, the protected snapshots).
+func SnapshotOptionsFrom(ev sdk.Evidence) SnapshotOptions {
+	b := ev.Backups
+	o := SnapshotOptions{Dir: b.GetDir(), Retention: PolicyFrom(b.GetLocal()), Protected: map[string]bool{}}
 	for _, id := range b.GetProtectedSnapshots() {
 		o.Protected[id] = true
 	}
@@ -152,9 +144,9 @@ func SnapshotOptionsFrom(s sdk.Settings) SnapshotOptions {
 // SnapshotOptionsFor reads the host settings and, for the off-site copy,
 // the S3 credentials the host resolved for this call.
 func SnapshotOptionsFor(req *sdk.OperationRequest) SnapshotOptions {
-	o := SnapshotOptionsFrom(req.Settings)
+	o := SnapshotOptionsFrom(req.Evidence)
 	o.Operation = req.OperationID
-	b := req.Settings.Backups
+	b := req.Evidence.Backups
 	if t := b.GetOffsite(); t != nil {
 		c := &req.Credentials
 		o.Offsite = &offsite.Config{Endpoint: t.Endpoint, Bucket: t.GetBucket(), Prefix: t.Prefix, Region: t.Region,

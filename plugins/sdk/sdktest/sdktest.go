@@ -46,7 +46,6 @@ func Request(command, cluster string, nodes ...*sdk.Node) *sdk.OperationRequest 
 		Command:     command,
 		Args:        map[string]string{},
 		Cluster:     sdk.Cluster{Name: cluster, Environment: "staging", Nodes: nodes, Declared: map[string]string{}},
-		Settings:    sdk.Settings{Extra: map[string]string{}},
 		Requester:   "tester",
 		Attempt:     1,
 	}
@@ -140,4 +139,11 @@ func (r *Recorder) FinalResult() *sdk.Result {
 		}
 	}
 	return nil
+}
+
+// Releases is release evidence (sdk.Evidence.Releases) that knows the
+// given Talos releases as both known versions and targets, as the bot sends
+// the configured releases.talos when it has no Image Factory list.
+func Releases(talos ...string) *sdk.Releases {
+	return &sdk.Releases{Versions: talos, Targets: talos, Origin: "releases.talos (test)"}
 }

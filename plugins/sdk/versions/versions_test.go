@@ -56,18 +56,6 @@ func TestIsLatestPatch(t *testing.T) {
 	}
 }
 
-// TestReadNotes: the bot's release data reads back as versions (pre-releases
-// dropped); without it ok is false, so a plugin falls back to its configured list.
-func TestReadNotes(t *testing.T) {
-	if _, ok := ReadNotes(map[string]string{}); ok {
-		t.Fatal("no release data read as some")
-	}
-	n, ok := ReadNotes(map[string]string{NoteVersions: "v1.13.9,v1.14.0-rc.1", NoteTargets: "v1.13.9", NoteKubernetes: "1.36.3", NoteListedOnly: "true"})
-	if !ok || len(n.Versions) != 1 || n.Targets[0].Tag() != "v1.13.9" || n.Kubernetes[0].Plain() != "1.36.3" || !n.ListedOnly {
-		t.Fatalf("ReadNotes = %+v, %v", n, ok)
-	}
-}
-
 // TestParseRefusesSigns: a component is digits only. strconv.Atoi takes a
 // sign, so "v1.13.+9" parsed as v1.13.9 and a target that is no release
 // tag was accepted and respelt.

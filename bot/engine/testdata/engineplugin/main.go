@@ -95,7 +95,7 @@ func (p *plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 
 // inputs renders the host-served typed inputs for the engine tests.
 func inputs(req *sdk.OperationRequest) string {
-	s := &req.Settings
+	s := &req.Evidence
 	drills := "unset"
 	if d := s.StagingDrills; d != nil {
 		var ev []string
@@ -109,8 +109,8 @@ func inputs(req *sdk.OperationRequest) string {
 	if len(last) > 2 {
 		last = last[:2]
 	}
-	return fmt.Sprintf("attempt=%d drills=%s terraform=%s,%s,%s,%t last_drill=%s", req.Attempt, drills,
-		tf.GetRoot(), tf.GetBinary(), tf.GetConfigKey(), tf.GetPlanBeforeUpgrade(), strings.Join(last, " "))
+	return fmt.Sprintf("attempt=%d drills=%s terraform=%s,%s,%s last_drill=%s", req.Attempt, drills,
+		tf.GetRoot(), tf.GetBinary(), tf.GetConfigKey(), strings.Join(last, " "))
 }
 
 func (p *plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
@@ -129,7 +129,7 @@ func (p *plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	}
 	if req.Command == "probe" || req.Command == "drills" {
 		if f := a["protected"]; f != "" {
-			_ = os.WriteFile(f, []byte(strings.Join(req.Settings.Backups.GetProtectedSnapshots(), ",")), 0o600)
+			_ = os.WriteFile(f, []byte(strings.Join(req.Evidence.Backups.GetProtectedSnapshots(), ",")), 0o600)
 		}
 		_ = r.StepOK("p", "all good")
 		return r.Result(&sdk.Result{OK: true, Summary: "healthy", Lines: []string{"✅ etcd: leader agreed"}})

@@ -1082,36 +1082,21 @@ func (x *Credentials) GetAgeIdentity() []byte {
 	return nil
 }
 
+// Settings are what every plugin shares: the host's timeouts. A plugin's
+// own settings are its section (OperationRequest.config); what only the
+// bot knows reaches the plugin as Evidence (docs/ARCHITECTURE.md "Who owns
+// which setting").
 type Settings struct {
-	state                 protoimpl.MessageState `protogen:"open.v1"`
-	SnapshotDir           string                 `protobuf:"bytes,1,opt,name=snapshot_dir,json=snapshotDir,proto3" json:"snapshot_dir,omitempty"`
-	GateTimeoutMs         int64                  `protobuf:"varint,2,opt,name=gate_timeout_ms,json=gateTimeoutMs,proto3" json:"gate_timeout_ms,omitempty"`
-	NodeTimeoutMs         int64                  `protobuf:"varint,3,opt,name=node_timeout_ms,json=nodeTimeoutMs,proto3" json:"node_timeout_ms,omitempty"`
-	KnownTalosReleases    []string               `protobuf:"bytes,4,rep,name=known_talos_releases,json=knownTalosReleases,proto3" json:"known_talos_releases,omitempty"`
-	SnapshotKeep          int32                  `protobuf:"varint,5,opt,name=snapshot_keep,json=snapshotKeep,proto3" json:"snapshot_keep,omitempty"`
-	SnapshotMaxAgeSeconds int64                  `protobuf:"varint,6,opt,name=snapshot_max_age_seconds,json=snapshotMaxAgeSeconds,proto3" json:"snapshot_max_age_seconds,omitempty"`
-	Extra                 map[string]string      `protobuf:"bytes,8,rep,name=extra,proto3" json:"extra,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// backups extends snapshot_dir/snapshot_keep/snapshot_max_age_seconds;
-	// plugins that predate it keep working with those fields.
-	Backups *Backups `protobuf:"bytes,9,opt,name=backups,proto3" json:"backups,omitempty"`
-	// terraform is the cluster's Terraform root (clusters[].credentials.terraform);
-	// unset when the cluster has none. Nothing in it is secret.
-	Terraform *Terraform `protobuf:"bytes,10,opt,name=terraform,proto3" json:"terraform,omitempty"`
-	// staging_drills is set only for a command that needs NEED_STAGING_DRILLS;
-	// unset means the host did not look (the drill gate is then manual).
-	StagingDrills *StagingDrills `protobuf:"bytes,11,opt,name=staging_drills,json=stagingDrills,proto3" json:"staging_drills,omitempty"`
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GateTimeoutMs int64                  `protobuf:"varint,2,opt,name=gate_timeout_ms,json=gateTimeoutMs,proto3" json:"gate_timeout_ms,omitempty"`
+	NodeTimeoutMs int64                  `protobuf:"varint,3,opt,name=node_timeout_ms,json=nodeTimeoutMs,proto3" json:"node_timeout_ms,omitempty"`
 	// The health gate's waits (timeouts.gate_after, timeouts.health; see
 	// docs/HEALTHGATE.md). gate_timeout_ms bounds one gate run, which is also
 	// the gate before a node. Unset (an older host): the plugin's defaults.
 	GateAfterTimeoutMs int64 `protobuf:"varint,12,opt,name=gate_after_timeout_ms,json=gateAfterTimeoutMs,proto3" json:"gate_after_timeout_ms,omitempty"`
 	HealthTimeoutMs    int64 `protobuf:"varint,13,opt,name=health_timeout_ms,json=healthTimeoutMs,proto3" json:"health_timeout_ms,omitempty"`
-	// git_followups are the Terraform version bumps the bot prepared as Git
-	// branches for this cluster (bot/gitbump), the newest per variable, and
-	// whether each is merged yet: evidence only the bot has. Empty: none
-	// prepared, or no git_followup configured.
-	GitFollowups  []*GitFollowup `protobuf:"bytes,14,rep,name=git_followups,json=gitFollowups,proto3" json:"git_followups,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Settings) Reset() {
@@ -1144,13 +1129,6 @@ func (*Settings) Descriptor() ([]byte, []int) {
 	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{10}
 }
 
-func (x *Settings) GetSnapshotDir() string {
-	if x != nil {
-		return x.SnapshotDir
-	}
-	return ""
-}
-
 func (x *Settings) GetGateTimeoutMs() int64 {
 	if x != nil {
 		return x.GateTimeoutMs
@@ -1163,55 +1141,6 @@ func (x *Settings) GetNodeTimeoutMs() int64 {
 		return x.NodeTimeoutMs
 	}
 	return 0
-}
-
-func (x *Settings) GetKnownTalosReleases() []string {
-	if x != nil {
-		return x.KnownTalosReleases
-	}
-	return nil
-}
-
-func (x *Settings) GetSnapshotKeep() int32 {
-	if x != nil {
-		return x.SnapshotKeep
-	}
-	return 0
-}
-
-func (x *Settings) GetSnapshotMaxAgeSeconds() int64 {
-	if x != nil {
-		return x.SnapshotMaxAgeSeconds
-	}
-	return 0
-}
-
-func (x *Settings) GetExtra() map[string]string {
-	if x != nil {
-		return x.Extra
-	}
-	return nil
-}
-
-func (x *Settings) GetBackups() *Backups {
-	if x != nil {
-		return x.Backups
-	}
-	return nil
-}
-
-func (x *Settings) GetTerraform() *Terraform {
-	if x != nil {
-		return x.Terraform
-	}
-	return nil
-}
-
-func (x *Settings) GetStagingDrills() *StagingDrills {
-	if x != nil {
-		return x.StagingDrills
-	}
-	return nil
 }
 
 func (x *Settings) GetGateAfterTimeoutMs() int64 {
@@ -1228,11 +1157,197 @@ func (x *Settings) GetHealthTimeoutMs() int64 {
 	return 0
 }
 
-func (x *Settings) GetGitFollowups() []*GitFollowup {
+// Evidence is what only the bot knows (its store, audit trail, release
+// list, Git remote, the cluster's core configuration), computed for this
+// call. None of it is secret: secrets travel in Credentials.
+type Evidence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// backups: where snapshots go, their retention, what operation records
+	// still protect, the last restore drill (snapshots:, snapshot_dir).
+	Backups *Backups `protobuf:"bytes,1,opt,name=backups,proto3" json:"backups,omitempty"`
+	// terraform is the cluster's Terraform root (clusters[].credentials.terraform);
+	// unset when the cluster has none.
+	Terraform *Terraform `protobuf:"bytes,2,opt,name=terraform,proto3" json:"terraform,omitempty"`
+	// staging_drills is set only for a command that needs NEED_STAGING_DRILLS;
+	// unset means the host did not look (the drill gate is then manual).
+	StagingDrills *StagingDrills `protobuf:"bytes,3,opt,name=staging_drills,json=stagingDrills,proto3" json:"staging_drills,omitempty"`
+	// git_followups are the Terraform version bumps the bot prepared as Git
+	// branches for this cluster (bot/gitbump), the newest per variable, and
+	// whether each is merged yet. Empty: none prepared, or no git_followup
+	// configured.
+	GitFollowups []*GitFollowup `protobuf:"bytes,4,rep,name=git_followups,json=gitFollowups,proto3" json:"git_followups,omitempty"`
+	// releases is the bot's release data (Image Factory's list and
+	// releases:); unset when the bot has none (no list, none configured).
+	Releases *Releases `protobuf:"bytes,5,opt,name=releases,proto3" json:"releases,omitempty"`
+	// pause_mark is a file the host creates when an operator pauses a
+	// disruptive run (sdk.PauseRequested); empty for other runs.
+	PauseMark     string `protobuf:"bytes,6,opt,name=pause_mark,json=pauseMark,proto3" json:"pause_mark,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Evidence) Reset() {
+	*x = Evidence{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Evidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Evidence) ProtoMessage() {}
+
+func (x *Evidence) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Evidence.ProtoReflect.Descriptor instead.
+func (*Evidence) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Evidence) GetBackups() *Backups {
+	if x != nil {
+		return x.Backups
+	}
+	return nil
+}
+
+func (x *Evidence) GetTerraform() *Terraform {
+	if x != nil {
+		return x.Terraform
+	}
+	return nil
+}
+
+func (x *Evidence) GetStagingDrills() *StagingDrills {
+	if x != nil {
+		return x.StagingDrills
+	}
+	return nil
+}
+
+func (x *Evidence) GetGitFollowups() []*GitFollowup {
 	if x != nil {
 		return x.GitFollowups
 	}
 	return nil
+}
+
+func (x *Evidence) GetReleases() *Releases {
+	if x != nil {
+		return x.Releases
+	}
+	return nil
+}
+
+func (x *Evidence) GetPauseMark() string {
+	if x != nil {
+		return x.PauseMark
+	}
+	return ""
+}
+
+// Releases is the bot's release data as every plugin receives it.
+type Releases struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// versions is every known Talos release.
+	Versions []string `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	// targets are the releases upgrades may target or pass through: every
+	// known one, or the allow-list with listed_only.
+	Targets []string `protobuf:"bytes,2,rep,name=targets,proto3" json:"targets,omitempty"`
+	// kubernetes is releases.kubernetes.
+	Kubernetes []string `protobuf:"bytes,3,rep,name=kubernetes,proto3" json:"kubernetes,omitempty"`
+	// origin says where the list came from and its age.
+	Origin string `protobuf:"bytes,4,opt,name=origin,proto3" json:"origin,omitempty"`
+	// factory_url is releases.factory_url ("" when none).
+	FactoryUrl string `protobuf:"bytes,5,opt,name=factory_url,json=factoryUrl,proto3" json:"factory_url,omitempty"`
+	// listed_only is releases.listed_only: a target outside targets is refused.
+	ListedOnly    bool `protobuf:"varint,6,opt,name=listed_only,json=listedOnly,proto3" json:"listed_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Releases) Reset() {
+	*x = Releases{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Releases) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Releases) ProtoMessage() {}
+
+func (x *Releases) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Releases.ProtoReflect.Descriptor instead.
+func (*Releases) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Releases) GetVersions() []string {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+func (x *Releases) GetTargets() []string {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *Releases) GetKubernetes() []string {
+	if x != nil {
+		return x.Kubernetes
+	}
+	return nil
+}
+
+func (x *Releases) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *Releases) GetFactoryUrl() string {
+	if x != nil {
+		return x.FactoryUrl
+	}
+	return ""
+}
+
+func (x *Releases) GetListedOnly() bool {
+	if x != nil {
+		return x.ListedOnly
+	}
+	return false
 }
 
 // GitFollowup is one prepared Terraform change and its state on the remote.
@@ -1258,7 +1373,7 @@ type GitFollowup struct {
 
 func (x *GitFollowup) Reset() {
 	*x = GitFollowup{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1385,7 @@ func (x *GitFollowup) String() string {
 func (*GitFollowup) ProtoMessage() {}
 
 func (x *GitFollowup) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[11]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1398,7 @@ func (x *GitFollowup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GitFollowup.ProtoReflect.Descriptor instead.
 func (*GitFollowup) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{11}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GitFollowup) GetVariable() string {
@@ -1351,17 +1466,14 @@ type Terraform struct {
 	Binary string `protobuf:"bytes,2,opt,name=binary,proto3" json:"binary,omitempty"`
 	// config_key is the configuration path for messages, e.g.
 	// clusters[0].credentials.terraform.
-	ConfigKey string `protobuf:"bytes,3,opt,name=config_key,json=configKey,proto3" json:"config_key,omitempty"`
-	// plan_before_upgrade runs the R5 plan guard as the first step of every
-	// upgrade (clusters[].credentials.terraform.plan_before_upgrade).
-	PlanBeforeUpgrade bool `protobuf:"varint,4,opt,name=plan_before_upgrade,json=planBeforeUpgrade,proto3" json:"plan_before_upgrade,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	ConfigKey     string `protobuf:"bytes,3,opt,name=config_key,json=configKey,proto3" json:"config_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Terraform) Reset() {
 	*x = Terraform{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1373,7 +1485,7 @@ func (x *Terraform) String() string {
 func (*Terraform) ProtoMessage() {}
 
 func (x *Terraform) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[12]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1386,7 +1498,7 @@ func (x *Terraform) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Terraform.ProtoReflect.Descriptor instead.
 func (*Terraform) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{12}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Terraform) GetRoot() string {
@@ -1410,13 +1522,6 @@ func (x *Terraform) GetConfigKey() string {
 	return ""
 }
 
-func (x *Terraform) GetPlanBeforeUpgrade() bool {
-	if x != nil {
-		return x.PlanBeforeUpgrade
-	}
-	return false
-}
-
 // StagingDrills is the newest succeeded staging run of each drill, from the
 // audit trail. A drill without an entry has not succeeded on staging.
 type StagingDrills struct {
@@ -1428,7 +1533,7 @@ type StagingDrills struct {
 
 func (x *StagingDrills) Reset() {
 	*x = StagingDrills{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1545,7 @@ func (x *StagingDrills) String() string {
 func (*StagingDrills) ProtoMessage() {}
 
 func (x *StagingDrills) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[13]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1558,7 @@ func (x *StagingDrills) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StagingDrills.ProtoReflect.Descriptor instead.
 func (*StagingDrills) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{13}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StagingDrills) GetDrills() []*DrillEvidence {
@@ -1476,7 +1581,7 @@ type DrillEvidence struct {
 
 func (x *DrillEvidence) Reset() {
 	*x = DrillEvidence{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1593,7 @@ func (x *DrillEvidence) String() string {
 func (*DrillEvidence) ProtoMessage() {}
 
 func (x *DrillEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[14]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1606,7 @@ func (x *DrillEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrillEvidence.ProtoReflect.Descriptor instead.
 func (*DrillEvidence) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{14}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DrillEvidence) GetDrill() Drill {
@@ -1541,8 +1646,7 @@ type Backups struct {
 	// operation record names and whose operation is younger than the soak
 	// period (or still open). Retention never deletes them.
 	ProtectedSnapshots []string `protobuf:"bytes,1,rep,name=protected_snapshots,json=protectedSnapshots,proto3" json:"protected_snapshots,omitempty"`
-	// local is retention in snapshot_dir; when unset snapshot_keep and
-	// snapshot_max_age_seconds apply.
+	// local is retention in dir; unset keeps everything.
 	Local *Retention `protobuf:"bytes,2,opt,name=local,proto3" json:"local,omitempty"`
 	// offsite_retention is retention in the off-site bucket, applied separately.
 	OffsiteRetention *Retention `protobuf:"bytes,3,opt,name=offsite_retention,json=offsiteRetention,proto3" json:"offsite_retention,omitempty"`
@@ -1555,14 +1659,17 @@ type Backups struct {
 	ProtectedBy map[string]string `protobuf:"bytes,6,rep,name=protected_by,json=protectedBy,proto3" json:"protected_by,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// last_drill describes the cluster's latest restore drill,
 	// "<op-id> <state> <RFC3339 end or start time>", or is empty.
-	LastDrill     string `protobuf:"bytes,7,opt,name=last_drill,json=lastDrill,proto3" json:"last_drill,omitempty"`
+	LastDrill string `protobuf:"bytes,7,opt,name=last_drill,json=lastDrill,proto3" json:"last_drill,omitempty"`
+	// dir is where snapshots are written (snapshot_dir); empty: none
+	// configured, and commands that need a snapshot refuse.
+	Dir           string `protobuf:"bytes,8,opt,name=dir,proto3" json:"dir,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Backups) Reset() {
 	*x = Backups{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1574,7 +1681,7 @@ func (x *Backups) String() string {
 func (*Backups) ProtoMessage() {}
 
 func (x *Backups) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[15]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1587,7 +1694,7 @@ func (x *Backups) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Backups.ProtoReflect.Descriptor instead.
 func (*Backups) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{15}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Backups) GetProtectedSnapshots() []string {
@@ -1639,6 +1746,13 @@ func (x *Backups) GetLastDrill() string {
 	return ""
 }
 
+func (x *Backups) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
 // Retention keeps every snapshot that any rule keeps; a snapshot no rule
 // keeps is deleted. All zero: keep everything.
 type Retention struct {
@@ -1655,7 +1769,7 @@ type Retention struct {
 
 func (x *Retention) Reset() {
 	*x = Retention{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1781,7 @@ func (x *Retention) String() string {
 func (*Retention) ProtoMessage() {}
 
 func (x *Retention) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[16]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1794,7 @@ func (x *Retention) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Retention.ProtoReflect.Descriptor instead.
 func (*Retention) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{16}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Retention) GetKeep() int32 {
@@ -1742,7 +1856,7 @@ type Offsite struct {
 
 func (x *Offsite) Reset() {
 	*x = Offsite{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1754,7 +1868,7 @@ func (x *Offsite) String() string {
 func (*Offsite) ProtoMessage() {}
 
 func (x *Offsite) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[17]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1767,7 +1881,7 @@ func (x *Offsite) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Offsite.ProtoReflect.Descriptor instead.
 func (*Offsite) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{17}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Offsite) GetEndpoint() string {
@@ -1829,13 +1943,15 @@ type OperationRequest struct {
 	// first run. The cluster alone cannot show whether a call in flight went
 	// out: an upgrade that fell back looks like one never begun.
 	InterruptedSteps []*InterruptedStep `protobuf:"bytes,10,rep,name=interrupted_steps,json=interruptedSteps,proto3" json:"interrupted_steps,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// evidence is what only the bot knows, computed for this call.
+	Evidence      *Evidence `protobuf:"bytes,11,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OperationRequest) Reset() {
 	*x = OperationRequest{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1847,7 +1963,7 @@ func (x *OperationRequest) String() string {
 func (*OperationRequest) ProtoMessage() {}
 
 func (x *OperationRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[18]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1860,7 +1976,7 @@ func (x *OperationRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationRequest.ProtoReflect.Descriptor instead.
 func (*OperationRequest) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{18}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OperationRequest) GetOperationId() string {
@@ -1933,6 +2049,13 @@ func (x *OperationRequest) GetInterruptedSteps() []*InterruptedStep {
 	return nil
 }
 
+func (x *OperationRequest) GetEvidence() *Evidence {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
 // InterruptedStep is a step in flight when an earlier attempt stopped.
 type InterruptedStep struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1946,7 +2069,7 @@ type InterruptedStep struct {
 
 func (x *InterruptedStep) Reset() {
 	*x = InterruptedStep{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2081,7 @@ func (x *InterruptedStep) String() string {
 func (*InterruptedStep) ProtoMessage() {}
 
 func (x *InterruptedStep) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2094,7 @@ func (x *InterruptedStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InterruptedStep.ProtoReflect.Descriptor instead.
 func (*InterruptedStep) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{19}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InterruptedStep) GetId() string {
@@ -2004,7 +2127,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2139,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2152,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{20}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Step) GetId() string {
@@ -2094,7 +2217,7 @@ type Precondition struct {
 
 func (x *Precondition) Reset() {
 	*x = Precondition{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2229,7 @@ func (x *Precondition) String() string {
 func (*Precondition) ProtoMessage() {}
 
 func (x *Precondition) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2242,7 @@ func (x *Precondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Precondition.ProtoReflect.Descriptor instead.
 func (*Precondition) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{21}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Precondition) GetName() string {
@@ -2162,7 +2285,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2297,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2310,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{22}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Refusal) GetRule() string {
@@ -2233,7 +2356,7 @@ type OperationPlan struct {
 
 func (x *OperationPlan) Reset() {
 	*x = OperationPlan{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2368,7 @@ func (x *OperationPlan) String() string {
 func (*OperationPlan) ProtoMessage() {}
 
 func (x *OperationPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2381,7 @@ func (x *OperationPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationPlan.ProtoReflect.Descriptor instead.
 func (*OperationPlan) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{23}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *OperationPlan) GetSummary() string {
@@ -2331,7 +2454,7 @@ type StepEvent struct {
 
 func (x *StepEvent) Reset() {
 	*x = StepEvent{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2466,7 @@ func (x *StepEvent) String() string {
 func (*StepEvent) ProtoMessage() {}
 
 func (x *StepEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2479,7 @@ func (x *StepEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepEvent.ProtoReflect.Descriptor instead.
 func (*StepEvent) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{24}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *StepEvent) GetStepId() string {
@@ -2412,7 +2535,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2547,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2560,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{25}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LogLine) GetLevel() string {
@@ -2475,7 +2598,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2610,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2623,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{26}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Artifact) GetId() string {
@@ -2556,7 +2679,7 @@ type SuggestedAction struct {
 
 func (x *SuggestedAction) Reset() {
 	*x = SuggestedAction{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2691,7 @@ func (x *SuggestedAction) String() string {
 func (*SuggestedAction) ProtoMessage() {}
 
 func (x *SuggestedAction) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2704,7 @@ func (x *SuggestedAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuggestedAction.ProtoReflect.Descriptor instead.
 func (*SuggestedAction) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{27}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SuggestedAction) GetLabel() string {
@@ -2622,7 +2745,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[28]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2757,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[28]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2770,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{28}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Result) GetOk() bool {
@@ -2722,7 +2845,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[29]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +2857,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[29]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +2870,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{29}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Progress) GetUnixNano() int64 {
@@ -2893,26 +3016,33 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"kubeconfig\x121\n" +
 	"\x15offsite_access_key_id\x18\x03 \x01(\fR\x12offsiteAccessKeyId\x129\n" +
 	"\x19offsite_secret_access_key\x18\x04 \x01(\fR\x16offsiteSecretAccessKey\x12!\n" +
-	"\fage_identity\x18\x05 \x01(\fR\vageIdentity\"\x97\x06\n" +
-	"\bSettings\x12!\n" +
-	"\fsnapshot_dir\x18\x01 \x01(\tR\vsnapshotDir\x12&\n" +
+	"\fage_identity\x18\x05 \x01(\fR\vageIdentity\"\x95\x03\n" +
+	"\bSettings\x12&\n" +
 	"\x0fgate_timeout_ms\x18\x02 \x01(\x03R\rgateTimeoutMs\x12&\n" +
-	"\x0fnode_timeout_ms\x18\x03 \x01(\x03R\rnodeTimeoutMs\x120\n" +
-	"\x14known_talos_releases\x18\x04 \x03(\tR\x12knownTalosReleases\x12#\n" +
-	"\rsnapshot_keep\x18\x05 \x01(\x05R\fsnapshotKeep\x127\n" +
-	"\x18snapshot_max_age_seconds\x18\x06 \x01(\x03R\x15snapshotMaxAgeSeconds\x12@\n" +
-	"\x05extra\x18\b \x03(\v2*.talosbot.lifecycle.v1.Settings.ExtraEntryR\x05extra\x128\n" +
-	"\abackups\x18\t \x01(\v2\x1e.talosbot.lifecycle.v1.BackupsR\abackups\x12>\n" +
-	"\tterraform\x18\n" +
-	" \x01(\v2 .talosbot.lifecycle.v1.TerraformR\tterraform\x12K\n" +
-	"\x0estaging_drills\x18\v \x01(\v2$.talosbot.lifecycle.v1.StagingDrillsR\rstagingDrills\x121\n" +
+	"\x0fnode_timeout_ms\x18\x03 \x01(\x03R\rnodeTimeoutMs\x121\n" +
 	"\x15gate_after_timeout_ms\x18\f \x01(\x03R\x12gateAfterTimeoutMs\x12*\n" +
-	"\x11health_timeout_ms\x18\r \x01(\x03R\x0fhealthTimeoutMs\x12G\n" +
-	"\rgit_followups\x18\x0e \x03(\v2\".talosbot.lifecycle.v1.GitFollowupR\fgitFollowups\x1a8\n" +
+	"\x11health_timeout_ms\x18\r \x01(\x03R\x0fhealthTimeoutMsJ\x04\b\x01\x10\x02J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06J\x04\b\x06\x10\aJ\x04\b\a\x10\bJ\x04\b\b\x10\tJ\x04\b\t\x10\n" +
+	"J\x04\b\n" +
+	"\x10\vJ\x04\b\v\x10\fJ\x04\b\x0e\x10\x0fR\fsnapshot_dirR\x14known_talos_releasesR\rsnapshot_keepR\x18snapshot_max_age_secondsR\x17refuse_non_latest_patchR\x05extraR\abackupsR\tterraformR\x0estaging_drillsR\rgit_followups\"\xf6\x02\n" +
+	"\bEvidence\x128\n" +
+	"\abackups\x18\x01 \x01(\v2\x1e.talosbot.lifecycle.v1.BackupsR\abackups\x12>\n" +
+	"\tterraform\x18\x02 \x01(\v2 .talosbot.lifecycle.v1.TerraformR\tterraform\x12K\n" +
+	"\x0estaging_drills\x18\x03 \x01(\v2$.talosbot.lifecycle.v1.StagingDrillsR\rstagingDrills\x12G\n" +
+	"\rgit_followups\x18\x04 \x03(\v2\".talosbot.lifecycle.v1.GitFollowupR\fgitFollowups\x12;\n" +
+	"\breleases\x18\x05 \x01(\v2\x1f.talosbot.lifecycle.v1.ReleasesR\breleases\x12\x1d\n" +
 	"\n" +
-	"ExtraEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\a\x10\bR\x17refuse_non_latest_patch\"\x8d\x02\n" +
+	"pause_mark\x18\x06 \x01(\tR\tpauseMark\"\xba\x01\n" +
+	"\bReleases\x12\x1a\n" +
+	"\bversions\x18\x01 \x03(\tR\bversions\x12\x18\n" +
+	"\atargets\x18\x02 \x03(\tR\atargets\x12\x1e\n" +
+	"\n" +
+	"kubernetes\x18\x03 \x03(\tR\n" +
+	"kubernetes\x12\x16\n" +
+	"\x06origin\x18\x04 \x01(\tR\x06origin\x12\x1f\n" +
+	"\vfactory_url\x18\x05 \x01(\tR\n" +
+	"factoryUrl\x12\x1f\n" +
+	"\vlisted_only\x18\x06 \x01(\bR\n" +
+	"listedOnly\"\x8d\x02\n" +
 	"\vGitFollowup\x12\x1a\n" +
 	"\bvariable\x18\x01 \x01(\tR\bvariable\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x16\n" +
@@ -2921,13 +3051,12 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x04base\x18\x05 \x01(\tR\x04base\x12=\n" +
 	"\x05state\x18\x06 \x01(\x0e2'.talosbot.lifecycle.v1.GitFollowupStateR\x05state\x12(\n" +
 	"\x10pull_request_url\x18\a \x01(\tR\x0epullRequestUrl\x12\x14\n" +
-	"\x05error\x18\b \x01(\tR\x05error\"\x86\x01\n" +
+	"\x05error\x18\b \x01(\tR\x05error\"q\n" +
 	"\tTerraform\x12\x12\n" +
 	"\x04root\x18\x01 \x01(\tR\x04root\x12\x16\n" +
 	"\x06binary\x18\x02 \x01(\tR\x06binary\x12\x1d\n" +
 	"\n" +
-	"config_key\x18\x03 \x01(\tR\tconfigKey\x12.\n" +
-	"\x13plan_before_upgrade\x18\x04 \x01(\bR\x11planBeforeUpgrade\"M\n" +
+	"config_key\x18\x03 \x01(\tR\tconfigKeyJ\x04\b\x04\x10\x05R\x13plan_before_upgrade\"M\n" +
 	"\rStagingDrills\x12<\n" +
 	"\x06drills\x18\x01 \x03(\v2$.talosbot.lifecycle.v1.DrillEvidenceR\x06drills\"\x9f\x01\n" +
 	"\rDrillEvidence\x122\n" +
@@ -2935,7 +3064,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\foperation_id\x18\x02 \x01(\tR\voperationId\x12\x18\n" +
 	"\acommand\x18\x03 \x01(\tR\acommand\x12\x1d\n" +
 	"\n" +
-	"ended_unix\x18\x04 \x01(\x03R\tendedUnix\"\xd5\x03\n" +
+	"ended_unix\x18\x04 \x01(\x03R\tendedUnix\"\xe7\x03\n" +
 	"\aBackups\x12/\n" +
 	"\x13protected_snapshots\x18\x01 \x03(\tR\x12protectedSnapshots\x126\n" +
 	"\x05local\x18\x02 \x01(\v2 .talosbot.lifecycle.v1.RetentionR\x05local\x12M\n" +
@@ -2944,7 +3073,8 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\aoffsite\x18\x05 \x01(\v2\x1e.talosbot.lifecycle.v1.OffsiteR\aoffsite\x12R\n" +
 	"\fprotected_by\x18\x06 \x03(\v2/.talosbot.lifecycle.v1.Backups.ProtectedByEntryR\vprotectedBy\x12\x1d\n" +
 	"\n" +
-	"last_drill\x18\a \x01(\tR\tlastDrill\x1a>\n" +
+	"last_drill\x18\a \x01(\tR\tlastDrill\x12\x10\n" +
+	"\x03dir\x18\b \x01(\tR\x03dir\x1a>\n" +
 	"\x10ProtectedByEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\x01\n" +
@@ -2960,7 +3090,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06prefix\x18\x03 \x01(\tR\x06prefix\x12\x16\n" +
 	"\x06region\x18\x04 \x01(\tR\x06region\x12\x1a\n" +
-	"\binsecure\x18\x05 \x01(\bR\binsecure\"\xb1\x04\n" +
+	"\binsecure\x18\x05 \x01(\bR\binsecure\"\xee\x04\n" +
 	"\x10OperationRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12E\n" +
@@ -2972,7 +3102,8 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\aattempt\x18\b \x01(\x05R\aattempt\x12\x16\n" +
 	"\x06config\x18\t \x01(\fR\x06config\x12S\n" +
 	"\x11interrupted_steps\x18\n" +
-	" \x03(\v2&.talosbot.lifecycle.v1.InterruptedStepR\x10interruptedSteps\x1a7\n" +
+	" \x03(\v2&.talosbot.lifecycle.v1.InterruptedStepR\x10interruptedSteps\x12;\n" +
+	"\bevidence\x18\v \x01(\v2\x1f.talosbot.lifecycle.v1.EvidenceR\bevidence\x1a7\n" +
 	"\tArgsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"5\n" +
@@ -3093,7 +3224,7 @@ func file_lifecycle_v1_lifecycle_proto_rawDescGZIP() []byte {
 }
 
 var file_lifecycle_v1_lifecycle_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
 	(Effect)(0),                    // 0: talosbot.lifecycle.v1.Effect
 	(Need)(0),                      // 1: talosbot.lifecycle.v1.Need
@@ -3111,30 +3242,31 @@ var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
 	(*Cluster)(nil),                // 13: talosbot.lifecycle.v1.Cluster
 	(*Credentials)(nil),            // 14: talosbot.lifecycle.v1.Credentials
 	(*Settings)(nil),               // 15: talosbot.lifecycle.v1.Settings
-	(*GitFollowup)(nil),            // 16: talosbot.lifecycle.v1.GitFollowup
-	(*Terraform)(nil),              // 17: talosbot.lifecycle.v1.Terraform
-	(*StagingDrills)(nil),          // 18: talosbot.lifecycle.v1.StagingDrills
-	(*DrillEvidence)(nil),          // 19: talosbot.lifecycle.v1.DrillEvidence
-	(*Backups)(nil),                // 20: talosbot.lifecycle.v1.Backups
-	(*Retention)(nil),              // 21: talosbot.lifecycle.v1.Retention
-	(*Offsite)(nil),                // 22: talosbot.lifecycle.v1.Offsite
-	(*OperationRequest)(nil),       // 23: talosbot.lifecycle.v1.OperationRequest
-	(*InterruptedStep)(nil),        // 24: talosbot.lifecycle.v1.InterruptedStep
-	(*Step)(nil),                   // 25: talosbot.lifecycle.v1.Step
-	(*Precondition)(nil),           // 26: talosbot.lifecycle.v1.Precondition
-	(*Refusal)(nil),                // 27: talosbot.lifecycle.v1.Refusal
-	(*OperationPlan)(nil),          // 28: talosbot.lifecycle.v1.OperationPlan
-	(*StepEvent)(nil),              // 29: talosbot.lifecycle.v1.StepEvent
-	(*LogLine)(nil),                // 30: talosbot.lifecycle.v1.LogLine
-	(*Artifact)(nil),               // 31: talosbot.lifecycle.v1.Artifact
-	(*SuggestedAction)(nil),        // 32: talosbot.lifecycle.v1.SuggestedAction
-	(*Result)(nil),                 // 33: talosbot.lifecycle.v1.Result
-	(*Progress)(nil),               // 34: talosbot.lifecycle.v1.Progress
-	nil,                            // 35: talosbot.lifecycle.v1.Cluster.DeclaredEntry
-	nil,                            // 36: talosbot.lifecycle.v1.Settings.ExtraEntry
-	nil,                            // 37: talosbot.lifecycle.v1.Backups.ProtectedByEntry
-	nil,                            // 38: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
-	nil,                            // 39: talosbot.lifecycle.v1.Result.DeclaredEntry
+	(*Evidence)(nil),               // 16: talosbot.lifecycle.v1.Evidence
+	(*Releases)(nil),               // 17: talosbot.lifecycle.v1.Releases
+	(*GitFollowup)(nil),            // 18: talosbot.lifecycle.v1.GitFollowup
+	(*Terraform)(nil),              // 19: talosbot.lifecycle.v1.Terraform
+	(*StagingDrills)(nil),          // 20: talosbot.lifecycle.v1.StagingDrills
+	(*DrillEvidence)(nil),          // 21: talosbot.lifecycle.v1.DrillEvidence
+	(*Backups)(nil),                // 22: talosbot.lifecycle.v1.Backups
+	(*Retention)(nil),              // 23: talosbot.lifecycle.v1.Retention
+	(*Offsite)(nil),                // 24: talosbot.lifecycle.v1.Offsite
+	(*OperationRequest)(nil),       // 25: talosbot.lifecycle.v1.OperationRequest
+	(*InterruptedStep)(nil),        // 26: talosbot.lifecycle.v1.InterruptedStep
+	(*Step)(nil),                   // 27: talosbot.lifecycle.v1.Step
+	(*Precondition)(nil),           // 28: talosbot.lifecycle.v1.Precondition
+	(*Refusal)(nil),                // 29: talosbot.lifecycle.v1.Refusal
+	(*OperationPlan)(nil),          // 30: talosbot.lifecycle.v1.OperationPlan
+	(*StepEvent)(nil),              // 31: talosbot.lifecycle.v1.StepEvent
+	(*LogLine)(nil),                // 32: talosbot.lifecycle.v1.LogLine
+	(*Artifact)(nil),               // 33: talosbot.lifecycle.v1.Artifact
+	(*SuggestedAction)(nil),        // 34: talosbot.lifecycle.v1.SuggestedAction
+	(*Result)(nil),                 // 35: talosbot.lifecycle.v1.Result
+	(*Progress)(nil),               // 36: talosbot.lifecycle.v1.Progress
+	nil,                            // 37: talosbot.lifecycle.v1.Cluster.DeclaredEntry
+	nil,                            // 38: talosbot.lifecycle.v1.Backups.ProtectedByEntry
+	nil,                            // 39: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	nil,                            // 40: talosbot.lifecycle.v1.Result.DeclaredEntry
 }
 var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
 	7,  // 0: talosbot.lifecycle.v1.ValidateConfigResponse.problems:type_name -> talosbot.lifecycle.v1.ConfigProblem
@@ -3144,48 +3276,49 @@ var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
 	2,  // 4: talosbot.lifecycle.v1.Command.drill:type_name -> talosbot.lifecycle.v1.Drill
 	10, // 5: talosbot.lifecycle.v1.Manifest.commands:type_name -> talosbot.lifecycle.v1.Command
 	12, // 6: talosbot.lifecycle.v1.Cluster.nodes:type_name -> talosbot.lifecycle.v1.Node
-	35, // 7: talosbot.lifecycle.v1.Cluster.declared:type_name -> talosbot.lifecycle.v1.Cluster.DeclaredEntry
-	36, // 8: talosbot.lifecycle.v1.Settings.extra:type_name -> talosbot.lifecycle.v1.Settings.ExtraEntry
-	20, // 9: talosbot.lifecycle.v1.Settings.backups:type_name -> talosbot.lifecycle.v1.Backups
-	17, // 10: talosbot.lifecycle.v1.Settings.terraform:type_name -> talosbot.lifecycle.v1.Terraform
-	18, // 11: talosbot.lifecycle.v1.Settings.staging_drills:type_name -> talosbot.lifecycle.v1.StagingDrills
-	16, // 12: talosbot.lifecycle.v1.Settings.git_followups:type_name -> talosbot.lifecycle.v1.GitFollowup
+	37, // 7: talosbot.lifecycle.v1.Cluster.declared:type_name -> talosbot.lifecycle.v1.Cluster.DeclaredEntry
+	22, // 8: talosbot.lifecycle.v1.Evidence.backups:type_name -> talosbot.lifecycle.v1.Backups
+	19, // 9: talosbot.lifecycle.v1.Evidence.terraform:type_name -> talosbot.lifecycle.v1.Terraform
+	20, // 10: talosbot.lifecycle.v1.Evidence.staging_drills:type_name -> talosbot.lifecycle.v1.StagingDrills
+	18, // 11: talosbot.lifecycle.v1.Evidence.git_followups:type_name -> talosbot.lifecycle.v1.GitFollowup
+	17, // 12: talosbot.lifecycle.v1.Evidence.releases:type_name -> talosbot.lifecycle.v1.Releases
 	3,  // 13: talosbot.lifecycle.v1.GitFollowup.state:type_name -> talosbot.lifecycle.v1.GitFollowupState
-	19, // 14: talosbot.lifecycle.v1.StagingDrills.drills:type_name -> talosbot.lifecycle.v1.DrillEvidence
+	21, // 14: talosbot.lifecycle.v1.StagingDrills.drills:type_name -> talosbot.lifecycle.v1.DrillEvidence
 	2,  // 15: talosbot.lifecycle.v1.DrillEvidence.drill:type_name -> talosbot.lifecycle.v1.Drill
-	21, // 16: talosbot.lifecycle.v1.Backups.local:type_name -> talosbot.lifecycle.v1.Retention
-	21, // 17: talosbot.lifecycle.v1.Backups.offsite_retention:type_name -> talosbot.lifecycle.v1.Retention
-	22, // 18: talosbot.lifecycle.v1.Backups.offsite:type_name -> talosbot.lifecycle.v1.Offsite
-	37, // 19: talosbot.lifecycle.v1.Backups.protected_by:type_name -> talosbot.lifecycle.v1.Backups.ProtectedByEntry
-	38, // 20: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	23, // 16: talosbot.lifecycle.v1.Backups.local:type_name -> talosbot.lifecycle.v1.Retention
+	23, // 17: talosbot.lifecycle.v1.Backups.offsite_retention:type_name -> talosbot.lifecycle.v1.Retention
+	24, // 18: talosbot.lifecycle.v1.Backups.offsite:type_name -> talosbot.lifecycle.v1.Offsite
+	38, // 19: talosbot.lifecycle.v1.Backups.protected_by:type_name -> talosbot.lifecycle.v1.Backups.ProtectedByEntry
+	39, // 20: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
 	13, // 21: talosbot.lifecycle.v1.OperationRequest.cluster:type_name -> talosbot.lifecycle.v1.Cluster
 	14, // 22: talosbot.lifecycle.v1.OperationRequest.credentials:type_name -> talosbot.lifecycle.v1.Credentials
 	15, // 23: talosbot.lifecycle.v1.OperationRequest.settings:type_name -> talosbot.lifecycle.v1.Settings
-	24, // 24: talosbot.lifecycle.v1.OperationRequest.interrupted_steps:type_name -> talosbot.lifecycle.v1.InterruptedStep
-	25, // 25: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
-	26, // 26: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
-	27, // 27: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	4,  // 28: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
-	32, // 29: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
-	27, // 30: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	39, // 31: talosbot.lifecycle.v1.Result.declared:type_name -> talosbot.lifecycle.v1.Result.DeclaredEntry
-	29, // 32: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
-	30, // 33: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
-	31, // 34: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
-	33, // 35: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
-	8,  // 36: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
-	23, // 37: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
-	23, // 38: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
-	5,  // 39: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:input_type -> talosbot.lifecycle.v1.ValidateConfigRequest
-	11, // 40: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
-	28, // 41: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
-	34, // 42: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
-	6,  // 43: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:output_type -> talosbot.lifecycle.v1.ValidateConfigResponse
-	40, // [40:44] is the sub-list for method output_type
-	36, // [36:40] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	26, // 24: talosbot.lifecycle.v1.OperationRequest.interrupted_steps:type_name -> talosbot.lifecycle.v1.InterruptedStep
+	16, // 25: talosbot.lifecycle.v1.OperationRequest.evidence:type_name -> talosbot.lifecycle.v1.Evidence
+	27, // 26: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
+	28, // 27: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
+	29, // 28: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	4,  // 29: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
+	34, // 30: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
+	29, // 31: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	40, // 32: talosbot.lifecycle.v1.Result.declared:type_name -> talosbot.lifecycle.v1.Result.DeclaredEntry
+	31, // 33: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
+	32, // 34: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
+	33, // 35: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
+	35, // 36: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
+	8,  // 37: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
+	25, // 38: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
+	25, // 39: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
+	5,  // 40: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:input_type -> talosbot.lifecycle.v1.ValidateConfigRequest
+	11, // 41: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
+	30, // 42: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
+	36, // 43: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
+	6,  // 44: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:output_type -> talosbot.lifecycle.v1.ValidateConfigResponse
+	41, // [41:45] is the sub-list for method output_type
+	37, // [37:41] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_lifecycle_v1_lifecycle_proto_init() }
@@ -3193,7 +3326,7 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 	if File_lifecycle_v1_lifecycle_proto != nil {
 		return
 	}
-	file_lifecycle_v1_lifecycle_proto_msgTypes[29].OneofWrappers = []any{
+	file_lifecycle_v1_lifecycle_proto_msgTypes[31].OneofWrappers = []any{
 		(*Progress_Step)(nil),
 		(*Progress_Log)(nil),
 		(*Progress_Artifact)(nil),
@@ -3205,7 +3338,7 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifecycle_v1_lifecycle_proto_rawDesc), len(file_lifecycle_v1_lifecycle_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
