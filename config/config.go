@@ -51,6 +51,8 @@ type Config struct {
 	AlertPause AlertPause `yaml:"alert_pause,omitempty"`
 	// Escalation speaks up about late steps (escalation.go).
 	Escalation Escalation `yaml:"escalation,omitempty"`
+	// MaintenanceSchedule runs maintenance commands in the window (maintenance.go).
+	MaintenanceSchedule map[string]string `yaml:"maintenance_schedule,omitempty"`
 
 	// lines maps the path of each written key to its line (Locate).
 	lines map[string]int

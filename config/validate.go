@@ -166,6 +166,7 @@ func (c *Config) Validate() []FieldError {
 	errs = append(errs, c.validateFollowups()...)
 	errs = append(errs, c.validateAlertPause()...)
 	errs = append(errs, c.validateEscalation()...)
+	errs = append(errs, c.validateMaintenanceSchedule()...)
 	errs = append(errs, c.validatePassEnv()...)
 	errs = append(errs, c.validatePluginSections()...)
 	for i, pl := range c.Plugins.External {

@@ -114,6 +114,9 @@ type Options struct {
 	// StaticPodReadyDelay is how long a control-plane static pod recreated by a config change
 	// takes to become Ready. Default 200ms.
 	StaticPodReadyDelay time.Duration
+	// PodGCQuarantine (with StaticPods) is how long a deleted Node's pods stay before
+	// kube-controller-manager's PodGC deletes them (podgc.go). Default 40s, as Kubernetes.
+	PodGCQuarantine time.Duration
 	// Logger receives sim events. Nil discards.
 	Logger *slog.Logger
 	// Now is the clock. Nil: time.Now.
@@ -309,6 +312,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if c.kube != nil {
 		if opts.StaticPods {
 			c.goBackground(c.kube.runKubelet)
+			c.goBackground(func(ctx context.Context) { c.kube.runPodGC(ctx, opts.PodGCQuarantine) }) // podgc.go
 		}
 
 		if err = c.startBootstrapManifests(ctx); err != nil {
@@ -392,6 +396,10 @@ func withDefaults(o Options) (Options, error) {
 
 	if o.StaticPodReadyDelay <= 0 {
 		o.StaticPodReadyDelay = DefaultStaticPodReadyDelay
+	}
+
+	if o.PodGCQuarantine <= 0 {
+		o.PodGCQuarantine = DefaultPodGCQuarantine
 	}
 
 	if o.Logger == nil {

@@ -69,10 +69,7 @@ func EndingOf(op *state.Operation) *Ending {
 	if len(op.Plan) == 0 || protojson.Unmarshal(op.Plan, &plan) != nil {
 		return nil
 	}
-	status := map[string]state.Step{}
-	for _, s := range op.Steps {
-		status[s.ID] = s
-	}
+	status := endingStatus(op)
 	var order []string
 	byNode := map[string][]*lifecyclev1.Step{}
 	for _, s := range plan.GetSteps() {
@@ -99,16 +96,49 @@ func EndingOf(op *state.Operation) *Ending {
 	return en
 }
 
+// endingStatus is each step's state for the ending: this attempt's, or, for a
+// step this attempt has not run (pending), the state the latest earlier
+// attempt left it in. A resumed run that stops before it reaches a node
+// leaves that node where the earlier attempt did: upgraded, or stopped
+// mid-way (soak seed 1123: the resume stopped at its first node, and the
+// nodes attempt 1 had upgraded read "not started, at" their old version).
+func endingStatus(op *state.Operation) map[string]state.Step {
+	status := map[string]state.Step{}
+	ran := func(s state.Step) bool { return s.Status != "" && s.Status != "pending" }
+	for _, a := range op.History {
+		for _, s := range a.Steps {
+			if ran(s) {
+				status[s.ID] = s
+			}
+		}
+	}
+	for _, s := range op.Steps {
+		if _, earlier := status[s.ID]; ran(s) || !earlier {
+			status[s.ID] = s
+		}
+	}
+	return status
+}
+
 func nodeEnd(node string, steps []*lifecyclev1.Step, status map[string]state.Step) NodeEnd {
 	ne := NodeEnd{Node: node}
 	// The node's version follows its version steps in plan order (one per hop
 	// of a multi-hop roll): each done or skipped one moves it to its target,
-	// the first pending one leaves it where it is, and one that failed, stopped
-	// or is still running leaves it unknown (its installer may have run).
+	// the first pending one leaves it at that step's from version, and one
+	// that failed, stopped or is still running leaves it unknown (its
+	// installer may have run). A pending step from a version to the same one
+	// changes nothing (a resumed plan's "already there"): it counts as
+	// skipped, so a node whose parts run different versions (a Kubernetes
+	// upgrade's static pods done by an earlier attempt, its kubelet not yet:
+	// soak seed 1113) is "partly done" at the version still to change, not
+	// "not started" at the version of its first part.
 	version, versioned, settled := "", false, false
 	counts := map[string]int{}
 	for _, s := range steps {
 		st := orDefault(status[s.GetId()].Status, "pending")
+		if st == "pending" && s.GetToVersion() != "" && s.GetFromVersion() == s.GetToVersion() {
+			st = "skipped"
+		}
 		counts[st]++
 		if s.GetToVersion() != "" && !settled {
 			if !versioned {
@@ -118,6 +148,9 @@ func nodeEnd(node string, steps []*lifecyclev1.Step, status map[string]state.Ste
 			case "ok", "skipped":
 				version = s.GetToVersion()
 			case "pending":
+				if f := s.GetFromVersion(); f != "" {
+					version = f
+				}
 				settled = true
 			default:
 				version, settled = "", true

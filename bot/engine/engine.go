@@ -69,10 +69,13 @@ type Engine struct {
 	// cancelled holds runs cancelled before they registered (a click racing
 	// the start of the run); the run cancels itself when it registers.
 	cancelled map[string]bool
-	wg        sync.WaitGroup
-	changed   chan struct{} // closed and replaced on every operation change
-	base      context.Context
-	stop      context.CancelFunc
+	// resuming holds the operations whose resume is planning the rest
+	// (resume.go): a second resume meanwhile is refused, not planned again.
+	resuming map[string]bool
+	wg       sync.WaitGroup
+	changed  chan struct{} // closed and replaced on every operation change
+	base     context.Context
+	stop     context.CancelFunc
 }
 
 // New builds the engine: it asks every plugin for its manifest to build the
@@ -106,7 +109,7 @@ func New(ctx context.Context, o Options) (*Engine, error) {
 	base, stop := context.WithCancel(context.WithoutCancel(ctx))
 	e := &Engine{
 		o: o, grammar: grammar.NewGrammar(specs), log: o.Logger,
-		running: map[string]context.CancelFunc{}, cancelled: map[string]bool{}, changed: make(chan struct{}),
+		running: map[string]context.CancelFunc{}, cancelled: map[string]bool{}, resuming: map[string]bool{}, changed: make(chan struct{}),
 		base: base, stop: stop,
 	}
 	e.goRun(func(ctx context.Context) { e.pruneLoop(ctx, o.PruneTicks) })
@@ -284,9 +287,10 @@ func (e *Engine) Submit(ctx context.Context, from Origin, text string) (string, 
 		return "", err
 	}
 	if from.System && disruptive {
-		err := fmt.Errorf("a scheduled run may not run %s: it disrupts the cluster; run it from chat", inv.Spec.Name)
-		e.Refuse(ctx, from, cl.Name, inv, err)
-		return "", err
+		if err := e.scheduledDisruption(inv, cl); err != nil {
+			e.Refuse(ctx, from, cl.Name, inv, err)
+			return "", err
+		}
 	}
 	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: disruptive, Writes: writes, Args: inv.Args, Now: e.now(), Frozen: frozen}); err != nil && !from.System {
 		e.Refuse(ctx, from, cl.Name, inv, err)
@@ -442,6 +446,8 @@ func (e *Engine) request(ctx context.Context, op *state.Operation) (*lifecyclev1
 		Attempt:     int32(max(op.Attempts, 1)),
 		Credentials: pcreds,
 		Config:      section,
+		// A resume: the steps the stopped run left in flight (resume.go).
+		InterruptedSteps: interruptedSteps(op),
 		Settings: &lifecyclev1.Settings{
 			SnapshotDir: c.SnapshotDir, GateTimeoutMs: c.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: c.Timeouts.Node.D().Milliseconds(),
 			GateAfterTimeoutMs: c.Timeouts.GateAfter.D().Milliseconds(), HealthTimeoutMs: c.Timeouts.Health.D().Milliseconds(),
@@ -770,7 +776,10 @@ func (e *Engine) executeWith(ctx context.Context, id string, req *lifecyclev1.Op
 		e.finish(ctx, id, e.cancelledBy(id), state.StateCancelled, "cancelled", "", nil)
 	case err != nil:
 		e.finish(ctx, id, "system", state.StateFailed, "failed", err.Error(), nil)
-	case op.Disruptive && res.GetSummary() == sdk.PausedSummary && e.pauseRequested(id):
+	case op.Disruptive && res.GetSummary() == sdk.PausedSummary:
+		// Asked (Pause, PauseFor) or the plugin's own (a storage wait
+		// past its limit, docs/UPGRADES.md): either way the run stopped
+		// between nodes and waits for Resume or Abandon; it did not fail.
 		e.paused(ctx, id, res.GetLines())
 		return
 	default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/talosbot/talosbot/bot/engine"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 	"os"
 	"path/filepath"
@@ -388,4 +389,63 @@ func TestSystemOriginRunsOnlyNonDisruptive(t *testing.T) {
 	if _, err := e.eng.Submit(ctx, engine.Origin{User: "talosbot-schedule", Channel: "stg"}, "/talos roll v9"); err == nil {
 		t.Fatal("a user named like the scheduler ran a disruptive command")
 	}
+}
+
+// TestSecondResumeWhilePlanningIsRefused: a resume plans the rest before it runs, which can
+// take a minute on a settling cluster while the operation still reads interrupted. A second
+// resume meanwhile is refused at once, naming the one under way, instead of planning again
+// and failing later with "illegal state transition from running to running" (soak seed 1055:
+// a resume every 10 s, seven plans of the same cluster at once).
+func TestSecondResumeWhilePlanningIsRefused(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	id, _ := e.submit("alice", "stg", "/talos roll v2 --mode wait")
+	e.await(id, state.StateRunning)
+	e.close()
+	e.open()
+	if _, err := e.eng.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateInterrupted)
+	entered, release := make(chan struct{}, 2), make(chan struct{})
+	e.plans.BeforePlan = func(req *lifecyclev1.OperationRequest) {
+		if req.GetAttempt() > 1 {
+			entered <- struct{}{}
+			<-release
+		}
+	}
+	first := make(chan error, 1)
+	go func() { first <- e.eng.Resume(ctx, engine.Origin{User: "alice", Channel: "stg"}, id) }()
+	within := time.After(30 * time.Second)
+	select {
+	case <-entered:
+	case <-within:
+		t.Fatal("the first resume did not plan")
+	}
+	second := make(chan error, 1)
+	go func() { second <- e.eng.Resume(ctx, engine.Origin{User: "bob", Channel: "stg"}, id) }()
+	select {
+	case err := <-second:
+		var ae *engine.ActionError
+		if !errors.As(err, &ae) || !strings.Contains(err.Error(), "is being resumed already") {
+			t.Fatalf("the second resume: %v", err)
+		}
+	case <-entered:
+		close(release)
+		t.Fatal("a second resume planned the rest again while the first was planning it")
+	case <-within:
+		t.Fatal("the second resume neither refused nor planned")
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("the first resume: %v", err)
+	}
+	if op := e.await(id, state.StateRunning); op.Attempts != 2 {
+		t.Fatalf("attempts = %d, want 2", op.Attempts)
+	}
+	e.sink.WaitReply(t, "is being resumed already")
+	if err := e.eng.Cancel(ctx, engine.Origin{User: "alice"}, id); err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateCancelled)
 }

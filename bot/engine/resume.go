@@ -21,6 +21,24 @@ import (
 // step results move to the operation's history, so the record keeps every
 // attempt.
 func (e *Engine) resumeReplanned(ctx context.Context, from Origin, op *state.Operation) error {
+	// One resume at a time: planning the rest reads the whole cluster and
+	// can take a minute on a cluster that is settling, during which the
+	// operation still reads interrupted. A second resume would plan again
+	// only to find the first one running it (soak seed 1055: a resume every
+	// 10 s, each refused "illegal state transition from running to running"
+	// a minute later).
+	e.mu.Lock()
+	busy := e.resuming[op.ID]
+	e.resuming[op.ID] = true
+	e.mu.Unlock()
+	if busy {
+		return e.refuseAction(ctx, from, op, "resume", fmt.Sprintf("operation %s is being resumed already (the rest is being planned); its message shows when it runs", op.ID))
+	}
+	defer func() {
+		e.mu.Lock()
+		delete(e.resuming, op.ID)
+		e.mu.Unlock()
+	}()
 	next := *op
 	next.Attempts = op.Attempts + 1 // the plugin plans the attempt it will run
 	// Built once: the run that follows uses it too (executeWith), so the
@@ -127,6 +145,42 @@ func planChanges(oldRaw []byte, now *lifecyclev1.OperationPlan) []string {
 	}
 	if len(out) == 0 {
 		out = append(out, "• the steps read the same; the inputs behind them changed (the cluster's state or the settings)")
+	}
+	return out
+}
+
+// interruptedSteps are the steps a stopped attempt left in flight
+// (StepStopped) that no later attempt has run since: a resumed run is told
+// them (OperationRequest.interrupted_steps), because the cluster alone cannot show
+// whether an upgrade in flight was issued and fell back or never began. The
+// attempts are read in order, so a step a later attempt finished (or found
+// done) is no longer in flight, and one a later attempt never reached (it
+// stopped again before) still is.
+func interruptedSteps(op *state.Operation) []*lifecyclev1.InterruptedStep {
+	last := map[string]string{}
+	node := map[string]string{}
+	var order []string
+	see := func(steps []state.Step) {
+		for _, s := range steps {
+			if s.Status == "" || s.Status == "pending" {
+				continue
+			}
+			if _, ok := last[s.ID]; !ok {
+				order = append(order, s.ID)
+			}
+			last[s.ID] = s.Status
+			node[s.ID] = s.Node
+		}
+	}
+	for _, a := range op.History {
+		see(a.Steps)
+	}
+	see(op.Steps)
+	var out []*lifecyclev1.InterruptedStep
+	for _, id := range order {
+		if st := last[id]; st == StepStopped || st == "running" {
+			out = append(out, &lifecyclev1.InterruptedStep{Id: id, Node: node[id]})
+		}
 	}
 	return out
 }

@@ -122,6 +122,10 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	opts := sim.Options{Dir: filepath.Join(dir, "sim"), ControlPlanes: controlPlanes, Workers: workers,
 		TalosVersion: talosFrom, KubernetesVersion: k8sFrom, RebootDelay: s.RebootDelay,
 		Kube: kube.Client, Kubeconfig: kube.Kubeconfig, StaticPods: true,
+		// PodGC deletes a removed control plane's mirror pods 4 s after its Node is deleted
+		// (Kubernetes: 40 s, sim/podgc.go), so a removal's gate after does not spend its
+		// 60 s waiting for them.
+		PodGCQuarantine: 4 * time.Second,
 		Naming: func(i sim.NodeInfo) sim.NodeNames {
 			return sim.NodeNames{Hostname: i.Name, NodeName: s.nodeName(i.Name), EtcdMember: i.Name}
 		},
@@ -137,6 +141,7 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	}
 	obs.Attach(c)
 	defer func() { _ = c.Close() }()
+	storage := startStorage(t, kube, c) // InvStorage (storage.go)
 	name, environment := s.cluster()
 	b := servetest.Config{Dir: dir, SnapshotDir: true, Users: users(),
 		Clusters: []servetest.Cluster{{Name: name, Environment: environment, Sim: c, Kubeconfig: kube.Kubeconfig,
@@ -174,6 +179,7 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	_ = b.Cmd.Process.Signal(syscall.SIGTERM)
 	_ = b.Cmd.Wait()
 	res.Breaks = append(res.Breaks, obs.Breaks()...)
+	res.Breaks = append(res.Breaks, storage.Breaks()...)
 	res.Breaks = append(res.Breaks, checkStore(ctx, filepath.Join(dir, "data", "talosbot.db"))...)
 	res.Wall = time.Since(start)
 	return res
@@ -214,6 +220,17 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 		}
 	}()
 
+	// kill SIGKILLs the bot and starts it again, keeping the tail of the
+	// killed process's log for a break's report: an operation that does not
+	// end is diagnosed from every process it ran in, not only the last.
+	var lives []string
+	kill := func(why string) {
+		_ = b.Cmd.Process.Signal(syscall.SIGKILL)
+		_ = b.Cmd.Wait()
+		lines := strings.Split(strings.TrimSpace(b.Stderr.String()), "\n") // complete once Wait returned
+		lives = append(lives, fmt.Sprintf("--- the bot killed %s (its log's tail):\n%s", why, strings.Join(lines[max(0, len(lines)-25):], "\n")))
+		b.Start()
+	}
 	clicked := map[string]bool{}
 	deadline := time.Now().Add(opDeadline)
 	lastResume := time.Time{}
@@ -233,9 +250,7 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 			// the operation: it comes back interrupted), and resume.
 			quiet = true
 			if m, _ := opMessage(b, id); m.Field("State") != "interrupted" {
-				_ = b.Cmd.Process.Signal(syscall.SIGKILL)
-				_ = b.Cmd.Wait()
-				b.Start()
+				kill("at " + opDeadline.String() + " with the faults on")
 				res.Notes = append(res.Notes, fmt.Sprintf("%s (%s) still %q after %s with the faults on: SIGKILLed; its message then:\n%s", o.text, id, m.Field("State"), opDeadline, m.Text))
 			} else {
 				res.Notes = append(res.Notes, fmt.Sprintf("%s (%s) still interrupted after %s with the faults on (its resumes were refused)", o.text, id, opDeadline))
@@ -254,10 +269,8 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 			_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, upgradeAnswer, true, func(context.Context) (bool, error) {
 				return !obs.UpgradeInFlight(5 * time.Second), nil
 			})
-			_ = b.Cmd.Process.Signal(syscall.SIGKILL)
-			_ = b.Cmd.Wait()
 			sch.count(KindSIGKILL)
-			b.Start()
+			kill("by the schedule")
 			lastResume = time.Time{}
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -289,20 +302,17 @@ func runOp(t testing.TB, ctx context.Context, kube *testenv.Kube, c *sim.Cluster
 		}
 	}
 	if final == "" {
-		// Still running: kill and restart, it must come back resumable.
-		_ = b.Cmd.Process.Signal(syscall.SIGKILL)
-		_ = b.Cmd.Wait()
-		stderr := b.Stderr.String() // complete once Wait returned
-		b.Start()
+		// Still running: what the bot shows now, then kill and restart: it
+		// must come back resumable.
 		m, _ := opMessage(b, id)
 		var last []string
 		msgs := b.Messages("ops")
 		for _, x := range msgs[max(0, len(msgs)-4):] {
 			last = append(last, x.Title+" | "+x.Text)
 		}
-		logLines := strings.Split(strings.TrimSpace(stderr), "\n")
-		res.Breaks = append(res.Breaks, Break{InvEnded, fmt.Sprintf("%s (%s) did not end within %s, the last %s without faults (state %q):\n%s\nlast messages:\n%s\nthe bot's log before the kill (tail):\n%s",
-			o.text, id, opDeadline+opQuiet, opQuiet, m.Field("State"), m.Text, strings.Join(last, "\n---\n"), strings.Join(logLines[max(0, len(logLines)-30):], "\n"))})
+		kill("as the operation did not end")
+		res.Breaks = append(res.Breaks, Break{InvEnded, fmt.Sprintf("%s (%s) did not end within %s, the last %s without faults (state %q):\n%s\nlast messages:\n%s\n%s",
+			o.text, id, opDeadline+opQuiet, opQuiet, m.Field("State"), m.Text, strings.Join(last, "\n---\n"), strings.Join(lives, "\n"))})
 		b.Command("alice", "ops", "/talos abandon "+id)
 		final = "hung"
 	}

@@ -19,14 +19,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	machineapi "github.com/siderolabs/talos/pkg/machinery/api/machine"
 	"github.com/siderolabs/talos/pkg/machinery/client"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 
 	"github.com/talosbot/talosbot/internal/version"
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/cluster/gate"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
+	"github.com/talosbot/talosbot/plugins/cluster/k8s"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
@@ -63,17 +66,22 @@ type target struct {
 	node    cluster.Node
 	ids     *identity.Map
 	removed bool // already reset and out of etcd: only the follow-up is left
-	quorum  etcd.Quorum
+	// resetIssued: a resumed run whose reset was already sent (resetInFlight, or the node is
+	// resetting): the run waits for the node to leave and never resets it again.
+	resetIssued bool
+	quorum      etcd.Quorum
 }
 
 // kubeNode is the node's Kubernetes Node name, "" when it has none.
 func (t *target) kubeNode() string { return t.ids.KubeNode(t.node.Name) }
 
-// check resolves the node (R8) and applies R9. It changes nothing.
-func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session) (*target, error) {
+// check resolves the node (R8) and applies R9. It changes nothing. resetIssued: a resumed
+// run whose reset was already in flight (resetInFlight): the node is on its way out, so R9,
+// which reads the membership the reset is changing, no longer applies.
+func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session, resetIssued bool) (*target, error) {
 	name := strings.TrimSpace(req.Args["node"])
 	n, ok := s.Inv.Node(name)
-	if !ok {
+	if !ok { // rule:R8
 		return nil, &sdk.Refusal{Rule: "R8",
 			Reason: fmt.Sprintf("%s is not in the inventory of %s: the bot removes a node only while the inventory (Terraform) still has its address and credentials", sdk.Quote(name), s.Inv.Name),
 			Fix: fmt.Sprintf("check the name (nodes: %s); if the entry was already removed from Terraform, restore it, apply, then remove the node here first",
@@ -81,6 +89,13 @@ func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session) (
 	}
 	t := &target{node: n, ids: identity.Resolve(ctx, s.Clients, s.Inv, identity.Options{})}
 	_, verr := talos.TalosTag(ctx, s, n)
+	// The stopped run's reset may have reached the node before the host recorded its step
+	// (the step's start and the call are a moment apart): Talos's MachineStatus says a reset
+	// runs (stage resetting, the sequence machined runs for it).
+	if !resetIssued && verr == nil && req.Attempt > 1 {
+		resetIssued = resetting(ctx, s, n)
+	}
+	t.resetIssued = resetIssued
 	if verr == nil {
 		// The reset goes to this machine and the Node deleted is its own:
 		// both names must be resolved, never guessed from the inventory name.
@@ -97,10 +112,27 @@ func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session) (
 		t.removed = true
 		return t, nil
 	}
-	if re := t.quorum.CheckRemoval(n.Name); re != nil {
+	if re := t.quorum.CheckRemoval(n.Name); re != nil && !resetIssued {
 		return nil, re
 	}
 	return t, nil
+}
+
+// resetting reports whether n's machine is in Talos's reset sequence (MachineStatus stage
+// resetting, internal/app/machined/pkg/controllers/runtime/machine_status.go).
+func resetting(ctx context.Context, s *cluster.Session, n cluster.Node) bool {
+	ms, err := safe.StateGetByID[*runtime.MachineStatus](client.WithNode(ctx, n.Address), s.COSI, runtime.MachineStatusID)
+	return err == nil && ms.TypedSpec().Stage == runtime.MachineStageResetting
+}
+
+// resetInFlight: this is a resumed run and the stopped one had its reset in flight (the host
+// names its interrupted steps, sdk.InterruptedSteps): the reset was sent, or was about to be.
+// The resumed run then waits for the node to be gone instead of checking R9 and the gate
+// again on a cluster the reset is changing, and never sends a second reset (soak seed 1000:
+// killed right after the reset, the resume was refused by R9 and left the Node cordoned).
+func resetInFlight(req *sdk.OperationRequest) bool {
+	in := sdk.InterruptedSteps(req)
+	return req.Attempt > 1 && (in["reset"] || in["membership"])
 }
 
 func orInventory(name, fallback string) string {
@@ -120,6 +152,9 @@ func followUp(inv cluster.Inventory, n cluster.Node) []string {
 
 // Plan checks the node and quorum; it changes nothing.
 func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	if _, err := decodeConfig(req.Config); err != nil {
+		return nil, err
+	}
 	if err := cluster.CheckRole(req.Credentials.Talosconfig, "the removal", cluster.GateMethods, cluster.RemoveMethods); err != nil {
 		return sdk.RefusalPlan(err)
 	}
@@ -129,7 +164,7 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 	}
 	inv := s.Inv
 	defer s.Close() //nolint:errcheck
-	t, err := check(ctx, req, s)
+	t, err := check(ctx, req, s, resetInFlight(req))
 	if err != nil {
 		return sdk.RefusalPlan(err)
 	}
@@ -162,13 +197,16 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 
 // Run removes the node.
 func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	if _, err := decodeConfig(req.Config); err != nil {
+		return err
+	}
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return err
 	}
 	inv := s.Inv
 	defer s.Close() //nolint:errcheck
-	t, err := check(ctx, req, s)
+	t, err := check(ctx, req, s, resetInFlight(req))
 	if err != nil {
 		if re, ok := sdk.AsRefusal(err); ok {
 			return r.Result(&sdk.Result{OK: false, Summary: "refused", Error: re.Error(), Refusal: re})
@@ -179,18 +217,47 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	after := t.ids.Without(n.Name)
 	nodeTO := talos.NodeTimeout(req.Settings)
 	fail := func(summary string, err error) error {
-		return r.Result(&sdk.Result{OK: false, Summary: summary, Error: err.Error()})
+		// Talos's graceful reset drains the node, cordoning its Node: a removal that fails
+		// after it says so, as no later step will uncordon it (soak seed 1156).
+		var lines []string
+		if kn := t.kubeNode(); s.Kube != nil && kn != "" {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			if c, cerr := k8s.Cordoned(cctx, s.Kube, kn); cerr == nil && c {
+				lines = append(lines, fmt.Sprintf("🩺 Kubernetes node %s (%s) is cordoned: the graceful reset's drain cordoned it", kn, n.Name))
+			}
+			cancel()
+		}
+		return r.Result(&sdk.Result{OK: false, Summary: summary, Error: err.Error(), Lines: lines})
 	}
 
+	gone := func() error {
+		_ = r.StepStarted("membership", "")
+		if err := waitGone(ctx, s, t.ids, n, nodeTO); err != nil {
+			_ = r.StepFailed("membership", err.Error())
+			return fail(n.Name+" did not leave the cluster", err)
+		}
+		detail := n.Name + " no longer answers"
+		if n.IsControlPlane() {
+			detail = n.Name + " left etcd; " + etcd.ReadQuorum(ctx, s.Clients, after).Summary()
+		}
+		_ = r.StepOK("membership", detail)
+		return nil
+	}
 	var storageLines []string // the switchovers and waits before the drain
-	if t.removed {
+	switch {
+	case t.removed:
 		for _, id := range []string{"reset", "membership"} {
 			_ = r.StepSkipped(id, n.Name+" is already reset and out of the cluster")
 		}
-	} else {
+	case t.resetIssued:
+		_ = r.StepSkipped("reset", "requested before talosbot stopped: not sent again")
+		if err := gone(); err != nil {
+			return err
+		}
+	default:
 		// Gate before (R1), the node to remove being the one drained.
 		gopts := gate.OptionsFor(s, req.Settings, []string{n.Name})
-		gopts.Identity = t.ids
+		gopts.Identity, gopts.Storage = t.ids, gateStorage(req)
 		verdict := gate.Run(ctx, s.Clients, inv, gopts)
 		if err := gate.Report(r, "gate-before/", verdict); err != nil {
 			return err
@@ -220,17 +287,9 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 			return fail("graceful reset of "+n.Name+" failed; the node is still in the cluster", err)
 		}
 		_ = r.StepOK("reset", "graceful reset requested: Talos drains the node and leaves etcd")
-
-		_ = r.StepStarted("membership", "")
-		if err := waitGone(ctx, s, t.ids, n, nodeTO); err != nil {
-			_ = r.StepFailed("membership", err.Error())
-			return fail(n.Name+" did not leave the cluster", err)
+		if err := gone(); err != nil {
+			return err
 		}
-		detail := n.Name + " no longer answers"
-		if n.IsControlPlane() {
-			detail = n.Name + " left etcd; " + etcd.ReadQuorum(ctx, s.Clients, after).Summary()
-		}
-		_ = r.StepOK("membership", detail)
 	}
 
 	// The Kubernetes Node goes also when the node was already reset: a run
@@ -291,6 +350,7 @@ func waitGone(ctx context.Context, s *cluster.Session, ids *identity.Map, n clus
 			}
 		}
 		if gone {
+			// A read cut short by the wait's own deadline says nothing of the node.
 			if _, err := talos.TalosTag(ctx, s, n); err == nil {
 				gone, last = false, n.Name+" still answers (reset in progress)"
 			}

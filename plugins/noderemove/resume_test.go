@@ -2,17 +2,23 @@ package noderemove
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/cosi-project/runtime/pkg/safe"
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	clientconfig "github.com/siderolabs/talos/pkg/machinery/client/config"
+	"github.com/siderolabs/talos/pkg/machinery/resources/runtime"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/talosbot/talosbot/internal/testenv"
+	"github.com/talosbot/talosbot/plugins/cluster/k8s"
+	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
+	"github.com/talosbot/talosbot/sim"
 )
 
 // TestResumeAfterResetDeletesTheNode: talosbot killed right after its
@@ -68,5 +74,146 @@ func TestResumeAfterResetDeletesTheNode(t *testing.T) {
 	}
 	if _, err := kube.Client.CoreV1().Nodes().Get(ctx, kn, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("cp-3's Node %s is still there after the resumed removal: %v", kn, err)
+	}
+}
+
+// TestResumeWithResetInFlightWaitsInsteadOfR9: talosbot killed right after it sent cp-3's
+// graceful reset, with etcd's NOSPACE alarm raised meanwhile (soak seed 1000). The resumed
+// run, told the reset step was in flight, does not re-check R9 on a membership the reset is
+// changing (its plan would be refused: every member reports the alarm), and once the alarm
+// is disarmed it does not reset again: it waits for cp-3 to leave and deletes its Node, which
+// the reset's drain left cordoned.
+func TestResumeWithResetInFlightWaitsInsteadOfR9(t *testing.T) {
+	kube := testenv.StartKube(t)
+	c := startSim(t, kube)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg, err := clientconfig.FromBytes(c.Talosconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := client.New(ctx, client.WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	var ip string
+	for _, n := range c.Nodes() {
+		if n.Name == "cp-3" {
+			ip = n.IP
+		}
+	}
+	if err := c.Inject(ctx, "cp-1", sim.Fault{EtcdNoSpace: true}); err != nil {
+		t.Fatal(err)
+	}
+	// The killed run's reset: what the plugin sends.
+	if err := cli.Reset(client.WithNode(ctx, ip), true, false); err != nil {
+		t.Fatal(err)
+	}
+
+	req := request(c, kube, "cp-3")
+	req.Attempt = 2
+	req.InterruptedSteps = []sdk.InterruptedStep{{ID: "membership", Node: "cp-3"}}
+	plan, err := sdktest.Plan(ctx, New(), req)
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("the resumed removal's plan under the alarm: %v %v", plan.Refusal, err)
+	}
+	// The alarm is disarmed (the operator's fix); the resumed run finishes the removal.
+	if err := c.Clear(ctx, "cp-1"); err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := sdktest.Run(ctx, New(), req, nil)
+	res := rec.FinalResult()
+	if res.Refusal != nil {
+		t.Fatalf("the resumed removal was refused: %v", res)
+	}
+	if c.Calls("cp-3", "Reset") != 1 {
+		t.Fatalf("the resumed run reset cp-3 again (%d resets)", c.Calls("cp-3", "Reset"))
+	}
+	if got := members(t, c); len(got) != 2 {
+		t.Fatalf("members after the resumed removal: %v", got)
+	}
+	kn := nodeName(t, c, "cp-3")
+	if _, err := kube.Client.CoreV1().Nodes().Get(ctx, kn, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("cp-3's Node %s is still there after the resumed removal: %v (result %v)", kn, err, res)
+	}
+}
+
+// TestFailureAfterResetNamesTheCordon: a removal that fails once the reset was sent (here a
+// resumed run whose node never leaves within the node timeout) says that the node's Node is
+// cordoned, as nothing later uncordons it (soak seed 1156: the ending said nothing of it).
+func TestFailureAfterResetNamesTheCordon(t *testing.T) {
+	kube := testenv.StartKube(t)
+	c := startSim(t, kube)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	kn := nodeName(t, c, "worker-1")
+	// As the reset's drain leaves it.
+	if err := k8s.Cordon(ctx, kube.Client, kn); err != nil {
+		t.Fatal(err)
+	}
+	req := request(c, kube, "worker-1")
+	req.Attempt = 2
+	req.Settings.NodeTimeoutMs = 3000
+	req.InterruptedSteps = []sdk.InterruptedStep{{ID: "reset", Node: "worker-1"}}
+	rec, _ := sdktest.Run(ctx, New(), req, nil)
+	res := rec.FinalResult()
+	if res.OK || res.Summary != "worker-1 did not leave the cluster" {
+		t.Fatalf("want the removal failed at the membership step, got %v", res)
+	}
+	if want := "🩺 Kubernetes node " + kn + " (worker-1) is cordoned: the graceful reset's drain cordoned it"; !slices.Contains(res.Lines, want) {
+		t.Fatalf("the result does not name the cordon %q: %q", want, res.Lines)
+	}
+	if c.Calls("worker-1", "Reset") != 0 {
+		t.Fatal("the resumed run sent a reset")
+	}
+}
+
+// TestResumeSeesTheResetTheStoreMissed: talosbot was killed right after its reset reached cp-3
+// but before it recorded the reset step (soak seed 1000's replay): the host names nothing in
+// flight. The resumed run sees Talos's reset sequence running on cp-3 (MachineStatus stage
+// resetting) and, under the NOSPACE alarm that would make R9 refuse, plans to wait for cp-3
+// to leave rather than refusing or resetting it again.
+func TestResumeSeesTheResetTheStoreMissed(t *testing.T) {
+	kube := testenv.StartKube(t)
+	c := startSim(t, kube)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg, err := clientconfig.FromBytes(c.Talosconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := client.New(ctx, client.WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	var ip string
+	for _, n := range c.Nodes() {
+		if n.Name == "cp-3" {
+			ip = n.IP
+		}
+	}
+	if err := c.Inject(ctx, "cp-1", sim.Fault{EtcdNoSpace: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.Reset(client.WithNode(ctx, ip), true, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		ms, err := safe.StateGetByID[*runtime.MachineStatus](client.WithNode(ctx, ip), cli.COSI, runtime.MachineStatusID)
+		return err == nil && ms.TypedSpec().Stage == runtime.MachineStageResetting, nil
+	}); err != nil {
+		t.Fatal("cp-3 never showed its reset")
+	}
+
+	req := request(c, kube, "cp-3")
+	req.Attempt = 2
+	plan, err := sdktest.Plan(ctx, New(), req)
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("the resumed removal's plan while cp-3 resets: %v %v", plan.Refusal, err)
+	}
+	if c.Calls("cp-3", "Reset") != 1 {
+		t.Fatalf("%d resets", c.Calls("cp-3", "Reset"))
 	}
 }

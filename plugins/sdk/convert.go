@@ -33,7 +33,7 @@ func commandToProto(c *Command) *pb.Command {
 	out := &pb.Command{
 		Name: c.Name, Summary: c.Summary, Effect: pb.Effect(c.Effect), NeedsSnapshot: c.NeedsSnapshot,
 		Example: c.Example, ReadsSnapshot: c.ReadsSnapshot, Drill: pb.Drill(c.Drill), MinApprovals: c.MinApprovals,
-		PausesBetweenNodes: c.PausesBetweenNodes, StatusLabel: c.StatusLabel,
+		PausesBetweenNodes: c.PausesBetweenNodes, StatusLabel: c.StatusLabel, Maintenance: c.Maintenance,
 	}
 	for _, a := range c.Args {
 		out.Args = append(out.Args, argToProto(a))
@@ -51,7 +51,7 @@ func commandFromProto(c *pb.Command) *Command {
 	out := &Command{
 		Name: c.GetName(), Summary: c.GetSummary(), Effect: Effect(c.GetEffect()), NeedsSnapshot: c.GetNeedsSnapshot(),
 		Example: c.GetExample(), ReadsSnapshot: c.GetReadsSnapshot(), Drill: Drill(c.GetDrill()), MinApprovals: c.GetMinApprovals(),
-		PausesBetweenNodes: c.GetPausesBetweenNodes(), StatusLabel: c.GetStatusLabel(),
+		PausesBetweenNodes: c.GetPausesBetweenNodes(), StatusLabel: c.GetStatusLabel(), Maintenance: c.GetMaintenance(),
 	}
 	for _, a := range c.GetArgs() {
 		out.Args = append(out.Args, argFromProto(a))
@@ -207,7 +207,26 @@ func RequestToWire(r *OperationRequest) *pb.OperationRequest {
 			OffsiteSecretAccessKey: c.OffsiteSecretAccessKey, AgeIdentity: c.AgeIdentity,
 		},
 		Settings: settingsToProto(&r.Settings), Requester: r.Requester, Attempt: r.Attempt, Config: r.Config,
+		InterruptedSteps: interruptedToProto(r.InterruptedSteps),
 	}
+}
+
+func interruptedToProto(in []InterruptedStep) []*pb.InterruptedStep {
+	var out []*pb.InterruptedStep
+	for _, s := range in {
+		out = append(out, &pb.InterruptedStep{Id: s.ID, Node: s.Node})
+	}
+	return out
+}
+
+func interruptedFromProto(in []*pb.InterruptedStep) []InterruptedStep {
+	var out []InterruptedStep
+	for _, s := range in {
+		if s != nil {
+			out = append(out, InterruptedStep{ID: s.GetId(), Node: s.GetNode()})
+		}
+	}
+	return out
 }
 
 // RequestFromWire converts a wire request; it never returns nil, as Plan and Run always get a request.
@@ -220,6 +239,7 @@ func RequestFromWire(r *pb.OperationRequest) *OperationRequest {
 			OffsiteSecretAccessKey: c.GetOffsiteSecretAccessKey(), AgeIdentity: c.GetAgeIdentity(),
 		},
 		Settings: settingsFromProto(r.GetSettings()), Requester: r.GetRequester(), Attempt: r.GetAttempt(), Config: r.GetConfig(),
+		InterruptedSteps: interruptedFromProto(r.GetInterruptedSteps()),
 	}
 }
 

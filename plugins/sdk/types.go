@@ -127,6 +127,9 @@ type Command struct {
 	PausesBetweenNodes bool
 	// StatusLabel makes a READ_ONLY command a /talos status provider.
 	StatusLabel string
+	// Maintenance lets the host run a DISRUPTIVE command from its
+	// maintenance_schedule, in the maintenance window (see the proto).
+	Maintenance bool
 }
 
 // Manifest is what Describe returns: the commands this plugin serves.
@@ -399,6 +402,17 @@ type OperationRequest struct {
 	// Config is the plugin's own section (plugins.NAME) as JSON, unread by
 	// the host; nil when the config has none. Decode it with DecodeConfig.
 	Config []byte
+	// InterruptedSteps are the steps an earlier attempt of this operation
+	// left in flight (none on a first run); see InterruptedSteps in resume.go.
+	InterruptedSteps []InterruptedStep
+}
+
+// InterruptedStep is a step in flight when an earlier attempt stopped.
+type InterruptedStep struct {
+	// ID is the step's id in the plan that ran it.
+	ID string
+	// Node is the step's node, empty for a step on no node.
+	Node string
 }
 
 // Step is one step of a plan.

@@ -227,6 +227,9 @@ type CountingPlans struct {
 	// Declared sets Command.min_approvals of the named commands in the
 	// manifests the engine reads, as a plugin's manifest would declare it.
 	Declared map[string]int32
+	// BeforePlan, when set, runs before each plan is passed on (a test
+	// holds a plan there to act while it is under way).
+	BeforePlan func(req *lifecyclev1.OperationRequest)
 }
 
 // Manifests implements engine.Plugins.
@@ -255,7 +258,11 @@ func (p *CountingPlans) Plan(ctx context.Context, name string, req *lifecyclev1.
 		p.n = map[string]int{}
 	}
 	p.n[req.GetCluster().GetName()]++
+	before := p.BeforePlan
 	p.mu.Unlock()
+	if before != nil {
+		before(req)
+	}
 	return p.Plugins.Plan(ctx, name, req)
 }
 

@@ -624,7 +624,14 @@ type Command struct {
 	// with a short deadline, and prints "<status_label>: " followed by the
 	// plan's status lines, or "<status_label>: not read (<reason>)" when the
 	// Plan fails, refuses or misses the deadline. Empty: not a status provider.
-	StatusLabel   string `protobuf:"bytes,12,opt,name=status_label,json=statusLabel,proto3" json:"status_label,omitempty"`
+	StatusLabel string `protobuf:"bytes,12,opt,name=status_label,json=statusLabel,proto3" json:"status_label,omitempty"`
+	// maintenance: a DISRUPTIVE command that may run unattended from the host's
+	// maintenance_schedule, inside the cluster's maintenance window. It must
+	// check its own safety before each step and stop on its own (the etcd
+	// defragmentation checks the quorum around each member), and refuse at
+	// Plan when there is nothing to do. The approval policy still applies to
+	// such a run; the host runs no other disruptive command from a schedule.
+	Maintenance   bool `protobuf:"varint,13,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -741,6 +748,13 @@ func (x *Command) GetStatusLabel() string {
 		return x.StatusLabel
 	}
 	return ""
+}
+
+func (x *Command) GetMaintenance() bool {
+	if x != nil {
+		return x.Maintenance
+	}
+	return false
 }
 
 type Manifest struct {
@@ -1809,9 +1823,14 @@ type OperationRequest struct {
 	// config is the plugin's own section (plugins.NAME) as JSON, passed by
 	// the host unread; empty when the config has none. The plugin decodes it
 	// (sdk.DecodeConfig) as ValidateConfig did.
-	Config        []byte `protobuf:"bytes,9,opt,name=config,proto3" json:"config,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Config []byte `protobuf:"bytes,9,opt,name=config,proto3" json:"config,omitempty"`
+	// interrupted_steps are the steps an earlier attempt of this operation
+	// left in flight (the host recorded them started, never ended); empty on a
+	// first run. The cluster alone cannot show whether a call in flight went
+	// out: an upgrade that fell back looks like one never begun.
+	InterruptedSteps []*InterruptedStep `protobuf:"bytes,10,rep,name=interrupted_steps,json=interruptedSteps,proto3" json:"interrupted_steps,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *OperationRequest) Reset() {
@@ -1907,6 +1926,68 @@ func (x *OperationRequest) GetConfig() []byte {
 	return nil
 }
 
+func (x *OperationRequest) GetInterruptedSteps() []*InterruptedStep {
+	if x != nil {
+		return x.InterruptedSteps
+	}
+	return nil
+}
+
+// InterruptedStep is a step in flight when an earlier attempt stopped.
+type InterruptedStep struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id is the step's id in the plan that ran it.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// node is the step's node, empty for a step on no node.
+	Node          string `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InterruptedStep) Reset() {
+	*x = InterruptedStep{}
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InterruptedStep) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InterruptedStep) ProtoMessage() {}
+
+func (x *InterruptedStep) ProtoReflect() protoreflect.Message {
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InterruptedStep.ProtoReflect.Descriptor instead.
+func (*InterruptedStep) Descriptor() ([]byte, []int) {
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *InterruptedStep) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *InterruptedStep) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
 type Step struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1923,7 +2004,7 @@ type Step struct {
 
 func (x *Step) Reset() {
 	*x = Step{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2016,7 @@ func (x *Step) String() string {
 func (*Step) ProtoMessage() {}
 
 func (x *Step) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[19]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2029,7 @@ func (x *Step) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Step.ProtoReflect.Descriptor instead.
 func (*Step) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{19}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Step) GetId() string {
@@ -2013,7 +2094,7 @@ type Precondition struct {
 
 func (x *Precondition) Reset() {
 	*x = Precondition{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2025,7 +2106,7 @@ func (x *Precondition) String() string {
 func (*Precondition) ProtoMessage() {}
 
 func (x *Precondition) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[20]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2038,7 +2119,7 @@ func (x *Precondition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Precondition.ProtoReflect.Descriptor instead.
 func (*Precondition) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{20}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Precondition) GetName() string {
@@ -2081,7 +2162,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2174,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[21]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2187,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{21}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Refusal) GetRule() string {
@@ -2152,7 +2233,7 @@ type OperationPlan struct {
 
 func (x *OperationPlan) Reset() {
 	*x = OperationPlan{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2245,7 @@ func (x *OperationPlan) String() string {
 func (*OperationPlan) ProtoMessage() {}
 
 func (x *OperationPlan) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[22]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2258,7 @@ func (x *OperationPlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OperationPlan.ProtoReflect.Descriptor instead.
 func (*OperationPlan) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{22}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OperationPlan) GetSummary() string {
@@ -2250,7 +2331,7 @@ type StepEvent struct {
 
 func (x *StepEvent) Reset() {
 	*x = StepEvent{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2343,7 @@ func (x *StepEvent) String() string {
 func (*StepEvent) ProtoMessage() {}
 
 func (x *StepEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[23]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2356,7 @@ func (x *StepEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepEvent.ProtoReflect.Descriptor instead.
 func (*StepEvent) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{23}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StepEvent) GetStepId() string {
@@ -2331,7 +2412,7 @@ type LogLine struct {
 
 func (x *LogLine) Reset() {
 	*x = LogLine{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2424,7 @@ func (x *LogLine) String() string {
 func (*LogLine) ProtoMessage() {}
 
 func (x *LogLine) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[24]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2437,7 @@ func (x *LogLine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogLine.ProtoReflect.Descriptor instead.
 func (*LogLine) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{24}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LogLine) GetLevel() string {
@@ -2394,7 +2475,7 @@ type Artifact struct {
 
 func (x *Artifact) Reset() {
 	*x = Artifact{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2487,7 @@ func (x *Artifact) String() string {
 func (*Artifact) ProtoMessage() {}
 
 func (x *Artifact) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[25]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2500,7 @@ func (x *Artifact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Artifact.ProtoReflect.Descriptor instead.
 func (*Artifact) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{25}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Artifact) GetId() string {
@@ -2475,7 +2556,7 @@ type SuggestedAction struct {
 
 func (x *SuggestedAction) Reset() {
 	*x = SuggestedAction{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2487,7 +2568,7 @@ func (x *SuggestedAction) String() string {
 func (*SuggestedAction) ProtoMessage() {}
 
 func (x *SuggestedAction) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[26]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2500,7 +2581,7 @@ func (x *SuggestedAction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SuggestedAction.ProtoReflect.Descriptor instead.
 func (*SuggestedAction) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{26}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SuggestedAction) GetLabel() string {
@@ -2541,7 +2622,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2553,7 +2634,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[27]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2566,7 +2647,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{27}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Result) GetOk() bool {
@@ -2641,7 +2722,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[28]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2653,7 +2734,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[28]
+	mi := &file_lifecycle_v1_lifecycle_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2666,7 +2747,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{28}
+	return file_lifecycle_v1_lifecycle_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Progress) GetUnixNano() int64 {
@@ -2767,7 +2848,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\brequired\x18\x03 \x01(\bR\brequired\x12\x12\n" +
 	"\x04flag\x18\x04 \x01(\bR\x04flag\x12\x18\n" +
 	"\aboolean\x18\x05 \x01(\bR\aboolean\x12#\n" +
-	"\rdefault_value\x18\x06 \x01(\tR\fdefaultValue\"\xe7\x03\n" +
+	"\rdefault_value\x18\x06 \x01(\tR\fdefaultValue\"\x89\x04\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12.\n" +
@@ -2781,7 +2862,8 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\rmin_approvals\x18\n" +
 	" \x01(\x05R\fminApprovals\x120\n" +
 	"\x14pauses_between_nodes\x18\v \x01(\bR\x12pausesBetweenNodes\x12!\n" +
-	"\fstatus_label\x18\f \x01(\tR\vstatusLabel\"\xcc\x01\n" +
+	"\fstatus_label\x18\f \x01(\tR\vstatusLabel\x12 \n" +
+	"\vmaintenance\x18\r \x01(\bR\vmaintenance\"\xcc\x01\n" +
 	"\bManifest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12:\n" +
@@ -2878,7 +2960,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\x06bucket\x18\x02 \x01(\tR\x06bucket\x12\x16\n" +
 	"\x06prefix\x18\x03 \x01(\tR\x06prefix\x12\x16\n" +
 	"\x06region\x18\x04 \x01(\tR\x06region\x12\x1a\n" +
-	"\binsecure\x18\x05 \x01(\bR\binsecure\"\xdc\x03\n" +
+	"\binsecure\x18\x05 \x01(\bR\binsecure\"\xb1\x04\n" +
 	"\x10OperationRequest\x12!\n" +
 	"\foperation_id\x18\x01 \x01(\tR\voperationId\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12E\n" +
@@ -2888,10 +2970,15 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\bsettings\x18\x06 \x01(\v2\x1f.talosbot.lifecycle.v1.SettingsR\bsettings\x12\x1c\n" +
 	"\trequester\x18\a \x01(\tR\trequester\x12\x18\n" +
 	"\aattempt\x18\b \x01(\x05R\aattempt\x12\x16\n" +
-	"\x06config\x18\t \x01(\fR\x06config\x1a7\n" +
+	"\x06config\x18\t \x01(\fR\x06config\x12S\n" +
+	"\x11interrupted_steps\x18\n" +
+	" \x03(\v2&.talosbot.lifecycle.v1.InterruptedStepR\x10interruptedSteps\x1a7\n" +
 	"\tArgsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"5\n" +
+	"\x0fInterruptedStep\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\"\xac\x01\n" +
 	"\x04Step\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x12\n" +
@@ -3006,7 +3093,7 @@ func file_lifecycle_v1_lifecycle_proto_rawDescGZIP() []byte {
 }
 
 var file_lifecycle_v1_lifecycle_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_lifecycle_v1_lifecycle_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
 	(Effect)(0),                    // 0: talosbot.lifecycle.v1.Effect
 	(Need)(0),                      // 1: talosbot.lifecycle.v1.Need
@@ -3032,21 +3119,22 @@ var file_lifecycle_v1_lifecycle_proto_goTypes = []any{
 	(*Retention)(nil),              // 21: talosbot.lifecycle.v1.Retention
 	(*Offsite)(nil),                // 22: talosbot.lifecycle.v1.Offsite
 	(*OperationRequest)(nil),       // 23: talosbot.lifecycle.v1.OperationRequest
-	(*Step)(nil),                   // 24: talosbot.lifecycle.v1.Step
-	(*Precondition)(nil),           // 25: talosbot.lifecycle.v1.Precondition
-	(*Refusal)(nil),                // 26: talosbot.lifecycle.v1.Refusal
-	(*OperationPlan)(nil),          // 27: talosbot.lifecycle.v1.OperationPlan
-	(*StepEvent)(nil),              // 28: talosbot.lifecycle.v1.StepEvent
-	(*LogLine)(nil),                // 29: talosbot.lifecycle.v1.LogLine
-	(*Artifact)(nil),               // 30: talosbot.lifecycle.v1.Artifact
-	(*SuggestedAction)(nil),        // 31: talosbot.lifecycle.v1.SuggestedAction
-	(*Result)(nil),                 // 32: talosbot.lifecycle.v1.Result
-	(*Progress)(nil),               // 33: talosbot.lifecycle.v1.Progress
-	nil,                            // 34: talosbot.lifecycle.v1.Cluster.DeclaredEntry
-	nil,                            // 35: talosbot.lifecycle.v1.Settings.ExtraEntry
-	nil,                            // 36: talosbot.lifecycle.v1.Backups.ProtectedByEntry
-	nil,                            // 37: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
-	nil,                            // 38: talosbot.lifecycle.v1.Result.DeclaredEntry
+	(*InterruptedStep)(nil),        // 24: talosbot.lifecycle.v1.InterruptedStep
+	(*Step)(nil),                   // 25: talosbot.lifecycle.v1.Step
+	(*Precondition)(nil),           // 26: talosbot.lifecycle.v1.Precondition
+	(*Refusal)(nil),                // 27: talosbot.lifecycle.v1.Refusal
+	(*OperationPlan)(nil),          // 28: talosbot.lifecycle.v1.OperationPlan
+	(*StepEvent)(nil),              // 29: talosbot.lifecycle.v1.StepEvent
+	(*LogLine)(nil),                // 30: talosbot.lifecycle.v1.LogLine
+	(*Artifact)(nil),               // 31: talosbot.lifecycle.v1.Artifact
+	(*SuggestedAction)(nil),        // 32: talosbot.lifecycle.v1.SuggestedAction
+	(*Result)(nil),                 // 33: talosbot.lifecycle.v1.Result
+	(*Progress)(nil),               // 34: talosbot.lifecycle.v1.Progress
+	nil,                            // 35: talosbot.lifecycle.v1.Cluster.DeclaredEntry
+	nil,                            // 36: talosbot.lifecycle.v1.Settings.ExtraEntry
+	nil,                            // 37: talosbot.lifecycle.v1.Backups.ProtectedByEntry
+	nil,                            // 38: talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	nil,                            // 39: talosbot.lifecycle.v1.Result.DeclaredEntry
 }
 var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
 	7,  // 0: talosbot.lifecycle.v1.ValidateConfigResponse.problems:type_name -> talosbot.lifecycle.v1.ConfigProblem
@@ -3056,8 +3144,8 @@ var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
 	2,  // 4: talosbot.lifecycle.v1.Command.drill:type_name -> talosbot.lifecycle.v1.Drill
 	10, // 5: talosbot.lifecycle.v1.Manifest.commands:type_name -> talosbot.lifecycle.v1.Command
 	12, // 6: talosbot.lifecycle.v1.Cluster.nodes:type_name -> talosbot.lifecycle.v1.Node
-	34, // 7: talosbot.lifecycle.v1.Cluster.declared:type_name -> talosbot.lifecycle.v1.Cluster.DeclaredEntry
-	35, // 8: talosbot.lifecycle.v1.Settings.extra:type_name -> talosbot.lifecycle.v1.Settings.ExtraEntry
+	35, // 7: talosbot.lifecycle.v1.Cluster.declared:type_name -> talosbot.lifecycle.v1.Cluster.DeclaredEntry
+	36, // 8: talosbot.lifecycle.v1.Settings.extra:type_name -> talosbot.lifecycle.v1.Settings.ExtraEntry
 	20, // 9: talosbot.lifecycle.v1.Settings.backups:type_name -> talosbot.lifecycle.v1.Backups
 	17, // 10: talosbot.lifecycle.v1.Settings.terraform:type_name -> talosbot.lifecycle.v1.Terraform
 	18, // 11: talosbot.lifecycle.v1.Settings.staging_drills:type_name -> talosbot.lifecycle.v1.StagingDrills
@@ -3068,35 +3156,36 @@ var file_lifecycle_v1_lifecycle_proto_depIdxs = []int32{
 	21, // 16: talosbot.lifecycle.v1.Backups.local:type_name -> talosbot.lifecycle.v1.Retention
 	21, // 17: talosbot.lifecycle.v1.Backups.offsite_retention:type_name -> talosbot.lifecycle.v1.Retention
 	22, // 18: talosbot.lifecycle.v1.Backups.offsite:type_name -> talosbot.lifecycle.v1.Offsite
-	36, // 19: talosbot.lifecycle.v1.Backups.protected_by:type_name -> talosbot.lifecycle.v1.Backups.ProtectedByEntry
-	37, // 20: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
+	37, // 19: talosbot.lifecycle.v1.Backups.protected_by:type_name -> talosbot.lifecycle.v1.Backups.ProtectedByEntry
+	38, // 20: talosbot.lifecycle.v1.OperationRequest.args:type_name -> talosbot.lifecycle.v1.OperationRequest.ArgsEntry
 	13, // 21: talosbot.lifecycle.v1.OperationRequest.cluster:type_name -> talosbot.lifecycle.v1.Cluster
 	14, // 22: talosbot.lifecycle.v1.OperationRequest.credentials:type_name -> talosbot.lifecycle.v1.Credentials
 	15, // 23: talosbot.lifecycle.v1.OperationRequest.settings:type_name -> talosbot.lifecycle.v1.Settings
-	24, // 24: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
-	25, // 25: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
-	26, // 26: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	4,  // 27: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
-	31, // 28: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
-	26, // 29: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
-	38, // 30: talosbot.lifecycle.v1.Result.declared:type_name -> talosbot.lifecycle.v1.Result.DeclaredEntry
-	28, // 31: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
-	29, // 32: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
-	30, // 33: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
-	32, // 34: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
-	8,  // 35: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
-	23, // 36: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
-	23, // 37: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
-	5,  // 38: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:input_type -> talosbot.lifecycle.v1.ValidateConfigRequest
-	11, // 39: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
-	27, // 40: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
-	33, // 41: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
-	6,  // 42: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:output_type -> talosbot.lifecycle.v1.ValidateConfigResponse
-	39, // [39:43] is the sub-list for method output_type
-	35, // [35:39] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	24, // 24: talosbot.lifecycle.v1.OperationRequest.interrupted_steps:type_name -> talosbot.lifecycle.v1.InterruptedStep
+	25, // 25: talosbot.lifecycle.v1.OperationPlan.steps:type_name -> talosbot.lifecycle.v1.Step
+	26, // 26: talosbot.lifecycle.v1.OperationPlan.preconditions:type_name -> talosbot.lifecycle.v1.Precondition
+	27, // 27: talosbot.lifecycle.v1.OperationPlan.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	4,  // 28: talosbot.lifecycle.v1.StepEvent.status:type_name -> talosbot.lifecycle.v1.StepStatus
+	32, // 29: talosbot.lifecycle.v1.Result.suggested_actions:type_name -> talosbot.lifecycle.v1.SuggestedAction
+	27, // 30: talosbot.lifecycle.v1.Result.refusal:type_name -> talosbot.lifecycle.v1.Refusal
+	39, // 31: talosbot.lifecycle.v1.Result.declared:type_name -> talosbot.lifecycle.v1.Result.DeclaredEntry
+	29, // 32: talosbot.lifecycle.v1.Progress.step:type_name -> talosbot.lifecycle.v1.StepEvent
+	30, // 33: talosbot.lifecycle.v1.Progress.log:type_name -> talosbot.lifecycle.v1.LogLine
+	31, // 34: talosbot.lifecycle.v1.Progress.artifact:type_name -> talosbot.lifecycle.v1.Artifact
+	33, // 35: talosbot.lifecycle.v1.Progress.result:type_name -> talosbot.lifecycle.v1.Result
+	8,  // 36: talosbot.lifecycle.v1.Lifecycle.Describe:input_type -> talosbot.lifecycle.v1.DescribeRequest
+	23, // 37: talosbot.lifecycle.v1.Lifecycle.Plan:input_type -> talosbot.lifecycle.v1.OperationRequest
+	23, // 38: talosbot.lifecycle.v1.Lifecycle.Run:input_type -> talosbot.lifecycle.v1.OperationRequest
+	5,  // 39: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:input_type -> talosbot.lifecycle.v1.ValidateConfigRequest
+	11, // 40: talosbot.lifecycle.v1.Lifecycle.Describe:output_type -> talosbot.lifecycle.v1.Manifest
+	28, // 41: talosbot.lifecycle.v1.Lifecycle.Plan:output_type -> talosbot.lifecycle.v1.OperationPlan
+	34, // 42: talosbot.lifecycle.v1.Lifecycle.Run:output_type -> talosbot.lifecycle.v1.Progress
+	6,  // 43: talosbot.lifecycle.v1.Lifecycle.ValidateConfig:output_type -> talosbot.lifecycle.v1.ValidateConfigResponse
+	40, // [40:44] is the sub-list for method output_type
+	36, // [36:40] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_lifecycle_v1_lifecycle_proto_init() }
@@ -3104,7 +3193,7 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 	if File_lifecycle_v1_lifecycle_proto != nil {
 		return
 	}
-	file_lifecycle_v1_lifecycle_proto_msgTypes[28].OneofWrappers = []any{
+	file_lifecycle_v1_lifecycle_proto_msgTypes[29].OneofWrappers = []any{
 		(*Progress_Step)(nil),
 		(*Progress_Log)(nil),
 		(*Progress_Artifact)(nil),
@@ -3116,7 +3205,7 @@ func file_lifecycle_v1_lifecycle_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_lifecycle_v1_lifecycle_proto_rawDesc), len(file_lifecycle_v1_lifecycle_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
