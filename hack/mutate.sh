@@ -61,6 +61,11 @@ fi
 # and the binary's DWARF tables cannot change a test's verdict, and leaving
 # them out saves about a quarter of that CPU (measured on approvals).
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-vet=off -ldflags=-w"
+# gremlins times a mutant out at timeout-coefficient x its coverage run. A
+# coverage run that go test answers from its cache takes a second, and every
+# mutant (which must compile) then times out: -count=1 makes the coverage run
+# a real one.
+export GOFLAGS="$GOFLAGS -count=1"
 mkdir -p "$out"
 
 # The listed rows this run covers.
