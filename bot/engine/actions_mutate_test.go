@@ -188,3 +188,30 @@ func TestFrozenClusterRefusesDisruptiveCommands(t *testing.T) {
 	}
 	e.await(id, state.StateSucceeded)
 }
+
+// TestPauseIsTheRequestersOrAnApprovers: who may cancel may pause; anyone
+// else is refused before anything else is looked at, and the requester is
+// told that only a running disruptive operation can pause.
+func TestPauseIsTheRequestersOrAnApprovers(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	id, err := e.submit("alice", "prd", "/talos push")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateAwaitingApproval)
+	for _, c := range []struct{ user, want string }{
+		{"carol", "only the requester or an approver may pause " + id},
+		{"alice", "operation " + id + " is awaiting_approval; only a running disruptive operation can pause"},
+		{"bob", "operation " + id + " is awaiting_approval; only a running disruptive operation can pause"},
+	} {
+		err := e.eng.Pause(ctx, engine.Origin{User: c.user, Channel: "prd"}, id)
+		var ae *engine.ActionError
+		if !errors.As(err, &ae) || ae.Msg != c.want {
+			t.Errorf("%s's pause: err = %v; want %q", c.user, err, c.want)
+		}
+	}
+	if op, _ := e.eng.Operation(ctx, id); op.State != state.StateAwaitingApproval {
+		t.Fatalf("after refused pauses the operation is %s; want it still awaiting approval", op.State)
+	}
+}
