@@ -15,8 +15,6 @@
 #   make mutate MUTATE_TIER=all         every listed package (hours on 2 cores)
 #   make mutate MUTATE_PKGS="state approvals"   only these listed directories
 #   MUTATE_SHORT=0 make mutate ...      mutants against the whole suite, not -short
-#   MUTATE_DIFF=<commit> make mutate ... only the lines changed since <commit>
-#                                       (gremlins -D), after a full measurement
 #
 # Reports (gremlins JSON, one per package) go to bin/mutate/.
 set -uo pipefail
@@ -63,6 +61,11 @@ fi
 # and the binary's DWARF tables cannot change a test's verdict, and leaving
 # them out saves about a quarter of that CPU (measured on approvals).
 export GOFLAGS="${GOFLAGS:+$GOFLAGS }-vet=off -ldflags=-w"
+# gremlins times a mutant out at timeout-coefficient x its coverage run. A
+# coverage run that go test answers from its cache takes a second, and every
+# mutant (which must compile) then times out: -count=1 makes the coverage run
+# a real one.
+export GOFLAGS="$GOFLAGS -count=1"
 mkdir -p "$out"
 
 # The listed rows this run covers.
@@ -86,7 +89,6 @@ for row in "${rows[@]}"; do
 	exclude=${row#*|}
 	args=(unleash --config "$root/.gremlins.yaml" -o "$out/${dir//\//_}.json")
 	[ -n "$exclude" ] && args+=(-E "$exclude")
-	[ -n "${MUTATE_DIFF:-}" ] && args+=(-D "$MUTATE_DIFF")
 	# gremlins mutates and tests within the module it is started in: a row of
 	# another module in this repository (plugins/sdk, its own go.mod) runs from
 	# that module's directory.

@@ -154,3 +154,64 @@ func TestDenyIsTheRequestersOrAnApprovers(t *testing.T) {
 		t.Fatalf("deny of a denied operation: err = %v; want the nothing-to-deny refusal", err)
 	}
 }
+
+// TestFrozenClusterRefusesDisruptiveCommands: the engine reads a cluster's
+// freeze for every policy check, so a disruptive command on a frozen
+// cluster is refused (naming who froze it and why) and creates no
+// operation, while the other clusters go on; after the unfreeze the command
+// is accepted again.
+func TestFrozenClusterRefusesDisruptiveCommands(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if err := e.store.Update(ctx, func(tx *state.Tx) error {
+		return engine.PutFreeze(tx, "staging", engine.Freeze{Reason: "release party", By: "dave", Since: e.clock.Now()})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := e.eng.Freeze(ctx, "production"); err != nil || f != nil {
+		t.Fatalf("Freeze(production) = %+v, %v; want none", f, err)
+	}
+	opsBefore, _ := e.counts()
+	_, err := e.submit("alice", "stg", "/talos roll v2")
+	if err == nil || !strings.Contains(err.Error(), "cluster staging is frozen by dave") || !strings.Contains(err.Error(), "release party") {
+		t.Fatalf("a roll on frozen staging: err = %v; want the freeze refusal", err)
+	}
+	if ops, _ := e.counts(); ops != opsBefore {
+		t.Fatalf("the refused roll created an operation (%d → %d)", opsBefore, ops)
+	}
+	if err := e.store.Update(ctx, func(tx *state.Tx) error { return engine.DeleteFreeze(tx, "staging") }); err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.submit("alice", "stg", "/talos roll v2")
+	if err != nil {
+		t.Fatalf("a roll after the unfreeze: %v", err)
+	}
+	e.await(id, state.StateSucceeded)
+}
+
+// TestPauseIsTheRequestersOrAnApprovers: who may cancel may pause; anyone
+// else is refused before anything else is looked at, and the requester is
+// told that only a running disruptive operation can pause.
+func TestPauseIsTheRequestersOrAnApprovers(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	id, err := e.submit("alice", "prd", "/talos push")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateAwaitingApproval)
+	for _, c := range []struct{ user, want string }{
+		{"carol", "only the requester or an approver may pause " + id},
+		{"alice", "operation " + id + " is awaiting_approval; only a running disruptive operation can pause"},
+		{"bob", "operation " + id + " is awaiting_approval; only a running disruptive operation can pause"},
+	} {
+		err := e.eng.Pause(ctx, engine.Origin{User: c.user, Channel: "prd"}, id)
+		var ae *engine.ActionError
+		if !errors.As(err, &ae) || ae.Msg != c.want {
+			t.Errorf("%s's pause: err = %v; want %q", c.user, err, c.want)
+		}
+	}
+	if op, _ := e.eng.Operation(ctx, id); op.State != state.StateAwaitingApproval {
+		t.Fatalf("after refused pauses the operation is %s; want it still awaiting approval", op.State)
+	}
+}
