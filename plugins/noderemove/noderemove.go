@@ -212,7 +212,12 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 }
 
 // Run removes the node.
-func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) (err error) {
+	defer func() {
+		if errors.Is(err, errReported) {
+			err = nil
+		}
+	}()
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return err
@@ -240,7 +245,12 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 			}
 			cancel()
 		}
-		return r.Result(&sdk.Result{OK: false, Summary: summary, Error: err.Error(), Lines: lines})
+		if rerr := r.Result(&sdk.Result{OK: false, Summary: summary, Error: err.Error(), Lines: lines}); rerr != nil {
+			return rerr
+		}
+		// Reported: the caller stops here. (Returning Result's nil made gone() succeed, and a
+		// removal whose node never left went on to delete its Node and run the gate after.)
+		return errReported
 	}
 
 	gone := func() error {
@@ -342,6 +352,12 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	return r.Result(&sdk.Result{OK: true, Summary: fmt.Sprintf("%s removed from %s; now remove it from Terraform", n.Name, inv.Name), Lines: lines})
 }
 
+// errReported: the failure was sent as the Result; the run stops there.
+var errReported = errors.New("result reported")
+
+// goneRead bounds one read of a node being reset: silent that long, it is taken as gone.
+const goneRead = 5 * time.Second
+
 // waitGone waits until a reset node is out: a control plane no longer in
 // the etcd membership (as the remaining members see it), and the node's
 // Talos API no longer answering (it is wiped and powered down).
@@ -363,9 +379,17 @@ func waitGone(ctx context.Context, s *cluster.Session, ids *identity.Map, n clus
 			}
 		}
 		if gone {
-			// A read cut short by the wait's own deadline says nothing of the node.
-			if _, err := talos.TalosTag(ctx, s, n); err == nil {
+			// A node that fails a read of its own (refused, or silent for goneRead) is gone;
+			// a read cut short by the wait's own deadline says nothing of the node (on a
+			// loaded machine a worker still up read "gone" that way, and its Node was
+			// deleted: TestFailureAfterResetNamesTheCordon).
+			rctx, cancel := context.WithTimeout(ctx, goneRead)
+			_, err := talos.TalosTag(rctx, s, n)
+			cancel()
+			if err == nil {
 				gone, last = false, n.Name+" still answers (reset in progress)"
+			} else if ctx.Err() != nil {
+				gone = false
 			}
 		}
 		return gone, nil
