@@ -37,6 +37,7 @@ func botCommands() []botCommand {
 	out = append(out, auditCommands()...)
 	out = append(out, policyCommands()...)
 	out = append(out, releaseCommands()...)
+	out = append(out, certCommands()...)
 	return out
 }
 

@@ -51,6 +51,10 @@ type Config struct {
 	AlertPause AlertPause `yaml:"alert_pause,omitempty"`
 	// Escalation speaks up about late steps (escalation.go).
 	Escalation Escalation `yaml:"escalation,omitempty"`
+	// MaintenanceSchedule runs maintenance commands in the window (maintenance.go).
+	MaintenanceSchedule map[string]string `yaml:"maintenance_schedule,omitempty"`
+	// Certificates is the daily certificate-expiry check (certs.go).
+	Certificates Certificates `yaml:"certificates,omitempty"`
 
 	// lines maps the path of each written key to its line (Locate).
 	lines map[string]int
@@ -418,6 +422,7 @@ func (c *Config) ApplyDefaults() {
 	}
 	c.Snapshots.applyDefaults(c.Clusters)
 	c.Releases.applyDefaults()
+	c.Certificates.applyDefaults()
 	if c.Alerts.ClusterLabel == "" {
 		c.Alerts.ClusterLabel = DefaultClusterLabel
 	}

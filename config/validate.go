@@ -96,6 +96,7 @@ func (c *Config) Validate() []FieldError {
 	}
 	errs = append(errs, c.validatePolicy()...)
 	errs = append(errs, c.Releases.validate()...)
+	errs = append(errs, c.Certificates.validate()...)
 	if c.Timeouts.Gate <= 0 || c.Timeouts.GateAfter <= 0 || c.Timeouts.Health <= 0 || c.Timeouts.Node <= 0 || c.Timeouts.Run <= 0 || c.Timeouts.Status <= 0 {
 		add("timeouts", "gate, gate_after, health, node, run and status timeouts must be positive")
 	} else {
@@ -166,6 +167,7 @@ func (c *Config) Validate() []FieldError {
 	errs = append(errs, c.validateFollowups()...)
 	errs = append(errs, c.validateAlertPause()...)
 	errs = append(errs, c.validateEscalation()...)
+	errs = append(errs, c.validateMaintenanceSchedule()...)
 	errs = append(errs, c.validatePassEnv()...)
 	errs = append(errs, c.validatePluginSections()...)
 	for i, pl := range c.Plugins.External {

@@ -55,7 +55,14 @@ settings=plugins/catalog/settings.txt
 while read -r plugin key _; do
 	case "$plugin" in '' | '#'*) continue ;; esac
 	camel=$(awk -F_ '{for (i = 1; i <= NF; i++) printf "%s%s", toupper(substr($i, 1, 1)), substr($i, 2)}' <<<"$key")
-	hits=$(grep -rnwE --include='*.go' -e "$key|$camel" config bot approvals || true)
+	pattern="$key|$camel"
+	if [[ $key != *_* ]]; then
+		# A one-word key (storage) is also ordinary English and part of
+		# import paths: match it as a config key is written, quoted, or as
+		# its Go name.
+		pattern="\"$key\"|$camel"
+	fi
+	hits=$(grep -rnwE --include='*.go' -e "$pattern" config bot approvals || true)
 	if [ -n "$hits" ]; then
 		echo "$hits" | sed "s#\$# : names plugins.$plugin.$key, a setting of the $plugin plugin ($settings); the core knows no plugin setting: read it in the plugin from its section#"
 		bad=1

@@ -60,6 +60,7 @@ func (s *machined) EtcdAlarmDisarm(ctx context.Context, _ *emptypb.Empty) (*mach
 		}
 	}
 
+	errs = append(errs, s.n.c.probeQuotaWrites(ctx))
 	if err := errors.Join(errs...); err != nil {
 		return nil, etcdErr("failed to disarm etcd alarm", err)
 	}

@@ -102,6 +102,9 @@ func checkRoleFaults(n *node, f Fault) error {
 	if (f.EtcdNoSpace || f.EtcdRejoinFailure) && n.info.Role != RoleControlPlane {
 		return fmt.Errorf("sim: etcdNoSpace and etcdRejoinFailure need a control-plane node; %s is a worker", n.info.Name)
 	}
+	if err := checkEtcdQuota(n, f); err != nil {
+		return err
+	}
 
 	switch f.ApidCertificate {
 	case "", apidCertExpired, apidCertNoSAN:
@@ -123,6 +126,8 @@ func (n *node) applyRoleFaults(ctx context.Context, old, f Fault, running bool) 
 		case !f.EtcdNoSpace && old.EtcdNoSpace && m.Running():
 			errs = append(errs, m.DisarmAlarm(ctx, pb.AlarmType_NOSPACE))
 		}
+
+		errs = append(errs, n.applyEtcdQuota(ctx, m, old, f))
 
 		// Cleared while the service restarts forever: its next restart succeeds.
 		if !f.EtcdRejoinFailure && old.EtcdRejoinFailure && running {

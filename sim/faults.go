@@ -75,6 +75,10 @@ type Fault struct {
 	// EtcdNoSpace raises etcd's NOSPACE alarm for the node's member (control planes): the
 	// cluster refuses writes until the alarm is disarmed; clearing the fault disarms it.
 	EtcdNoSpace bool `json:"etcdNoSpace,omitempty"`
+	// EtcdQuotaBytes restarts the node's etcd member with --quota-backend-bytes set to this
+	// (cluster.etcd.extraArgs; control planes, 0: etcd's default 2 GiB): a write through the member
+	// that would take the database file past it is refused and etcd raises NOSPACE (sim/etcd_quota.go).
+	EtcdQuotaBytes int64 `json:"etcdQuotaBytes,omitempty"`
 	// EtcdRejoinFailure: at the node's next boot its etcd process exits at start, and Talos's
 	// service runner restarts it forever (control planes). Clearing the fault lets it start.
 	EtcdRejoinFailure bool `json:"etcdRejoinFailure,omitempty"`

@@ -67,6 +67,7 @@ func cosiResourceTypes() []meta.ResourceWithRD {
 		&config.MachineConfig{},
 		&config.MachineType{},
 		&etcd.Member{},
+		&etcd.Spec{},
 		&k8s.Nodename{},
 		&k8s.NodeStatus{},
 		&k8s.StaticPodStatus{},
@@ -184,6 +185,9 @@ func (n *node) desiredResources(ctx context.Context, cache *configCache) []desir
 
 	if m := n.localEtcdMember(services); m != nil {
 		add("etcd.MemberController", m)
+	}
+	if s := n.etcdSpec(); s != nil {
+		add("etcd.SpecController", s)
 	}
 
 	pods := n.staticPodFault(n.staticPodStatuses(ctx))

@@ -87,7 +87,7 @@ func MaintenanceRecord(op *state.Operation, recs []state.AuditRecord, approvals 
 
 	snaps := 0
 	for _, a := range op.Artifacts {
-		if a.SnapshotOf(op.Cluster) {
+		if a.SnapshotOf(op.Cluster) { // rule:R22
 			snaps++
 			fmt.Fprintf(&b, "Snapshot: %s sha256 %s (%d bytes", a.ID, orNone(a.SHA256), a.Size)
 			if a.Location != "" {

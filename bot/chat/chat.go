@@ -62,6 +62,16 @@ type Message struct {
 	Table   *Table   `json:"table,omitempty"`
 	Fields  []Field  `json:"fields,omitempty"`
 	Buttons []Button `json:"buttons,omitempty"`
+	// Mentions are the users the message pings, each a user id on the
+	// channel's platform as Command.User carries it (Slack "U0123ABC", a
+	// Discord snowflake, a console user name). They are the one part of a
+	// message that is not text: each adapter renders them as its platform's
+	// real mention on a line after the text (Slack <@U0123ABC>, Discord
+	// <@123> with allowed_mentions naming exactly those users, the console a
+	// highlighted @name), while every text field stays escaped. An entry
+	// that is not a user id of the platform is shown as the escaped text
+	// "@entry" and pings nobody, so a mention can never carry markup.
+	Mentions []string `json:"mentions,omitempty"`
 }
 
 // Table is a small table: a header row and rows of plain-text cells.

@@ -283,3 +283,23 @@ func TestPauseForStopsBetweenNodesWithItsReasons(t *testing.T) {
 		t.Fatalf("PauseFor on an interrupted operation: %v", err)
 	}
 }
+
+// A plugin that pauses on its own (a storage wait past its limit: nobody
+// clicked Pause) leaves the operation interrupted with Resume and Abandon,
+// not failed, its lines saying why; Resume carries on.
+func TestPluginsOwnPauseIsAPauseNotAFailure(t *testing.T) {
+	e := newEnvConfig(t, nodesConfig)
+	vf := filepath.Join(t.TempDir(), "versions")
+	id, _ := e.submit("alice", "stg", "/talos roll v2 --mode nodes-selfpause --drift "+vf)
+	op := e.await(id, state.StateInterrupted)
+	noRunningSteps(t, op)
+	mustContain(t, "self-paused ending", op.Result, "the run paused itself", "Longhorn not healthy again within 2h0m0s", "paused before cp-2",
+		"Next: `/talos resume "+id+"`", "`/talos abandon "+id+"`")
+	if err := e.eng.Act(context.Background(), engine.Origin{User: "alice", Channel: "stg"}, e.sink.Button(t, id, "Resume")); err != nil {
+		t.Fatal(err)
+	}
+	e.await(id, state.StateSucceeded)
+	if b, _ := os.ReadFile(vf); string(b) != "cp-1=v2\ncp-2=v2\ncp-3=v2" {
+		t.Fatalf("versions after the resumed roll = %q", b)
+	}
+}

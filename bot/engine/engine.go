@@ -287,9 +287,10 @@ func (e *Engine) Submit(ctx context.Context, from Origin, text string) (string, 
 		return "", err
 	}
 	if from.System && disruptive {
-		err := fmt.Errorf("a scheduled run may not run %s: it disrupts the cluster; run it from chat", inv.Spec.Name)
-		e.Refuse(ctx, from, cl.Name, inv, err)
-		return "", err
+		if err := e.scheduledDisruption(inv, cl); err != nil {
+			e.Refuse(ctx, from, cl.Name, inv, err)
+			return "", err
+		}
 	}
 	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: disruptive, Writes: writes, Args: inv.Args, Now: e.now(), Frozen: frozen}); err != nil && !from.System {
 		e.Refuse(ctx, from, cl.Name, inv, err)
@@ -775,7 +776,10 @@ func (e *Engine) executeWith(ctx context.Context, id string, req *lifecyclev1.Op
 		e.finish(ctx, id, e.cancelledBy(id), state.StateCancelled, "cancelled", "", nil)
 	case err != nil:
 		e.finish(ctx, id, "system", state.StateFailed, "failed", err.Error(), nil)
-	case op.Disruptive && res.GetSummary() == sdk.PausedSummary && e.pauseRequested(id):
+	case op.Disruptive && res.GetSummary() == sdk.PausedSummary:
+		// Asked (Pause, PauseFor) or the plugin's own (a storage wait
+		// past its limit, docs/UPGRADES.md): either way the run stopped
+		// between nodes and waits for Resume or Abandon; it did not fail.
 		e.paused(ctx, id, res.GetLines())
 		return
 	default:

@@ -58,15 +58,21 @@ func (e *Engine) Pause(ctx context.Context, from Origin, id string) error {
 // ending and Resume/Abandon.
 func (e *Engine) paused(ctx context.Context, id string, lines []string) {
 	// The mark holds who asked, then (a host's own pause, PauseFor) why.
-	mark, _ := os.ReadFile(e.pauseMark(id))
+	mark, err := os.ReadFile(e.pauseMark(id))
 	who, why, _ := strings.Cut(string(mark), "\n")
-	by := orDefault(who, "someone")
+	actor := orDefault(who, "someone")
+	head := "⏸️ paused by " + actor + " between nodes"
+	if err != nil {
+		// No mark: nobody asked, the plugin paused on its own (a wait
+		// past its limit; its lines say why).
+		actor, head = "system", "⏸️ the run paused itself"
+	}
 	if why != "" {
 		lines = append(strings.Split(why, "\n"), lines...)
 	}
-	op, err := e.transition(ctx, id, state.StateInterrupted, by, "paused", "paused", nil, func(o *state.Operation) {
+	op, err := e.transition(ctx, id, state.StateInterrupted, actor, "paused", "paused", nil, func(o *state.Operation) {
 		closeRunning(o, "was running when the run paused")
-		o.Result = "⏸️ paused by " + by + " between nodes"
+		o.Result = head
 		for _, l := range lines {
 			o.Result += "\n" + l
 		}

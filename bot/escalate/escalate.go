@@ -238,9 +238,12 @@ func (c *Checker) Check(ctx context.Context) (int, error) {
 	for _, l := range late {
 		level := "late"
 		text := l.Text()
+		var users []string
 		if l.Running > 2*l.Expected {
 			level = "escalated"
-			text += "\n🔔 past twice the expected time: " + strings.Join(c.mention(l.Op), " ") + ", please look"
+			var note string
+			users, note = c.mention(l.Op)
+			text += "\n🔔 past twice the expected time, please look" + note
 		}
 		first, err := c.once(ctx, l, level)
 		if err != nil {
@@ -253,7 +256,7 @@ func (c *Checker) Check(ctx context.Context) (int, error) {
 			// The first notice is implied by the second: never two at once.
 			_, _ = c.once(ctx, l, "late")
 		}
-		c.o.Sink.Thread(ctx, l.Op, text)
+		c.post(ctx, l.Op, text, users)
 		n++
 	}
 	return n, nil
@@ -275,23 +278,49 @@ func (c *Checker) once(ctx context.Context, l Late, level string) (bool, error) 
 	return first, err
 }
 
-// mention is escalation.mention, or the approvers of the operation's
-// cluster (the policy of its environment).
-func (c *Checker) mention(op *state.Operation) []string {
-	if m := c.o.Config.Escalation.Mention; len(m) > 0 {
-		return m
+// MentionSink is a Sink that can ping users in an operation's thread (the
+// renderer, through chat.Message.Mentions, which each chat adapter renders
+// as its platform's real mention). A Sink without it gets "@name" as text,
+// which pings nobody: every adapter escapes text.
+type MentionSink interface {
+	ThreadMention(ctx context.Context, op *state.Operation, text string, users []string)
+}
+
+// post puts the notice in the operation's thread, mentioning users.
+func (c *Checker) post(ctx context.Context, op *state.Operation, text string, users []string) {
+	if ms, ok := c.o.Sink.(MentionSink); ok && len(users) > 0 {
+		ms.ThreadMention(ctx, op, text, users)
+		return
 	}
-	env := op.Environment
-	if cl := c.o.Config.Cluster(op.Cluster); cl != nil {
-		env = cl.Environment
+	if len(users) > 0 {
+		at := make([]string, 0, len(users))
+		for _, u := range users {
+			at = append(at, "@"+u)
+		}
+		text += ": " + strings.Join(at, " ")
 	}
-	users, _ := c.o.Config.Members(c.o.Config.Policy[env].Approvers)
+	c.o.Sink.Thread(ctx, op, text)
+}
+
+// mention is who the escalation pings: escalation.mention, or the approvers
+// of the operation's cluster (the policy of its environment), as user ids
+// without a leading "@". With nobody to ping, note says so in the text.
+func (c *Checker) mention(op *state.Operation) (users []string, note string) {
+	list := c.o.Config.Escalation.Mention
+	if len(list) == 0 {
+		env := op.Environment
+		if cl := c.o.Config.Cluster(op.Cluster); cl != nil {
+			env = cl.Environment
+		}
+		list, _ = c.o.Config.Members(c.o.Config.Policy[env].Approvers)
+	}
+	for _, u := range list {
+		if u = strings.TrimPrefix(strings.TrimSpace(u), "@"); u != "" {
+			users = append(users, u)
+		}
+	}
 	if len(users) == 0 {
-		return []string{"approvers of " + op.Cluster + " (none configured: set escalation.mention)"}
+		return nil, " (approvers of " + op.Cluster + ": none configured; set escalation.mention)"
 	}
-	out := make([]string, 0, len(users))
-	for _, u := range users {
-		out = append(out, "@"+strings.TrimPrefix(u, "@"))
-	}
-	return out
+	return users, ""
 }

@@ -129,7 +129,7 @@ func TestLateStepAnnouncedOnceThenEscalated(t *testing.T) {
 			t.Fatalf("repeated at %s: %v", at, sink.lines)
 		}
 	}
-	if n := check(9 * time.Minute); n != 1 || !strings.Contains(sink.lines[1], "🔔 past twice the expected time: @bob @carol") {
+	if n := check(9 * time.Minute); n != 1 || !strings.Contains(sink.lines[1], "🔔 past twice the expected time, please look: @bob @carol") {
 		t.Fatalf("escalation at 9m: %d %v", n, sink.lines)
 	}
 	if n := check(30 * time.Minute); n != 0 {
@@ -220,5 +220,43 @@ func TestHistoryIsTheNewestOperationsOnly(t *testing.T) {
 	}
 	if len(got) != historyOps || P95(got) != time.Minute {
 		t.Fatalf("history: %d runs, p95 %s; want %d runs, p95 1m", len(got), P95(got), historyOps)
+	}
+}
+
+type mentionSink struct {
+	threadSink
+	mentions [][]string
+}
+
+func (s *mentionSink) ThreadMention(ctx context.Context, op *state.Operation, text string, users []string) {
+	s.Thread(ctx, op, text)
+	s.mu.Lock()
+	s.mentions = append(s.mentions, users)
+	s.mu.Unlock()
+}
+
+// With a sink that can mention (the renderer), the escalation pings the
+// approvers as mentions, not as "@name" text (which every adapter escapes,
+// so it pinged nobody); escalation.mention replaces them, its "@" dropped.
+func TestEscalationMentionsApprovers(t *testing.T) {
+	for _, c := range []struct {
+		extra string
+		want  string
+	}{{"", "bob carol"}, {"escalation: {mention: ['@U0ONCALL']}\n", "U0ONCALL"}} {
+		ch, _, st, now := setup(t, c.extra)
+		sink := &mentionSink{}
+		ch.o.Sink = sink
+		put(t, st, &state.Operation{ID: "op3", Cluster: "prod", State: state.StateRunning, Disruptive: true, Attempts: 1, CreatedAt: t0,
+			Steps: []state.Step{{ID: "node/cp-1/upgrade", Node: "cp-1", Title: "cp-1: upgrade", Status: "running", StartedAt: t0}}})
+		*now = t0.Add(21 * time.Minute)
+		if n, err := ch.Check(context.Background()); n != 1 || err != nil {
+			t.Fatalf("check: %d %v", n, err)
+		}
+		if len(sink.mentions) != 1 || strings.Join(sink.mentions[0], " ") != c.want {
+			t.Fatalf("mentions %v, want %s", sink.mentions, c.want)
+		}
+		if strings.Contains(sink.lines[0], "@") {
+			t.Fatalf("names left in the text: %q", sink.lines[0])
+		}
 	}
 }

@@ -129,6 +129,18 @@ func (r *Renderer) Thread(ctx context.Context, op *state.Operation, text string)
 	}
 }
 
+// ThreadMention posts a line under the operation's message that pings
+// users (chat.Message.Mentions: each adapter renders a real mention).
+func (r *Renderer) ThreadMention(ctx context.Context, op *state.Operation, text string, users []string) {
+	v := r.view(ctx, op)
+	if v == nil {
+		return
+	}
+	if _, err := r.adapter.Post(ctx, op.Channel, v.ref, chat.Message{Text: text, Mentions: users}); err != nil {
+		r.log.Warn("thread reply", "op", op.ID, "err", err)
+	}
+}
+
 // Operation renders the operation's message, creating it on first use. Only
 // the newest update is kept; flush reads its facts and renders it.
 func (r *Renderer) Operation(ctx context.Context, u engine.Update) {

@@ -27,6 +27,7 @@ import (
 
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 
+	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/grammar"
 	"github.com/talosbot/talosbot/config"
@@ -41,8 +42,13 @@ type Job struct {
 	Cluster, Channel string
 	// Command is the command name (from its manifest); Text the full line.
 	Command, Text, Spec string
-	sched               cron.Schedule
-	next                time.Time
+	// Windows, for a maintenance job (a disruptive command), are the
+	// maintenance windows it must fall in (maintenance.go).
+	Windows []config.Window
+	// Key is the configuration key of the job's schedule.
+	Key   string
+	sched cron.Schedule
+	next  time.Time
 }
 
 // Next is when the job is next due.
@@ -78,7 +84,10 @@ type role struct {
 	// serves reports whether a command has the role.
 	serves func(*lifecyclev1.Command) bool
 	// schedules are the configured schedules by cluster.
-	schedules func(*config.SnapshotRetention) map[string]string
+	schedules func(*config.Config) map[string]string
+	// disruptive: the role's commands disrupt the cluster, and run only
+	// inside the maintenance window (maintenance.go).
+	disruptive bool
 }
 
 // roles are the schedules: snapshots.schedule runs the command that takes
@@ -89,10 +98,11 @@ func roles() []role {
 	return []role{
 		{key: "snapshots.schedule", what: "takes snapshots (manifest needs_snapshot)",
 			serves:    func(c *lifecyclev1.Command) bool { return c.GetNeedsSnapshot() },
-			schedules: func(s *config.SnapshotRetention) map[string]string { return s.Schedule }},
+			schedules: func(c *config.Config) map[string]string { return c.Snapshots.Schedule }},
 		{key: "snapshots.drill_schedule", what: "runs the etcd restore drill (manifest drill DRILL_ETCD_RESTORE)",
 			serves:    func(c *lifecyclev1.Command) bool { return c.GetDrill() == lifecyclev1.Drill_DRILL_ETCD_RESTORE },
-			schedules: func(s *config.SnapshotRetention) map[string]string { return s.DrillSchedules() }},
+			schedules: func(c *config.Config) map[string]string { return c.Snapshots.DrillSchedules() }},
+		maintenanceRole,
 	}
 }
 
@@ -104,7 +114,7 @@ func roles() []role {
 func (r role) commands(specs []grammar.CommandSpec) ([]string, error) {
 	var out, unfit []string
 	for _, c := range specs {
-		if c.Plugin == "" || c.GetEffect() == lifecyclev1.Effect_EFFECT_DISRUPTIVE || !r.serves(c.Command) {
+		if c.Plugin == "" || (c.GetEffect() == lifecyclev1.Effect_EFFECT_DISRUPTIVE && !r.disruptive) || !r.serves(c.Command) {
 			continue
 		}
 		if !clusterFirst(c.Command) {
@@ -139,7 +149,7 @@ func clusterFirst(c *lifecyclev1.Command) bool {
 func Jobs(cfg *config.Config, specs []grammar.CommandSpec) ([]*Job, error) {
 	var out []*Job
 	for _, r := range roles() {
-		schedules := r.schedules(&cfg.Snapshots)
+		schedules := r.schedules(cfg)
 		names := make([]string, 0, len(schedules))
 		for n, spec := range schedules {
 			if spec != config.ScheduleOff {
@@ -168,8 +178,12 @@ func Jobs(cfg *config.Config, specs []grammar.CommandSpec) ([]*Job, error) {
 			if len(cl.Channels) > 0 {
 				ch = cl.Channels[0]
 			}
+			var ws []config.Window
+			if r.disruptive {
+				ws = cfg.Policy[cl.Environment].Windows
+			}
 			for _, command := range commands {
-				out = append(out, &Job{Cluster: name, Channel: ch, Command: command, Text: "/talos " + command + " " + name, Spec: spec, sched: s})
+				out = append(out, &Job{Cluster: name, Channel: ch, Command: command, Text: "/talos " + command + " " + name, Spec: spec, Windows: ws, Key: r.key, sched: s})
 			}
 		}
 	}
@@ -254,6 +268,9 @@ func (s *Scheduler) Tick(ctx context.Context, now time.Time) []Outcome {
 		switch {
 		case err != nil:
 			oc.Err = fmt.Errorf("read the lock of %s: %w", j.Cluster, err)
+		case j.Key == maintenanceRole.key && !approvals.InWindow(j.Windows, now):
+			oc.Skipped, oc.Err = s.skipOutsideWindow(ctx, j, now)
+			s.o.Say(ctx, to, oc.Skipped)
 		case lock != nil:
 			oc.Skipped = fmt.Sprintf("⏭️ scheduled %s skipped: %s holds the %s lock (%s by %s); next run %s",
 				j.Text, lock.OpID, j.Cluster, lock.Command, lock.Holder, j.next.UTC().Format(time.RFC3339))

@@ -226,6 +226,10 @@ func startApp(ctx context.Context, cfg *config.Config, o appOptions) (*app, erro
 		a.close()
 		return nil, fmt.Errorf("release notices: %w", err)
 	}
+	if err := a.startCertNotices(runCtx, creds, sink, log); err != nil {
+		a.close()
+		return nil, fmt.Errorf("certificate notices: %w", err)
+	}
 	if a.slack != nil {
 		a.slack.SetHandler(a.engine)
 		if cfg.Chat.Slack.Mode != "http" {

@@ -93,6 +93,11 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	storage, err := startDemoStorage(ctx, out, clusters[1], o.rebootDelay) // demo_storage.go
+	if err != nil {
+		return err
+	}
+	defer storage.summary()
 	cfg := demoConfig(dataDir, o.listen)
 	for i, s := range specs {
 		cfg.Clusters = append(cfg.Clusters, clusters[i].inventory(s.name, s.env, nil))

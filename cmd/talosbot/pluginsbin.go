@@ -62,7 +62,7 @@ func pluginsSHA256() (string, error) {
 // start would accept commands it cannot run, and a binary put in their place
 // (a wrapper set as $TALOSBOT_PLUGINS_BIN, another build) would receive every
 // request with its credentials. The plugin host checks the sum again before
-// each launch (go-plugin's SecureConfig).
+// it launches the file (plugins/host, verified.go).
 func pluginsBinary() (string, error) {
 	path := pluginsBinaryPath()
 	fi, err := os.Stat(path)

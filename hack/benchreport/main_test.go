@@ -30,3 +30,18 @@ func TestKeptTail(t *testing.T) {
 		t.Fatalf("kept %q from a missing report", got)
 	}
 }
+
+// TestMedians: a figure run several times (-count 5) is reported as the
+// median of its runs, not the last one.
+func TestMedians(t *testing.T) {
+	got := medians(map[string]map[string][]float64{
+		"host/BenchmarkColdStart": {"ns/op": {90, 20, 30, 25, 400}},
+		"host/BenchmarkPlanCall":  {"ns/op": {4, 1, 3, 2}},
+	})
+	if v := got["host/BenchmarkColdStart"]["ns/op"]; v != 30 {
+		t.Errorf("odd count: median %v, want 30", v)
+	}
+	if v := got["host/BenchmarkPlanCall"]["ns/op"]; v != 2.5 {
+		t.Errorf("even count: median %v, want 2.5", v)
+	}
+}

@@ -29,15 +29,22 @@ type Notes struct {
 }
 
 // Allowed refuses (R10, a *Refusal) a Talos upgrade target that is not a
-// known release (Targets), or outside the allow-list with
+// known release (R11 when it is a known Kubernetes release: CheckKind) (Targets), or outside the allow-list with
 // releases.listed_only; the same rule as List.Allowed (CheckTarget).
 func (n Notes) Allowed(v Version) error {
+	if err := CheckKind(KindTalos, v, n.Versions, n.Kubernetes); err != nil {
+		return err
+	}
 	return CheckTarget(KindTalos, v, n.Targets, n.Versions, n.ListedOnly)
 }
 
 // AllowedKubernetes refuses (R20, a *Refusal) a Kubernetes upgrade target
-// that is not in releases.kubernetes (CheckTarget).
+// that is not in releases.kubernetes (CheckTarget); R11 when it is a known
+// Talos release (CheckKind).
 func (n Notes) AllowedKubernetes(v Version) error {
+	if err := CheckKind(KindKubernetes, v, n.Kubernetes, n.Versions); err != nil {
+		return err
+	}
 	return CheckTarget(KindKubernetes, v, n.Kubernetes, n.Kubernetes, false)
 }
 

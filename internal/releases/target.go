@@ -54,6 +54,38 @@ func (k Kind) spellMinor(v Version) string {
 	return v.MinorTag()
 }
 
+// other is the kind of the other upgrade and command names the command
+// that upgrades this kind.
+func (k Kind) other() Kind {
+	if k == KindKubernetes {
+		return KindTalos
+	}
+	return KindKubernetes
+}
+
+func (k Kind) command() string {
+	if k == KindKubernetes {
+		return "/talos upgrade k8s"
+	}
+	return "/talos upgrade talos"
+}
+
+// CheckKind is rule R11 in its one place: a Talos upgrade does not upgrade
+// Kubernetes, and a Kubernetes upgrade does not upgrade Talos. A target that
+// is a known release of the other kind only (a Kubernetes version given to
+// the Talos upgrade, or the reverse) is refused naming the other command, the
+// separate operation, instead of being refused as an unknown release.
+// own are the known releases of kind k, other those of the other kind.
+func CheckKind(k Kind, target Version, own, other []Version) error {
+	if slices.Contains(own, target) || !slices.Contains(other, target) { // rule:R11
+		return nil
+	}
+	o := k.other()
+	return &Refusal{Rule: "R11",
+		Reason: fmt.Sprintf("%s is a %s release, not a %s one: a %s upgrade does not upgrade %s", o.spell(target), o.name(), k.name(), k.name(), o.name()),
+		Fix:    fmt.Sprintf("run %s %s as its own operation, or give a %s release to %s", o.command(), o.spell(target), k.name(), k.command())}
+}
+
 // CheckTarget is the only-real-releases rule in its one place: an upgrade
 // target must be a release the bot knows (targets: Image Factory's list or
 // its cache together with releases.talos, or releases.kubernetes), else it

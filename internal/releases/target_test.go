@@ -125,3 +125,30 @@ func TestUpgradeFirstAdviceNamesOnlyKnownReleases(t *testing.T) {
 	})
 	refusal(t, "1.36.3", err, "R20", []string{"declare its newest patch under releases.talos"}, []string{".x"})
 }
+
+// TestATargetOfTheOtherKindIsRefusedR11: a Talos upgrade does not upgrade
+// Kubernetes and a Kubernetes upgrade does not upgrade Talos (R11). A
+// Kubernetes release given to the Talos upgrade, or a Talos release given to
+// the Kubernetes upgrade, is refused as R11, naming the other command as
+// its own operation; releases of the right kind pass.
+func TestATargetOfTheOtherKindIsRefusedR11(t *testing.T) {
+	n := releases.Notes{
+		Versions:   []releases.Version{v("v1.12.6"), v("v1.13.9")},
+		Targets:    []releases.Version{v("v1.12.6"), v("v1.13.9")},
+		Kubernetes: []releases.Version{v("1.35.2"), v("1.36.3")},
+	}
+	refusal(t, "1.36.3", n.Allowed(v("v1.36.3")), "R11",
+		[]string{"1.36.3 is a Kubernetes release, not a Talos one", "a Talos upgrade does not upgrade Kubernetes",
+			"run /talos upgrade k8s 1.36.3 as its own operation"}, nil)
+	refusal(t, "v1.13.9", n.AllowedKubernetes(v("1.13.9")), "R11",
+		[]string{"v1.13.9 is a Talos release, not a Kubernetes one", "a Kubernetes upgrade does not upgrade Talos",
+			"run /talos upgrade talos v1.13.9 as its own operation"}, nil)
+	if err := n.Allowed(v("v1.13.9")); err != nil {
+		t.Errorf("a known Talos release refused: %v", err)
+	}
+	if err := n.AllowedKubernetes(v("1.36.3")); err != nil {
+		t.Errorf("a known Kubernetes release refused: %v", err)
+	}
+	// A version neither kind knows stays the known-release rule's (R10).
+	refusal(t, "v1.20.1", n.Allowed(v("v1.20.1")), "R10", []string{"not a Talos release the bot knows"}, nil)
+}

@@ -146,6 +146,7 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	}
 	obs.Attach(c)
 	defer func() { _ = c.Close() }()
+	storage := startStorage(t, kube, c) // InvStorage (storage.go)
 	name, environment := s.cluster()
 	b := servetest.Config{Dir: dir, SnapshotDir: true, Users: users(),
 		Clusters: []servetest.Cluster{{Name: name, Environment: environment, Sim: c, Kubeconfig: kube.Kubeconfig,
@@ -183,6 +184,7 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	_ = b.Cmd.Process.Signal(syscall.SIGTERM)
 	_ = b.Cmd.Wait()
 	res.Breaks = append(res.Breaks, obs.Breaks()...)
+	res.Breaks = append(res.Breaks, storage.Breaks()...)
 	res.Breaks = append(res.Breaks, checkStore(ctx, filepath.Join(dir, "data", "talosbot.db"))...)
 	res.Wall = time.Since(start)
 	return res

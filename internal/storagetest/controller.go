@@ -153,7 +153,10 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	if err := c.longhorn(ctx, up); err != nil {
 		return err
 	}
-	return c.cnpg(ctx, up)
+	if err := c.cnpg(ctx, up); err != nil {
+		return err
+	}
+	return c.pdbs(ctx)
 }
 
 func (c *Controller) rebuildTime() time.Duration {

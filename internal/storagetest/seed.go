@@ -30,6 +30,10 @@ type Volume struct {
 type Postgres struct {
 	Namespace, Name string
 	Nodes           []string
+	// PDB creates CloudNativePG's PodDisruptionBudgets (pdb.go), as the
+	// operator does by default (spec.enablePDB); the Controller keeps
+	// their status.
+	PDB bool
 }
 
 // createRetrying creates obj (then its status), retrying while a CRD just
@@ -133,7 +137,13 @@ func CreatePostgres(ctx context.Context, kube kubernetes.Interface, dyn dynamic.
 		"status": map[string]any{"currentPrimary": primary, "targetPrimary": primary, "instances": int64(len(p.Nodes)),
 			"readyInstances": int64(len(p.Nodes)), "phase": phaseHealthy, "instancesStatus": map[string]any{"healthy": names}},
 	}}
-	return createRetrying(ctx, dyn.Resource(ClusterGVR).Namespace(p.Namespace), cl)
+	if err := createRetrying(ctx, dyn.Resource(ClusterGVR).Namespace(p.Namespace), cl); err != nil {
+		return err
+	}
+	if p.PDB {
+		return createPDBs(ctx, kube, p)
+	}
+	return nil
 }
 
 func setPodReady(ctx context.Context, kube kubernetes.Interface, ns, name string) error {

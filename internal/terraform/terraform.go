@@ -172,11 +172,11 @@ func (r *Runner) run(ctx context.Context, work func(tf *tfexec.Terraform, dir st
 		return fmt.Errorf("create private Terraform run directory: %w", err)
 	}
 	defer func() {
-		if rmErr := os.RemoveAll(dir); rmErr != nil {
+		if rmErr := os.RemoveAll(dir); rmErr != nil { // rule:R23-removed
 			err = errors.Join(err, fmt.Errorf("remove Terraform run directory %s (remove it by hand: it may hold a plan): %w", dir, rmErr))
 		}
 	}()
-	if err := os.Chmod(dir, 0o700); err != nil {
+	if err := os.Chmod(dir, 0o700); err != nil { // rule:R23-private
 		return fmt.Errorf("restrict Terraform run directory: %w", err)
 	}
 	tf, err := tfexec.NewTerraform(r.cfg.Root, r.bin)

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/talosbot/talosbot/plugins/certinfo"
 	"github.com/talosbot/talosbot/plugins/drift"
 	"github.com/talosbot/talosbot/plugins/etcdops"
 	"github.com/talosbot/talosbot/plugins/gates"
@@ -50,6 +51,7 @@ func catalogue() map[string]func() sdk.Plugin {
 		recover.Name:      recover.New,
 		uncordon.Name:     uncordon.New,
 		etcdops.Name:      etcdops.New,
+		certinfo.Name:     certinfo.New,
 	}
 }
 

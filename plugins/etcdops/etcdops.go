@@ -61,7 +61,14 @@ func (*Plugin) Describe(context.Context) (*sdk.Manifest, error) {
 			Args: []*sdk.Arg{cl}, Effect: sdk.EffectReadOnly, Example: "/talos etcd status production"},
 		{Name: CmdDefrag, Summary: "defragment etcd one member at a time, the leader last, quorum checked before and after each; members under the fragmentation threshold are skipped",
 			Args:   []*sdk.Arg{cl, {Name: "min-fragmentation", Flag: true, Description: fmt.Sprintf("percent of the database that must be free pages to defragment a member (default %d)", DefaultMinFragmentation)}},
-			Effect: sdk.EffectDisruptive, Example: "/talos etcd defrag production"},
+			Effect: sdk.EffectDisruptive, Example: "/talos etcd defrag production",
+			// It checks the quorum before and after each member and refuses
+			// when nothing is over the threshold: safe for maintenance_schedule.
+			Maintenance: true},
+		{Name: CmdAlarms, Summary: "every etcd alarm and its member, as talosctl etcd alarm list shows them (read-only)",
+			Args: []*sdk.Arg{cl}, Effect: sdk.EffectReadOnly, Example: "/talos etcd alarms production"},
+		{Name: CmdDisarm, Summary: "disarm etcd's alarms once their cause is gone (every member's database back under its quota)",
+			Args: []*sdk.Arg{cl}, Effect: sdk.EffectDisruptive, Example: "/talos etcd disarm production"},
 	}}, nil
 }
 
@@ -154,7 +161,13 @@ func read(ctx context.Context, c *cluster.Clients, inv cluster.Inventory) []Memb
 				}
 			}
 		}
-		if errs := ms.GetErrors(); len(errs) > 0 {
+		var errs []string
+		for _, e := range ms.GetErrors() {
+			if !etcd.RemediedByDefrag(e) { // listed in Alarms; a defragmentation is its remedy
+				errs = append(errs, e)
+			}
+		}
+		if len(errs) > 0 {
 			m.Err = strings.Join(errs, "; ")
 		}
 		out = append(out, m)
@@ -192,6 +205,9 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 	if err != nil {
 		return sdk.RefusalPlan(err)
 	}
+	if req.Command == CmdAlarms || req.Command == CmdDisarm {
+		return planAlarms(ctx, req, inv)
+	}
 	if req.Command == CmdStatus {
 		return &sdk.OperationPlan{Summary: "read the etcd status of every member of " + inv.Name, Steps: []*sdk.Step{{ID: "status", Title: "etcd status", Kind: "read"}},
 			CanonicalInputs: sdk.NewCanonical(req).Bytes()}, nil
@@ -206,6 +222,17 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 	}
 	defer c.Close()
 	todo, skipped := Order(read(ctx, c, inv), min)
+	if len(todo) == 0 {
+		// Nothing to do is said at the plan, so neither a person nor a
+		// maintenance schedule is asked to approve a defragmentation of
+		// nothing.
+		var why []string
+		for _, m := range skipped {
+			why = append(why, m.Node+": "+m.skipWhy(min))
+		}
+		return sdk.RefusalPlan(&sdk.Refusal{Rule: "R16", Reason: fmt.Sprintf("no etcd member of %s needs a defragmentation: %s", inv.Name, strings.Join(why, "; ")),
+			Fix: fmt.Sprintf("nothing to do; /talos etcd status %s shows the fragmentation, --min-fragmentation lowers the threshold", inv.Name)})
+	}
 	steps := []*sdk.Step{}
 	var names []string
 	for _, m := range todo {
@@ -235,6 +262,9 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	inv, err := cluster.InventoryFrom(&req.Cluster)
 	if err != nil {
 		return err
+	}
+	if req.Command == CmdAlarms || req.Command == CmdDisarm {
+		return runAlarms(ctx, req, inv, r)
 	}
 	c, err := cluster.Connect(ctx, inv, &req.Credentials)
 	if err != nil {
@@ -272,7 +302,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		_ = r.StepStarted(id, "quorum before")
 		// R16's predicates around one member: it stops serving while it
 		// defragments, so the others must hold the quorum.
-		if q, err := etcd.WaitQuorum(ctx, c, ids, within, func(q etcd.Quorum) error { return q.CheckDisruption(m.Node) }); err != nil {
+		if q, err := etcd.WaitQuorumForDefrag(ctx, c, ids, within, func(q etcd.Quorum) error { return q.CheckDisruption(m.Node) }); err != nil {
 			_ = r.StepFailed(id, err.Error())
 			return r.Result(&sdk.Result{OK: false, Summary: "stopped before " + m.Node, Error: err.Error() + " (" + q.Summary() + ")", Lines: lines})
 		}
@@ -281,7 +311,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 			_ = r.StepFailed(id, err.Error())
 			return r.Result(&sdk.Result{OK: false, Summary: "defragment failed on " + m.Node, Error: err.Error(), Lines: lines})
 		}
-		if q, err := etcd.WaitQuorum(ctx, c, ids, within, func(q etcd.Quorum) error { return q.CheckRestored() }); err != nil {
+		if q, err := etcd.WaitQuorumForDefrag(ctx, c, ids, within, func(q etcd.Quorum) error { return q.CheckRestored() }); err != nil {
 			_ = r.StepFailed(id, err.Error())
 			return r.Result(&sdk.Result{OK: false, Summary: "quorum not back after " + m.Node, Error: err.Error() + " (" + q.Summary() + ")", Lines: lines})
 		}

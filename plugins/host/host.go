@@ -10,10 +10,14 @@
 //     started by New.
 //   - Lazy start. The first call for a plugin starts its process; later calls
 //     reuse it, concurrently (each call is its own gRPC stream).
-//   - Checksums. Before every launch of a plugin, including restarts, the
-//     host hashes the executable and refuses to start it if the sha256
-//     differs from the expected one; go-plugin's SecureConfig checks it again
-//     right before exec. For an external plugin the sum comes from the config;
+//   - Checksums. Before a launch of a plugin the host hashes the executable,
+//     through the descriptor it then executes, and refuses to start it if
+//     the sha256 differs from the expected one; a write to the file between
+//     the check and the plugin's start refuses the launch too. A file once
+//     verified is not hashed again by the same Manager while the kernel's
+//     view of it (inode, size, mtime, ctime) stays the same: restarts and
+//     the other built-ins of the same binary skip the hash (verified.go says
+//     why that is sound). For an external plugin the sum comes from the config;
 //     for the built-ins it is the sum of talosbot-plugins recorded when the
 //     bot was built (Options.ExecutableSHA256): a wrapper or another build
 //     put in its place is never run, so it never sees a request or its
@@ -195,6 +199,13 @@ type Manager struct {
 	bgMu    sync.Mutex     // orders bg.Add before Close's bg.Wait
 	bg      sync.WaitGroup // starts, and kills of discarded processes
 
+	// verified remembers the executables already hashed (verified.go).
+	verified verifiedFiles
+	// hostCert is the client certificate of the plugin connections (tls.go).
+	hostCert hostCert
+	// hashes counts the executables hashed for a launch (tests).
+	hashes atomic.Int64
+
 	// afterVerify, when set (tests), runs between the checksum check and the
 	// exec, where an attacker would swap the file.
 	afterVerify func(path string)
@@ -257,7 +268,7 @@ func New(opts Options) (*Manager, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{opts: opts, log: log, plugins: map[string]*managed{}}
+	m := &Manager{opts: opts, log: log, plugins: map[string]*managed{}, verified: verifiedFiles{settle: settleTime}}
 
 	add := func(p *managed) error {
 		if err := validName(p.name); err != nil {
@@ -629,9 +640,17 @@ func (m *Manager) start(ctx context.Context, p *managed, abort context.CancelFun
 		return nil, err
 	}
 	defer func() { _ = exe.Close() }() // the child has exec'd or failed by the time start returns
-	if err := verifyChecksum(p, exe, p.path); err != nil {
-		abort()
-		return nil, err
+	// Hashed once per file and Manager (verified.go): a restart, or another
+	// built-in of the same binary, finds it remembered.
+	id, haveID := statID(exe)
+	hashedAt := time.Now()
+	remembered := haveID && m.verified.has(id, p.sha256)
+	if !remembered {
+		m.hashes.Add(1)
+		if err := verifyChecksum(p, exe, p.path); err != nil {
+			abort()
+			return nil, err
+		}
 	}
 	if m.afterVerify != nil {
 		m.afterVerify(p.path)
@@ -652,10 +671,21 @@ func (m *Manager) start(ctx context.Context, p *managed, abort context.CancelFun
 		return cmd.Process.Kill()
 	}
 
-	// SecureConfig repeats the check on execPath, the same open file,
-	// immediately before exec.
-	want, _ := hex.DecodeString(p.sha256) // validated in New
-	secure := &plugin.SecureConfig{Checksum: want, Hash: sha256.New()}
+	// Where the path is executed (not Linux), SecureConfig checks it again
+	// right before exec. On Linux the descriptor just hashed is executed,
+	// and the check after the start below covers the whole launch.
+	var secure *plugin.SecureConfig
+	if !execsVerifiedFile {
+		want, _ := hex.DecodeString(p.sha256) // validated in New
+		secure = &plugin.SecureConfig{Checksum: want, Hash: sha256.New()}
+	}
+
+	tlsConfig, tlsPipe, err := m.launchTLS(cmd)
+	if err != nil {
+		abort()
+		return nil, fmt.Errorf("plugin %q: %w", p.name, err)
+	}
+	defer func() { _ = tlsPipe.Close() }() // the process has its copy
 
 	log := m.log.With("plugin", p.name)
 	client := plugin.NewClient(&plugin.ClientConfig{
@@ -666,12 +696,22 @@ func (m *Manager) start(ctx context.Context, p *managed, abort context.CancelFun
 		Cmd:              cmd,
 		SecureConfig:     secure,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
-		SkipHostEnv:      true,
-		StartTimeout:     m.opts.CallTimeout,
-		Logger:           newHCLogger(log),
-		SyncStdout:       newLineLogger(log, "stdout"),
-		SyncStderr:       newLineLogger(log, "stderr"),
+		TLSConfig:        tlsConfig, // mTLS with keys the host makes (tls.go)
+		// A fixed window turns off gRPC's bandwidth-delay estimator and its
+		// PING per call (plugins/sdk sets the same on the plugin's side).
+		// Retries are the host's to decide (unary, callError): gRPC's own
+		// would only buffer every request for a replay that never helps on
+		// a unix socket to one process.
+		GRPCDialOptions: []grpc.DialOption{
+			grpc.WithInitialWindowSize(sdk.WindowSize),
+			grpc.WithInitialConnWindowSize(sdk.WindowSize),
+			grpc.WithDisableRetry(),
+		},
+		SkipHostEnv:  true,
+		StartTimeout: m.opts.CallTimeout,
+		Logger:       newHCLogger(log),
+		SyncStdout:   newLineLogger(log, "stdout"),
+		SyncStderr:   newLineLogger(log, "stderr"),
 	})
 	// fail kills what was started (the process group first, so that
 	// go-plugin's Kill does not wait on pipes a child holds) and returns err.
@@ -694,6 +734,16 @@ func (m *Manager) start(ctx context.Context, p *managed, abort context.CancelFun
 			return fail(fmt.Errorf("plugin %q (%s): start aborted: %w", p.name, p.path, ErrClosed))
 		}
 		return fail(fmt.Errorf("plugin %q (%s): start failed: %w", p.name, p.path, err))
+	}
+	// The plugin runs, and has been sent nothing yet. Any write to the file
+	// since it was checked changed its ctime (verified.go): refuse it.
+	if haveID {
+		if now, ok := statID(exe); !ok || now != id {
+			return fail(fmt.Errorf("plugin %q (%s): %w: the executable changed while it was being launched; check who writes to it", p.name, p.path, ErrChecksumMismatch))
+		}
+		if !remembered {
+			m.verified.add(id, p.sha256, hashedAt)
+		}
 	}
 	raw, err := rpcClient.Dispense(sdk.PluginName)
 	if err != nil {

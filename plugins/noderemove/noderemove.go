@@ -81,7 +81,7 @@ func (t *target) kubeNode() string { return t.ids.KubeNode(t.node.Name) }
 func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session, resetIssued bool) (*target, error) {
 	name := strings.TrimSpace(req.Args["node"])
 	n, ok := s.Inv.Node(name)
-	if !ok {
+	if !ok { // rule:R8
 		return nil, &sdk.Refusal{Rule: "R8",
 			Reason: fmt.Sprintf("%s is not in the inventory of %s: the bot removes a node only while the inventory (Terraform) still has its address and credentials", sdk.Quote(name), s.Inv.Name),
 			Fix: fmt.Sprintf("check the name (nodes: %s); if the entry was already removed from Terraform, restore it, apply, then remove the node here first",
@@ -171,6 +171,9 @@ func followUp(inv cluster.Inventory, n cluster.Node) []string {
 
 // Plan checks the node and quorum; it changes nothing.
 func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	if _, err := decodeConfig(req.Config); err != nil {
+		return nil, err
+	}
 	if err := cluster.CheckRole(req.Credentials.Talosconfig, "the removal", cluster.GateMethods, cluster.RemoveMethods); err != nil {
 		return sdk.RefusalPlan(err)
 	}
@@ -218,6 +221,9 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 			err = nil
 		}
 	}()
+	if _, err := decodeConfig(req.Config); err != nil {
+		return err
+	}
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return err
@@ -280,7 +286,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	default:
 		// Gate before (R1), the node to remove being the one drained.
 		gopts := gate.OptionsFor(s, req.Settings, []string{n.Name})
-		gopts.Identity = t.ids
+		gopts.Identity, gopts.Storage = t.ids, gateStorage(req)
 		verdict := gate.Run(ctx, s.Clients, inv, gopts)
 		if err := gate.Report(r, "gate-before/", verdict); err != nil {
 			return err

@@ -14,9 +14,22 @@ import (
 // the same forecast and the same wait before the drain as the Talos
 // upgrade; the node does not come back, so there is no wait after it.
 
-// storageSettings are the plugin's storage settings.
-func storageSettings(*sdk.OperationRequest) storage.Settings {
-	return storage.Defaults()
+// storageSettings are the plugin's storage settings: the storage key of
+// its section (plugins.noderemove.storage), over the defaults.
+func storageSettings(req *sdk.OperationRequest) (storage.Settings, error) {
+	cfg, err := decodeConfig(req.Config)
+	return cfg.Storage.Settings(), err
+}
+
+// gateStorage is what the gate's Storage probe reads: the integrations
+// this plugin's settings enable (nil, the defaults, on a section that does
+// not decode; Plan and Run refuse it before any gate).
+func gateStorage(req *sdk.OperationRequest) *storage.Settings {
+	set, err := storageSettings(req)
+	if err != nil {
+		return nil
+	}
+	return &set
 }
 
 // forecast adds the node's drain forecast to the plan, or refuses (R3).
@@ -29,7 +42,11 @@ func forecast(ctx context.Context, s *cluster.Session, t *target, req *sdk.Opera
 	if err != nil {
 		return err
 	}
-	f, _, err := storage.Plan(ctx, s.Kube, s.Dynamic, []string{kn}, pdbs, storageSettings(req))
+	set, err := storageSettings(req)
+	if err != nil {
+		return err
+	}
+	f, _, err := storage.Plan(ctx, s.Kube, s.Dynamic, []string{kn}, pdbs, set)
 	if err != nil {
 		return err
 	}
@@ -46,7 +63,11 @@ func storageBefore(ctx context.Context, s *cluster.Session, t *target, req *sdk.
 	if kn == "" || s.Kube == nil || s.Dynamic == nil {
 		return nil, nil
 	}
-	w := storage.Waiter{Kube: s.Kube, Dyn: s.Dynamic, Settings: storageSettings(req),
+	set, err := storageSettings(req)
+	if err != nil {
+		return nil, err
+	}
+	w := storage.Waiter{Kube: s.Kube, Dyn: s.Dynamic, Settings: set,
 		Progress: func(line string) { _ = r.Log("info", "reset", line) }}
 	lines, err := w.Before(ctx, kn)
 	if err != nil {

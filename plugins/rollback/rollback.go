@@ -15,12 +15,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/talosbot/talosbot/internal/version"
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/etcd"
 	"github.com/talosbot/talosbot/plugins/cluster/gate"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
+	"github.com/talosbot/talosbot/plugins/cluster/storage"
 	"github.com/talosbot/talosbot/plugins/cluster/talos"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
@@ -37,6 +39,9 @@ const Command = "rollback"
 type Plugin struct {
 	mu     sync.Mutex
 	active map[string]string // cluster → control plane being rolled back
+	// now is the storage waits' clock (their limits are measured on it);
+	// nil: time.Now. Tests move it instead of sleeping a limit out.
+	now func() time.Time
 }
 
 // New returns the plugin.
@@ -118,6 +123,9 @@ func check(ctx context.Context, req *sdk.OperationRequest, s *cluster.Session) (
 
 // Plan reads the node and the quorum; it changes nothing.
 func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.OperationPlan, error) {
+	if _, err := decodeConfig(req.Config); err != nil {
+		return nil, err
+	}
 	if err := cluster.CheckRole(req.Credentials.Talosconfig, "the rollback", cluster.GateMethods, cluster.RollbackMethods); err != nil {
 		return sdk.RefusalPlan(err)
 	}
@@ -131,8 +139,15 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 	if err != nil {
 		return sdk.RefusalPlan(err)
 	}
+	summary := fmt.Sprintf("Roll %s of %s back from %s to its previous Talos version", t.node.Name, inv.Name, t.version)
+	if d := rolledBack(ctx, s, t, req); d != nil {
+		// A resume after the rollback (storage.go): the same inputs as
+		// the approved plan, and no second rollback.
+		summary = fmt.Sprintf("%s of %s is already rolled back %s → %s; wait for its Longhorn volumes, then the closing gate", t.node.Name, inv.Name, d.from, d.to)
+		t.version = d.from
+	}
 	plan := &sdk.OperationPlan{
-		Summary:  fmt.Sprintf("Roll %s of %s back from %s to its previous Talos version", t.node.Name, inv.Name, t.version),
+		Summary:  summary,
 		Target:   t.node.Name,
 		Warnings: append([]string{"do not bump talos_version in Terraform until the failure is understood (R19)"}, gate.PlanWarnings(ctx, s.Clients)...),
 		CanonicalInputs: sdk.NewCanonical(req).Str("node", t.node.Name).Str("address", t.node.Address).Str("role", t.node.Role).
@@ -176,6 +191,9 @@ func (p *Plugin) claim(clusterName, node string) (func(), error) {
 
 // Run rolls the node back and tracks it.
 func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+	if _, err := decodeConfig(req.Config); err != nil {
+		return err
+	}
 	s, err := cluster.OpenRequest(ctx, req)
 	if err != nil {
 		return err
@@ -201,63 +219,103 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		defer release()
 	}
 
-	// Gate before (R1). The node itself may be what is wrong (workloads
-	// failing after an upgrade), so only the rest of the cluster must pass:
-	// failures that name nothing but this node are tolerated.
-	gopts := gate.OptionsFor(s, req.Settings, []string{t.node.Name})
-	gopts.Identity = t.ids
-	verdict := gate.Run(ctx, s.Clients, inv, gopts)
-	if err := gate.Report(r, "gate-before/", verdict); err != nil {
-		return err
-	}
-	if err := cluster.CheckGateBefore("the rollback", othersFailing(verdict, t.ids, t.node.Name)); err != nil {
-		// A rollback fixes one node, not the cluster.
-		return refuse(err)
-	}
-
+	w, kn := waiter(s, t, req, r, p.now)
 	ev := func(st sdk.StepStatus, detail, to string) {
 		_ = r.Step(&sdk.StepEvent{StepID: "rollback", Status: st, Detail: detail, Node: t.node.Name, FromVersion: t.version, ToVersion: to})
 	}
-	ev(sdk.StepRunning, "", "")
-	failRes := func(err error) error {
-		ev(sdk.StepFailed, err.Error(), "")
-		return r.Result(&sdk.Result{OK: false, Summary: "rollback of " + t.node.Name + " failed", Error: err.Error()})
-	}
-	// Storage first (storage.go): primaries off the node, last replicas
-	// elsewhere; the volumes with a replica here are waited for afterwards.
-	var storageLines, affected []string
-	w, kn := waiter(s, t, req, r)
-	if w != nil {
-		if storageLines, err = w.Before(ctx, kn); err == nil {
-			affected, err = w.Affected(ctx, kn)
+	var (
+		storageLines, affected []string
+		now                    string // the version the node runs after the rollback
+		marked                 bool   // the rolled-back mark is on the Node (storage.go)
+		keepMark               bool   // the run pauses after the rollback: its resume reads the mark
+	)
+	defer func() {
+		if marked && !keepMark {
+			_ = clearRolledBack(context.WithoutCancel(ctx), s, kn)
 		}
-		if err != nil {
-			ev(sdk.StepFailed, err.Error(), "")
-			res := &sdk.Result{OK: false, Summary: "stopped before the rollback: storage cannot tolerate " + t.node.Name + " going down; nothing was rebooted",
-				Error: err.Error(), Lines: storageLines}
-			if re, ok := sdk.AsRefusal(err); ok {
-				res.Refusal = re
+	}()
+	if d := rolledBack(ctx, s, t, req); d != nil {
+		// Resumed after a pause past the rollback: the node is already
+		// back on d.to; a second rollback would boot the newer entry.
+		marked, t.version, now = true, d.from, d.to
+		skipped := fmt.Sprintf("%s was rolled back %s → %s by an earlier attempt of this operation", t.node.Name, d.from, d.to)
+		for _, pi := range gate.Probes() {
+			_ = r.StepSkipped("gate-before/"+pi.Name, skipped)
+		}
+		ev(sdk.StepSkipped, skipped, d.to)
+		if w != nil {
+			if affected, err = w.Affected(ctx, kn); err != nil {
+				return r.Result(&sdk.Result{OK: false, Summary: "cannot read Longhorn", Error: err.Error()})
 			}
-			return r.Result(res)
+		}
+	} else {
+		// Gate before (R1). The node itself may be what is wrong (workloads
+		// failing after an upgrade), so only the rest of the cluster must pass:
+		// failures that name nothing but this node are tolerated.
+		gopts := gate.OptionsFor(s, req.Settings, []string{t.node.Name})
+		gopts.Identity, gopts.Storage = t.ids, gateStorage(req)
+		verdict := gate.Run(ctx, s.Clients, inv, gopts)
+		if err := gate.Report(r, "gate-before/", verdict); err != nil {
+			return err
+		}
+		if err := cluster.CheckGateBefore("the rollback", othersFailing(verdict, t.ids, t.node.Name)); err != nil {
+			// A rollback fixes one node, not the cluster.
+			return refuse(err)
+		}
+
+		ev(sdk.StepRunning, "", "")
+		failRes := func(err error) error {
+			ev(sdk.StepFailed, err.Error(), "")
+			return r.Result(&sdk.Result{OK: false, Summary: "rollback of " + t.node.Name + " failed", Error: err.Error()})
+		}
+		// Storage first (storage.go): primaries off the node, last replicas
+		// elsewhere; the volumes with a replica here are waited for afterwards.
+		if w != nil {
+			if storageLines, err = w.Before(ctx, kn); err == nil {
+				affected, err = w.Affected(ctx, kn)
+			}
+			if err != nil {
+				ev(sdk.StepFailed, err.Error(), "")
+				if storage.IsLimit(err) {
+					// Nothing rebooted: Resume plans the whole rollback again.
+					return r.Result(pausedResult(t.node.Name, storageLines, err, "Resume once Longhorn has a healthy replica elsewhere, or Abandon"))
+				}
+				res := &sdk.Result{OK: false, Summary: "stopped before the rollback: storage cannot tolerate " + t.node.Name + " going down; nothing was rebooted",
+					Error: err.Error(), Lines: storageLines}
+				if re, ok := sdk.AsRefusal(err); ok {
+					res.Refusal = re
+				}
+				return r.Result(res)
+			}
+		}
+		bootID, err := talos.BootID(ctx, s, t.node)
+		if err != nil {
+			return failRes(err)
+		}
+		if err := talos.StartRollback(ctx, s, t.node); err != nil {
+			return failRes(err)
+		}
+		res, err := talos.TrackReboot(ctx, s, t.node, talos.TrackOptions{Timeout: talos.NodeTimeout(req.Settings), OldBootID: bootID,
+			Log: func(msg string) { _ = r.Log("info", "rollback", msg) }})
+		if err != nil {
+			return failRes(err)
+		}
+		if err := wentBack(t.version, res.Version); err != nil {
+			return failRes(fmt.Errorf("%s: %w", t.node.Name, err))
+		}
+		now = res.Version
+		ev(sdk.StepOK, fmt.Sprintf("%s → %s: boot id changed, running and ready", t.version, now), now)
+		if w != nil && len(affected) > 0 {
+			// Without the mark a wait past its limit fails instead of
+			// pausing: a resume could not tell the rollback was done.
+			if err := markRolledBack(ctx, s, kn, req, done{from: t.version, to: now}); err != nil {
+				_ = r.Log("warn", "rollback", err.Error())
+			} else {
+				marked = true
+			}
 		}
 	}
-	bootID, err := talos.BootID(ctx, s, t.node)
-	if err != nil {
-		return failRes(err)
-	}
-	if err := talos.StartRollback(ctx, s, t.node); err != nil {
-		return failRes(err)
-	}
-	res, err := talos.TrackReboot(ctx, s, t.node, talos.TrackOptions{Timeout: talos.NodeTimeout(req.Settings), OldBootID: bootID,
-		Log: func(msg string) { _ = r.Log("info", "rollback", msg) }})
-	if err != nil {
-		return failRes(err)
-	}
-	if err := wentBack(t.version, res.Version); err != nil {
-		return failRes(fmt.Errorf("%s: %w", t.node.Name, err))
-	}
-	ev(sdk.StepOK, fmt.Sprintf("%s → %s: boot id changed, running and ready", t.version, res.Version), res.Version)
-	lines := append(storageLines, fmt.Sprintf("↩️ %s rolled back %s → %s", t.node.Name, t.version, res.Version))
+	lines := append(storageLines, fmt.Sprintf("↩️ %s rolled back %s → %s", t.node.Name, t.version, now))
 	// The node is back on its old version: not every node runs the newer
 	// one, so a talos_version bump made for it must be reverted (R19).
 	invalidated := []string{talos.DeclaredVersion}
@@ -267,20 +325,27 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		q, err := etcd.WaitQuorum(ctx, s.Clients, t.ids, gate.Timeout(req.Settings), etcd.Quorum.CheckRestored)
 		if err != nil {
 			_ = r.StepFailed("quorum-after", err.Error())
-			return r.Result(&sdk.Result{OK: false, Summary: t.node.Name + " is back on " + res.Version + " but etcd is not healthy", Error: err.Error(), Lines: lines, Invalidated: invalidated})
+			return r.Result(&sdk.Result{OK: false, Summary: t.node.Name + " is back on " + now + " but etcd is not healthy", Error: err.Error(), Lines: lines, Invalidated: invalidated})
 		}
 		_ = r.StepOK("quorum-after", q.Summary())
 	}
 	if w != nil {
 		after, err := w.After(ctx, kn, affected)
+		if err != nil && storage.IsLimit(err) && marked {
+			// The rollback is done; the run pauses (it does not fail):
+			// Resume waits again and runs the closing gate, Abandon ends it.
+			keepMark = true
+			return r.Result(&sdk.Result{OK: false, Summary: sdk.PausedSummary, Invalidated: invalidated, Lines: append(lines,
+				"⏸️ "+err.Error()+": Resume waits for Longhorn again and then runs the closing gate (it does not roll "+t.node.Name+" back twice), or Abandon")})
+		}
 		if err != nil {
-			return r.Result(&sdk.Result{OK: false, Summary: t.node.Name + " is back on " + res.Version + " but Longhorn is not healthy again", Error: err.Error(), Lines: lines, Invalidated: invalidated})
+			return r.Result(&sdk.Result{OK: false, Summary: t.node.Name + " is back on " + now + " but Longhorn is not healthy again", Error: err.Error(), Lines: lines, Invalidated: invalidated})
 		}
 		lines = append(lines, after...)
 	}
 	aopts := gate.OptionsFor(s, req.Settings, []string{})
-	aopts.Identity = t.ids
-	verdict = gate.Until(ctx, s.Clients, inv, aopts, gate.AfterWait(req.Settings))
+	aopts.Identity, aopts.Storage = t.ids, gateStorage(req)
+	verdict := gate.Until(ctx, s.Clients, inv, aopts, gate.AfterWait(req.Settings))
 	if err := gate.Report(r, "gate-after/", verdict); err != nil {
 		return err
 	}
@@ -288,7 +353,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	if !verdict.Passed {
 		return r.Result(&sdk.Result{OK: false, Summary: t.node.Name + " rolled back but the closing health gate failed", Error: verdict.Err().Error(), Lines: lines, Invalidated: invalidated})
 	}
-	return r.Result(&sdk.Result{OK: true, Summary: fmt.Sprintf("%s rolled back to %s", t.node.Name, res.Version), Lines: lines, Invalidated: invalidated})
+	return r.Result(&sdk.Result{OK: true, Summary: fmt.Sprintf("%s rolled back to %s", t.node.Name, now), Lines: lines, Invalidated: invalidated})
 }
 
 // wentBack verifies the rollback: the node now runs an older version.

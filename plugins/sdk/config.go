@@ -130,6 +130,11 @@ func decodeValue(path string, raw json.RawMessage, v reflect.Value, errs *Config
 		}
 		decodeValue(path, raw, v.Elem(), errs)
 	case reflect.Struct:
+		if string(raw) == "null" {
+			// `storage:` with nothing under it in YAML: the nested
+			// section keeps its defaults, as a null scalar does.
+			return
+		}
 		var obj map[string]json.RawMessage
 		if json.Unmarshal(raw, &obj) != nil || obj == nil {
 			errs.Add(path, "is %s, want a mapping of keys", describeJSON(raw))

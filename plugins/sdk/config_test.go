@@ -222,3 +222,21 @@ func TestValidateConfigOfWalksJoins(t *testing.T) {
 		t.Fatalf("a wrapped ConfigErrors keeps its paths: %v", out)
 	}
 }
+
+// A nested section written empty in YAML (`storage:`) arrives as null and
+// keeps its defaults, as a null scalar does.
+func TestDecodeConfigNullNestedSectionKeepsDefaults(t *testing.T) {
+	type inner struct {
+		Wait Duration `json:"wait"`
+	}
+	var c struct {
+		Inner inner `json:"inner"`
+	}
+	c.Inner.Wait = Duration(time.Hour)
+	if err := DecodeConfig([]byte(`{"inner": null}`), &c); err != nil || c.Inner.Wait.D() != time.Hour {
+		t.Fatalf("null inner: %+v %v, want the default kept", c, err)
+	}
+	if err := DecodeConfig([]byte(`{"inner": 3}`), &c); err == nil {
+		t.Fatal("a number for a mapping decoded")
+	}
+}

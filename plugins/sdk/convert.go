@@ -33,7 +33,7 @@ func commandToProto(c *Command) *pb.Command {
 	out := &pb.Command{
 		Name: c.Name, Summary: c.Summary, Effect: pb.Effect(c.Effect), NeedsSnapshot: c.NeedsSnapshot,
 		Example: c.Example, ReadsSnapshot: c.ReadsSnapshot, Drill: pb.Drill(c.Drill), MinApprovals: c.MinApprovals,
-		PausesBetweenNodes: c.PausesBetweenNodes, StatusLabel: c.StatusLabel,
+		PausesBetweenNodes: c.PausesBetweenNodes, StatusLabel: c.StatusLabel, Maintenance: c.Maintenance,
 	}
 	for _, a := range c.Args {
 		out.Args = append(out.Args, argToProto(a))
@@ -51,7 +51,7 @@ func commandFromProto(c *pb.Command) *Command {
 	out := &Command{
 		Name: c.GetName(), Summary: c.GetSummary(), Effect: Effect(c.GetEffect()), NeedsSnapshot: c.GetNeedsSnapshot(),
 		Example: c.GetExample(), ReadsSnapshot: c.GetReadsSnapshot(), Drill: Drill(c.GetDrill()), MinApprovals: c.GetMinApprovals(),
-		PausesBetweenNodes: c.GetPausesBetweenNodes(), StatusLabel: c.GetStatusLabel(),
+		PausesBetweenNodes: c.GetPausesBetweenNodes(), StatusLabel: c.GetStatusLabel(), Maintenance: c.GetMaintenance(),
 	}
 	for _, a := range c.GetArgs() {
 		out.Args = append(out.Args, argFromProto(a))

@@ -127,6 +127,9 @@ type Command struct {
 	PausesBetweenNodes bool
 	// StatusLabel makes a READ_ONLY command a /talos status provider.
 	StatusLabel string
+	// Maintenance lets the host run a DISRUPTIVE command from its
+	// maintenance_schedule, in the maintenance window (see the proto).
+	Maintenance bool
 }
 
 // Manifest is what Describe returns: the commands this plugin serves.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/talosbot/talosbot/plugins/cluster/storage"
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
@@ -14,12 +15,17 @@ type Config struct {
 	// RefuseNonLatestPatch makes R10's warning about a target that is not
 	// the newest known patch of its minor a refusal (default: a warning).
 	RefuseNonLatestPatch bool `json:"refuse_non_latest_patch"`
+	// Storage tunes the storage-aware drain (docs/UPGRADES.md, "Storage").
+	Storage storage.Config `json:"storage"`
 }
 
 // decodeConfig reads the section strictly (unknown keys are errors).
 func decodeConfig(raw []byte) (Config, error) {
-	var c Config
+	c := Config{Storage: storage.DefaultConfig()}
 	if err := sdk.DecodeConfig(raw, &c); err != nil {
+		return c, fmt.Errorf("plugins.%s: %w", Name, err)
+	}
+	if err := c.Storage.Validate("storage"); err != nil {
 		return c, fmt.Errorf("plugins.%s: %w", Name, err)
 	}
 	return c, nil

@@ -342,7 +342,7 @@ func (c *hopChecks) extraKernelArgs() {
 		}
 		dropped = append(dropped, what)
 	}
-	if len(dropped) > 0 { // rule:R13-preflight
+	if len(dropped) > 0 { // rule:R13-kernelargs
 		c.refuse("R13", fmt.Sprintf("machine.install.extraKernelArgs on %s: %s (%s)", strings.Join(dropped, ", "), ch.What, ch.Source), ch.Action)
 	}
 	if len(inert) > 0 {
@@ -377,7 +377,7 @@ func (c *hopChecks) factoryInstaller() {
 			bad = append(bad, fmt.Sprintf("%s (%s)", nf.node.Name, nf.installImage))
 		}
 	}
-	if len(bad) > 0 { // rule:R13-preflight
+	if len(bad) > 0 { // rule:R13-factory
 		c.refuse("R13", fmt.Sprintf("machine.install.image is not from Image Factory on %s: %s (%s)", strings.Join(bad, ", "), ch.What, ch.Source), ch.Action)
 	}
 }
@@ -406,7 +406,7 @@ func (c *hopChecks) etcd36() {
 		}
 	}
 	switch {
-	case len(old) > 0: // rule:R10-preflight
+	case len(old) > 0: // rule:R10-etcd36
 		c.refuse("R10", fmt.Sprintf("%s: %s (%s)", strings.Join(old, "; "), ch.What, ch.Source), ch.Action)
 	case len(unread) > 0:
 		c.refuse("R10", fmt.Sprintf("the etcd version of %s could not be read: %s", strings.Join(unread, ", "), ch.What),
@@ -439,7 +439,7 @@ func (c *hopChecks) tls13() {
 			}
 		}
 	}
-	if len(denied) > 0 { // rule:R10-preflight
+	if len(denied) > 0 { // rule:R10-tls13
 		c.refuse("R10", fmt.Sprintf("%s: %s (%s)", strings.Join(denied, "; "), ch.What, ch.Source), ch.Action)
 	}
 	if len(ignored) > 0 {

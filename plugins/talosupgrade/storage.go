@@ -15,15 +15,32 @@ import (
 // CloudNativePG"): the logic is plugins/cluster/storage's; this file is
 // the glue into the roll.
 
-// storageSettings are the plugin's storage settings.
-func storageSettings(*sdk.OperationRequest) storage.Settings {
-	return storage.Defaults()
+// storageSettings are the plugin's storage settings: the storage key of
+// its section (plugins.talosupgrade.storage), over the defaults.
+func storageSettings(req *sdk.OperationRequest) (storage.Settings, error) {
+	cfg, err := decodeConfig(req.Config)
+	return cfg.Storage.Settings(), err
+}
+
+// gateStorage is what the gate's Storage probe reads: the integrations
+// this plugin's settings enable (nil, the defaults, on a section that does
+// not decode; the plan refuses it before any gate).
+func gateStorage(req *sdk.OperationRequest) *storage.Settings {
+	set, err := storageSettings(req)
+	if err != nil {
+		return nil
+	}
+	return &set
 }
 
 // planStorage reads Longhorn and CNPG, marks every hop's roll as having
 // storage steps when either is installed, and forecasts each node's drain
 // in roll order. A forecast that cannot finish is an R3 refusal.
-func planStorage(ctx context.Context, s *cluster.Session, pa *path, set storage.Settings) (storage.Forecast, bool, error) {
+func planStorage(ctx context.Context, s *cluster.Session, pa *path, req *sdk.OperationRequest) (storage.Forecast, bool, error) {
+	set, err := storageSettings(req)
+	if err != nil {
+		return storage.Forecast{}, false, err
+	}
 	if s.Kube == nil || s.Dynamic == nil {
 		return storage.Forecast{Checked: "no kubeconfig: not checked"}, false, nil
 	}
@@ -54,9 +71,10 @@ func storageAfterStep(r *roll, n nodeStep) *sdk.Step {
 	return &sdk.Step{ID: n.id("storage-after"), Title: n.node.Name + ": Longhorn volumes healthy again", Node: n.node.Name, Kind: "storage"}
 }
 
-func (x *run) waiter(step string) storage.Waiter {
-	return storage.Waiter{Kube: x.s.Kube, Dyn: x.s.Dynamic, Settings: storageSettings(x.req),
-		Progress: func(line string) { _ = x.r.StepStarted(step, line) }}
+func (x *run) waiter(step string) (storage.Waiter, error) {
+	set, err := storageSettings(x.req)
+	return storage.Waiter{Kube: x.s.Kube, Dyn: x.s.Dynamic, Settings: set,
+		Progress: func(line string) { _ = x.r.StepStarted(step, line) }}, err
 }
 
 // storageBefore makes the node safe to drain (storage.Waiter.Before) and
@@ -69,9 +87,12 @@ func (x *run) storageBefore(ctx context.Context, n nodeStep) ([]string, error) {
 	id := n.id("storage-before")
 	kn := x.roll.ids.KubeNode(n.node.Name)
 	_ = x.r.StepStarted(id, "")
-	w := x.waiter(id)
-	lines, err := w.Before(ctx, kn)
-	x.lines = append(x.lines, lines...)
+	w, err := x.waiter(id)
+	var lines []string
+	if err == nil {
+		lines, err = w.Before(ctx, kn)
+		x.lines = append(x.lines, lines...)
+	}
 	if err == nil {
 		var affected []string
 		if affected, err = w.Affected(ctx, kn); err == nil {
@@ -95,7 +116,11 @@ func (x *run) storageAfter(ctx context.Context, n nodeStep, later []nodeStep, af
 	}
 	id := n.id("storage-after")
 	_ = x.r.StepStarted(id, "")
-	lines, err := x.waiter(id).After(ctx, x.roll.ids.KubeNode(n.node.Name), affected)
+	w, err := x.waiter(id)
+	var lines []string
+	if err == nil {
+		lines, err = w.After(ctx, x.roll.ids.KubeNode(n.node.Name), affected)
+	}
 	if err == nil {
 		x.lines = append(x.lines, lines...)
 		_ = x.r.StepOK(id, fmt.Sprintf("%d volume(s) healthy", len(affected)))

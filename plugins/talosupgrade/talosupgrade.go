@@ -217,7 +217,7 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 			Fix: "nothing to do; /talos status shows the running versions"})
 	}
 	pa.warnings = append(pa.warnings, gate.PlanWarnings(ctx, s.Clients)...)
-	forecast, _, err := planStorage(ctx, s, pa, storageSettings(req))
+	forecast, _, err := planStorage(ctx, s, pa, req)
 	if err != nil {
 		return sdk.RefusalPlan(err)
 	}
@@ -339,7 +339,7 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		}
 		return err
 	}
-	if _, _, err := planStorage(ctx, s, ro, storageSettings(req)); err != nil {
+	if _, _, err := planStorage(ctx, s, ro, req); err != nil {
 		// The waits before each node make the forecast's warnings true;
 		// only what cannot finish stops the run here (R3).
 		if re, ok := sdk.AsRefusal(err); ok {
@@ -521,7 +521,7 @@ func (x *run) execute(ctx context.Context) error {
 // gateOptions are the gate's options of this run, with the resolved names.
 func (x *run) gateOptions(drain []string) gate.Options {
 	o := gate.OptionsFor(x.s, x.req.Settings, drain)
-	o.Identity = x.roll.ids
+	o.Identity, o.Storage = x.roll.ids, gateStorage(x.req)
 	return o
 }
 
@@ -669,7 +669,7 @@ func (x *run) node(ctx context.Context, n nodeStep, later []nodeStep) error {
 	directGate := x.s.DirectClients()
 	verdict := gate.Until(ctx, directGate, x.s.Inv, x.gateOptions(drain), x.afterTO)
 	_ = directGate.Close()
-	if !verdict.Passed {
+	if !verdict.Passed { // rule:R15-gate
 		_ = x.r.StepFailed(n.id("gate"), strings.Join(verdict.Reasons, "; "))
 		x.lines = append(x.lines, "🩺 "+o.line())
 		return x.fail(fmt.Sprintf("health gate after %s failed; the roll stopped, no later node was touched. %s", n.node.Name, o.line()), verdict.Err(),
@@ -728,7 +728,7 @@ func (x *run) verify(ctx context.Context) (map[string]string, string, error) {
 			}
 		}
 	}
-	if len(problems) > 0 {
+	if len(problems) > 0 { // rule:R17
 		return running, "", fmt.Errorf("after the roll (R17): %s", strings.Join(problems, "; "))
 	}
 	return running, flux, nil

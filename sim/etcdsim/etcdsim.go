@@ -309,6 +309,7 @@ func (c *Cluster) config(m *Member, state, initialCluster string) *embed.Config 
 	cfg.TickMs = uint(c.opts.HeartbeatInterval / time.Millisecond)
 	cfg.ElectionMs = uint(c.opts.ElectionTimeout / time.Millisecond)
 	cfg.UnsafeNoFsync = true
+	cfg.QuotaBackendBytes = m.Quota()
 	cfg.EnableGRPCGateway = false
 	cfg.LogLevel = "error"
 	if c.opts.EtcdLogLevel != "" {

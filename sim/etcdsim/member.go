@@ -33,6 +33,7 @@ type Member struct {
 	cli     *clientv3.Client // client on this member's endpoint only
 	id      uint64
 	removed bool
+	quota   int64 // --quota-backend-bytes, 0: etcd's default (quota.go)
 }
 
 // Name is the etcd member name.

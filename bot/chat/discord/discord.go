@@ -300,7 +300,7 @@ func (a *Adapter) Post(ctx context.Context, channel, threadRef string, m chat.Me
 	}
 	msg, err := a.s.ChannelMessageSendComplex(target, &discordgo.MessageSend{
 		Content: send.content, Embeds: send.embeds, Components: send.components,
-		AllowedMentions: noMentions(),
+		AllowedMentions: send.allowed,
 	}, discordgo.WithContext(ctx))
 	if err != nil {
 		return "", fmt.Errorf("discord: create message in %s: %w%s", target, err, hint(err))
@@ -337,7 +337,7 @@ func (a *Adapter) Edit(ctx context.Context, channel, ref string, m chat.Message)
 		components = []discordgo.MessageComponent{} // clears old buttons
 	}
 	_, err = a.s.ChannelMessageEditComplex(&discordgo.MessageEdit{ID: ref, Channel: ch, Content: &content, Embeds: &embeds,
-		Components: &components, AllowedMentions: noMentions()}, discordgo.WithContext(ctx))
+		Components: &components, AllowedMentions: send.allowed}, discordgo.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("discord: edit message %s/%s: %w%s", ch, ref, err, hint(err))
 	}
@@ -410,6 +410,8 @@ type rendered struct {
 	content    string
 	embeds     []*discordgo.MessageEmbed
 	components []discordgo.MessageComponent
+	// allowed pings the message's Mentions and no one else.
+	allowed *discordgo.MessageAllowedMentions
 }
 
 // render turns a chat.Message into Discord's shape: plain text replies stay
@@ -420,8 +422,14 @@ type rendered struct {
 // cannot close.
 func render(m chat.Message) (rendered, error) {
 	var r rendered
+	// Mentions go in the content: Discord pings no one from an embed.
+	line, allowed := mentions(m.Mentions)
+	r.allowed = allowed
 	if strings.TrimSpace(m.Title) == "" && len(m.Fields) == 0 && m.Table == nil {
-		r.content = escapeTruncate(m.Text, maxContent)
+		r.content = escapeTruncate(m.Text, max(maxContent-utf8.RuneCountInString(line)-1, 1))
+		if line != "" {
+			r.content = strings.TrimSpace(r.content + "\n" + line)
+		}
 		if strings.TrimSpace(r.content) == "" && len(m.Buttons) == 0 {
 			r.content = "…" // Discord refuses an empty message
 		}
@@ -447,6 +455,7 @@ func render(m chat.Message) (rendered, error) {
 			e.Fields = append(e.Fields, &discordgo.MessageEmbedField{Name: name, Value: value, Inline: true})
 		}
 		r.embeds = []*discordgo.MessageEmbed{e}
+		r.content = line
 	}
 	if len(m.Buttons) > buttonsPerRow*maxRows {
 		return r, fmt.Errorf("discord: %d buttons; a message holds at most %d", len(m.Buttons), buttonsPerRow*maxRows)

@@ -274,8 +274,8 @@ func Blocks(m chat.Message) []slack.Block {
 	if t := strings.TrimSpace(m.Title); t != "" {
 		out = append(out, slack.NewHeaderBlock(slack.NewTextBlockObject(slack.PlainTextType, truncate(t, maxHeader), true, false)))
 	}
-	if t := strings.TrimSpace(m.Text); t != "" {
-		out = append(out, slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, escapeTruncate(t, maxSectionText), false, true), nil, nil))
+	if t := withMentions(strings.TrimSpace(m.Text), m.Mentions, maxSectionText); t != "" {
+		out = append(out, slack.NewSectionBlock(slack.NewTextBlockObject(slack.MarkdownType, t, false, true), nil, nil))
 	}
 	if tb := table(m.Table); tb != nil {
 		out = append(out, tb)
@@ -351,10 +351,10 @@ func table(t *chat.Table) slack.Block {
 // fallbackText is the notification/accessibility text sent beside the blocks.
 func fallbackText(m chat.Message) string {
 	s := strings.TrimSpace(strings.TrimSpace(m.Title) + "\n" + m.Text)
-	if s == "" {
+	if s == "" && len(m.Mentions) == 0 {
 		s = "talosbot"
 	}
-	return escapeTruncate(s, maxFallback)
+	return withMentions(s, m.Mentions, maxFallback)
 }
 
 // Escape is Slack's escaping of text

@@ -31,6 +31,9 @@ type Message struct {
 	ThreadID string `json:"thread_id,omitempty"`
 	Title    string `json:"title,omitempty"`
 	Text     string `json:"text"`
+	// Mentions are the names the message calls (chat.Message.Mentions),
+	// shown highlighted at the end of HTML.
+	Mentions []string `json:"mentions,omitempty"`
 	// HTML is Text rendered for the page (RenderHTML: escaped, then marked up).
 	HTML      string        `json:"html"`
 	Fields    []Field       `json:"fields"`
@@ -161,12 +164,12 @@ func withTable(m chat.Message) string {
 // Post stores a new message.
 func (c *Console) Post(_ context.Context, channel, threadRef string, m chat.Message) (string, error) {
 	m.Text = withTable(m)
-	body, fs := RenderHTML(m.Text), fields(m.Fields) // outside the lock
+	body, fs := RenderHTML(m.Text)+mentionsHTML(m.Mentions), fields(m.Fields) // outside the lock
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.nextID++
 	c.seq++
-	msg := &Message{ID: "m" + strconv.Itoa(c.nextID), Channel: channel, ThreadID: threadRef, Title: m.Title, Text: m.Text,
+	msg := &Message{ID: "m" + strconv.Itoa(c.nextID), Channel: channel, ThreadID: threadRef, Title: m.Title, Text: m.Text, Mentions: m.Mentions,
 		HTML: body, Fields: fs, Buttons: nonNil(m.Buttons), Version: 1, UpdatedAt: c.o.Clock().UTC(), seq: c.seq}
 	c.msgs[msg.ID] = msg
 	c.order = append(c.order, msg)
@@ -177,7 +180,7 @@ func (c *Console) Post(_ context.Context, channel, threadRef string, m chat.Mess
 // Edit replaces a message's content and bumps its version.
 func (c *Console) Edit(_ context.Context, _ string, ref string, m chat.Message) error {
 	m.Text = withTable(m)
-	body, fs := RenderHTML(m.Text), fields(m.Fields)
+	body, fs := RenderHTML(m.Text)+mentionsHTML(m.Mentions), fields(m.Fields)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	msg, ok := c.msgs[ref]
@@ -185,7 +188,7 @@ func (c *Console) Edit(_ context.Context, _ string, ref string, m chat.Message) 
 		return fmt.Errorf("console: no message %q", ref)
 	}
 	c.seq++
-	msg.Title, msg.Text, msg.HTML, msg.Fields, msg.Buttons = m.Title, m.Text, body, fs, nonNil(m.Buttons)
+	msg.Title, msg.Text, msg.HTML, msg.Fields, msg.Buttons, msg.Mentions = m.Title, m.Text, body, fs, nonNil(m.Buttons), m.Mentions
 	msg.Version++
 	msg.UpdatedAt = c.o.Clock().UTC()
 	msg.seq = c.seq

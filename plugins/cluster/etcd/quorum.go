@@ -35,6 +35,9 @@ type Quorum struct {
 	// cutShort: the status calls ran out of their time, so the reading says
 	// more about the deadline than about the cluster.
 	cutShort bool
+	// forDefrag: a NOSPACE alarm does not make a member unhealthy
+	// (ReadQuorumForDefrag, nospace.go).
+	forDefrag bool
 }
 
 // Majority is the number of voting members a membership of n needs.
@@ -77,7 +80,11 @@ func (q Quorum) Summary() string {
 // by the inventory node ids resolves it to. It never fails: what it cannot
 // learn becomes a problem.
 func ReadQuorum(ctx context.Context, c *cluster.Clients, ids *identity.Map) Quorum {
-	var q Quorum
+	return readQuorum(ctx, c, ids, Quorum{})
+}
+
+// readQuorum fills q (whose forDefrag is set) from the cluster.
+func readQuorum(ctx context.Context, c *cluster.Clients, ids *identity.Map, q Quorum) Quorum {
 	inv := ids.Inventory()
 	targets := cluster.EtcdTargets(inv) // rule:R4-quorum
 	// One call per member (cluster.PerNode): a member whose etcd is down must not
@@ -172,8 +179,8 @@ func (q *Quorum) fromStatuses(inv cluster.Inventory, ok map[string]*machineapi.E
 		}
 		st := m.GetMemberStatus()
 		switch {
-		case len(st.GetErrors()) > 0:
-			q.Problems = append(q.Problems, cp.Name+" reports errors: "+strings.Join(st.GetErrors(), ", "))
+		case len(q.statusErrors(st)) > 0:
+			q.Problems = append(q.Problems, cp.Name+" reports errors: "+strings.Join(q.statusErrors(st), ", "))
 		case st.GetIsLearner():
 			q.Problems = append(q.Problems, cp.Name+" is a learner")
 		case leaderID == 0 || st.GetLeader() != leaderID:
@@ -239,10 +246,14 @@ func (q Quorum) CheckRemoval(node string) *sdk.Refusal {
 // WaitQuorum reads the quorum until check passes or within runs out, and
 // returns the last reading with check's error.
 func WaitQuorum(ctx context.Context, c *cluster.Clients, ids *identity.Map, within time.Duration, check func(Quorum) error) (Quorum, error) {
+	return waitQuorum(ctx, within, func(ctx context.Context) Quorum { return ReadQuorum(ctx, c, ids) }, check)
+}
+
+func waitQuorum(ctx context.Context, within time.Duration, read func(context.Context) Quorum, check func(Quorum) error) (Quorum, error) {
 	var last Quorum
 	var lastErr error
 	_ = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, within, true, func(ctx context.Context) (bool, error) {
-		q := ReadQuorum(ctx, c, ids)
+		q := read(ctx)
 		err := check(q)
 		if err == nil {
 			last, lastErr = q, nil

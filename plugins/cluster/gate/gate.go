@@ -8,6 +8,7 @@ import (
 
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/cluster/identity"
+	"github.com/talosbot/talosbot/plugins/cluster/storage"
 	"github.com/talosbot/talosbot/plugins/sdk"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
@@ -97,6 +98,10 @@ type Options struct {
 	WorstPods int
 	// Now stamps Result.Started (default time.Now).
 	Now func() time.Time
+	// Storage are the storage settings of the plugin that runs the gate:
+	// the Storage probe reads only the integrations they enable. Nil:
+	// storage.Defaults (both).
+	Storage *storage.Settings
 }
 
 // OptionsFrom reads the host settings (gate_timeout_ms).
@@ -322,11 +327,13 @@ func Run(ctx context.Context, c *cluster.Clients, inv cluster.Inventory, opts Op
 	opts = opts.withDefaults()
 	res := &Result{Started: opts.Now()}
 	t0 := time.Now()
-	gctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	// R24: the gate answers within opts.Timeout even when a node or the
+	// cluster never does; a probe still waiting is a failed line, not a hang.
+	gctx, cancel := context.WithTimeout(ctx, opts.Timeout) // rule:R24
 	defer cancel()
 
 	g := &gateRun{c: c, inv: inv, opts: opts}
-	ps := probes()
+	ps := probes() // rule:R2
 	results := make([]ProbeResult, len(ps))
 	got := make([]bool, len(ps))
 	done := make(chan probeDone, len(ps)) // buffered: a late probe never blocks
@@ -370,7 +377,7 @@ wait:
 	}
 	explainAddresses(ctx, g, res.Unreachable, results) // address.go
 	for _, r := range results {
-		if r.Status == StatusFail {
+		if r.Status == StatusFail { // rule:R3
 			res.Reasons = append(res.Reasons, r.Title+": "+r.Detail)
 		}
 	}

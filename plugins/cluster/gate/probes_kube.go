@@ -261,6 +261,10 @@ func probePDBs(ctx context.Context, g *gateRun) ProbeResult {
 	if err != nil {
 		return kubeErr(g, "cannot check PodDisruptionBudgets", err)
 	}
+	blocking, moved, err := excuseMovedPDBs(ctx, g, blocking)
+	if err != nil {
+		return kubeErr(g, "cannot read CloudNativePG", err)
+	}
 	if len(blocking) > 0 {
 		parts := make([]string, len(blocking))
 		for i, b := range blocking {
@@ -268,7 +272,11 @@ func probePDBs(ctx context.Context, g *gateRun) ProbeResult {
 		}
 		return ProbeResult{Status: StatusFail, Detail: strings.Join(parts, "; ")}
 	}
-	return ProbeResult{Status: StatusOK, Detail: fmt.Sprintf("%d budget(s); none blocks draining %d node(s)", total, len(drain))}
+	detail := fmt.Sprintf("%d budget(s); none blocks draining %d node(s)", total, len(drain))
+	if len(moved) > 0 {
+		detail += "; " + strings.Join(moved, "; ")
+	}
+	return ProbeResult{Status: StatusOK, Detail: detail}
 }
 
 // kubeNames maps each inventory node to its Kubernetes Node name: the

@@ -17,12 +17,16 @@ import (
 // primary settled (storage.Postgres.Healthy). With neither installed, or
 // nothing attached or declared, it is "not checked", never a pass (docs/UPGRADES.md, "Storage").
 func probeStorage(ctx context.Context, g *gateRun) ProbeResult {
-	st, err := storage.Read(ctx, g.c.Kube, g.c.Dynamic, storage.Defaults())
+	set := storage.Defaults()
+	if g.opts.Storage != nil {
+		set = *g.opts.Storage
+	}
+	st, err := storage.Read(ctx, g.c.Kube, g.c.Dynamic, set)
 	if err != nil {
 		return kubeErr(g, "cannot read Longhorn or CloudNativePG", err)
 	}
 	if !st.LonghornInstalled && !st.CNPGInstalled {
-		return ProbeResult{Status: StatusNotChecked, Detail: NotChecked + ": neither Longhorn nor CloudNativePG is installed"}
+		return ProbeResult{Status: StatusNotChecked, Detail: NotChecked + ": neither Longhorn nor CloudNativePG is installed (or enabled in the plugin's storage settings)"}
 	}
 	var bad []string
 	vols := 0
@@ -75,4 +79,40 @@ func PDBsByNode(ctx context.Context, kube kubernetes.Interface, nodes []string) 
 		}
 	}
 	return out, nil
+}
+
+// excuseMovedPDBs drops from blocking the CloudNativePG primary budgets
+// that the plugin's storage step moves off the node before its drain
+// (storage.State.MovedPDBs: the primary is switched over first), where the
+// budget covers nothing else there; it says which, for the probe's detail.
+// Nothing is excused without the dynamic client, with CNPG disabled or not
+// installed, or with the switchover policy refuse.
+func excuseMovedPDBs(ctx context.Context, g *gateRun, blocking []BlockingPDB) ([]BlockingPDB, []string, error) {
+	if len(blocking) == 0 || g.c.Dynamic == nil {
+		return blocking, nil, nil
+	}
+	set := storage.Defaults()
+	if g.opts.Storage != nil {
+		set = *g.opts.Storage
+	}
+	set.Longhorn = false // only CNPG's primaries matter here
+	st, err := storage.Read(ctx, g.c.Kube, g.c.Dynamic, set)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []BlockingPDB
+	var moved []string
+	for _, b := range blocking {
+		for _, n := range slices.Sorted(maps.Keys(b.Pods)) {
+			pod, ok := st.MovedPDBs(n, set)[b.Namespace+"/"+b.Name]
+			if ok && len(b.Pods[n]) == 1 && b.Pods[n][0] == pod {
+				moved = append(moved, fmt.Sprintf("PDB %s/%s covers the CloudNativePG primary %s on %s: switched over before the drain", b.Namespace, b.Name, pod, n))
+				delete(b.Pods, n)
+			}
+		}
+		if len(b.Pods) > 0 {
+			out = append(out, b)
+		}
+	}
+	return out, moved, nil
 }

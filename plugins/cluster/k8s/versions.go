@@ -264,7 +264,7 @@ func CheckTalosSupport(ctx context.Context, c *cluster.Clients, inv cluster.Inve
 			tv, perr := compatibility.ParseTalosVersion(m.GetVersion())
 			if perr != nil {
 				s.Err = fmt.Errorf("parse Talos version %q: %w", s.Talos, perr)
-			} else if serr := kv.SupportedWith(tv); serr != nil {
+			} else if serr := kv.SupportedWith(tv); serr != nil { // rule:R20-support
 				s.Err = serr
 			}
 		}

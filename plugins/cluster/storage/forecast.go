@@ -69,7 +69,18 @@ func Build(st State, in Input, s Settings) Forecast {
 	f := Forecast{Checked: st.checked()}
 	for _, node := range in.Order {
 		nf := NodeForecast{Node: node}
+		moved := map[string]bool{}
+		for key, pod := range st.MovedPDBs(node, s) {
+			moved[movedPDBLine(key, pod)] = true
+		}
 		for _, p := range in.PDBs[node] {
+			if moved[p] {
+				// CNPG's own budget for the primary: it moves with the
+				// primary, which is switched over before the drain.
+				nf.Findings = append(nf.Findings, Finding{Kind: "pdb", Object: p,
+					Detail: "is CloudNativePG's budget for the primary: it moves with the switchover before the drain and does not block it"})
+				continue
+			}
 			nf.Findings = append(nf.Findings, Finding{Kind: "pdb", Object: p,
 				Detail: "allows 0 disruptions: the drain waits for it up to the drain timeout"})
 		}

@@ -1,11 +1,7 @@
 package storage
 
 import (
-	"bytes"
-	"fmt"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // Policies for a node that holds the last healthy replica of a Longhorn
@@ -29,23 +25,24 @@ const (
 )
 
 // Settings are the storage integration's settings, born in the plugins
-// that drain (their `plugins: {NAME: {storage: ...}}` section), never in
-// the core. The zero value is not valid: start from Defaults.
+// that drain (the `storage` key of their `plugins: {NAME: ...}` section,
+// read through Config), never in the core. The zero value is not valid:
+// start from Defaults.
 type Settings struct {
 	// Longhorn enables the Longhorn integration (forecast, waits, probe).
-	Longhorn bool `yaml:"longhorn" json:"longhorn"`
+	Longhorn bool
 	// CNPG enables the CloudNativePG integration.
-	CNPG bool `yaml:"cnpg" json:"cnpg"`
+	CNPG bool
 	// RebuildWait bounds each wait for Longhorn replicas to be rebuilt
 	// (before a node holding a last replica, after each node). When it
 	// passes, the roll pauses with Resume and Abandon.
-	RebuildWait time.Duration `yaml:"rebuild_wait" json:"rebuild_wait"`
+	RebuildWait time.Duration
 	// LastReplica is LastReplicaWait or LastReplicaRefuse.
-	LastReplica string `yaml:"last_replica" json:"last_replica"`
+	LastReplica string
 	// Switchover is SwitchoverFirst or SwitchoverRefuse.
-	Switchover string `yaml:"switchover" json:"switchover"`
+	Switchover string
 	// SwitchoverWait bounds the wait for a new primary to be ready.
-	SwitchoverWait time.Duration `yaml:"switchover_wait" json:"switchover_wait"`
+	SwitchoverWait time.Duration
 }
 
 // Defaults: both integrations on (each still needs its CRDs installed to
@@ -56,31 +53,13 @@ func Defaults() Settings {
 		Switchover: SwitchoverFirst, SwitchoverWait: 5 * time.Minute}
 }
 
-// Decode reads the settings from YAML over the defaults, refusing unknown
-// fields, and validates them. Empty input gives the defaults.
-func Decode(raw []byte) (Settings, error) {
-	s := Defaults()
-	if len(bytes.TrimSpace(raw)) > 0 {
-		dec := yaml.NewDecoder(bytes.NewReader(raw))
-		dec.KnownFields(true)
-		if err := dec.Decode(&s); err != nil {
-			return Settings{}, fmt.Errorf("storage settings: %w (fields: longhorn, cnpg, rebuild_wait, last_replica, switchover, switchover_wait)", err)
-		}
-	}
-	return s, s.Validate()
-}
-
-// Validate names the field to fix.
-func (s Settings) Validate() error {
-	switch {
-	case s.LastReplica != LastReplicaWait && s.LastReplica != LastReplicaRefuse:
-		return fmt.Errorf("storage.last_replica is %q: use %q or %q", s.LastReplica, LastReplicaWait, LastReplicaRefuse)
-	case s.Switchover != SwitchoverFirst && s.Switchover != SwitchoverRefuse:
-		return fmt.Errorf("storage.switchover is %q: use %q or %q", s.Switchover, SwitchoverFirst, SwitchoverRefuse)
-	case s.RebuildWait < time.Minute || s.RebuildWait > 7*24*time.Hour:
-		return fmt.Errorf("storage.rebuild_wait is %s: use 1m to 168h", s.RebuildWait)
-	case s.SwitchoverWait < 10*time.Second || s.SwitchoverWait > time.Hour:
-		return fmt.Errorf("storage.switchover_wait is %s: use 10s to 1h", s.SwitchoverWait)
-	}
-	return nil
-}
+// The bounds Config.Validate holds the waits to: a rebuild wait under a
+// minute pauses every roll at once; over a week it is a typo (a 10 TiB
+// rebuild takes hours, not weeks). A switchover is a restart of the
+// promoted instance: seconds to minutes.
+const (
+	minRebuildWait    = time.Minute
+	maxRebuildWait    = 7 * 24 * time.Hour
+	minSwitchoverWait = 10 * time.Second
+	maxSwitchoverWait = time.Hour
+)

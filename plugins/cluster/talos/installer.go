@@ -118,7 +118,7 @@ func DeclaredSchematicFor(class string, declared map[string]string) (string, str
 // one the node reports).
 func TargetInstaller(st NodeState, declared map[string]string, target Release) (Installer, error) {
 	schematic, _, err := DeclaredSchematicFor(st.Node.InstallerClass, declared)
-	if err != nil {
+	if err != nil { // rule:R13
 		return Installer{}, &sdk.Refusal{Rule: "R13", Reason: fmt.Sprintf("%s (class %s): %v", st.Node.Name, classOf(st.Node), err),
 			Fix: "declare the schematic of every installer class in use"}
 	}
@@ -168,13 +168,13 @@ func CheckInstallerChange(st NodeState, next Installer) *sdk.Refusal {
 	if nextPlatform == "" {
 		nextPlatform = "metal"
 	}
-	if platform != nextPlatform {
+	if platform != nextPlatform { // rule:R14-platform
 		return &sdk.Refusal{Rule: "R14",
 			Reason: fmt.Sprintf("%s runs on platform %s but the upgrade would install %s (%s): the platform would change, which on Proxmox can rename eth0 to ens18 and cut the node off",
 				st.Node.Name, platform, next.PlatformName(), next.Ref()),
 			Fix: fmt.Sprintf("set platform: %s for %s in the inventory (Proxmox nodes use nocloud-installer, never the generic installer)", platform, st.Node.Name)}
 	}
-	if running.Schematic != "" && running.Schematic != next.Schematic {
+	if running.Schematic != "" && running.Schematic != next.Schematic { // rule:R14-schematic
 		return &sdk.Refusal{Rule: "R14",
 			Reason: fmt.Sprintf("%s runs schematic %s but its installer class %q declares %s: the upgrade would change its schematic (system extensions)",
 				st.Node.Name, short(running.Schematic), classOf(st.Node), short(next.Schematic)),

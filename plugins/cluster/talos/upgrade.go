@@ -41,7 +41,7 @@ func EtcdLeader(ctx context.Context, c *cluster.Clients, ids *identity.Map) stri
 // inventory order, then control planes one at a time with the etcd leader
 // last (one leader election, at the very end, instead of one per node).
 func UpgradeOrder(inv cluster.Inventory, leader string) []cluster.Node {
-	out := inv.Workers()
+	out := inv.Workers() // rule:R15-order
 	var last []cluster.Node
 	for _, cp := range inv.ControlPlanes() {
 		if cp.Name == leader {
@@ -312,7 +312,7 @@ func DriftNote(clusterName string, declared map[string]string, running map[strin
 		}
 	}
 	decl := declared[DeclaredVersion]
-	if len(behind) > 0 {
+	if len(behind) > 0 { // rule:R18
 		return []string{fmt.Sprintf("📝 Terraform: keep talos_version at %s for %s: not every node runs %s yet (%s). Do not bump it until they do (R18).",
 			orUnknown(decl), clusterName, target, strings.Join(behind, ", "))}
 	}

@@ -223,6 +223,11 @@ func nodesRun(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) er
 		if sdk.PauseRequested(req) {
 			return r.Result(sdk.PausedResult(name, nil))
 		}
+		if i == 1 && a["mode"] == "nodes-selfpause" && req.Attempt == 1 {
+			// The plugin's own pause (a storage wait past its limit):
+			// nobody asked, the run still pauses rather than fails.
+			return r.Result(sdk.PausedResult(name, []string{"⏸️ after " + req.Cluster.Nodes[0].Name + ": Longhorn not healthy again within 2h0m0s"}))
+		}
 		_ = r.Step(&sdk.StepEvent{StepID: up, Status: sdk.StepRunning, Node: name, FromVersion: vs[name], ToVersion: target})
 		if i == 1 && a["mode"] == "nodes-wait" && req.Attempt == 1 {
 			<-ctx.Done()

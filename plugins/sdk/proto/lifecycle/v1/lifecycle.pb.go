@@ -624,7 +624,14 @@ type Command struct {
 	// with a short deadline, and prints "<status_label>: " followed by the
 	// plan's status lines, or "<status_label>: not read (<reason>)" when the
 	// Plan fails, refuses or misses the deadline. Empty: not a status provider.
-	StatusLabel   string `protobuf:"bytes,12,opt,name=status_label,json=statusLabel,proto3" json:"status_label,omitempty"`
+	StatusLabel string `protobuf:"bytes,12,opt,name=status_label,json=statusLabel,proto3" json:"status_label,omitempty"`
+	// maintenance: a DISRUPTIVE command that may run unattended from the host's
+	// maintenance_schedule, inside the cluster's maintenance window. It must
+	// check its own safety before each step and stop on its own (the etcd
+	// defragmentation checks the quorum around each member), and refuse at
+	// Plan when there is nothing to do. The approval policy still applies to
+	// such a run; the host runs no other disruptive command from a schedule.
+	Maintenance   bool `protobuf:"varint,13,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -741,6 +748,13 @@ func (x *Command) GetStatusLabel() string {
 		return x.StatusLabel
 	}
 	return ""
+}
+
+func (x *Command) GetMaintenance() bool {
+	if x != nil {
+		return x.Maintenance
+	}
+	return false
 }
 
 type Manifest struct {
@@ -2834,7 +2848,7 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\brequired\x18\x03 \x01(\bR\brequired\x12\x12\n" +
 	"\x04flag\x18\x04 \x01(\bR\x04flag\x12\x18\n" +
 	"\aboolean\x18\x05 \x01(\bR\aboolean\x12#\n" +
-	"\rdefault_value\x18\x06 \x01(\tR\fdefaultValue\"\xe7\x03\n" +
+	"\rdefault_value\x18\x06 \x01(\tR\fdefaultValue\"\x89\x04\n" +
 	"\aCommand\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\asummary\x18\x02 \x01(\tR\asummary\x12.\n" +
@@ -2848,7 +2862,8 @@ const file_lifecycle_v1_lifecycle_proto_rawDesc = "" +
 	"\rmin_approvals\x18\n" +
 	" \x01(\x05R\fminApprovals\x120\n" +
 	"\x14pauses_between_nodes\x18\v \x01(\bR\x12pausesBetweenNodes\x12!\n" +
-	"\fstatus_label\x18\f \x01(\tR\vstatusLabel\"\xcc\x01\n" +
+	"\fstatus_label\x18\f \x01(\tR\vstatusLabel\x12 \n" +
+	"\vmaintenance\x18\r \x01(\bR\vmaintenance\"\xcc\x01\n" +
 	"\bManifest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12:\n" +
