@@ -364,6 +364,9 @@ var errReported = errors.New("result reported")
 // goneRead bounds one read of a node being reset: silent that long, it is taken as gone.
 const goneRead = 5 * time.Second
 
+// goneFor is how long a node must stay silent to be gone.
+const goneFor = 2 * time.Second
+
 // waitGone waits until a reset node is out: a control plane no longer in
 // the etcd membership (as the remaining members see it), and the node's
 // Talos API no longer answering (it is wiped and powered down).
@@ -372,6 +375,7 @@ func waitGone(ctx context.Context, s *cluster.Session, ids *identity.Map, n clus
 	// still recognised in the others' member list by id or peer URL.
 	rest := ids.Without(n.Name)
 	last := "waiting"
+	var silentSince time.Time // the first failed read of a run of them
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		gone := true
 		if n.IsControlPlane() {
@@ -389,12 +393,19 @@ func waitGone(ctx context.Context, s *cluster.Session, ids *identity.Map, n clus
 			// a read cut short by the wait's own deadline says nothing of the node (on a
 			// loaded machine a worker still up read "gone" that way, and its Node was
 			// deleted: TestFailureAfterResetNamesTheCordon).
+			// One failed read is not enough either: the node must stay silent for goneFor
+			// (a live worker failed one read on a loaded machine and was taken as gone).
 			rctx, cancel := context.WithTimeout(ctx, goneRead)
 			_, err := talos.TalosTag(rctx, s, n)
 			cancel()
-			if err == nil {
-				gone, last = false, n.Name+" still answers (reset in progress)"
-			} else if ctx.Err() != nil {
+			switch {
+			case err == nil:
+				gone, last, silentSince = false, n.Name+" still answers (reset in progress)", time.Time{}
+			case ctx.Err() != nil:
+				gone = false
+			case silentSince.IsZero():
+				gone, last, silentSince = false, n.Name+" stopped answering: "+err.Error(), time.Now()
+			case time.Since(silentSince) < goneFor:
 				gone = false
 			}
 		}
