@@ -215,7 +215,12 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 }
 
 // Run removes the node.
-func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) error {
+func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Reporter) (err error) {
+	defer func() {
+		if errors.Is(err, errReported) {
+			err = nil
+		}
+	}()
 	if _, err := decodeConfig(req.Config); err != nil {
 		return err
 	}
@@ -246,7 +251,12 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 			}
 			cancel()
 		}
-		return r.Result(&sdk.Result{OK: false, Summary: summary, Error: err.Error(), Lines: lines})
+		if rerr := r.Result(&sdk.Result{OK: false, Summary: summary, Error: err.Error(), Lines: lines}); rerr != nil {
+			return rerr
+		}
+		// Reported: the caller stops here. (Returning Result's nil made gone() succeed, and a
+		// removal whose node never left went on to delete its Node and run the gate after.)
+		return errReported
 	}
 
 	gone := func() error {
@@ -348,6 +358,15 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 	return r.Result(&sdk.Result{OK: true, Summary: fmt.Sprintf("%s removed from %s; now remove it from Terraform", n.Name, inv.Name), Lines: lines})
 }
 
+// errReported: the failure was sent as the Result; the run stops there.
+var errReported = errors.New("result reported")
+
+// goneRead bounds one read of a node being reset: silent that long, it is taken as gone.
+const goneRead = 5 * time.Second
+
+// goneFor is how long a node must stay silent to be gone.
+const goneFor = 2 * time.Second
+
 // waitGone waits until a reset node is out: a control plane no longer in
 // the etcd membership (as the remaining members see it), and the node's
 // Talos API no longer answering (it is wiped and powered down).
@@ -356,6 +375,7 @@ func waitGone(ctx context.Context, s *cluster.Session, ids *identity.Map, n clus
 	// still recognised in the others' member list by id or peer URL.
 	rest := ids.Without(n.Name)
 	last := "waiting"
+	var silentSince time.Time // the first failed read of a run of them
 	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		gone := true
 		if n.IsControlPlane() {
@@ -369,9 +389,24 @@ func waitGone(ctx context.Context, s *cluster.Session, ids *identity.Map, n clus
 			}
 		}
 		if gone {
-			// A read cut short by the wait's own deadline says nothing of the node.
-			if _, err := talos.TalosTag(ctx, s, n); err == nil {
-				gone, last = false, n.Name+" still answers (reset in progress)"
+			// A node that fails a read of its own (refused, or silent for goneRead) is gone;
+			// a read cut short by the wait's own deadline says nothing of the node (on a
+			// loaded machine a worker still up read "gone" that way, and its Node was
+			// deleted: TestFailureAfterResetNamesTheCordon).
+			// One failed read is not enough either: the node must stay silent for goneFor
+			// (a live worker failed one read on a loaded machine and was taken as gone).
+			rctx, cancel := context.WithTimeout(ctx, goneRead)
+			_, err := talos.TalosTag(rctx, s, n)
+			cancel()
+			switch {
+			case err == nil:
+				gone, last, silentSince = false, n.Name+" still answers (reset in progress)", time.Time{}
+			case ctx.Err() != nil:
+				gone = false
+			case silentSince.IsZero():
+				gone, last, silentSince = false, n.Name+" stopped answering: "+err.Error(), time.Now()
+			case time.Since(silentSince) < goneFor:
+				gone = false
 			}
 		}
 		return gone, nil

@@ -285,3 +285,34 @@ func TestResumeSeesASilentDrainedNode(t *testing.T) {
 		t.Fatalf("%d resets", c.Calls("cp-3", "Reset"))
 	}
 }
+
+// TestSlowNodeIsNotTakenAsGone: waiting for a reset node to go, a read of the node that the
+// wait's own deadline cuts short says nothing of it. Here worker-1 still runs and answers
+// each call 4 s late, longer than the whole 3 s wait: the removal fails "did not leave" and
+// its Node stays. (When any failed read counted as gone, a loaded machine read a live
+// worker as gone and the removal deleted its Node: TestFailureAfterResetNamesTheCordon
+// failed that way.)
+func TestSlowNodeIsNotTakenAsGone(t *testing.T) {
+	kube := testenv.StartKube(t)
+	c := startSim(t, kube)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	kn := nodeName(t, c, "worker-1")
+	if err := k8s.Cordon(ctx, kube.Client, kn); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Inject(ctx, "worker-1", sim.Fault{Latency: 4 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	req := request(c, kube, "worker-1")
+	req.Attempt = 2
+	req.Settings.NodeTimeoutMs = 3000
+	req.InterruptedSteps = []sdk.InterruptedStep{{ID: "reset", Node: "worker-1"}}
+	rec, _ := sdktest.Run(ctx, New(), req, nil)
+	if res := rec.FinalResult(); res.OK || res.Summary != "worker-1 did not leave the cluster" {
+		t.Fatalf("want the removal failed at the membership step, got %+v", res)
+	}
+	if _, err := kube.Client.CoreV1().Nodes().Get(ctx, kn, metav1.GetOptions{}); err != nil {
+		t.Fatalf("worker-1's Node: %v (it runs; its Node must stay)", err)
+	}
+}
