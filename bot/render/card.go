@@ -246,7 +246,7 @@ func eta(nodes []*node, f *engine.Facts, now time.Time) string {
 
 // noPastRuns is why there is no estimate: no run on record here, nor on a
 // cluster with as many nodes.
-const noPastRuns = "no past runs of this command on this cluster or on one with as many nodes"
+const noPastRuns = "no past runs here or on a cluster this size"
 
 // pastFrom says where the past runs came from when not from this cluster:
 // " on staging, which has as many nodes".

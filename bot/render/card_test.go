@@ -79,7 +79,7 @@ func TestApprovalCard(t *testing.T) {
 	}
 	// No past runs: the estimate says so instead of guessing.
 	f.Past = nil
-	if got := field(render.Render(op, nil, f, rendertest.Now), "Estimated duration"); got != "no past runs of this command on this cluster or on one with as many nodes" {
+	if got := field(render.Render(op, nil, f, rendertest.Now), "Estimated duration"); got != "no past runs here or on a cluster this size" {
 		t.Errorf("estimate without past runs = %q", got)
 	}
 }

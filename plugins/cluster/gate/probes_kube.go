@@ -17,7 +17,7 @@ import (
 // Why the Flux probe could not run.
 const (
 	FluxNotInstalled = "Flux is not installed (no Kustomization or HelmRelease API)"
-	FluxEmpty        = "no Kustomization or HelmRelease exists (the Flux APIs are served, but there is nothing to be Ready)"
+	FluxEmpty        = "no Kustomization or HelmRelease exists; the Flux APIs are served, but nothing is there to be Ready"
 )
 
 // kubeErr is a Kubernetes call that failed: the probe could not run. A run
