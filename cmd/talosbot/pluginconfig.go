@@ -103,15 +103,12 @@ func movedKeys(errs []config.FieldError) ([]config.FieldError, error) {
 			paths, owners = append(paths, s.Path()), append(owners, s.Plugin)
 			sections = append(sections, fmt.Sprintf("%s: {%s: %s}", s.Plugin, s.Key, value))
 		}
-		plugin := "the " + strings.Join(owners, " and the ") + " plugin"
+		owner := "plugin owns"
 		if len(owners) > 1 {
-			plugin += "s"
+			owner = "plugins own"
 		}
-		errs[i].Msg = fmt.Sprintf("moved to %s (%s own it now): delete it here and write it under plugins: as `plugins: {%s}`",
-			strings.Join(paths, " and "), plugin, strings.Join(sections, ", "))
-		if len(owners) == 1 {
-			errs[i].Msg = strings.Replace(errs[i].Msg, " own it now", " owns it now", 1)
-		}
+		errs[i].Msg = fmt.Sprintf("moved to %s (the %s %s it now): delete it here and write it under plugins: as `plugins: {%s}`",
+			strings.Join(paths, " and "), strings.Join(owners, " and the "), owner, strings.Join(sections, ", "))
 	}
 	return errs, nil
 }
