@@ -1,3 +1,5 @@
+//go:build unix
+
 package sdk
 
 import (
@@ -11,6 +13,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -36,25 +39,46 @@ func testIdentity(t *testing.T) (certPEM, keyPEM []byte) {
 }
 
 // passIdentity puts data on a pipe and names its read end in TLSFDEnv, as
-// plugins/host does for a plugin process.
-func passIdentity(t *testing.T, data []byte) {
+// plugins/host does for a plugin process, and returns that descriptor.
+// hostTLS closes it; cleanup closes it only if it still names the pipe.
+// Raw descriptors, not an *os.File: a File's close or finalizer would close
+// the number again after hostTLS closed it, whatever it then names.
+func passIdentity(t *testing.T, data []byte) int {
 	t.Helper()
-	r, w, err := os.Pipe()
+	var p [2]int
+	if err := syscall.Pipe(p[:]); err != nil {
+		t.Fatal(err)
+	}
+	r, w := p[0], p[1]
+	var pipe syscall.Stat_t
+	if err := syscall.Fstat(r, &pipe); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if stillPipe(r, pipe) {
+			_ = syscall.Close(r)
+		}
+	})
+	_, err := syscall.Write(w, data)
+	_ = syscall.Close(w)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = r.Close() })
-	if _, err := w.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	_ = w.Close()
-	t.Setenv(TLSFDEnv, strconv.Itoa(int(r.Fd())))
+	t.Setenv(TLSFDEnv, strconv.Itoa(r))
+	return r
+}
+
+// stillPipe reports whether fd still names the pipe pipe was read from.
+func stillPipe(fd int, pipe syscall.Stat_t) bool {
+	var now syscall.Stat_t
+	return syscall.Fstat(fd, &now) == nil && now.Dev == pipe.Dev && now.Ino == pipe.Ino
 }
 
 // TestHostTLS: the identity on the descriptor becomes the server's
-// certificate, the host's certificate the only client CA, and the variable
-// is gone before the plugin runs; what is missing or broken is an error
-// (go-plugin then does not serve), never a fallback to no TLS.
+// certificate, the host's certificate the only client CA; the variable is
+// gone before the plugin runs and the descriptor closed once read; what is
+// missing or broken is an error (go-plugin then does not serve), never a
+// fallback to no TLS.
 func TestHostTLS(t *testing.T) {
 	if hostTLS() != nil {
 		t.Fatal("without the variable, go-plugin's own mTLS must be used")
@@ -63,7 +87,11 @@ func TestHostTLS(t *testing.T) {
 	hostCert, _ := testIdentity(t)
 
 	t.Run("ok", func(t *testing.T) {
-		passIdentity(t, append(append([]byte(nil), serverCert...), serverKey...))
+		fd := passIdentity(t, append(append([]byte(nil), serverCert...), serverKey...))
+		var pipe syscall.Stat_t
+		if err := syscall.Fstat(fd, &pipe); err != nil {
+			t.Fatal(err)
+		}
 		t.Setenv("PLUGIN_CLIENT_CERT", string(hostCert))
 		provide := hostTLS()
 		if _, still := os.LookupEnv(TLSFDEnv); still {
@@ -72,6 +100,11 @@ func TestHostTLS(t *testing.T) {
 		cfg, err := provide()
 		if err != nil {
 			t.Fatal(err)
+		}
+		// Closed once read: a process the plugin starts cannot inherit it
+		// (a descriptor the host passes is not close-on-exec in the plugin).
+		if stillPipe(fd, pipe) {
+			t.Fatalf("descriptor %d still holds the pipe the key came on", fd)
 		}
 		if len(cfg.Certificates) != 1 || cfg.ClientCAs == nil || cfg.ClientAuth.String() != "RequireAndVerifyClientCert" {
 			t.Fatalf("config = %+v", cfg)
