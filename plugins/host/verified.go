@@ -58,11 +58,14 @@ type verifiedFiles struct {
 	sum    map[fileID]string
 }
 
-// has reports whether id was verified against sum.
+// has reports whether id was verified against sum. A file never verified
+// is not, whatever sum is (the empty one included: a missing entry reads as
+// "", so comparing the lookup alone would pass an empty sum unhashed).
 func (v *verifiedFiles) has(id fileID, sum string) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.sum[id] == sum
+	got, ok := v.sum[id]
+	return ok && got == sum
 }
 
 // add remembers id as verified against sum if its ctime was settled at

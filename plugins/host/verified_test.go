@@ -172,3 +172,17 @@ func TestFreshFileIsNotRemembered(t *testing.T) {
 		t.Fatalf("hashed %d times, want 2: a file younger than settleTime must not be remembered", n)
 	}
 }
+
+// TestNothingIsRememberedByDefault: a file never verified is not verified
+// against any sum, the empty one included (which start refuses earlier;
+// the cache must not be what lets it through if that check moves).
+func TestNothingIsRememberedByDefault(t *testing.T) {
+	var v verifiedFiles
+	if v.has(fileID{}, "") || v.has(fileID{ino: 1}, "") {
+		t.Fatal("an empty cache remembers a file against the empty sum")
+	}
+	v.add(fileID{ino: 1, ctime: 1}, "ab", time.Now())
+	if v.has(fileID{ino: 2}, "") || v.has(fileID{ino: 1, ctime: 1}, "cd") || !v.has(fileID{ino: 1, ctime: 1}, "ab") {
+		t.Fatal("the cache answers for a file or sum it did not verify")
+	}
+}
