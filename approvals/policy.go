@@ -64,9 +64,11 @@ func (p *Policy) RoleOf(env, user string) Role {
 // retention) needs an operator although it needs no approval.
 func (p *Policy) Authorize(_ context.Context, req Request) error {
 	env := req.Cluster.Environment
-	switch p.RoleOf(env, req.User) {
-	case RoleOperator:
-	case RoleViewer:
+	switch role := p.RoleOf(env, req.User); {
+	case req.System:
+		// The configuration is the scheduler's authority (Request.System).
+	case role == RoleOperator:
+	case role == RoleViewer:
 		if req.Disruptive || req.Writes {
 			return fmt.Errorf("%s is a viewer in %s and may only read (health, status, audit); ask an operator to run %q", req.User, env, req.Command)
 		}
@@ -80,6 +82,15 @@ func (p *Policy) Authorize(_ context.Context, req Request) error {
 	if f := req.Frozen; f != nil {
 		return fmt.Errorf("cluster %s is frozen by %s since %s: %q; disruptive commands wait until `/talos unfreeze %s`",
 			req.Cluster.Name, f.By, f.Since.UTC().Format("2006-01-02 15:04 MST"), f.Reason, req.Cluster.Name)
+	}
+	if req.System {
+		// A scheduled disruption has no one to ask for --outside-window, and
+		// an environment without windows gives it no time to run in.
+		if ws := p.env(env).Windows; !InWindow(ws, req.Now) {
+			return fmt.Errorf("a scheduled run of %s may start only inside the maintenance window of %s (%s); it is %s",
+				req.Command, env, DescribeWindows(ws), req.Now.UTC().Format("Mon 15:04 MST"))
+		}
+		return nil
 	}
 	if env == config.EnvProduction && req.Args[FlagOutsideWindow] != "true" {
 		if ws := p.env(env).Windows; len(ws) > 0 && !InWindow(ws, req.Now) {

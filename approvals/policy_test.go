@@ -294,3 +294,41 @@ func TestNextOpening(t *testing.T) {
 		t.Error("an opening without windows")
 	}
 }
+
+// The scheduler (Request.System) needs no role, but its disruptive runs
+// fall inside a maintenance window of their environment, whatever the
+// environment and without --outside-window; an environment without
+// windows has none to run in; a freeze holds.
+func TestScheduledDisruptionPolicy(t *testing.T) {
+	p, cfg := mustPolicy(t, `
+policy:
+  staging:
+    operators: [alice]
+    maintenance_windows: [{days: [sun], start: "02:00", end: "05:00", timezone: UTC}]
+  production: {operators: [alice], approvers: [bob]}
+`)
+	sunday := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
+	req := Request{User: "talosbot-schedule", Cluster: cfg.Cluster("staging"), Command: "etcd defrag", Disruptive: true, Now: sunday, System: true}
+	if err := p.Authorize(context.Background(), req); err != nil {
+		t.Fatalf("in the window: %v", err)
+	}
+	req.Now = sunday.Add(3 * time.Hour) // 06:00, the window closed at 05:00
+	req.Args = map[string]string{FlagOutsideWindow: "true"}
+	if err := p.Authorize(context.Background(), req); err == nil || !strings.Contains(err.Error(), "only inside the maintenance window of staging (sun 02:00–05:00 UTC)") {
+		t.Fatalf("outside the window: %v", err)
+	}
+	req.Now, req.Args = sunday, nil
+	req.Frozen = &Freeze{By: "bob", Reason: "drill", Since: sunday}
+	if err := p.Authorize(context.Background(), req); err == nil || !strings.Contains(err.Error(), "frozen by bob") {
+		t.Fatalf("frozen: %v", err)
+	}
+	req.Frozen, req.Cluster = nil, cfg.Cluster("production")
+	if err := p.Authorize(context.Background(), req); err == nil {
+		t.Fatal("an environment without windows let a scheduled disruption start")
+	}
+	req.System = false // the same name without the scheduler's authority is nobody
+	req.Cluster = cfg.Cluster("staging")
+	if err := p.Authorize(context.Background(), req); err == nil || !strings.Contains(err.Error(), "has no role") {
+		t.Fatalf("a user named like the scheduler: %v", err)
+	}
+}

@@ -21,6 +21,10 @@ const (
 	// FlagPromotedFrom prefixes the operation flag naming the staging
 	// operation that satisfied the promotion gate (R6).
 	FlagPromotedFrom = "promoted-from:"
+	// FlagScheduled marks an operation the bot's scheduler started
+	// (maintenance_schedule): the policy is checked again before it runs
+	// with the scheduler's authority, not a user's role.
+	FlagScheduled = "scheduled"
 )
 
 // Request describes a request for Policy.Authorize.
@@ -41,6 +45,11 @@ type Request struct {
 	// outside maintenance windows (freeze, unfreeze, abandon, cancel): they
 	// stop or record work, they never start it.
 	Housekeeping bool
+	// System marks the bot's own scheduler (maintenance_schedule, the
+	// snapshot schedules): its authority is the configuration, so no role
+	// is asked; a freeze still holds, and a disruptive run must fall inside
+	// a maintenance window of its environment, whatever the environment.
+	System bool
 }
 
 // Freeze is a cluster freeze: disruptive operations are refused while it holds.

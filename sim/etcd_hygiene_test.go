@@ -2,14 +2,12 @@ package sim_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/client"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/talosbot/talosbot/sim"
 )
@@ -30,50 +28,11 @@ func TestEtcdDefragmentShrinksTheDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ec.Close()
-	val := strings.Repeat("x", 64<<10)
-	for i := range 64 {
-		if _, err := ec.Put(ctx, fmt.Sprintf("/frag/%d", i), val); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := ec.Delete(ctx, "/frag/", clientv3.WithPrefix()); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := ec.Get(ctx, "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ec.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
-		t.Fatal(err)
-	}
-
-	sizes := func() (int64, int64) {
-		st, err := cli.EtcdStatus(client.WithNode(ctx, cp))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms := st.GetMessages()[0].GetMemberStatus()
-		return ms.GetDbSize(), ms.GetDbSizeInUse()
-	}
-	// bbolt frees the pages once no read transaction holds them, at a later
-	// commit: a small write per poll makes those commits.
-	var before, inUse int64
-	deadline := time.Now().Add(30 * time.Second)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for before, inUse = sizes(); before-inUse < 1<<20; before, inUse = sizes() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no fragmentation to reclaim: size %d, in use %d", before, inUse)
-		}
-		<-tick.C
-		if _, err := ec.Put(ctx, "/tick", "x"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	before, _ := fragmentEtcd(ctx, t, ec, cli, cp)
 	if _, err := cli.EtcdDefragment(client.WithNode(ctx, cp)); err != nil {
 		t.Fatal(err)
 	}
-	after, _ := sizes()
+	after, _ := etcdSizes(ctx, t, cli, cp)
 	if after >= before-(1<<20) {
 		t.Fatalf("defragment did not shrink the database: %d → %d", before, after)
 	}

@@ -287,12 +287,12 @@ func (e *Engine) Submit(ctx context.Context, from Origin, text string) (string, 
 		return "", err
 	}
 	if from.System && disruptive {
-		if err := e.scheduledDisruption(inv, cl); err != nil {
+		if err := e.scheduledDisruption(inv); err != nil {
 			e.Refuse(ctx, from, cl.Name, inv, err)
 			return "", err
 		}
 	}
-	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: disruptive, Writes: writes, Args: inv.Args, Now: e.now(), Frozen: frozen}); err != nil && !from.System {
+	if err := e.o.Policy.Authorize(ctx, PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Disruptive: disruptive, Writes: writes, Args: inv.Args, Now: e.now(), Frozen: frozen, System: from.System}); err != nil {
 		e.Refuse(ctx, from, cl.Name, inv, err)
 		return "", err
 	}
@@ -300,6 +300,10 @@ func (e *Engine) Submit(ctx context.Context, from Origin, text string) (string, 
 		ID: e.o.NewID(), Cluster: cl.Name, Environment: cl.Environment, Command: inv.Spec.Name,
 		Args: inv.Args, Text: inv.Text, Disruptive: disruptive, Requester: from.User, Channel: from.Channel,
 		State: state.StatePlanned, CreatedAt: e.now(),
+	}
+	if from.System {
+		// authorizeRun checks the policy again with the scheduler's authority.
+		op.Flags = []string{approvals.FlagScheduled}
 	}
 	err = e.o.Store.Update(ctx, func(tx *state.Tx) error {
 		if disruptive {
@@ -1052,7 +1056,7 @@ func (e *Engine) authorizeRun(ctx context.Context, op *state.Operation) error {
 		return err
 	}
 	return e.o.Policy.Authorize(ctx, PolicyRequest{User: op.Requester, Cluster: cl, Command: op.Command,
-		Disruptive: op.Disruptive, Args: op.Args, Now: e.now(), Frozen: frozen})
+		Disruptive: op.Disruptive, Args: op.Args, Now: e.now(), Frozen: frozen, System: slices.Contains(op.Flags, approvals.FlagScheduled)})
 }
 
 // stagingLookup finds succeeded staging operations for the promotion gate.

@@ -160,6 +160,20 @@ func disarmCheck(ctx context.Context, c *cluster.Clients, inv cluster.Inventory)
 	if len(alarms) == 0 {
 		return nil, &sdk.Refusal{Rule: "R16", Reason: "etcd has no alarm on " + inv.Name, Fix: "nothing to disarm; /talos etcd alarms " + inv.Name + " lists them"}
 	}
+	// Talos disarms every alarm at once (AlarmDisarm with no member): only
+	// a NOSPACE alarm has a cause the bot checks is gone. A CORRUPT alarm
+	// means a member's data differs from the others'; disarming it lets that
+	// member serve again, so it is left to a person.
+	var other []string
+	for _, a := range alarms {
+		if a.Alarm != machineapi.EtcdMemberAlarm_NOSPACE.String() {
+			other = append(other, a.Line())
+		}
+	}
+	if len(other) > 0 {
+		return nil, &sdk.Refusal{Rule: "R16", Reason: "etcd has an alarm the bot does not disarm: " + strings.Join(other, ", ") + "; a disarm clears every alarm at once",
+			Fix: "a CORRUPT member's data differs from the others': replace the member (/talos node remove, then add it back) or restore from a snapshot; then disarm with talosctl etcd alarm disarm"}
+	}
 	quotas, err := readQuotas(ctx, c, inv)
 	if err != nil {
 		return nil, &sdk.Refusal{Rule: "R16", Reason: err.Error(), Fix: "set " + quotaArg + " in cluster.etcd.extraArgs to a byte count"}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	etcdserverpb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
 	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
@@ -141,5 +143,30 @@ func TestOnlyDefragIsMaintenance(t *testing.T) {
 		if c.Maintenance != (c.Name == CmdDefrag) {
 			t.Errorf("%s: maintenance %v", c.Name, c.Maintenance)
 		}
+	}
+}
+
+// A CORRUPT alarm is never disarmed by the bot: Talos's disarm clears every
+// alarm at once, and a corrupt member must not serve again because the
+// space is fine. Refused at the plan and again at the run, naming the alarm;
+// EtcdAlarmDisarm is never called.
+func TestDisarmRefusesCorrupt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 3, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Etcd().Members()[1].RaiseAlarm(ctx, etcdserverpb.AlarmType_CORRUPT); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := (&Plugin{}).Plan(ctx, request(c, CmdDisarm, nil))
+	if err != nil || plan.Refusal == nil || !strings.Contains(plan.Refusal.Reason, "): CORRUPT") {
+		t.Fatalf("disarm of CORRUPT was planned: %v %v", plan, err)
+	}
+	rec, _ := sdktest.Run(ctx, &Plugin{}, request(c, CmdDisarm, nil), nil)
+	if res := rec.FinalResult(); res.OK || res.Refusal == nil || c.Calls("cp-1", "EtcdAlarmDisarm")+c.Calls("cp-2", "EtcdAlarmDisarm")+c.Calls("cp-3", "EtcdAlarmDisarm") != 0 {
+		t.Fatalf("disarm of CORRUPT ran: %v", res)
 	}
 }

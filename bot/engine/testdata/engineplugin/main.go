@@ -43,6 +43,9 @@ func (p *plugin) Describe(context.Context) (*sdk.Manifest, error) {
 		// push is disruptive and does not pause between nodes: the host
 		// must not offer Pause on it.
 		{Name: "push", Summary: "disruptive, no pause", Effect: dis, Args: []*sdk.Arg{{Name: "cluster"}}},
+		// tidy is a maintenance command (as the etcd defrag): disruptive,
+		// safe for the scheduler to start in the maintenance window.
+		{Name: "tidy", Summary: "disruptive maintenance", Effect: dis, Maintenance: true, Args: []*sdk.Arg{{Name: "cluster"}}},
 		{Name: "roll", Summary: "disruptive roll", Effect: dis, Drill: sdk.DrillTalosUpgrade, PausesBetweenNodes: true, Args: []*sdk.Arg{
 			{Name: "target", Required: true}, {Name: "cluster"},
 			{Name: "mode", Flag: true, Description: "ok, fail, crash or wait"},
@@ -68,6 +71,9 @@ func (p *plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 		}
 	case "push":
 		return &sdk.OperationPlan{Summary: "push", Steps: []*sdk.Step{{ID: "p", Title: "push"}}, CanonicalInputs: []byte("push")}, nil
+	}
+	if req.Command == "tidy" {
+		return &sdk.OperationPlan{Summary: "tidy", Steps: []*sdk.Step{{ID: "t", Title: "tidy"}}, CanonicalInputs: []byte("tidy")}, nil
 	}
 	if req.Command == "stash" {
 		return &sdk.OperationPlan{Summary: "stash", Steps: []*sdk.Step{{ID: "w", Title: "write"}}, CanonicalInputs: []byte("stash")}, nil
@@ -119,6 +125,10 @@ func (p *plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		_ = r.StepStarted("p", "pushing")
 		<-ctx.Done()
 		return ctx.Err()
+	}
+	if req.Command == "tidy" {
+		_ = r.StepOK("t", "tidied")
+		return r.Result(&sdk.Result{OK: true, Summary: "tidied"})
 	}
 	if req.Command == "stash" {
 		_ = r.StepOK("w", "written")
