@@ -151,14 +151,16 @@ type disarmer interface {
 }
 
 // disarmCheck reads what a disarm depends on and refuses while it would not
-// hold; it returns the alarms to disarm.
+// hold; it returns the alarms to disarm. Its refusals name no runbook rule:
+// the runbook has none for alarms (R16 is the quorum around a control
+// plane), and a refusal that cites one sends the reader to the wrong row.
 func disarmCheck(ctx context.Context, c *cluster.Clients, inv cluster.Inventory) ([]Alarm, error) {
 	alarms, fails := readAlarms(ctx, c, inv)
 	if d, _ := cluster.DescribeFailures(fails); d != "" {
-		return nil, &sdk.Refusal{Rule: "R16", Reason: "etcd alarms not read from every control plane: " + d, Fix: "bring the control planes back (/talos health " + inv.Name + ")"}
+		return nil, &sdk.Refusal{Reason: "etcd alarms not read from every control plane: " + d, Fix: "bring the control planes back (/talos health " + inv.Name + ")"}
 	}
 	if len(alarms) == 0 {
-		return nil, &sdk.Refusal{Rule: "R16", Reason: "etcd has no alarm on " + inv.Name, Fix: "nothing to disarm; /talos etcd alarms " + inv.Name + " lists them"}
+		return nil, &sdk.Refusal{Reason: "etcd has no alarm on " + inv.Name, Fix: "nothing to disarm; /talos etcd alarms " + inv.Name + " lists them"}
 	}
 	// Talos disarms every alarm at once (AlarmDisarm with no member): only
 	// a NOSPACE alarm has a cause the bot checks is gone. A CORRUPT alarm
@@ -171,15 +173,15 @@ func disarmCheck(ctx context.Context, c *cluster.Clients, inv cluster.Inventory)
 		}
 	}
 	if len(other) > 0 {
-		return nil, &sdk.Refusal{Rule: "R16", Reason: "etcd has an alarm the bot does not disarm: " + strings.Join(other, ", ") + "; a disarm clears every alarm at once",
+		return nil, &sdk.Refusal{Reason: "etcd has an alarm the bot does not disarm: " + strings.Join(other, ", ") + "; a disarm clears every alarm at once",
 			Fix: "a CORRUPT member's data differs from the others': replace the member (/talos node remove, then add it back) or restore from a snapshot; then disarm with talosctl etcd alarm disarm"}
 	}
 	quotas, err := readQuotas(ctx, c, inv)
 	if err != nil {
-		return nil, &sdk.Refusal{Rule: "R16", Reason: err.Error(), Fix: "set " + quotaArg + " in cluster.etcd.extraArgs to a byte count"}
+		return nil, &sdk.Refusal{Reason: err.Error(), Fix: "set " + quotaArg + " in cluster.etcd.extraArgs to a byte count"}
 	}
 	if b := DisarmBlockers(read(ctx, c, inv), quotas, inv.Name); len(b) > 0 { // the cause is still there
-		return nil, &sdk.Refusal{Rule: "R16", Reason: "the space is not back, so NOSPACE would be raised again at the next write: " + strings.Join(b, "; "),
+		return nil, &sdk.Refusal{Reason: "the space is not back, so NOSPACE would be raised again at the next write: " + strings.Join(b, "; "),
 			Fix: "defragment (/talos etcd defrag " + inv.Name + ") or free space, then disarm"}
 	}
 	return alarms, nil

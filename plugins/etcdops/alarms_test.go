@@ -36,7 +36,8 @@ func TestNoSpaceDefragThenDisarm(t *testing.T) {
 	if res := rec.FinalResult(); !res.OK || strings.Join(res.Lines, "|") != "no alarms" {
 		t.Fatalf("alarms of a quiet cluster: %v", res)
 	}
-	if plan, err := (&Plugin{}).Plan(ctx, request(c, CmdDisarm, nil)); err != nil || plan.Refusal == nil || !strings.Contains(plan.Refusal.Reason, "no alarm") {
+	// No runbook rule covers alarms: the refusal cites none (not R16).
+	if plan, err := (&Plugin{}).Plan(ctx, request(c, CmdDisarm, nil)); err != nil || plan.Refusal == nil || !strings.Contains(plan.Refusal.Reason, "no alarm") || plan.Refusal.Rule != "" {
 		t.Fatalf("disarm without an alarm: %v %v", plan, err)
 	}
 
@@ -162,7 +163,7 @@ func TestDisarmRefusesCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	plan, err := (&Plugin{}).Plan(ctx, request(c, CmdDisarm, nil))
-	if err != nil || plan.Refusal == nil || !strings.Contains(plan.Refusal.Reason, "): CORRUPT") {
+	if err != nil || plan.Refusal == nil || !strings.Contains(plan.Refusal.Reason, "): CORRUPT") || plan.Refusal.Rule != "" {
 		t.Fatalf("disarm of CORRUPT was planned: %v %v", plan, err)
 	}
 	rec, _ := sdktest.Run(ctx, &Plugin{}, request(c, CmdDisarm, nil), nil)

@@ -230,7 +230,7 @@ func (p *Plugin) Plan(ctx context.Context, req *sdk.OperationRequest) (*sdk.Oper
 		for _, m := range skipped {
 			why = append(why, m.Node+": "+m.skipWhy(min))
 		}
-		return sdk.RefusalPlan(&sdk.Refusal{Rule: "R16", Reason: fmt.Sprintf("no etcd member of %s needs a defragmentation: %s", inv.Name, strings.Join(why, "; ")),
+		return sdk.RefusalPlan(&sdk.Refusal{Reason: fmt.Sprintf("no etcd member of %s needs a defragmentation: %s", inv.Name, strings.Join(why, "; ")),
 			Fix: fmt.Sprintf("nothing to do; /talos etcd status %s shows the fragmentation, --min-fragmentation lowers the threshold", inv.Name)})
 	}
 	steps := []*sdk.Step{}

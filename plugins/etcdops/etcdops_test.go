@@ -148,7 +148,7 @@ func TestDefragOneMemberAtATimeLeaderLast(t *testing.T) {
 	// Nothing left over the threshold: refused at the plan, so a schedule
 	// never asks anyone to approve a defragmentation of nothing.
 	plan, err = p.Plan(ctx, request(c, CmdDefrag, nil))
-	if err != nil || plan.Refusal == nil || !strings.Contains(plan.Refusal.Reason, "no etcd member of staging needs a defragmentation") {
+	if err != nil || plan.Refusal == nil || !strings.Contains(plan.Refusal.Reason, "no etcd member of staging needs a defragmentation") || plan.Refusal.Rule != "" {
 		t.Fatalf("second defrag plan: %v %v", plan, err)
 	}
 }
