@@ -3,11 +3,9 @@ package certnotice
 import (
 	"context"
 	"fmt"
-	"strings"
-	"time"
 
 	"github.com/talosbot/talosbot/bot/chat"
-	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/notice"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/certexpiry"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
@@ -26,20 +24,8 @@ type Planner interface {
 	Plan(ctx context.Context, name string, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error)
 }
 
-// Credentials resolves a cluster's client configurations for one call
-// (the bot's credential source); they live only in the request.
-type Credentials func(ctx context.Context, cl *config.Cluster) (talosconfig, kubeconfig []byte, err error)
-
-// FromSource adapts the bot's credential source.
-func FromSource(src engine.CredentialSource) Credentials {
-	return func(ctx context.Context, cl *config.Cluster) ([]byte, []byte, error) {
-		c, err := src.Resolve(ctx, cl)
-		if err != nil {
-			return nil, nil, err
-		}
-		return c.Talosconfig, c.Kubeconfig, nil
-	}
-}
+// Credentials resolves a cluster's client configurations for one call.
+type Credentials = notice.Credentials
 
 // PluginInspector implements Inspector with the certs plugin's Plan, which
 // reads the cluster and changes nothing. It creates no operation: a daily
@@ -81,45 +67,4 @@ func (p *PluginInspector) Inspect(ctx context.Context, cluster string) (*certexp
 		return nil, fmt.Errorf("the certs plugin refused %s: %s: %s", cluster, r.GetRule(), r.GetReason())
 	}
 	return certexpiry.FromCanonical(plan.GetCanonicalInputs())
-}
-
-// EnginePoster posts a notice in the channel with command buttons minted by
-// the engine (they run as whoever clicks, through the same policy as a
-// typed command).
-type EnginePoster struct {
-	Buttons interface {
-		CommandButtons(ctx context.Context, sugg []engine.Suggestion) ([]engine.Button, error)
-	}
-	Sink engine.Sink
-}
-
-// Post implements Poster.
-func (p EnginePoster) Post(ctx context.Context, channel, text string, actions []Action) error {
-	sugg := make([]engine.Suggestion, len(actions))
-	for i, a := range actions {
-		sugg[i] = engine.Suggestion{Label: a.Label, Command: a.Command}
-	}
-	buttons, err := p.Buttons.CommandButtons(ctx, sugg)
-	if err != nil {
-		return fmt.Errorf("mint the notice's buttons: %w", err)
-	}
-	p.Sink.ReplyButtons(ctx, engine.Origin{User: User, Channel: channel, System: true}, text, buttons)
-	return nil
-}
-
-// ParseSnooze reads the snooze length ("7d", "36h"; empty: DefaultSnooze),
-// at most 30 days: a certificate a day from expiry must not be silenced
-// past it by a typo.
-func ParseSnooze(s string) (time.Duration, error) {
-	if strings.TrimSpace(s) == "" {
-		return DefaultSnooze, nil
-	}
-	d, err := config.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("--for %s: %w", chat.Echo(s), err)
-	}
-	if d <= 0 || d > 30*24*time.Hour {
-		return 0, fmt.Errorf("--for %s: between 1m and 30d", chat.Echo(s))
-	}
-	return d, nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/bot/notice"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/sdk"
@@ -25,9 +26,8 @@ type Planner interface {
 	Plan(ctx context.Context, name string, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error)
 }
 
-// Credentials resolves a cluster's client configurations for one call
-// (the bot's credential source); they live only in the request.
-type Credentials func(ctx context.Context, cl *config.Cluster) (talosconfig, kubeconfig []byte, err error)
+// Credentials resolves a cluster's client configurations for one call.
+type Credentials = notice.Credentials
 
 // PluginInspector implements Inspector with the releases plugin's Plan,
 // which reads the cluster and changes nothing. It creates no operation:
