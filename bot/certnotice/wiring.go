@@ -2,13 +2,10 @@ package certnotice
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/notice"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/certexpiry"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // PluginName and Command name the read-only certs plugin
@@ -18,11 +15,8 @@ const (
 	Command    = "certs"
 )
 
-// Planner is the part of the plugin host the inspector uses
-// (plugins/host.Manager.Plan).
-type Planner interface {
-	Plan(ctx context.Context, name string, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error)
-}
+// Planner is the part of the plugin host the inspector uses.
+type Planner = notice.Planner
 
 // Credentials resolves a cluster's client configurations for one call.
 type Credentials = notice.Credentials
@@ -38,33 +32,10 @@ type PluginInspector struct {
 
 // Inspect asks the plugin for the cluster's certificates.
 func (p *PluginInspector) Inspect(ctx context.Context, cluster string) (*certexpiry.Inventory, error) {
-	cl := p.Config.Cluster(cluster)
-	if cl == nil {
-		return nil, fmt.Errorf("cluster %s is not configured", chat.Echo(cluster))
-	}
-	tc, kc, err := p.Credentials(ctx, cl)
+	r := notice.Read{Config: p.Config, Plugins: p.Plugins, Credentials: p.Credentials, Plugin: PluginName, Command: Command, User: User, ID: "cert-check"}
+	canonical, err := r.Of(ctx, cluster, nil)
 	if err != nil {
-		return nil, fmt.Errorf("credentials for %s: %w", cluster, err)
+		return nil, err
 	}
-	pc := &lifecyclev1.Cluster{Name: cl.Name, Environment: cl.Environment, Endpoints: cl.Endpoints}
-	for _, n := range cl.Nodes {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.Address, Role: n.Role, Host: n.Host, Platform: n.Platform, InstallerClass: n.InstallerClass})
-	}
-	section, err := p.Config.Plugins.PluginSection(PluginName)
-	if err != nil {
-		return nil, fmt.Errorf("plugins.%s: %w", PluginName, err)
-	}
-	req := &lifecyclev1.OperationRequest{
-		OperationId: "cert-check-" + cl.Name, Command: Command, Cluster: pc, Requester: User, Config: section,
-		Credentials: &lifecyclev1.Credentials{Talosconfig: tc, Kubeconfig: kc},
-		Settings:    &lifecyclev1.Settings{GateTimeoutMs: p.Config.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: p.Config.Timeouts.Node.D().Milliseconds()},
-	}
-	plan, err := p.Plugins.Plan(ctx, PluginName, req)
-	if err != nil {
-		return nil, fmt.Errorf("the certs plugin could not read %s: %w", cluster, err)
-	}
-	if r := plan.GetRefusal(); r != nil {
-		return nil, fmt.Errorf("the certs plugin refused %s: %s: %s", cluster, r.GetRule(), r.GetReason())
-	}
-	return certexpiry.FromCanonical(plan.GetCanonicalInputs())
+	return certexpiry.FromCanonical(canonical)
 }

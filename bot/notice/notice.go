@@ -15,6 +15,7 @@ import (
 	"github.com/talosbot/talosbot/bot/chat"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/config"
+	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 	"github.com/talosbot/talosbot/state"
 )
 
@@ -144,4 +145,57 @@ func (s Snoozes) Until(ctx context.Context, st *state.Store, cluster string) (ti
 		return json.Unmarshal(raw, &sn)
 	})
 	return sn.Until, err
+}
+
+// Planner is the part of the plugin host a read uses
+// (plugins/host.Manager.Plan).
+type Planner interface {
+	Plan(ctx context.Context, name string, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error)
+}
+
+// Read is one read-only plugin's Plan of a cluster: Plugin's Command, asked
+// as User with the cluster's credentials (only in the request) and ev. It
+// creates no operation: a daily check that posts nothing leaves no trace in
+// chat. It returns the plan's canonical inputs, which carry what was read.
+type Read struct {
+	Config      *config.Config
+	Plugins     Planner
+	Credentials Credentials
+	// Plugin and Command name the plugin and its read-only command; User
+	// is the requester; ID prefixes the operation id ("<ID>-<cluster>").
+	Plugin, Command, User, ID string
+}
+
+// Of plans r's command on cluster with evidence ev (nil: none).
+func (r *Read) Of(ctx context.Context, cluster string, ev *lifecyclev1.Evidence) ([]byte, error) {
+	cl := r.Config.Cluster(cluster)
+	if cl == nil {
+		return nil, fmt.Errorf("cluster %s is not configured", chat.Echo(cluster))
+	}
+	tc, kc, err := r.Credentials(ctx, cl)
+	if err != nil {
+		return nil, fmt.Errorf("credentials for %s: %w", cluster, err)
+	}
+	pc := &lifecyclev1.Cluster{Name: cl.Name, Environment: cl.Environment, Endpoints: cl.Endpoints}
+	for _, n := range cl.Nodes {
+		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.Address, Role: n.Role, Host: n.Host, Platform: n.Platform, InstallerClass: n.InstallerClass})
+	}
+	section, err := r.Config.Plugins.PluginSection(r.Plugin)
+	if err != nil {
+		return nil, fmt.Errorf("plugins.%s: %w", r.Plugin, err)
+	}
+	req := &lifecyclev1.OperationRequest{
+		OperationId: r.ID + "-" + cl.Name, Command: r.Command, Cluster: pc, Requester: r.User, Config: section,
+		Credentials: &lifecyclev1.Credentials{Talosconfig: tc, Kubeconfig: kc},
+		Settings:    &lifecyclev1.Settings{GateTimeoutMs: r.Config.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: r.Config.Timeouts.Node.D().Milliseconds()},
+		Evidence:    ev,
+	}
+	plan, err := r.Plugins.Plan(ctx, r.Plugin, req)
+	if err != nil {
+		return nil, fmt.Errorf("the %s plugin could not read %s: %w", r.Plugin, cluster, err)
+	}
+	if rf := plan.GetRefusal(); rf != nil {
+		return nil, fmt.Errorf("the %s plugin refused %s: %s: %s", r.Plugin, cluster, rf.GetRule(), rf.GetReason())
+	}
+	return plan.GetCanonicalInputs(), nil
 }
