@@ -1,12 +1,6 @@
 package bot
 
 import (
-	"context"
-	"fmt"
-	"time"
-
-	"github.com/talosbot/talosbot/bot/engine"
-	"github.com/talosbot/talosbot/bot/grammar"
 	"github.com/talosbot/talosbot/bot/releasenotice"
 	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
@@ -14,39 +8,8 @@ import (
 // releaseCommands is `/talos releases snooze` (the notices' snooze
 // button; docs/RELEASES.md). `/talos releases` itself is a plugin.
 func releaseCommands() []botCommand {
-	return []botCommand{
-		{grammar.CommandSpec{Command: &lifecyclev1.Command{Name: "releases snooze", Effect: lifecyclev1.Effect_EFFECT_WRITE,
-			Summary: "pause new-release notices for a cluster (default 7 days)",
-			Args: []*lifecyclev1.Arg{{Name: "cluster", Description: "cluster whose notices to pause (default: the channel's cluster)"},
-				{Name: "for", Flag: true, Description: "how long, e.g. 3d (default 7d, at most 90d)"}},
-			Example: "/talos releases snooze production --for 3d"}},
-			func(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
-				return snoozeReleases(ctx, r, from, inv)
-			}},
-	}
-}
-
-func snoozeReleases(ctx context.Context, r *Router, from engine.Origin, inv *grammar.Invocation) error {
-	cl, err := r.ops.ResolveCluster(inv.Args["cluster"], from.Channel)
-	if err != nil {
-		r.sink.Reply(ctx, from, err.Error())
-		return err
-	}
-	// It writes state the bot keeps: the operator role, nothing more.
-	if err := r.policy.Authorize(ctx, engine.PolicyRequest{User: from.User, Cluster: cl, Command: inv.Spec.Name, Writes: true, Now: r.now(), Housekeeping: true}); err != nil {
-		r.ops.Refuse(ctx, from, cl.Name, inv, err)
-		return err
-	}
-	d, err := releasenotice.ParseSnooze(inv.Args["for"])
-	if err != nil {
-		r.sink.Reply(ctx, from, err.Error())
-		return err
-	}
-	until := r.now().Add(d)
-	if err := releasenotice.SnoozeCluster(ctx, r.store, cl.Name, from.User, r.now(), until); err != nil {
-		return err
-	}
-	r.sink.Reply(ctx, from, fmt.Sprintf("😴 new-release notices for %s are paused until %s (by %s); releases that appear meanwhile are announced then",
-		cl.Name, until.UTC().Format(time.RFC3339), from.User))
-	return nil
+	return []botCommand{snoozeCommand(&lifecyclev1.Command{Name: "releases snooze",
+		Summary: "pause new-release notices for a cluster (default 7 days)",
+		Example: "/talos releases snooze production --for 3d"},
+		releasenotice.Snoozes, "new-release notices", "releases that appear meanwhile are announced then")}
 }

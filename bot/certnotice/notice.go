@@ -37,6 +37,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/bot/notice"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/certexpiry"
 	"github.com/talosbot/talosbot/state"
@@ -60,12 +61,10 @@ type Inspector interface {
 }
 
 // Action is a button that runs a command as whoever clicks it.
-type Action struct{ Label, Command string }
+type Action = notice.Action
 
 // Poster posts a message with buttons to a channel.
-type Poster interface {
-	Post(ctx context.Context, channel, text string, actions []Action) error
-}
+type Poster = notice.Poster
 
 // Options wire the notifier.
 type Options struct {
@@ -142,16 +141,9 @@ type record struct {
 	NotAfter time.Time `json:"not_after"`
 }
 
-type snooze struct {
-	Until time.Time `json:"until"`
-	By    string    `json:"by"`
-}
-
 func noticeKey(cluster, fingerprint string, threshold int) string {
 	return fmt.Sprintf("notice/%s/%s/%d", cluster, fingerprint, threshold)
 }
-
-func snoozeKey(cluster string) string { return "snooze/" + cluster }
 
 // Threshold is the notice a certificate with daysLeft is due at: the
 // nearest threshold it has reached (Expired once past), or false when it
@@ -317,7 +309,7 @@ func (n *Notifier) Snooze(ctx context.Context, cluster, by string, until time.Ti
 	if n.o.Config.Cluster(cluster) == nil {
 		return fmt.Errorf("unknown cluster %s; %s", chat.Echo(cluster), n.o.Config.ClustersHint(cluster))
 	}
-	return SnoozeCluster(ctx, n.o.Store, cluster, by, n.o.Now(), until)
+	return Snoozes.Put(ctx, n.o.Store, cluster, by, n.o.Now(), until)
 }
 
 // SnoozedUntil is the end of cluster's snooze (zero: not snoozed).
@@ -327,36 +319,13 @@ func (n *Notifier) SnoozedUntil(ctx context.Context, cluster string) (time.Time,
 
 // SnoozedUntil is the end of cluster's snooze in st (zero: not snoozed).
 func SnoozedUntil(ctx context.Context, st *state.Store, cluster string) (time.Time, error) {
-	var s snooze
-	err := st.View(ctx, func(tx *state.Tx) error {
-		raw, err := tx.GetKV(Bucket, snoozeKey(cluster))
-		if errors.Is(err, state.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return json.Unmarshal(raw, &s)
-	})
-	return s.Until, err
+	return Snoozes.Until(ctx, st, cluster)
 }
 
-// SnoozeCluster records a snooze of cluster's notices until until, with
-// its audit record in the same transaction (`/talos certs snooze`).
-func SnoozeCluster(ctx context.Context, st *state.Store, cluster, by string, now, until time.Time) error {
-	raw, err := json.Marshal(snooze{Until: until.UTC(), By: by})
-	if err != nil {
-		return err
-	}
-	return st.Update(ctx, func(tx *state.Tx) error {
-		if err := tx.PutKV(Bucket, snoozeKey(cluster), raw); err != nil {
-			return err
-		}
-		_, err := tx.Append(state.AuditEvent{Time: now, Actor: by, Cluster: cluster, Command: "certs snooze", Action: "certs.snoozed", Result: "ok",
-			Detail: map[string]string{"until": until.UTC().Format(time.RFC3339)}})
-		return err
-	})
-}
+// Snoozes are the notices' snoozes (`/talos certs snooze`), at most 30
+// days: a certificate a day from expiry must not be silenced past it by a
+// typo.
+var Snoozes = notice.Snoozes{Bucket: Bucket, Command: "certs snooze", Action: "certs.snoozed", Default: DefaultSnooze, Max: 30 * 24 * time.Hour}
 
 // Next is when the next check is due after t (zero when checks are off).
 func (n *Notifier) Next(t time.Time) time.Time {
@@ -371,15 +340,6 @@ func (n *Notifier) Run(ctx context.Context) error {
 	if n.sched == nil {
 		return nil
 	}
-	for {
-		next := n.Next(n.o.Now())
-		t := time.NewTimer(max(0, next.Sub(n.o.Now())))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-			n.Check(ctx, n.o.Now())
-		}
-	}
+	notice.Loop(ctx, n.o.Now, n.Next, func(ctx context.Context, now time.Time) { n.Check(ctx, now) })
+	return nil
 }

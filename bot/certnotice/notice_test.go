@@ -298,11 +298,11 @@ func TestThreshold(t *testing.T) {
 }
 
 func TestParseSnooze(t *testing.T) {
-	if d, err := certnotice.ParseSnooze(""); err != nil || d != certnotice.DefaultSnooze {
+	if d, err := certnotice.Snoozes.Parse(""); err != nil || d != certnotice.DefaultSnooze {
 		t.Errorf("default: %v %v", d, err)
 	}
 	for _, bad := range []string{"31d", "0m", "soon"} {
-		if _, err := certnotice.ParseSnooze(bad); err == nil {
+		if _, err := certnotice.Snoozes.Parse(bad); err == nil {
 			t.Errorf("%s accepted", bad)
 		}
 	}

@@ -2,15 +2,10 @@ package certnotice
 
 import (
 	"context"
-	"fmt"
-	"strings"
-	"time"
 
-	"github.com/talosbot/talosbot/bot/chat"
-	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/notice"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/certexpiry"
-	lifecyclev1 "github.com/talosbot/talosbot/plugins/sdk/proto/lifecycle/v1"
 )
 
 // PluginName and Command name the read-only certs plugin
@@ -20,26 +15,11 @@ const (
 	Command    = "certs"
 )
 
-// Planner is the part of the plugin host the inspector uses
-// (plugins/host.Manager.Plan).
-type Planner interface {
-	Plan(ctx context.Context, name string, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error)
-}
+// Planner is the part of the plugin host the inspector uses.
+type Planner = notice.Planner
 
-// Credentials resolves a cluster's client configurations for one call
-// (the bot's credential source); they live only in the request.
-type Credentials func(ctx context.Context, cl *config.Cluster) (talosconfig, kubeconfig []byte, err error)
-
-// FromSource adapts the bot's credential source.
-func FromSource(src engine.CredentialSource) Credentials {
-	return func(ctx context.Context, cl *config.Cluster) ([]byte, []byte, error) {
-		c, err := src.Resolve(ctx, cl)
-		if err != nil {
-			return nil, nil, err
-		}
-		return c.Talosconfig, c.Kubeconfig, nil
-	}
-}
+// Credentials resolves a cluster's client configurations for one call.
+type Credentials = notice.Credentials
 
 // PluginInspector implements Inspector with the certs plugin's Plan, which
 // reads the cluster and changes nothing. It creates no operation: a daily
@@ -52,74 +32,10 @@ type PluginInspector struct {
 
 // Inspect asks the plugin for the cluster's certificates.
 func (p *PluginInspector) Inspect(ctx context.Context, cluster string) (*certexpiry.Inventory, error) {
-	cl := p.Config.Cluster(cluster)
-	if cl == nil {
-		return nil, fmt.Errorf("cluster %s is not configured", chat.Echo(cluster))
-	}
-	tc, kc, err := p.Credentials(ctx, cl)
+	r := notice.Read{Config: p.Config, Plugins: p.Plugins, Credentials: p.Credentials, Plugin: PluginName, Command: Command, User: User, ID: "cert-check"}
+	canonical, err := r.Of(ctx, cluster, nil)
 	if err != nil {
-		return nil, fmt.Errorf("credentials for %s: %w", cluster, err)
+		return nil, err
 	}
-	pc := &lifecyclev1.Cluster{Name: cl.Name, Environment: cl.Environment, Endpoints: cl.Endpoints}
-	for _, n := range cl.Nodes {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.Address, Role: n.Role, Host: n.Host, Platform: n.Platform, InstallerClass: n.InstallerClass})
-	}
-	section, err := p.Config.Plugins.PluginSection(PluginName)
-	if err != nil {
-		return nil, fmt.Errorf("plugins.%s: %w", PluginName, err)
-	}
-	req := &lifecyclev1.OperationRequest{
-		OperationId: "cert-check-" + cl.Name, Command: Command, Cluster: pc, Requester: User, Config: section,
-		Credentials: &lifecyclev1.Credentials{Talosconfig: tc, Kubeconfig: kc},
-		Settings:    &lifecyclev1.Settings{GateTimeoutMs: p.Config.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: p.Config.Timeouts.Node.D().Milliseconds()},
-	}
-	plan, err := p.Plugins.Plan(ctx, PluginName, req)
-	if err != nil {
-		return nil, fmt.Errorf("the certs plugin could not read %s: %w", cluster, err)
-	}
-	if r := plan.GetRefusal(); r != nil {
-		return nil, fmt.Errorf("the certs plugin refused %s: %s: %s", cluster, r.GetRule(), r.GetReason())
-	}
-	return certexpiry.FromCanonical(plan.GetCanonicalInputs())
-}
-
-// EnginePoster posts a notice in the channel with command buttons minted by
-// the engine (they run as whoever clicks, through the same policy as a
-// typed command).
-type EnginePoster struct {
-	Buttons interface {
-		CommandButtons(ctx context.Context, sugg []engine.Suggestion) ([]engine.Button, error)
-	}
-	Sink engine.Sink
-}
-
-// Post implements Poster.
-func (p EnginePoster) Post(ctx context.Context, channel, text string, actions []Action) error {
-	sugg := make([]engine.Suggestion, len(actions))
-	for i, a := range actions {
-		sugg[i] = engine.Suggestion{Label: a.Label, Command: a.Command}
-	}
-	buttons, err := p.Buttons.CommandButtons(ctx, sugg)
-	if err != nil {
-		return fmt.Errorf("mint the notice's buttons: %w", err)
-	}
-	p.Sink.ReplyButtons(ctx, engine.Origin{User: User, Channel: channel, System: true}, text, buttons)
-	return nil
-}
-
-// ParseSnooze reads the snooze length ("7d", "36h"; empty: DefaultSnooze),
-// at most 30 days: a certificate a day from expiry must not be silenced
-// past it by a typo.
-func ParseSnooze(s string) (time.Duration, error) {
-	if strings.TrimSpace(s) == "" {
-		return DefaultSnooze, nil
-	}
-	d, err := config.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("--for %s: %w", chat.Echo(s), err)
-	}
-	if d <= 0 || d > 30*24*time.Hour {
-		return 0, fmt.Errorf("--for %s: between 1m and 30d", chat.Echo(s))
-	}
-	return d, nil
+	return certexpiry.FromCanonical(canonical)
 }

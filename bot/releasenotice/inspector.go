@@ -2,10 +2,9 @@ package releasenotice
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/bot/notice"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/sdk"
@@ -19,15 +18,11 @@ const (
 	Command    = "releases"
 )
 
-// Planner is the part of the plugin host the inspector uses
-// (plugins/host.Manager.Plan).
-type Planner interface {
-	Plan(ctx context.Context, name string, req *lifecyclev1.OperationRequest) (*lifecyclev1.OperationPlan, error)
-}
+// Planner is the part of the plugin host the inspector uses.
+type Planner = notice.Planner
 
-// Credentials resolves a cluster's client configurations for one call
-// (the bot's credential source); they live only in the request.
-type Credentials func(ctx context.Context, cl *config.Cluster) (talosconfig, kubeconfig []byte, err error)
+// Credentials resolves a cluster's client configurations for one call.
+type Credentials = notice.Credentials
 
 // PluginInspector implements Inspector with the releases plugin's Plan,
 // which reads the cluster and changes nothing. It creates no operation:
@@ -42,14 +37,6 @@ type PluginInspector struct {
 
 // Inspect asks the plugin what cluster runs and what known supports.
 func (p *PluginInspector) Inspect(ctx context.Context, cluster string, known []releases.Version) (*releases.Inspection, error) {
-	cl := p.Config.Cluster(cluster)
-	if cl == nil {
-		return nil, fmt.Errorf("cluster %s is not configured", chat.Echo(cluster))
-	}
-	tc, kc, err := p.Credentials(ctx, cl)
-	if err != nil {
-		return nil, fmt.Errorf("credentials for %s: %w", cluster, err)
-	}
 	list, err := p.Releases.Talos(ctx)
 	if err != nil {
 		return nil, err
@@ -60,30 +47,12 @@ func (p *PluginInspector) Inspect(ctx context.Context, cluster string, known []r
 	}
 	rel := releases.NotesOf(list, p.Config.Releases.Kubernetes, now())
 	rel.Versions = releases.Tags(known) // exactly what the caller asks about
-	pc := &lifecyclev1.Cluster{Name: cl.Name, Environment: cl.Environment, Endpoints: cl.Endpoints}
-	for _, n := range cl.Nodes {
-		pc.Nodes = append(pc.Nodes, &lifecyclev1.Node{Name: n.Name, Address: n.Address, Role: n.Role, Host: n.Host, Platform: n.Platform, InstallerClass: n.InstallerClass})
-	}
-	section, err := p.Config.Plugins.PluginSection(PluginName)
+	r := notice.Read{Config: p.Config, Plugins: p.Plugins, Credentials: p.Credentials, Plugin: PluginName, Command: Command, User: User, ID: "release-check"}
+	canonical, err := r.Of(ctx, cluster, &lifecyclev1.Evidence{Releases: releasesMsg(rel)})
 	if err != nil {
-		return nil, fmt.Errorf("plugins.%s: %w", PluginName, err)
+		return nil, err
 	}
-	req := &lifecyclev1.OperationRequest{
-		OperationId: "release-check-" + cl.Name, Command: Command, Cluster: pc, Requester: User, Config: section,
-		Credentials: &lifecyclev1.Credentials{Talosconfig: tc, Kubeconfig: kc},
-		Settings: &lifecyclev1.Settings{
-			GateTimeoutMs: p.Config.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: p.Config.Timeouts.Node.D().Milliseconds(),
-		},
-		Evidence: &lifecyclev1.Evidence{Releases: releasesMsg(rel)},
-	}
-	plan, err := p.Plugins.Plan(ctx, PluginName, req)
-	if err != nil {
-		return nil, fmt.Errorf("the releases plugin could not read %s: %w", cluster, err)
-	}
-	if r := plan.GetRefusal(); r != nil {
-		return nil, fmt.Errorf("the releases plugin refused %s: %s: %s", cluster, r.GetRule(), r.GetReason())
-	}
-	return releases.InspectionFromPlan(plan.GetCanonicalInputs())
+	return releases.InspectionFromPlan(canonical)
 }
 
 // releasesMsg is the wire form of the release evidence.

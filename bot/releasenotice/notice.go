@@ -31,6 +31,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/talosbot/talosbot/bot/chat"
+	"github.com/talosbot/talosbot/bot/notice"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/releases"
 	"github.com/talosbot/talosbot/plugins/sdk/versions"
@@ -60,13 +61,11 @@ type ReleaseList interface {
 
 // Action is a button that runs a command as whoever clicks it, through the
 // same grammar and policy as a typed command.
-type Action struct{ Label, Command string }
+type Action = notice.Action
 
 // Poster posts a message with buttons to a channel (the wiring mints the
 // buttons with the engine's CommandButtons).
-type Poster interface {
-	Post(ctx context.Context, channel, text string, actions []Action) error
-}
+type Poster = notice.Poster
 
 // Options wire the notifier.
 type Options struct {
@@ -139,16 +138,9 @@ type record struct {
 	Channel string    `json:"channel,omitempty"`
 }
 
-type snooze struct {
-	Until time.Time `json:"until"`
-	By    string    `json:"by"`
-}
-
 func noticeKey(cluster string, v releases.Version, kind string) string {
 	return "notice/" + cluster + "/" + v.Tag() + "/" + kind
 }
-
-func snoozeKey(cluster string) string { return "snooze/" + cluster }
 
 // Snooze silences cluster's notices until until (audited, as by). Releases
 // that appear meanwhile are announced when it ends (each once).
@@ -156,24 +148,17 @@ func (n *Notifier) Snooze(ctx context.Context, cluster, by string, until time.Ti
 	if n.o.Config.Cluster(cluster) == nil {
 		return fmt.Errorf("unknown cluster %s; %s", chat.Echo(cluster), n.o.Config.ClustersHint(cluster))
 	}
-	return SnoozeCluster(ctx, n.o.Store, cluster, by, n.o.Now(), until)
+	return Snoozes.Put(ctx, n.o.Store, cluster, by, n.o.Now(), until)
 }
 
 // SnoozedUntil is the end of cluster's snooze (zero: not snoozed).
 func (n *Notifier) SnoozedUntil(ctx context.Context, cluster string) (time.Time, error) {
-	var s snooze
-	err := n.o.Store.View(ctx, func(tx *state.Tx) error {
-		raw, err := tx.GetKV(Bucket, snoozeKey(cluster))
-		if errors.Is(err, state.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return json.Unmarshal(raw, &s)
-	})
-	return s.Until, err
+	return Snoozes.Until(ctx, n.o.Store, cluster)
 }
+
+// Snoozes are the notices' snoozes (`/talos releases snooze`), at most 90
+// days so that a typo does not silence a cluster for years.
+var Snoozes = notice.Snoozes{Bucket: Bucket, Command: "releases snooze", Action: "releases.snoozed", Default: DefaultSnooze, Max: 90 * 24 * time.Hour}
 
 // candidates are the releases a cluster running running is told about:
 // the newest patch of its minor, and the newest release of all when that
@@ -381,15 +366,6 @@ func (n *Notifier) Run(ctx context.Context) error {
 	if n.sched == nil {
 		return nil
 	}
-	for {
-		next := n.Next(n.o.Now())
-		t := time.NewTimer(max(0, next.Sub(n.o.Now())))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-			n.Check(ctx, n.o.Now())
-		}
-	}
+	notice.Loop(ctx, n.o.Now, n.Next, func(ctx context.Context, now time.Time) { n.Check(ctx, now) })
+	return nil
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/talosbot/talosbot/approvals"
 	"github.com/talosbot/talosbot/bot/engine"
 	"github.com/talosbot/talosbot/bot/grammar"
+	"github.com/talosbot/talosbot/bot/notice"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/state"
 )
@@ -313,20 +314,14 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if len(s.jobs) == 0 {
 		return nil
 	}
-	for {
+	notice.Loop(ctx, s.o.Now, func(time.Time) time.Time {
 		next := s.jobs[0].next
 		for _, j := range s.jobs[1:] {
 			if j.next.Before(next) {
 				next = j.next
 			}
 		}
-		t := time.NewTimer(max(0, next.Sub(s.o.Now())))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-			s.Tick(ctx, s.o.Now())
-		}
-	}
+		return next
+	}, func(ctx context.Context, now time.Time) { s.Tick(ctx, now) })
+	return nil
 }

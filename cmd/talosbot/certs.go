@@ -6,6 +6,7 @@ import (
 
 	"github.com/talosbot/talosbot/bot/certnotice"
 	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/notice"
 )
 
 // startCertNotices runs the daily certificate-expiry check
@@ -14,8 +15,8 @@ import (
 func (a *app) startCertNotices(ctx context.Context, creds engine.CredentialSource, sink engine.Sink, log *slog.Logger) error {
 	n, err := certnotice.New(certnotice.Options{
 		Config: a.cfg, Store: a.store, Log: log, Registerer: a.metrics.Registry(),
-		Inspector: &certnotice.PluginInspector{Config: a.cfg, Plugins: a.plugins, Credentials: certnotice.FromSource(creds)},
-		Poster:    certnotice.EnginePoster{Buttons: a.engine, Sink: sink},
+		Inspector: &certnotice.PluginInspector{Config: a.cfg, Plugins: a.plugins, Credentials: notice.FromSource(creds)},
+		Poster:    notice.EnginePoster{Buttons: a.engine, Sink: sink, User: certnotice.User},
 	})
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"github.com/talosbot/talosbot/bot/engine"
+	"github.com/talosbot/talosbot/bot/notice"
 	"github.com/talosbot/talosbot/bot/releasenotice"
 	"github.com/talosbot/talosbot/config"
 	"github.com/talosbot/talosbot/internal/factory"
@@ -34,8 +35,8 @@ func newReleaseSource(cfg *config.Config, st *state.Store) (*releases.Source, en
 func (a *app) startReleases(ctx context.Context, src *releases.Source, creds engine.CredentialSource, sink engine.Sink, log *slog.Logger) error {
 	n, err := releasenotice.New(releasenotice.Options{
 		Config: a.cfg, Store: a.store, Releases: src, Log: log,
-		Inspector: &releasenotice.PluginInspector{Config: a.cfg, Plugins: a.plugins, Credentials: releasenotice.FromSource(creds), Releases: src},
-		Poster:    releasenotice.EnginePoster{Buttons: a.engine, Sink: sink},
+		Inspector: &releasenotice.PluginInspector{Config: a.cfg, Plugins: a.plugins, Credentials: notice.FromSource(creds), Releases: src},
+		Poster:    notice.EnginePoster{Buttons: a.engine, Sink: sink, User: releasenotice.User},
 	})
 	if err != nil {
 		return err

@@ -166,7 +166,8 @@ func Of(source, kind, renew string, c *x509.Certificate) Cert {
 
 // ParsePEM reads every CERTIFICATE block of data (a CA bundle, a client
 // certificate) and skips any other block: a private key that shares the
-// bytes is never decoded.
+// bytes is never parsed (pem.Decode still un-base64s it to find the next
+// block; the callers hand it only certificate fields).
 func ParsePEM(data []byte) ([]*x509.Certificate, error) {
 	var out []*x509.Certificate
 	for {

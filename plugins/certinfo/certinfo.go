@@ -24,8 +24,10 @@
 // certificate's validity, so an expired certificate is still listed, as
 // expired). Plan reads everything and carries the certexpiry.Inventory in
 // its canonical inputs, which the bot's daily expiry check reads; Run
-// reports it. Key material is never parsed (certexpiry.ParsePEM skips
-// every block but CERTIFICATE) nor reported.
+// reports it. Key material is never decoded (the kubeconfig is read into a
+// struct with no field for client-key-data; the talosconfig's key stays
+// the base64 text it was), never parsed (certexpiry.ParsePEM parses only
+// CERTIFICATE blocks) and never reported.
 package certinfo
 
 import (
@@ -45,7 +47,7 @@ import (
 	"time"
 
 	"github.com/siderolabs/talos/pkg/machinery/constants"
-	"k8s.io/client-go/tools/clientcmd"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/talosbot/talosbot/internal/certexpiry"
 	"github.com/talosbot/talosbot/internal/version"
@@ -291,27 +293,63 @@ func readTalosconfig(out *certexpiry.Inventory, talosconfig []byte, roots *x509.
 	}
 }
 
+// kubeconfig is the part of a kubeconfig the plugin reads. It has no
+// field for client-key-data (nor tokens, nor exec): those values are never
+// decoded, as clientcmd.Load would decode them.
+type kubeconfig struct {
+	CurrentContext string `yaml:"current-context"`
+	Contexts       []struct {
+		Name    string `yaml:"name"`
+		Context struct {
+			Cluster string `yaml:"cluster"`
+			User    string `yaml:"user"`
+		} `yaml:"context"`
+	} `yaml:"contexts"`
+	Clusters []kubeCluster `yaml:"clusters"`
+	Users    []struct {
+		Name string `yaml:"name"`
+		User struct {
+			CertData string `yaml:"client-certificate-data"`
+		} `yaml:"user"`
+	} `yaml:"users"`
+}
+
+type kubeCluster struct {
+	Name    string `yaml:"name"`
+	Cluster struct {
+		Server string `yaml:"server"`
+		CAData string `yaml:"certificate-authority-data"`
+	} `yaml:"cluster"`
+}
+
 // readKubeconfig adds the current user's client certificate and the
 // current cluster's CA bundle, puts the CAs in roots and returns the
 // kube-apiserver's host:port ("" when there is none).
-func readKubeconfig(out *certexpiry.Inventory, kubeconfig []byte, roots *x509.CertPool) string {
-	kc, err := clientcmd.Load(kubeconfig)
-	if err != nil {
+func readKubeconfig(out *certexpiry.Inventory, raw []byte, roots *x509.CertPool) string {
+	var kc kubeconfig
+	if err := yaml.Unmarshal(raw, &kc); err != nil {
 		out.Note("kubeconfig", "cannot parse it (check the kubeconfig credential)")
 		return ""
 	}
-	kctx := kc.Contexts[kc.CurrentContext]
-	if kctx == nil {
+	var clusterName, userName string
+	found := false
+	for _, c := range kc.Contexts {
+		if c.Name == kc.CurrentContext {
+			clusterName, userName, found = c.Context.Cluster, c.Context.User, true
+		}
+	}
+	if !found {
 		out.Note("kubeconfig", fmt.Sprintf("no current context %q", kc.CurrentContext))
 		return ""
 	}
-	server := ""
-	if cl := kc.Clusters[kctx.Cluster]; cl == nil {
-		out.Note("kubeconfig", fmt.Sprintf("no cluster %q", kctx.Cluster))
+	server, i := "", slices.IndexFunc(kc.Clusters, func(c kubeCluster) bool { return c.Name == clusterName })
+	if i < 0 {
+		out.Note("kubeconfig", fmt.Sprintf("no cluster %q", clusterName))
 	} else {
-		if len(cl.CertificateAuthorityData) == 0 {
+		cl := kc.Clusters[i].Cluster
+		if cl.CAData == "" {
 			out.Note("kubeconfig CA bundle", "no certificate-authority-data (a file path is not read)")
-		} else if ca, err := certexpiry.ParsePEM(cl.CertificateAuthorityData); err != nil {
+		} else if ca, err := decodeB64PEM(cl.CAData); err != nil {
 			out.Note("kubeconfig CA bundle", err.Error())
 		} else {
 			for _, cert := range ca {
@@ -325,18 +363,23 @@ func readKubeconfig(out *certexpiry.Inventory, kubeconfig []byte, roots *x509.Ce
 			out.Note("kube-apiserver", "the kubeconfig's server is not an https URL")
 		}
 	}
-	switch user := kc.AuthInfos[kctx.AuthInfo]; {
-	case user == nil:
-		out.Note("kubeconfig client certificate", fmt.Sprintf("no user %q", kctx.AuthInfo))
-	case len(user.ClientCertificateData) == 0:
-		// A token or exec plugin: nothing with an expiry the bot can read.
-		out.Note("kubeconfig client certificate", "the kubeconfig's user has no client-certificate-data (token or exec credentials have no expiry to read)")
-	default:
-		if crt, err := certexpiry.ParsePEM(user.ClientCertificateData); err != nil {
+	found = false
+	for _, u := range kc.Users {
+		if u.Name != userName {
+			continue
+		}
+		found = true
+		if u.User.CertData == "" {
+			// A token or exec plugin: nothing with an expiry the bot can read.
+			out.Note("kubeconfig client certificate", "the kubeconfig's user has no client-certificate-data (token or exec credentials have no expiry to read)")
+		} else if crt, err := decodeB64PEM(u.User.CertData); err != nil {
 			out.Note("kubeconfig client certificate", err.Error())
 		} else {
 			out.Add(certexpiry.Of("kubeconfig client certificate", certexpiry.KindClient, certexpiry.RenewKubeconfig, crt[0]))
 		}
+	}
+	if !found {
+		out.Note("kubeconfig client certificate", fmt.Sprintf("no user %q", userName))
 	}
 	return server
 }

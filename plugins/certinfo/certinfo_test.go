@@ -2,6 +2,7 @@ package certinfo_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/talosbot/talosbot/internal/certexpiry"
 	"github.com/talosbot/talosbot/internal/testenv"
 	"github.com/talosbot/talosbot/plugins/certinfo"
+	"github.com/talosbot/talosbot/plugins/cluster"
 	"github.com/talosbot/talosbot/plugins/sdk"
 	"github.com/talosbot/talosbot/plugins/sdk/sdktest"
 	"github.com/talosbot/talosbot/sim"
@@ -140,5 +142,52 @@ func TestCertsUnreachableNodeIsNoted(t *testing.T) {
 	}
 	if in.Unread["kubeconfig"] == "" {
 		t.Errorf("a missing kubeconfig is not noted: %v", in.Unread)
+	}
+}
+
+// The kubeconfig's client-key-data is never decoded: a key the plugin
+// could not even read as base64 does not stop it reading the certificate
+// beside it.
+func TestCertsKubeconfigKeyIsNeverDecoded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := sim.Start(ctx, sim.Options{ControlPlanes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tc, err := cluster.ParseTalosconfig(c.Talosconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt := tc.Contexts[tc.Context].Crt
+	kubeconfig := `apiVersion: v1
+kind: Config
+current-context: admin@lab
+contexts:
+- name: admin@lab
+  context: {cluster: lab, user: admin@lab}
+clusters:
+- name: lab
+  cluster: {server: "https://127.0.0.1:1", certificate-authority-data: ` + tc.Contexts[tc.Context].CA + `}
+users:
+- name: admin@lab
+  user: {client-certificate-data: ` + crt + `, client-key-data: "!!not base64: never to be decoded!!"}
+`
+	in, err := certinfo.Read(ctx, request(c, []byte(kubeconfig)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The same certificates as the talosconfig's: one entry, both sources.
+	for _, c := range []struct{ talos, kube string }{
+		{"talosconfig client certificate", "kubeconfig client certificate"},
+		{"talosconfig CA bundle", "kubeconfig CA bundle"},
+	} {
+		if cert, ok := find(in, c.talos); !ok || !slices.Contains(cert.Sources, c.kube) {
+			t.Errorf("the %s is not read: %+v, unread %v", c.kube, cert, in.Unread)
+		}
+	}
+	if why := in.Unread["kube-apiserver 127.0.0.1:1 (TLS handshake)"]; why == "" {
+		t.Errorf("the kube-apiserver handshake is not tried: unread %v", in.Unread)
 	}
 }
