@@ -74,7 +74,7 @@ func (p *PluginInspector) Inspect(ctx context.Context, cluster string, known []r
 		Settings: &lifecyclev1.Settings{
 			GateTimeoutMs: p.Config.Timeouts.Gate.D().Milliseconds(), NodeTimeoutMs: p.Config.Timeouts.Node.D().Milliseconds(),
 		},
-		Evidence: &lifecyclev1.Evidence{Releases: releasesMsg(rel)},
+		Evidence: &lifecyclev1.Evidence{Releases: sdk.ReleasesToWire(rel)},
 	}
 	plan, err := p.Plugins.Plan(ctx, PluginName, req)
 	if err != nil {
@@ -84,12 +84,6 @@ func (p *PluginInspector) Inspect(ctx context.Context, cluster string, known []r
 		return nil, fmt.Errorf("the releases plugin refused %s: %s: %s", cluster, r.GetRule(), r.GetReason())
 	}
 	return releases.InspectionFromPlan(plan.GetCanonicalInputs())
-}
-
-// releasesMsg is the wire form of the release evidence.
-func releasesMsg(r *sdk.Releases) *lifecyclev1.Releases {
-	return &lifecyclev1.Releases{Versions: r.Versions, Targets: r.Targets, Kubernetes: r.Kubernetes,
-		Origin: r.Origin, FactoryUrl: r.FactoryURL, ListedOnly: r.ListedOnly}
 }
 
 // User is the identity of the release check in requests and records.
@@ -118,5 +112,5 @@ func (n *Notes) ReleaseEvidence(ctx context.Context, _ string) *lifecyclev1.Rele
 	if n.Now != nil {
 		now = n.Now
 	}
-	return releasesMsg(releases.NotesOf(l, n.Config.Releases.Kubernetes, now()))
+	return sdk.ReleasesToWire(releases.NotesOf(l, n.Config.Releases.Kubernetes, now()))
 }
