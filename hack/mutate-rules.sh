@@ -116,6 +116,8 @@ mutate R10-tls13/talosupgrade plugins/talosupgrade/preflight.go "$(never R10-tls
 mutate R20-minor/k8s plugins/sdk/versions/versions.go "$(never R10)" ./plugins/cluster/k8s '^TestK8sPathRefusal$'
 # R11: a target of the other kind (a Kubernetes release to the Talos upgrade, or the reverse) is refused naming the other operation, releases.CheckKind.
 mutate R11/releases internal/releases/target.go "$(always R11)" ./internal/releases '^TestATargetOfTheOtherKindIsRefusedR11$'
+mutate R11/talosupgrade internal/releases/target.go "$(always R11)" ./plugins/talosupgrade '^TestRefusesAKubernetesReleaseAsTarget$'
+mutate R11/k8supgrade internal/releases/target.go "$(always R11)" ./plugins/k8supgrade '^TestUpgradeK8s$/refuses_a_Talos_release'
 # R12: the one snapshot-dir refusal, cluster.CheckSnapshotDir, in each plugin that snapshots.
 # Only real releases: releases.CheckTarget's "a known release" return, taken for every target.
 mutate known-release/releases internal/releases/target.go "$(always known-release)" ./internal/releases '^TestOnlyRealTalosReleasesAreTargets$'

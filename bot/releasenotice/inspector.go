@@ -48,17 +48,11 @@ func (p *PluginInspector) Inspect(ctx context.Context, cluster string, known []r
 	rel := releases.NotesOf(list, p.Config.Releases.Kubernetes, now())
 	rel.Versions = releases.Tags(known) // exactly what the caller asks about
 	r := notice.Read{Config: p.Config, Plugins: p.Plugins, Credentials: p.Credentials, Plugin: PluginName, Command: Command, User: User, ID: "release-check"}
-	canonical, err := r.Of(ctx, cluster, &lifecyclev1.Evidence{Releases: releasesMsg(rel)})
+	canonical, err := r.Of(ctx, cluster, &lifecyclev1.Evidence{Releases: sdk.ReleasesToWire(rel)})
 	if err != nil {
 		return nil, err
 	}
 	return releases.InspectionFromPlan(canonical)
-}
-
-// releasesMsg is the wire form of the release evidence.
-func releasesMsg(r *sdk.Releases) *lifecyclev1.Releases {
-	return &lifecyclev1.Releases{Versions: r.Versions, Targets: r.Targets, Kubernetes: r.Kubernetes,
-		Origin: r.Origin, FactoryUrl: r.FactoryURL, ListedOnly: r.ListedOnly}
 }
 
 // User is the identity of the release check in requests and records.
@@ -87,5 +81,5 @@ func (n *Notes) ReleaseEvidence(ctx context.Context, _ string) *lifecyclev1.Rele
 	if n.Now != nil {
 		now = n.Now
 	}
-	return releasesMsg(releases.NotesOf(l, n.Config.Releases.Kubernetes, now()))
+	return sdk.ReleasesToWire(releases.NotesOf(l, n.Config.Releases.Kubernetes, now()))
 }

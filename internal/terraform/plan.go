@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -172,11 +173,30 @@ func DefaultVMTypes() []string {
 // are both protected; matching names too catches wrappers that hide the
 // real type, at the price of a false stop for a resource that merely
 // borrows a protected name.
+//
+// Configured lists add to the defaults, never replace them: R5 names
+// talos_machine_secrets, so no setting may leave it unprotected (a
+// `protected_secrets: [my_secrets]` that dropped it would fail open).
 type Guard struct {
-	// Secrets lists protected secret types/names (default DefaultSecretsTypes).
+	// Secrets lists protected secret types/names, besides DefaultSecretsTypes.
 	Secrets []string
-	// VMs lists protected VM types/names (default DefaultVMTypes).
+	// VMs lists protected VM types/names, besides DefaultVMTypes.
 	VMs []string
+}
+
+// Lists are the protected secret and VM types/names the guard matches: the
+// defaults and the configured ones, blanks and repeats dropped.
+func (g Guard) Lists() (secrets, vms []string) {
+	merge := func(defaults, extra []string) []string {
+		out := defaults
+		for _, s := range extra {
+			if s = strings.TrimSpace(s); s != "" && !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return merge(DefaultSecretsTypes(), g.Secrets), merge(DefaultVMTypes(), g.VMs)
 }
 
 // Violation is one protected resource the plan would replace or delete.
@@ -192,16 +212,10 @@ func (v Violation) String() string {
 
 // Check returns the plan's violations of R5, sorted by address.
 func (g Guard) Check(p *Plan) []Violation {
-	secrets, vms := g.Secrets, g.VMs
-	if secrets == nil {
-		secrets = DefaultSecretsTypes()
-	}
-	if vms == nil {
-		vms = DefaultVMTypes()
-	}
+	secrets, vms := g.Lists()
 	match := func(list []string, c Change) bool {
 		for _, s := range list {
-			if s != "" && (c.Type == s || c.Name == s) {
+			if c.Type == s || c.Name == s {
 				return true
 			}
 		}

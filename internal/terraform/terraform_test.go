@@ -214,3 +214,28 @@ func TestMissingCLIConfigFileIsNamed(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestConfiguredGuardListsAddToTheDefaults: a configured protected list
+// adds to the defaults and never replaces them, so talos_machine_secrets
+// (R5) and the Proxmox VM types stay protected whatever terraform_guard
+// names; blank entries are dropped.
+func TestConfiguredGuardListsAddToTheDefaults(t *testing.T) {
+	p := &terraform.Plan{Changes: []terraform.Change{
+		{Address: "talos_machine_secrets.this", Type: "talos_machine_secrets", Name: "this", Action: terraform.ActionReplace},
+		{Address: "proxmox_virtual_environment_vm.cp1", Type: "proxmox_virtual_environment_vm", Name: "cp1", Action: terraform.ActionDelete},
+		{Address: "terraform_data.talos_node", Type: "terraform_data", Name: "talos_node", Action: terraform.ActionReplace},
+		{Address: "my_secrets.this", Type: "my_secrets", Name: "this", Action: terraform.ActionReplace},
+	}}
+	g := terraform.Guard{Secrets: []string{"my_secrets", " "}, VMs: []string{"talos_node", ""}}
+	got := terraform.Describe(g.Check(p))
+	for _, want := range []string{"replace talos_machine_secrets.this (cluster secrets)", "delete proxmox_virtual_environment_vm.cp1 (node VM)",
+		"replace terraform_data.talos_node (node VM)", "replace my_secrets.this (cluster secrets)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("violations %q lack %q", got, want)
+		}
+	}
+	secrets, vms := g.Lists()
+	if s := strings.Join(append(secrets, vms...), ","); s != "talos_machine_secrets,my_secrets,proxmox_virtual_environment_vm,proxmox_vm_qemu,talos_node" {
+		t.Errorf("lists = %s", s)
+	}
+}

@@ -228,6 +228,14 @@ func TestUpgradeK8s(t *testing.T) {
 		refused(t, e, req, "R20", "no Kubernetes release is known")
 	})
 
+	t.Run("refuses a Talos release as target (R11)", func(t *testing.T) {
+		// A Talos release given to the Kubernetes upgrade is refused R11 naming the
+		// Talos upgrade as its own operation (releases.CheckKind through
+		// Notes.AllowedKubernetes), before the cluster is read.
+		e := startEnv(t, kube, supportsTarget)
+		refused(t, e, e.request("v1.13.9"), "R11", "v1.13.9 is a Talos release, not a Kubernetes one", "run /talos upgrade talos v1.13.9 as its own operation")
+	})
+
 	t.Run("refuses a downgrade (R21)", func(t *testing.T) {
 		e := startEnv(t, kube, supportsTarget)
 		refused(t, e, e.request("v1.35.1"), "R21", "downgrade is not a rollback", "v1.35.2 on kube-apiserver on cp-1", "etcd snapshot")

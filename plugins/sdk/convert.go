@@ -173,10 +173,17 @@ func evidenceToProto(e *Evidence) *pb.Evidence {
 			}
 		}
 	}
-	if r := e.Releases; r != nil {
-		out.Releases = &pb.Releases{Versions: r.Versions, Targets: r.Targets, Kubernetes: r.Kubernetes, Origin: r.Origin, FactoryUrl: r.FactoryURL, ListedOnly: r.ListedOnly}
-	}
+	out.Releases = ReleasesToWire(e.Releases)
 	return out
+}
+
+// ReleasesToWire converts the release evidence to its wire message (nil
+// for nil: the bot sent none).
+func ReleasesToWire(r *Releases) *pb.Releases {
+	if r == nil {
+		return nil
+	}
+	return &pb.Releases{Versions: r.Versions, Targets: r.Targets, Kubernetes: r.Kubernetes, Origin: r.Origin, FactoryUrl: r.FactoryURL, ListedOnly: r.ListedOnly}
 }
 
 func evidenceFromProto(e *pb.Evidence) Evidence {

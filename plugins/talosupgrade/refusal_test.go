@@ -204,6 +204,19 @@ func TestRefusesATargetThatIsNotARelease(t *testing.T) {
 	}
 }
 
+// TestRefusesAKubernetesReleaseAsTarget: a Kubernetes release given to the
+// Talos upgrade is refused R11, naming the Kubernetes upgrade as its own
+// operation (releases.CheckKind through Notes.Allowed), before the cluster
+// is read: no node gets an upgrade call.
+func TestRefusesAKubernetesReleaseAsTarget(t *testing.T) {
+	t.Parallel()
+	e := start(t, 1, 1, false, nil)
+	req := e.request(t, "v1.36.3")
+	l := &releases.List{Versions: releases.ParseAll([]string{"v1.12.6", "v1.13.9"})}
+	req.Evidence.Releases = releases.NotesOf(l, []string{"1.35.2", "1.36.3"}, time.Now())
+	refusedEverywhere(t, e, req, "R11", "run /talos upgrade k8s 1.36.3 as its own operation")
+}
+
 // TestRefusesEveryTargetWithoutAKnownRelease: with no release data (the
 // factory unreachable, nothing cached) and releases.talos empty, every
 // target is refused, even a real release.

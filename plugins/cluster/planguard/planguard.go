@@ -30,11 +30,12 @@ import (
 // Config is the guard's part of a plugin's section, terraform_guard:
 // (decoded strictly with the rest of the section).
 type Config struct {
-	// ProtectedSecrets are the resource types or addresses whose replacement
-	// or deletion is refused as a migration (default talos_machine_secrets).
+	// ProtectedSecrets are resource types or names whose replacement or
+	// deletion is refused as a migration, besides talos_machine_secrets
+	// (always protected).
 	ProtectedSecrets []string `json:"protected_secrets"`
-	// ProtectedVMs are the node VM types or addresses (default
-	// proxmox_virtual_environment_vm, proxmox_vm_qemu).
+	// ProtectedVMs are node VM types or names, besides
+	// proxmox_virtual_environment_vm and proxmox_vm_qemu (always protected).
 	ProtectedVMs []string `json:"protected_vms"`
 	// NoRefresh plans with -refresh=false (the provider is not asked for
 	// the real state; faster, and works while the hypervisor is down).
@@ -61,34 +62,19 @@ func OptionsFrom(cluster string, ev sdk.Evidence, c Config) (Options, error) {
 		return o, fmt.Errorf("cluster %s has no Terraform root: set %s.root (the host passes it to plugins as evidence.terraform)",
 			cluster, o.Config.ConfigKey)
 	}
-	o.Guard.Secrets = list(c.ProtectedSecrets)
-	o.Guard.VMs = list(c.ProtectedVMs)
+	// Added to the defaults, never replacing them (terraform.Guard.Lists).
+	o.Guard.Secrets = c.ProtectedSecrets
+	o.Guard.VMs = c.ProtectedVMs
 	o.Plan.NoRefresh = c.NoRefresh
 	return o, nil
 }
 
-// list drops blank entries; nil (none given) means the defaults.
-func list(in []string) []string {
-	var out []string
-	for _, p := range in {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
 // Protected lists the resource types and names the guard protects (the
-// defaults where the settings name none), for plan summaries.
+// defaults and the configured ones, terraform.Guard.Lists), for plan
+// summaries.
 func (o Options) Protected() string {
-	g := o.Guard
-	if g.Secrets == nil {
-		g.Secrets = terraform.DefaultSecretsTypes()
-	}
-	if g.VMs == nil {
-		g.VMs = terraform.DefaultVMTypes()
-	}
-	return strings.Join(append(append([]string{}, g.Secrets...), g.VMs...), ", ")
+	secrets, vms := o.Guard.Lists()
+	return strings.Join(append(secrets, vms...), ", ")
 }
 
 // Check plans the root in settings and applies the R5 guard. A non-empty
