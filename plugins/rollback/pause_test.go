@@ -294,3 +294,49 @@ func TestRollbackPausesBeforeTheRebootWhenTheSwitchoverOutlastsItsLimit(t *testi
 		t.Fatalf("resume plan: %v %v %q", err, plan2.Refusal, plan2.Summary)
 	}
 }
+
+// A run stopped (its context cancelled: the bot shutting down) while it
+// waits for Longhorn after the rollback keeps the rolled-back mark: the
+// operation is interrupted, and its resume must not roll the node back a
+// second time (that would boot the newer entry again).
+func TestRollbackStoppedAfterTheRebootKeepsItsMark(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sc := startStorage(ctx, t, time.Hour) // the rebuild outlasts the test
+	p := &Plugin{active: map[string]string{}}
+	req := sc.request(t, `{"storage": {"rebuild_wait": "2h"}}`)
+	req.OperationID = "op-rb-stop"
+	if plan, err := p.Plan(ctx, req); err != nil || plan.Refusal != nil {
+		t.Fatalf("plan: %v %v", err, plan.Refusal)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	rec := sdktest.NewRecorder(nil)
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(rctx, req, rec) }()
+	if err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		for _, l := range rec.Logs() {
+			if strings.Contains(l.Message, "app/data: rebuilding") {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("the run never waited for the rebuild: %v", err)
+	}
+	stop()
+	<-ran
+	n, err := sc.kube.Client.CoreV1().Nodes().Get(ctx, sc.nodes[0], metav1.GetOptions{})
+	if err != nil || n.Annotations[rolledBackAnnotation] != "op-rb-stop v1.13.9 v1.12.6" {
+		t.Fatalf("the stopped run cleared its mark: %v %v", err, n.Annotations)
+	}
+	req.Attempt = 2
+	var plan *sdk.OperationPlan
+	_ = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
+		plan, err = p.Plan(ctx, req)
+		return err == nil && plan.Refusal == nil, nil // worker-1's Talos API may still be coming up
+	})
+	if err != nil || plan.Refusal != nil || !strings.Contains(plan.Summary, "already rolled back") {
+		t.Fatalf("the resume would roll worker-1 back again: %v %+v", err, plan)
+	}
+}
