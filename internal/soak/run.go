@@ -185,6 +185,7 @@ func Run(t testing.TB, env Env, s Scenario) Result {
 	_ = b.Cmd.Wait()
 	res.Breaks = append(res.Breaks, obs.Breaks()...)
 	res.Breaks = append(res.Breaks, storage.Breaks()...)
+	res.Notes = append(res.Notes, storage.Notes()...)
 	res.Breaks = append(res.Breaks, checkStore(ctx, filepath.Join(dir, "data", "talosbot.db"))...)
 	res.Wall = time.Since(start)
 	return res

@@ -69,6 +69,17 @@ func newStorageFixtures(t testing.TB, kube *testenv.Kube, nodes []string) *stora
 	return f
 }
 
+// Notes says, for the scenario's log, when InvStorage was not checked
+// (no CRD fixtures): a scenario without breaks then says nothing of
+// storage, rather than holding the invariant without having looked.
+func (f *storageFixtures) Notes() []string {
+	if f != nil {
+		return nil
+	}
+	_, err := storagetest.FixturesDir()
+	return []string{fmt.Sprintf("%q not checked: %v", InvStorage, err)}
+}
+
 // Breaks stops the controller and reports InvStorage's breaks: every
 // volume that was ever faulted and every primary lost without a switchover.
 func (f *storageFixtures) Breaks() []Break {

@@ -56,4 +56,10 @@ func TestStorageInvariantCatchesFaultsAndFailovers(t *testing.T) {
 	if (*storageFixtures)(nil).Breaks() != nil {
 		t.Fatal("no fixtures, yet breaks")
 	}
+	if n := f.Notes(); n != nil {
+		t.Fatalf("checked, yet noted as not: %v", n)
+	}
+	if n := (*storageFixtures)(nil).Notes(); len(n) != 1 || !strings.Contains(n[0], "not checked") {
+		t.Fatalf("no fixtures, and the log would not say the invariant went unchecked: %v", n)
+	}
 }

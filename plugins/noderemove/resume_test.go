@@ -34,25 +34,8 @@ func TestResumeAfterResetDeletesTheNode(t *testing.T) {
 	c := startSim(t, kube)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cfg, err := clientconfig.FromBytes(c.Talosconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := client.New(ctx, client.WithConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	var ip string
-	for _, n := range c.Nodes() {
-		if n.Name == "cp-3" {
-			ip = n.IP
-		}
-	}
-	// The killed run's reset: what the plugin sends.
-	if err := cli.Reset(client.WithNode(ctx, ip), true, false); err != nil {
-		t.Fatal(err)
-	}
+	// The killed run's reset.
+	resetCP3(ctx, t, c, false)
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		got := members(t, c)
 		return len(got) == 2 && !c.NodeBooted("cp-3"), nil
@@ -90,28 +73,8 @@ func TestResumeWithResetInFlightWaitsInsteadOfR9(t *testing.T) {
 	c := startSim(t, kube)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cfg, err := clientconfig.FromBytes(c.Talosconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := client.New(ctx, client.WithConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	var ip string
-	for _, n := range c.Nodes() {
-		if n.Name == "cp-3" {
-			ip = n.IP
-		}
-	}
-	if err := c.Inject(ctx, "cp-1", sim.Fault{EtcdNoSpace: true}); err != nil {
-		t.Fatal(err)
-	}
-	// The killed run's reset: what the plugin sends.
-	if err := cli.Reset(client.WithNode(ctx, ip), true, false); err != nil {
-		t.Fatal(err)
-	}
+	// The killed run's reset, under the NOSPACE alarm.
+	resetCP3(ctx, t, c, true)
 
 	req := request(c, kube, "cp-3")
 	req.Attempt = 2
@@ -183,27 +146,7 @@ func TestResumeSeesTheResetTheStoreMissed(t *testing.T) {
 	c := startSim(t, kube)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cfg, err := clientconfig.FromBytes(c.Talosconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := client.New(ctx, client.WithConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	var ip string
-	for _, n := range c.Nodes() {
-		if n.Name == "cp-3" {
-			ip = n.IP
-		}
-	}
-	if err := c.Inject(ctx, "cp-1", sim.Fault{EtcdNoSpace: true}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cli.Reset(client.WithNode(ctx, ip), true, false); err != nil {
-		t.Fatal(err)
-	}
+	cli, ip := resetCP3(ctx, t, c, true)
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		ms, err := safe.StateGetByID[*runtime.MachineStatus](client.WithNode(ctx, ip), cli.COSI, runtime.MachineStatusID)
 		return err == nil && ms.TypedSpec().Stage == runtime.MachineStageResetting, nil
@@ -234,27 +177,7 @@ func TestResumeSeesASilentDrainedNode(t *testing.T) {
 	c := startSim(t, kube)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cfg, err := clientconfig.FromBytes(c.Talosconfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli, err := client.New(ctx, client.WithConfig(cfg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	var ip string
-	for _, n := range c.Nodes() {
-		if n.Name == "cp-3" {
-			ip = n.IP
-		}
-	}
-	if err := c.Inject(ctx, "cp-1", sim.Fault{EtcdNoSpace: true}); err != nil {
-		t.Fatal(err)
-	}
-	if err := cli.Reset(client.WithNode(ctx, ip), true, false); err != nil {
-		t.Fatal(err)
-	}
+	resetCP3(ctx, t, c, true)
 	kn := nodeName(t, c, "cp-3")
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		cordoned, err := k8s.Cordoned(ctx, kube.Client, kn)
@@ -315,4 +238,36 @@ func TestSlowNodeIsNotTakenAsGone(t *testing.T) {
 	if _, err := kube.Client.CoreV1().Nodes().Get(ctx, kn, metav1.GetOptions{}); err != nil {
 		t.Fatalf("worker-1's Node: %v (it runs; its Node must stay)", err)
 	}
+}
+
+// resetCP3 is what a removal of cp-3 killed right after its reset leaves:
+// cp-3's graceful reset sent, as the plugin sends it, and nothing recorded;
+// with noSpace, etcd's NOSPACE alarm raised first (soak seed 1000). It
+// returns the Talos client (closed when the test ends) and cp-3's address.
+func resetCP3(ctx context.Context, t *testing.T, c *sim.Cluster, noSpace bool) (*client.Client, string) {
+	t.Helper()
+	cfg, err := clientconfig.FromBytes(c.Talosconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := client.New(ctx, client.WithConfig(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	var ip string
+	for _, n := range c.Nodes() {
+		if n.Name == "cp-3" {
+			ip = n.IP
+		}
+	}
+	if noSpace {
+		if err := c.Inject(ctx, "cp-1", sim.Fault{EtcdNoSpace: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := cli.Reset(client.WithNode(ctx, ip), true, false); err != nil {
+		t.Fatal(err)
+	}
+	return cli, ip
 }

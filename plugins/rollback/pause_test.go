@@ -53,6 +53,12 @@ type storageCluster struct {
 // with a rebuild of rebuild.
 func startStorage(ctx context.Context, t *testing.T, rebuild time.Duration) *storageCluster {
 	t.Helper()
+	return startStorageWith(ctx, t, rebuild, 300*time.Millisecond)
+}
+
+// startStorageWith is startStorage with a switchover of switchover.
+func startStorageWith(ctx context.Context, t *testing.T, rebuild, switchover time.Duration) *storageCluster {
+	t.Helper()
 	dir, err := storagetest.FixturesDir()
 	if err != nil {
 		t.Skip(err)
@@ -82,7 +88,7 @@ func startStorage(ctx context.Context, t *testing.T, rebuild time.Duration) *sto
 	if err := storagetest.CreatePostgres(ctx, kube.Client, kube.Dynamic, storagetest.Postgres{Namespace: "db", Name: "pg", Nodes: sc.nodes}); err != nil {
 		t.Fatal(err)
 	}
-	sc.ctrl = &storagetest.Controller{Dyn: kube.Dynamic, Kube: kube.Client, Now: sc.clock.Now, RebuildTime: rebuild, SwitchoverTime: 300 * time.Millisecond}
+	sc.ctrl = &storagetest.Controller{Dyn: kube.Dynamic, Kube: kube.Client, Now: sc.clock.Now, RebuildTime: rebuild, SwitchoverTime: switchover}
 	rctx, stop := context.WithCancel(ctx)
 	t.Cleanup(stop)
 	go sc.ctrl.Run(rctx, 50*time.Millisecond)
@@ -219,4 +225,118 @@ func bootOf(ctx context.Context, t *testing.T, c *sim.Cluster, name string) stri
 		t.Fatal(err)
 	}
 	return boot
+}
+
+// A switchover that does not finish within switchover_wait pauses the run
+// before the rollback: the node is not rebooted, no rolled-back mark is
+// written, and the resume plans the whole rollback again.
+func TestRollbackPausesBeforeTheRebootWhenTheSwitchoverOutlastsItsLimit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// The switchover takes an hour of the controller's clock, which
+	// stands still: the run's wait for it runs out on the run's clock.
+	sc := startStorageWith(ctx, t, time.Second, time.Hour)
+	runClock := &offsetClock{}
+	p := &Plugin{active: map[string]string{}, now: runClock.Now}
+	req := sc.request(t, `{"storage": {"switchover_wait": "10m"}}`)
+	req.OperationID = "op-rb-before"
+	plan, err := p.Plan(ctx, req)
+	if err != nil || plan.Refusal != nil {
+		t.Fatalf("plan: %v %v", err, plan.Refusal)
+	}
+	boot := bootOf(ctx, t, sc.c, "worker-1")
+
+	rec := sdktest.NewRecorder(nil)
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(ctx, req, rec) }()
+	if err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-ran:
+			_ = rec.Finish(nil)
+			res := rec.FinalResult()
+			t.Fatalf("the run ended before the switchover: %v %s: %s %v", err, res.Summary, res.Error, res.Lines)
+		default:
+		}
+		for _, l := range rec.Logs() {
+			if strings.Contains(l.Message, "db/pg: switching the primary over") {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		var msgs []string
+		for _, l := range rec.Logs() {
+			msgs = append(msgs, l.Message)
+		}
+		t.Fatalf("the run never started the switchover: %v\n%s", err, strings.Join(msgs, "\n"))
+	}
+	runClock.Advance(10*time.Minute + time.Minute)
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	_ = rec.Finish(nil)
+	res := rec.FinalResult()
+	lines := strings.Join(res.Lines, "\n")
+	if res.OK || res.Summary != sdk.PausedSummary || !strings.Contains(lines, "CloudNativePG db/pg: switchover to pg-2 not done within 10m0s") ||
+		!strings.Contains(lines, "paused before worker-1") || strings.Contains(lines, "rolled back") {
+		t.Fatalf("want a pause before the rollback, got %s: %s\n%s", res.Summary, res.Error, lines)
+	}
+	if got := bootOf(ctx, t, sc.c, "worker-1"); got != boot {
+		t.Fatalf("the paused run rebooted worker-1 (boot id %s → %s)", boot, got)
+	}
+	if n, err := sc.kube.Client.CoreV1().Nodes().Get(ctx, sc.nodes[0], metav1.GetOptions{}); err != nil || n.Annotations[rolledBackAnnotation] != "" {
+		t.Fatalf("a run paused before the rollback left a mark: %v %v", err, n.Annotations)
+	}
+	// The resume plans the rollback itself again, not "already rolled back".
+	req.Attempt = 2
+	plan2, err := p.Plan(ctx, req)
+	if err != nil || plan2.Refusal != nil || strings.Contains(plan2.Summary, "already rolled back") || string(plan2.CanonicalInputs) != string(plan.CanonicalInputs) {
+		t.Fatalf("resume plan: %v %v %q", err, plan2.Refusal, plan2.Summary)
+	}
+}
+
+// A run stopped (its context cancelled: the bot shutting down) while it
+// waits for Longhorn after the rollback keeps the rolled-back mark: the
+// operation is interrupted, and its resume must not roll the node back a
+// second time (that would boot the newer entry again).
+func TestRollbackStoppedAfterTheRebootKeepsItsMark(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sc := startStorage(ctx, t, time.Hour) // the rebuild outlasts the test
+	p := &Plugin{active: map[string]string{}}
+	req := sc.request(t, `{"storage": {"rebuild_wait": "2h"}}`)
+	req.OperationID = "op-rb-stop"
+	if plan, err := p.Plan(ctx, req); err != nil || plan.Refusal != nil {
+		t.Fatalf("plan: %v %v", err, plan.Refusal)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	defer stop()
+	rec := sdktest.NewRecorder(nil)
+	ran := make(chan error, 1)
+	go func() { ran <- p.Run(rctx, req, rec) }()
+	if err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		for _, l := range rec.Logs() {
+			if strings.Contains(l.Message, "app/data: rebuilding") {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("the run never waited for the rebuild: %v", err)
+	}
+	stop()
+	<-ran
+	n, err := sc.kube.Client.CoreV1().Nodes().Get(ctx, sc.nodes[0], metav1.GetOptions{})
+	if err != nil || n.Annotations[rolledBackAnnotation] != "op-rb-stop v1.13.9 v1.12.6" {
+		t.Fatalf("the stopped run cleared its mark: %v %v", err, n.Annotations)
+	}
+	req.Attempt = 2
+	var plan *sdk.OperationPlan
+	_ = wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(context.Context) (bool, error) {
+		plan, err = p.Plan(ctx, req)
+		return err == nil && plan.Refusal == nil, nil // worker-1's Talos API may still be coming up
+	})
+	if err != nil || plan.Refusal != nil || !strings.Contains(plan.Summary, "already rolled back") {
+		t.Fatalf("the resume would roll worker-1 back again: %v %+v", err, plan)
+	}
 }

@@ -230,7 +230,9 @@ func (p *Plugin) Run(ctx context.Context, req *sdk.OperationRequest, r sdk.Repor
 		keepMark               bool   // the run pauses after the rollback: its resume reads the mark
 	)
 	defer func() {
-		if marked && !keepMark {
+		// A run stopped (ctx done: the bot shutting down) is interrupted,
+		// not finished: its resume reads the mark too.
+		if marked && !keepMark && ctx.Err() == nil {
 			_ = clearRolledBack(context.WithoutCancel(ctx), s, kn)
 		}
 	}()

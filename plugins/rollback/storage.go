@@ -22,8 +22,7 @@ import (
 // storageSettings are the plugin's storage settings: the storage key of
 // its section (plugins.rollback.storage), over the defaults.
 func storageSettings(req *sdk.OperationRequest) (storage.Settings, error) {
-	cfg, err := decodeConfig(req.Config)
-	return cfg.Storage.Settings(), err
+	return decodeConfig(req.Config)
 }
 
 // gateStorage is what the gate's Storage probe reads: the integrations

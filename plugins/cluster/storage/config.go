@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"fmt"
+
 	"github.com/talosbot/talosbot/plugins/sdk"
 )
 
@@ -54,4 +56,22 @@ func (c Config) Validate(prefix string) error {
 		errs.Add(path("switchover_wait"), "is %s: use %s to %s", d, minSwitchoverWait, maxSwitchoverWait)
 	}
 	return errs.Err()
+}
+
+// DecodeSection reads the section of a plugin whose section holds only
+// the storage key (plugins.rollback, plugins.noderemove): strictly
+// (unknown keys are errors), over the defaults, each error named
+// plugins.PLUGIN.storage.KEY. On an error it returns the defaults.
+func DecodeSection(plugin string, raw []byte) (Settings, error) {
+	var section struct {
+		Storage Config `json:"storage"`
+	}
+	section.Storage = DefaultConfig()
+	if err := sdk.DecodeConfig(raw, &section); err != nil {
+		return Defaults(), fmt.Errorf("plugins.%s: %w", plugin, err)
+	}
+	if err := section.Storage.Validate("storage"); err != nil {
+		return Defaults(), fmt.Errorf("plugins.%s: %w", plugin, err)
+	}
+	return section.Storage.Settings(), nil
 }

@@ -61,3 +61,20 @@ func TestConfigRefusesBadValues(t *testing.T) {
 		}
 	}
 }
+
+// DecodeSection reads a section that holds only the storage key: keys it
+// leaves out keep their defaults, and an unknown or bad key is an error
+// named under plugins.PLUGIN.
+func TestDecodeSection(t *testing.T) {
+	set, err := storage.DecodeSection("rollback", []byte(`{"storage": {"rebuild_wait": "2h"}}`))
+	if err != nil || set.RebuildWait != 2*time.Hour || set.Switchover != storage.Defaults().Switchover {
+		t.Fatalf("%+v %v", set, err)
+	}
+	if _, err := storage.DecodeSection("rollback", []byte(`{"storage": {"last_replica": "maybe"}}`)); err == nil ||
+		!strings.Contains(err.Error(), "plugins.rollback: ") || !strings.Contains(err.Error(), "storage.last_replica") {
+		t.Fatalf("a bad value: %v", err)
+	}
+	if _, err := storage.DecodeSection("noderemove", []byte(`{"drain": {}}`)); err == nil || !strings.Contains(err.Error(), "plugins.noderemove: ") {
+		t.Fatalf("an unknown key: %v", err)
+	}
+}
